@@ -1,0 +1,202 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/rowactor/rowactor/claimer"
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/settler"
+)
+
+// Result is what became of one delivery.
+type Result struct {
+	Row     dialects.Row
+	Outcome settler.Outcome
+	// Step is the statement that ran (StepRelease for a delivery released unsettled).
+	Step dialects.StepKind
+	// Err is nil when the settlement took effect; ErrLeaseLost, ErrClosed or a database
+	// error otherwise.
+	Err error
+	// Released reports a row given back unsettled (lease released, key unlocked).
+	Released bool
+	// Closed reports a session's connection closed rather than returned.
+	Closed bool
+	// Panic holds a handler panic's value.
+	Panic any
+}
+
+// delivery states, moved by compare-and-swap between the handler goroutine and the actor.
+const (
+	running  uint32 = iota
+	handled         // the handler returned; its outcome waits for the actor
+	released        // the actor released the row before the handler returned
+)
+
+type delivery struct {
+	sub     *Subscription
+	claim   claimer.Claim
+	state   atomic.Uint32
+	outcome settler.Outcome
+	panic   any
+	settled bool
+}
+
+// handledMsg tells the delivery actor its handler returned.
+type handledMsg struct{}
+
+func (handledMsg) IgnoreDeadLetterLogging() {}
+
+// settledMsg tells the subscription actor a delivery ended.
+type settledMsg struct{}
+
+func (settledMsg) IgnoreDeadLetterLogging() {}
+
+func (d *delivery) Receive(c actor.Context) {
+	switch c.Message().(type) {
+	case *actor.Started:
+		sys, self := c.ActorSystem(), c.Self()
+		go d.run(sys, self)
+	case handledMsg:
+		r := d.settle()
+		d.settled = true
+		d.sub.report(r)
+		d.end(c, r)
+		c.Stop(c.Self())
+	case *actor.Stopping:
+		if d.settled {
+			return
+		}
+		d.settled = true
+		// Stopped before settling: the handler still runs, or its outcome came too late.
+		if d.state.CompareAndSwap(running, released) {
+			d.end(c, d.release(settler.Outcome{}))
+			return
+		}
+		r := d.release(d.outcome)
+		r.Err = settler.ErrClosed
+		d.sub.report(r)
+		d.end(c, r)
+	}
+}
+
+// end counts what the delivery gave back (directly: at shutdown the subscription actor
+// may stop before it reads its mailbox) and frees its worker.
+func (d *delivery) end(c actor.Context, r Result) {
+	if r.Released {
+		d.sub.released.Add(1)
+	}
+	if r.Closed {
+		d.sub.closed.Add(1)
+	}
+	c.Send(c.Parent(), settledMsg{})
+}
+
+// run calls the handler on its own goroutine. A panic is an unsettled delivery.
+func (d *delivery) run(sys *actor.ActorSystem, self *actor.PID) {
+	d.outcome, d.panic = d.sub.call(d.claim.Row)
+	if d.state.CompareAndSwap(running, handled) {
+		sys.Root.Send(self, handledMsg{})
+		return
+	}
+	// The row was released (shutdown) while the handler ran: its outcome cannot settle.
+	d.sub.report(Result{Row: d.claim.Row, Outcome: d.outcome, Step: dialects.StepRelease, Err: settler.ErrClosed})
+}
+
+// settle plans the outcome's step and runs it where the form says.
+func (d *delivery) settle() Result {
+	cfg := d.sub.cfg
+	row := d.claim.Row
+	if d.panic != nil {
+		r := d.release(d.outcome)
+		r.Panic = d.panic
+		return r
+	}
+	step, note := cfg.Rules.Plan(d.outcome, row.Attempt, cfg.Now())
+	switch note {
+	case settler.NoteAttemptsSpent:
+		cfg.Log.Warn("rowactor: attempts are spent; moving the row to its dead letter",
+			slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Int("attempt", row.Attempt),
+			slog.String("dead_letter", cfg.DeadLetter))
+	case settler.NoteNoRetryAfter:
+		cfg.Log.Warn("rowactor: the table has no retry_after column; RetryAfter runs as Retry",
+			slog.String("table", cfg.Table), slog.Int64("id", row.ID))
+	}
+	if step.Kind == dialects.StepRelease {
+		return d.release(d.outcome)
+	}
+	ctx, cancel := context.WithTimeout(cfg.Ctx, cfg.SettleTimeout)
+	defer cancel()
+	r := Result{Row: row, Outcome: d.outcome, Step: step.Kind}
+	switch cfg.Form {
+	case dialects.FormLease:
+		token, lost, ok := cfg.Book.Checkout(row.ID)
+		if !ok {
+			r.Err = fmt.Errorf("settle row %d: %w", row.ID, settler.ErrClosed)
+			return r
+		}
+		if lost {
+			cfg.Log.Debug("rowactor: settling a lease the renewer found lost", slog.Int64("id", row.ID))
+		}
+		r.Err = settler.Lease(ctx, cfg.Queue.(dialects.LeaseQueue), step, dialects.Lease{ID: row.ID, Token: token})
+	case dialects.FormAdvisory:
+		r.Closed, r.Err = settler.Advisory(ctx, d.claim.Session, step, row.ID)
+	}
+	return r
+}
+
+// release gives the row back unsettled: the lease is cleared at once, or the key is
+// unlocked and its connection closed.
+func (d *delivery) release(o settler.Outcome) Result {
+	cfg := d.sub.cfg
+	row := d.claim.Row
+	r := Result{Row: row, Outcome: o, Step: dialects.StepRelease, Released: true}
+	ctx, cancel := context.WithTimeout(cfg.Ctx, cfg.SettleTimeout)
+	defer cancel()
+	switch cfg.Form {
+	case dialects.FormLease:
+		token, _, ok := cfg.Book.Checkout(row.ID)
+		if !ok {
+			r.Released = false
+			return r
+		}
+		if err := settler.Lease(ctx, cfg.Queue.(dialects.LeaseQueue), dialects.Step{Kind: dialects.StepRelease, Now: cfg.Now()},
+			dialects.Lease{ID: row.ID, Token: token}); err != nil {
+			r.Released = false
+			r.Err = err
+			cfg.Log.Warn("rowactor: could not release a lease; the row returns when it expires",
+				slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Any("error", err))
+		}
+	case dialects.FormAdvisory:
+		r.Closed = true
+		if err := d.claim.Session.Abort(ctx); err != nil {
+			r.Err = err
+			cfg.Log.Warn("rowactor: could not unlock a key cleanly; its connection was dropped",
+				slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Any("error", err))
+		}
+	}
+	return r
+}
+
+// callHandler runs h and turns a panic into an unsettled delivery.
+func callHandler(ctx context.Context, h Handler, row dialects.Row, log *slog.Logger, table string) (o settler.Outcome, p any) {
+	defer func() {
+		if v := recover(); v != nil {
+			p = v
+			o = settler.Outcome{}
+			log.Warn("rowactor: handler panicked; the delivery is released unsettled",
+				slog.String("table", table), slog.Int64("id", row.ID), slog.Any("panic", v),
+				slog.String("stack", string(debug.Stack())))
+		}
+	}()
+	return h(ctx, row), nil
+}
+
+// statementTimeout bounds a settlement or release statement.
+const statementTimeout = 30 * time.Second

@@ -1,0 +1,294 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/rowactor/rowactor/claimer"
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/leaserenewer"
+	"github.com/rowactor/rowactor/settler"
+	"github.com/rowactor/rowactor/supervision"
+)
+
+// Handler handles one claimed row.
+type Handler func(ctx context.Context, row dialects.Row) settler.Outcome
+
+// Config is a subscription's runtime configuration; the root package checked it.
+type Config struct {
+	Table      string // the queue table, for logs
+	QueueName  string // the queue (group) name, for logs
+	DeadLetter string // where spent rows go, for logs
+	Form       dialects.Form
+	// Queue serves Form.
+	Queue   dialects.Queue
+	Workers int
+	Lease   time.Duration
+	Poll    time.Duration
+	Rules   settler.Rules
+	Handler Handler
+	Now     func() time.Time
+	Log     *slog.Logger
+	// OnSettled, if set, is told what became of every delivery.
+	OnSettled func(Result)
+	Policy    supervision.Policy
+	// SettleTimeout bounds each settlement and release statement.
+	SettleTimeout time.Duration
+
+	// Ctx bounds the subscription's statements; Book holds its leases. Start sets both.
+	Ctx  context.Context
+	Book *leaserenewer.Book
+}
+
+// Subscription is a running subscription's handle.
+type Subscription struct {
+	cfg  Config
+	sys  *actor.ActorSystem
+	pid  *actor.PID
+	done chan struct{} // closed when the subscription actor stopped
+
+	stopStatements context.CancelFunc
+	handlerCtx     context.Context
+	stopHandlers   context.CancelFunc
+
+	wakePending atomic.Bool
+	inWork      atomic.Int64
+	released    atomic.Int64
+	closed      atomic.Int64
+}
+
+// Start spawns a subscription actor named name and its claimer (and renewer).
+func Start(sys *actor.ActorSystem, name string, cfg Config) (*Subscription, error) {
+	if cfg.SettleTimeout <= 0 {
+		cfg.SettleTimeout = statementTimeout
+	}
+	s := &Subscription{sys: sys, done: make(chan struct{})}
+	cfg.Ctx, s.stopStatements = context.WithCancel(context.Background())
+	s.handlerCtx, s.stopHandlers = context.WithCancel(context.Background())
+	if cfg.Form == dialects.FormLease {
+		cfg.Book = leaserenewer.NewBook()
+	}
+	s.cfg = cfg
+	pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &subscriptionActor{s: s, workers: cfg.Workers} }), name)
+	if err != nil {
+		s.stopStatements()
+		s.stopHandlers()
+		return nil, err
+	}
+	s.pid = pid
+	return s, nil
+}
+
+// Wake makes the subscription claim now rather than at its next poll. Wakes that arrive
+// while one is pending cost one atomic operation.
+func (s *Subscription) Wake() {
+	if s.wakePending.CompareAndSwap(false, true) {
+		s.sys.Root.Send(s.pid, wakeMsg{})
+	}
+}
+
+// SetWorkers changes how many deliveries may be in work. Deliveries in work are kept.
+func (s *Subscription) SetWorkers(n int) { s.sys.Root.Send(s.pid, setWorkersMsg{n}) }
+
+// InWork is the number of deliveries in work.
+func (s *Subscription) InWork() int { return int(s.inWork.Load()) }
+
+// Drain stops claiming. The channel closes when no delivery is in work and no claim is in
+// flight.
+func (s *Subscription) Drain() <-chan struct{} {
+	ch := make(chan struct{})
+	s.sys.Root.Send(s.pid, &drainMsg{done: ch})
+	return ch
+}
+
+// Stop stops the subscription actor, releasing every row still in work (each release
+// bounded by the settle timeout), waits for it, and then cancels the handlers' context: a
+// handler that returns afterwards finds its row released and its settlement refused.
+func (s *Subscription) Stop(ctx context.Context) error {
+	s.sys.Root.Stop(s.pid)
+	defer s.stopStatements()
+	defer s.stopHandlers()
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return errors.Join(errors.New("rowactor: subscription did not stop in time"), ctx.Err())
+	}
+}
+
+// Released is how many rows were given back unsettled, and how many session connections
+// were closed, over the subscription's life.
+func (s *Subscription) Released() (rows, connections int) {
+	return int(s.released.Load()), int(s.closed.Load())
+}
+
+func (s *Subscription) call(row dialects.Row) (settler.Outcome, any) {
+	return callHandler(s.handlerCtx, s.cfg.Handler, row, s.cfg.Log, s.cfg.Table)
+}
+
+func (s *Subscription) report(r Result) {
+	if s.cfg.OnSettled != nil {
+		s.cfg.OnSettled(r)
+	}
+}
+
+type (
+	wakeMsg       struct{}
+	tickMsg       struct{}
+	setWorkersMsg struct{ n int }
+	drainMsg      struct{ done chan struct{} }
+)
+
+func (wakeMsg) IgnoreDeadLetterLogging()       {}
+func (tickMsg) IgnoreDeadLetterLogging()       {}
+func (setWorkersMsg) IgnoreDeadLetterLogging() {}
+func (*drainMsg) IgnoreDeadLetterLogging()     {}
+
+// subscriptionActor keeps up to workers deliveries in work: it asks its claimer for as
+// many rows as there are free workers, one claim at a time, and spawns a delivery actor
+// per row. After a claim that filled its limit it claims again as soon as a worker is
+// free; after a short one it waits for the poll interval or a wake.
+type subscriptionActor struct {
+	s        *Subscription
+	claimer  *actor.PID
+	renewer  *actor.PID
+	backoff  *supervision.Backoff
+	workers  int
+	claiming bool
+	due      bool
+	draining chan struct{}
+	timer    *time.Timer
+	stopped  atomic.Bool
+}
+
+func (a *subscriptionActor) Receive(c actor.Context) {
+	cfg := &a.s.cfg
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		a.backoff = &supervision.Backoff{Policy: cfg.Policy, Decide: a.decide, OnRestart: a.onRestart}
+		a.claimer = c.Spawn(claimer.Props(claimer.Config{Queue: cfg.Queue, Form: cfg.Form, Lease: cfg.Lease, Now: cfg.Now, Ctx: cfg.Ctx}))
+		if cfg.Form == dialects.FormLease {
+			a.renewer = c.Spawn(leaserenewer.Props(leaserenewer.Config{
+				Queue: cfg.Queue.(dialects.LeaseQueue), Book: cfg.Book, Lease: cfg.Lease, Now: cfg.Now, Log: cfg.Log, Ctx: cfg.Ctx}))
+		}
+		a.due = true
+		a.arm(c)
+		a.claim(c)
+	case tickMsg:
+		if a.stopped.Load() {
+			return
+		}
+		a.due = true
+		a.claim(c)
+		a.arm(c)
+	case wakeMsg:
+		a.s.wakePending.Store(false)
+		a.due = true
+		a.claim(c)
+	case *claimer.Claimed:
+		a.claiming = false
+		if len(m.Claims) == m.Limit {
+			a.due = true
+		}
+		for _, cl := range m.Claims {
+			a.spawn(c, cl)
+		}
+		a.claim(c)
+		a.checkDrained()
+	case *claimer.Failed:
+		a.claiming = false
+		cfg.Log.Warn("rowactor: claim failed; the claimer restarts after a backoff",
+			slog.String("table", cfg.Table), slog.String("queue", cfg.QueueName), slog.Any("error", m.Err))
+		a.due = true
+		// The request waits in the failed claimer's suspended mailbox until its restart.
+		a.claim(c)
+		a.checkDrained()
+	case settledMsg:
+		a.s.inWork.Add(-1)
+		a.claim(c)
+		a.checkDrained()
+	case setWorkersMsg:
+		a.workers = max(m.n, 1)
+		a.claim(c)
+	case *drainMsg:
+		a.draining = m.done
+		a.checkDrained()
+	case *actor.Stopping:
+		a.stopped.Store(true)
+		if a.timer != nil {
+			a.timer.Stop()
+		}
+	case *actor.Stopped:
+		close(a.s.done)
+	}
+}
+
+// claim asks the claimer for as many rows as there are free workers, unless a claim is
+// in flight, nothing suggests there are rows, or the subscription drains.
+func (a *subscriptionActor) claim(c actor.Context) {
+	if a.draining != nil || a.stopped.Load() || a.claiming || !a.due {
+		return
+	}
+	free := a.workers - int(a.s.inWork.Load())
+	if free <= 0 {
+		return
+	}
+	a.claiming = true
+	a.due = false
+	c.Send(a.claimer, &claimer.Request{Limit: free})
+}
+
+func (a *subscriptionActor) spawn(c actor.Context, cl claimer.Claim) {
+	cfg := &a.s.cfg
+	if cfg.Form == dialects.FormLease {
+		cfg.Book.Add(cl.Row.ID, cl.Row.Token)
+	}
+	a.s.inWork.Add(1)
+	d := &delivery{sub: a.s, claim: cl}
+	c.Spawn(actor.PropsFromProducer(func() actor.Actor { return d }))
+}
+
+func (a *subscriptionActor) checkDrained() {
+	if a.draining != nil && !a.claiming && a.s.inWork.Load() == 0 {
+		select {
+		case <-a.draining:
+		default:
+			close(a.draining)
+		}
+	}
+}
+
+// arm schedules the next poll. A plain AfterFunc is used rather than Proto.Actor's
+// scheduler, whose cancel races under -race.
+func (a *subscriptionActor) arm(c actor.Context) {
+	sys, self := c.ActorSystem(), c.Self()
+	a.timer = time.AfterFunc(a.s.cfg.Poll, func() {
+		if !a.stopped.Load() {
+			sys.Root.Send(self, tickMsg{})
+		}
+	})
+}
+
+// HandleFailure makes the subscription actor its children's supervisor: the claimer and
+// the renewer restart after a backoff; a delivery actor that fails is stopped, which
+// releases its row.
+func (a *subscriptionActor) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, rs *actor.RestartStatistics, reason, msg any) {
+	a.backoff.HandleFailure(sys, sup, child, rs, reason, msg)
+}
+
+func (a *subscriptionActor) decide(child *actor.PID, _ any) supervision.Decision {
+	if child.Equal(a.claimer) || child.Equal(a.renewer) {
+		return supervision.Restart
+	}
+	return supervision.Stop
+}
+
+func (a *subscriptionActor) onRestart(child *actor.PID, reason any, failures int, delay time.Duration) {
+	a.s.cfg.Log.Debug("rowactor: restarting after a failure", slog.String("actor", child.Id),
+		slog.Int("failures", failures), slog.Duration("delay", delay), slog.Any("reason", reason))
+}

@@ -1,0 +1,198 @@
+package rowactor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/rowactor/rowactor/actors"
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/sqlite"
+	"github.com/rowactor/rowactor/supervision"
+)
+
+// Broker claims rows from a database's queue tables and runs handlers on them, and
+// publishes rows into them. It is safe for concurrent use. Shutdown stops it.
+type Broker struct {
+	d         dialects.Dialect
+	ownsD     bool
+	sys       *actor.ActorSystem
+	ownsSys   bool
+	log       *slog.Logger
+	onSettled func(Settlement)
+	now       func() time.Time
+	name      string
+
+	closed atomic.Bool
+	mu     sync.Mutex
+	subs   []*Subscription
+	pubs   map[Table]dialects.Publisher
+}
+
+var brokerSeq atomic.Int64
+
+// New returns a broker over a dialect (sqlite.New(db), and later postgres and mysql).
+// The caller keeps ownership of the dialect's pool.
+func New(d dialects.Dialect, opts ...Option) (*Broker, error) {
+	if d == nil {
+		return nil, errors.New("rowactor: New needs a dialect, e.g. sqlite.New(db)")
+	}
+	cfg := brokerConfig{now: time.Now}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b := &Broker{
+		d: d, log: cfg.log, onSettled: cfg.onSettled, now: cfg.now,
+		name: fmt.Sprintf("rowactor-%d", brokerSeq.Add(1)),
+		pubs: make(map[Table]dialects.Publisher),
+	}
+	if b.log == nil {
+		b.log = slog.New(warnOnly{slog.Default().Handler()})
+	}
+	b.sys = cfg.system
+	if b.sys == nil {
+		b.sys, b.ownsSys = actors.NewSystem(b.log), true
+	}
+	return b, nil
+}
+
+// Open opens a database by URL and returns a broker that owns it (Shutdown closes it).
+// "sqlite:path/to/file.db" (or "sqlite://path") opens the embedded SQLite default with WAL,
+// a busy timeout and synchronous=NORMAL: durable against a crash of the process; a power
+// loss may take the last commits. For full durability open the *sql.DB yourself and use
+// New(sqlite.New(db)).
+func Open(ctx context.Context, url string, opts ...Option) (*Broker, error) {
+	scheme, rest, _ := strings.Cut(url, ":")
+	var d dialects.Dialect
+	switch scheme {
+	case "sqlite", "sqlite3":
+		path := strings.TrimPrefix(rest, "//")
+		if path == "" {
+			return nil, fmt.Errorf("rowactor: Open(%q): no file path; use sqlite:path/to/file.db", url)
+		}
+		sd, err := sqlite.Open(ctx, path)
+		if err != nil {
+			return nil, fmt.Errorf("rowactor: Open(%q): %w", url, err)
+		}
+		d = sd
+	default:
+		return nil, fmt.Errorf("rowactor: Open(%q): unsupported scheme %q; this build opens sqlite:PATH (PostgreSQL and MySQL dialects are not in this build yet)", url, scheme)
+	}
+	b, err := New(d, opts...)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	b.ownsD = true
+	return b, nil
+}
+
+// Dialect returns the broker's dialect (for Schema, and to reach its pool).
+func (b *Broker) Dialect() dialects.Dialect { return b.d }
+
+// ShutdownReport is what Shutdown found and gave back.
+type ShutdownReport struct {
+	// Drained is true when every delivery settled before the context ended.
+	Drained bool
+	// Released counts rows given back unsettled: leases cleared, keys unlocked.
+	Released int
+	// ConnectionsClosed counts session connections closed rather than returned to the pool.
+	ConnectionsClosed int
+}
+
+// Shutdown stops claiming, lets deliveries in work settle until ctx ends, then cancels
+// the handlers' context and releases every row still in work, and reports what it
+// released. Afterwards Publish, Subscribe and late settlements return ErrClosed. No
+// goroutine of rowactor's survives it; a handler that ignores its context keeps its own.
+// A second call returns ErrClosed.
+func (b *Broker) Shutdown(ctx context.Context) (ShutdownReport, error) {
+	var rep ShutdownReport
+	if !b.closed.CompareAndSwap(false, true) {
+		return rep, ErrClosed
+	}
+	b.mu.Lock()
+	subs := b.subs
+	b.subs = nil
+	b.mu.Unlock()
+
+	drained := make([]<-chan struct{}, len(subs))
+	for i, s := range subs {
+		drained[i] = s.run.Drain()
+	}
+	rep.Drained = true
+	for _, ch := range drained {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			rep.Drained = false
+		}
+		if !rep.Drained {
+			break
+		}
+	}
+	var errs []error
+	for _, s := range subs {
+		rows, conns := s.run.Released()
+		// Releases are bounded by the settle timeout each; give them their own budget so a
+		// spent ctx still leaves no lock behind.
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		if err := s.run.Stop(stopCtx); err != nil {
+			errs = append(errs, fmt.Errorf("table %s queue %s: %w", s.table.Name, s.queue, err))
+		}
+		cancel()
+		r2, c2 := s.run.Released()
+		rep.Released += r2 - rows
+		rep.ConnectionsClosed += c2 - conns
+		if err := s.q.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.ownsSys {
+		b.sys.Shutdown()
+	}
+	if b.ownsD {
+		if err := b.d.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return rep, errors.Join(errs...)
+}
+
+// Settlement is what became of one delivery, as told to the WithOnSettled hook.
+type Settlement struct {
+	Table   string
+	Queue   string
+	ID      int64
+	Attempt int
+	// Outcome is the handler's outcome (the zero Outcome when it panicked or never returned).
+	Outcome Outcome
+	// Step is the statement that ran: "ack", "retry", "retry_after", "dead_letter", or
+	// "release" for a row given back unsettled.
+	Step string
+	// Released reports a row given back unsettled.
+	Released bool
+	// Err is nil when the settlement took effect: otherwise ErrLeaseLost (a later claim
+	// owns the row), ErrClosed (Shutdown released the row first) or a database error.
+	Err error
+	// Panic is the handler's panic value, if it panicked.
+	Panic any
+}
+
+// warnOnly keeps a handler's records at warn and above: rowactor is quiet by default.
+type warnOnly struct{ slog.Handler }
+
+func (w warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
+}
+func (w warnOnly) WithAttrs(a []slog.Attr) slog.Handler { return warnOnly{w.Handler.WithAttrs(a)} }
+func (w warnOnly) WithGroup(n string) slog.Handler      { return warnOnly{w.Handler.WithGroup(n)} }
+
+// defaultPolicy is the claimer's restart backoff.
+var defaultPolicy = supervision.DefaultPolicy

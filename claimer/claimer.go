@@ -1,0 +1,155 @@
+// Package claimer takes rows from a queue table.
+//
+// A claimer actor runs one claim at a time for its subscription: asked for up to n rows,
+// it claims them in the table's form and answers with what it took. When the database
+// fails it reports the failure to its parent and fails itself, so that its supervisor
+// restarts it after a capped, jittered backoff: a claimer never spins on a dead database.
+// It keeps no state worth keeping across a restart; the subscription actor above it
+// counts the deliveries in work.
+package claimer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/leaserenewer"
+)
+
+// Request asks the claimer for up to Limit rows.
+type Request struct{ Limit int }
+
+// IgnoreDeadLetterLogging: a request to a claimer that stopped is expected at shutdown.
+func (*Request) IgnoreDeadLetterLogging() {}
+
+// Claim is one claimed row and, in the advisory form, the session holding its key.
+type Claim struct {
+	Row     dialects.Row
+	Session dialects.Session
+}
+
+// Claimed answers a Request: the rows taken, fewer than asked when the queue ran short.
+type Claimed struct {
+	Limit  int
+	Claims []Claim
+	// Took is how long the claim took.
+	Took time.Duration
+}
+
+// IgnoreDeadLetterLogging: the parent may have stopped meanwhile.
+func (*Claimed) IgnoreDeadLetterLogging() {}
+
+// Failed tells the parent that a claim failed; the claimer then fails and is restarted
+// after its backoff.
+type Failed struct{ Err error }
+
+// IgnoreDeadLetterLogging: the parent may have stopped meanwhile.
+func (*Failed) IgnoreDeadLetterLogging() {}
+
+// Config is what a claimer needs.
+type Config struct {
+	// Queue serves Form: Subscribe checked it implements that form's interface.
+	Queue dialects.Queue
+	Form  dialects.Form
+	// Lease is the lease length (lease form).
+	Lease time.Duration
+	Now   func() time.Time
+	// Ctx bounds every claim; it ends when the subscription is torn down.
+	Ctx context.Context
+}
+
+// Props returns the props of a claimer actor.
+func Props(cfg Config) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return &claimer{cfg: cfg} })
+}
+
+type claimer struct{ cfg Config }
+
+func (c *claimer) Receive(ctx actor.Context) {
+	req, ok := ctx.Message().(*Request)
+	if !ok {
+		return
+	}
+	start := time.Now()
+	claims, err := c.claim(req.Limit)
+	if len(claims) > 0 || err == nil {
+		ctx.Send(ctx.Parent(), &Claimed{Limit: req.Limit, Claims: claims, Took: time.Since(start)})
+	}
+	if err != nil {
+		if c.cfg.Ctx.Err() != nil {
+			return // torn down: not a failure
+		}
+		ctx.Send(ctx.Parent(), &Failed{Err: err})
+		panic(err) // the supervisor restarts this claimer after its backoff
+	}
+}
+
+func (c *claimer) claim(limit int) ([]Claim, error) {
+	now := c.cfg.Now()
+	switch c.cfg.Form {
+	case dialects.FormLease:
+		return c.claimLeases(c.cfg.Queue.(dialects.LeaseQueue), now, limit)
+	case dialects.FormAdvisory:
+		return c.claimAdvisory(c.cfg.Queue.(dialects.AdvisoryQueue), now, limit)
+	}
+	return nil, fmt.Errorf("claimer: no claim for the %s form", c.cfg.Form)
+}
+
+// claimLeases stamps up to limit rows with a lease in one commit.
+func (c *claimer) claimLeases(q dialects.LeaseQueue, now time.Time, limit int) ([]Claim, error) {
+	rows, err := q.ClaimLeases(c.cfg.Ctx, now, leaserenewer.Expiry(now, c.cfg.Lease), limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim leases: %w", err)
+	}
+	claims := make([]Claim, len(rows))
+	for i, r := range rows {
+		claims[i].Row = r
+	}
+	return claims, nil
+}
+
+// claimAdvisory selects candidates, locks each key without waiting on a session of its
+// own, and takes the row only if it is still claimable. A key held elsewhere, or a row
+// settled meanwhile, is passed over and its session ended.
+func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit int) ([]Claim, error) {
+	ctx := c.cfg.Ctx
+	cands, err := q.Candidates(ctx, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("advisory candidates: %w", err)
+	}
+	claims := make([]Claim, 0, len(cands))
+	taken := make(map[string]struct{}, len(cands))
+	for _, cand := range cands {
+		if _, dup := taken[cand.Key]; dup {
+			continue
+		}
+		s, err := q.Session(ctx)
+		if err != nil {
+			return claims, fmt.Errorf("advisory session: %w", err)
+		}
+		locked, err := s.TryLock(ctx, cand.Key)
+		if err != nil || !locked {
+			_, uerr := s.Unlock(ctx)
+			if err != nil || uerr != nil {
+				return claims, fmt.Errorf("advisory lock of key %q: %w", cand.Key, errors.Join(err, uerr))
+			}
+			continue
+		}
+		row, ok, err := s.Take(ctx, cand.ID, now)
+		if err != nil || !ok {
+			_, uerr := s.Unlock(ctx)
+			if err != nil || uerr != nil {
+				return claims, fmt.Errorf("advisory take of row %d: %w", cand.ID, errors.Join(err, uerr))
+			}
+			continue
+		}
+		row.Key = cand.Key
+		taken[cand.Key] = struct{}{}
+		claims = append(claims, Claim{Row: row, Session: s})
+	}
+	return claims, nil
+}

@@ -1,0 +1,52 @@
+package rowactor
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// Handler handles one delivery and returns its outcome. It runs on a goroutine of its own
+// while its delivery actor holds the row; ctx ends when the broker's Shutdown gives up
+// waiting. A panic is an unsettled delivery: the row is released at once.
+type Handler func(ctx context.Context, d *Delivery) Outcome
+
+// Delivery is one claimed row lent to a handler.
+type Delivery struct {
+	row     dialects.Row
+	table   string
+	queue   string
+	headers map[string]string
+}
+
+// ID is the row's id.
+func (d *Delivery) ID() int64 { return d.row.ID }
+
+// Payload is the row's payload. The handler may keep it.
+func (d *Delivery) Payload() []byte { return d.row.Payload }
+
+// Attempt is the delivery's attempt: 1 on the first delivery, counted by the table's
+// attempt column under the form's rule; 0 when the table has no attempt column.
+func (d *Delivery) Attempt() int { return d.row.Attempt }
+
+// Table is the queue table's name.
+func (d *Delivery) Table() string { return d.table }
+
+// Queue is the subscription's queue (its group, in a table with groups).
+func (d *Delivery) Queue() string { return d.queue }
+
+// Key is the row's advisory key (advisory form).
+func (d *Delivery) Key() string { return d.row.Key }
+
+// Headers returns the row's headers column decoded as a JSON object of strings; nil
+// when the table has none or the value is not such an object.
+func (d *Delivery) Headers() map[string]string {
+	if d.headers == nil && len(d.row.Headers) > 0 {
+		_ = json.Unmarshal(d.row.Headers, &d.headers)
+	}
+	return d.headers
+}
+
+// Header returns one header's value.
+func (d *Delivery) Header(name string) string { return d.Headers()[name] }

@@ -1,0 +1,242 @@
+// Package dialects is the ground floor of rowactor: the interface every database implements.
+//
+// A dialect owns every difference between databases: the SQL text (built once per
+// subscription, never per message), identifier quoting, how time is stored, how a claim is
+// made atomic, how an advisory key is locked, and which forms and isolation levels the
+// database can serve. The runtime above it asks the dialect and never switches on a
+// database's name.
+//
+// The runtime finds what a dialect can do by type assertion on the Queue that Open returns,
+// the way database/sql discovers optional driver interfaces: a queue that implements
+// LeaseQueue serves the lease form, AdvisoryQueue the advisory lock form, and RowLockQueue
+// the row lock form. A dialect refuses a form it cannot serve from Open, with a *ConfigError
+// that names the table and the fix.
+//
+// This package and its sub-packages never import the root package.
+package dialects
+
+import (
+	"context"
+	"time"
+)
+
+// Dialect is one database behind rowactor.
+type Dialect interface {
+	// Name is the database's name as users know it ("sqlite", "postgres", "mysql"); it is
+	// used in error messages and telemetry, never to choose behaviour.
+	Name() string
+
+	// Open checks a subscription's table against the live database (every named column
+	// exists; the form, isolation and mode are ones this database can serve) and builds the
+	// subscription's statements. It claims nothing. A description that cannot work is
+	// refused with a *ConfigError.
+	Open(ctx context.Context, spec QueueSpec) (Queue, error)
+
+	// Publisher checks a table for publishing and builds its INSERT once.
+	Publisher(ctx context.Context, t Table) (Publisher, error)
+
+	// Schema renders the CREATE TABLE statement and the recommended claim index for a
+	// description, in this database's column types.
+	Schema(t Table) (string, error)
+
+	// Limits says how much concurrency the database allows the runtime.
+	Limits() Limits
+
+	// Close releases what the dialect opened itself. It never closes a pool the caller
+	// handed in; a dialect made by Open in the root package owns its pool and closes it.
+	Close() error
+}
+
+// Limits is what a database allows the runtime to hold at once.
+type Limits struct {
+	// Connections is how many connections the runtime may hold for deliveries and claims
+	// together (row lock and advisory deliveries hold one each); 0 means no limit.
+	Connections int
+	// ClaimsInFlight is how many claims of one subscription may run at once. SQLite has one
+	// writer, so concurrent claims only collide: 1.
+	ClaimsInFlight int
+}
+
+// Queue is one subscription's prepared statements. Its form is served by one of the
+// optional interfaces LeaseQueue, AdvisoryQueue or RowLockQueue.
+type Queue interface {
+	// Close releases the queue's prepared statements.
+	Close() error
+}
+
+// LeaseQueue serves the lease form: the claim writes the lease expiry (the delivery's
+// token) and counts the attempt in one commit; every settlement and extension is fenced
+// by the token.
+type LeaseQueue interface {
+	Queue
+
+	// ClaimLeases claims up to limit due rows in claim order, stamps each with the lease
+	// expiry until and counts its attempt, and returns the rows with Attempt as it stood
+	// before the count. now is read once by the caller: due-ness, lease expiry and the new
+	// lease all derive from it.
+	ClaimLeases(ctx context.Context, now, until time.Time, limit int) ([]Row, error)
+
+	// ExtendLeases moves every lease in held that still holds its token to until, in one
+	// statement, and returns the ids it moved. An id missing from the result lost its lease.
+	ExtendLeases(ctx context.Context, until time.Time, held []Lease) ([]int64, error)
+
+	// SettleLease runs the step's statement fenced by the token. It reports false, with
+	// no change to the row, when the row no longer holds the token.
+	SettleLease(ctx context.Context, step Step, held Lease) (bool, error)
+}
+
+// AdvisoryQueue serves the advisory lock form: candidates are selected with their keys,
+// each key is locked without waiting on a session of its own, and the row is taken (and
+// its attempt counted) only if it is still claimable.
+type AdvisoryQueue interface {
+	Queue
+
+	// Candidates returns up to limit claimable rows in claim order with their key text,
+	// passing over keys the database can tell are held.
+	Candidates(ctx context.Context, now time.Time, limit int) ([]Candidate, error)
+
+	// Session opens a session that can hold one key. On servers with session locks it is
+	// a dedicated connection; on SQLite it is a slot in the process's key registry.
+	Session(ctx context.Context) (Session, error)
+}
+
+// Session holds at most one advisory key and settles its row while holding it.
+type Session interface {
+	// TryLock locks key without waiting. It reports false when the key is held elsewhere.
+	TryLock(ctx context.Context, key string) (bool, error)
+
+	// Take re-checks that the row is still claimable (as of now), counts its attempt and
+	// reads it. It reports false when the row was settled or taken meanwhile.
+	Take(ctx context.Context, id int64, now time.Time) (Row, bool, error)
+
+	// Settle runs the step's statement on the session.
+	Settle(ctx context.Context, step Step, id int64) error
+
+	// Unlock releases the key and ends the session: the connection returns to its pool
+	// when the database confirms the release, and is closed otherwise (ending the session
+	// and every lock it held). It reports whether the connection was closed.
+	Unlock(ctx context.Context) (closed bool, err error)
+
+	// Abort releases the key and closes the session's connection, for a delivery dropped
+	// unsettled: whatever state the session was in, the server forgets it.
+	Abort(ctx context.Context) error
+}
+
+// RowLockQueue serves the row lock form: the claim transaction holds the rows while their
+// handlers run, and its COMMIT is the settlement. (PostgreSQL and MySQL; not SQLite.)
+type RowLockQueue interface {
+	Queue
+
+	// ClaimLocked opens a transaction at the table's isolation level and claims up to
+	// limit rows with FOR UPDATE SKIP LOCKED; the transaction stays open.
+	ClaimLocked(ctx context.Context, now time.Time, limit int) (LockedClaim, []Row, error)
+}
+
+// LockedClaim is an open claim transaction of the row lock form.
+type LockedClaim interface {
+	// Settle runs the step's statement in the claim transaction and ends it: COMMIT when
+	// the step wrote, ROLLBACK when nothing needed writing.
+	Settle(ctx context.Context, step Step, id int64) error
+	// Rollback ends the transaction without a settlement; the rows return at once.
+	Rollback(ctx context.Context) error
+}
+
+// Publisher inserts rows into one table.
+type Publisher interface {
+	// Publish inserts one row and returns its id. tx is nil for the dialect's pool, or the
+	// caller's transaction (the type the dialect documents, e.g. *sql.Tx); the row then
+	// exists only if the caller commits.
+	Publish(ctx context.Context, tx any, m Message) (int64, error)
+}
+
+// Message is a row to publish.
+type Message struct {
+	Group   string
+	Payload []byte
+	// Headers is the JSON object stored in the headers column (nil for none).
+	Headers []byte
+	// NotBefore, when set, makes the row due only from then (needs a retry_after column).
+	NotBefore time.Time
+}
+
+// Row is a claimed row as the handler sees it.
+type Row struct {
+	ID      int64
+	Payload []byte
+	// Attempt is the attempt column as it stood before this claim counted it (the first
+	// delivery reads 1); 0 when the table has no attempt column.
+	Attempt int
+	// Headers is the raw headers column (a JSON object), nil when absent or NULL.
+	Headers []byte
+	// Key is the advisory key text (advisory form only).
+	Key string
+	// Token is the lease expiry the claim wrote (lease form only).
+	Token time.Time
+}
+
+// Lease names a row and the token its delivery holds.
+type Lease struct {
+	ID    int64
+	Token time.Time
+}
+
+// Candidate is a row the advisory claim may take, with its key.
+type Candidate struct {
+	ID  int64
+	Key string
+}
+
+// StepKind is what a settlement writes.
+type StepKind uint8
+
+const (
+	// StepAck ends the row: DELETE, or processed_at = now. Ack and Drop both run it.
+	StepAck StepKind = iota + 1
+	// StepRetry returns the row to the queue at once. Row lock: attempt + 1. Lease:
+	// locked_until = NULL (the claim counted). Advisory: no statement (the unlock returns it).
+	StepRetry
+	// StepRetryAfter returns the row due at Step.At (and counts the attempt in the row lock form).
+	StepRetryAfter
+	// StepDeadLetter moves the row to the dead letter: an UPDATE of the group, or a move
+	// into the dead-letter table.
+	StepDeadLetter
+	// StepRelease gives the row back unsettled (lease form: locked_until = NULL).
+	StepRelease
+)
+
+func (k StepKind) String() string {
+	switch k {
+	case StepAck:
+		return "ack"
+	case StepRetry:
+		return "retry"
+	case StepRetryAfter:
+		return "retry_after"
+	case StepDeadLetter:
+		return "dead_letter"
+	case StepRelease:
+		return "release"
+	}
+	return "unknown"
+}
+
+// Step is one settlement statement with its times.
+type Step struct {
+	Kind StepKind
+	// Now is the settlement's "now" (processed_at).
+	Now time.Time
+	// At is when a StepRetryAfter row becomes due.
+	At time.Time
+}
+
+// QueueSpec is what a subscription asks of a dialect.
+type QueueSpec struct {
+	Table Table
+	// Group is the subscription's group value; used only when the table has a group column.
+	Group string
+	// DeadLetterGroup is the group a spent row moves to (tables with a group column).
+	DeadLetterGroup string
+	// DeadLetterTable is the table a spent row moves to (tables without groups); it must
+	// have the queue table's columns.
+	DeadLetterTable string
+}

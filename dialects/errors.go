@@ -1,0 +1,140 @@
+package dialects
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrConfig is the sentinel every *ConfigError matches with errors.Is.
+var ErrConfig = errors.New("rowactor: invalid configuration")
+
+// ConfigError is a description or option that cannot work. It names the table, the
+// column or option at fault, what is wrong, and the fix. It is returned before anything
+// is claimed.
+type ConfigError struct {
+	Table  string // the queue table
+	Column string // the column at fault, if one is
+	Option string // the option or field at fault, if one is
+	Reason string // what is wrong
+	Fix    string // what to do about it
+	Err    error  // the underlying error, if any
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString("rowactor: table ")
+	fmt.Fprintf(&b, "%q", e.Table)
+	if e.Column != "" {
+		fmt.Fprintf(&b, ", column %q", e.Column)
+	}
+	if e.Option != "" {
+		fmt.Fprintf(&b, ", %s", e.Option)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Reason)
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	if e.Fix != "" {
+		b.WriteString("; fix: ")
+		b.WriteString(e.Fix)
+	}
+	return b.String()
+}
+
+// Unwrap lets errors.Is match ErrConfig and the underlying error.
+func (e *ConfigError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrConfig, e.Err}
+	}
+	return []error{ErrConfig}
+}
+
+// CheckColumns refuses a description that names a column the table lacks. have holds the
+// table's real column names as the database reports them; fold says whether the database
+// compares names without case (MySQL does; PostgreSQL and SQLite quoted names do not,
+// though SQLite folds ASCII case).
+func CheckColumns(t Table, have []string, fold bool) error {
+	if len(have) == 0 {
+		return &ConfigError{Table: t.Name, Reason: "the table does not exist",
+			Fix: "create it first (rowactor.Schema renders its CREATE TABLE)"}
+	}
+	for _, c := range t.Columns() {
+		found := false
+		for _, h := range have {
+			if h == c.Name || (fold && strings.EqualFold(h, c.Name)) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return &ConfigError{Table: t.Name, Column: c.Name, Option: "Table." + c.Role,
+				Reason: "the table has no such column (it has " + strings.Join(have, ", ") + ")",
+				Fix:    "add the column to the table, or correct Table." + c.Role}
+		}
+	}
+	return nil
+}
+
+// CheckDescription refuses what no database can serve: missing required fields, a bad
+// advisory key template, both a lease and an advisory key, a lease on the database clock,
+// a column named twice.
+func CheckDescription(t Table) error {
+	if t.Name == "" {
+		return &ConfigError{Option: "Table.Name", Reason: "the table has no name", Fix: "set Table.Name"}
+	}
+	if strings.Contains(t.Name, ".") {
+		return &ConfigError{Table: t.Name, Option: "Table.Name", Reason: "a table name is one identifier without a dot",
+			Fix: "name the table alone"}
+	}
+	if t.ID == "" {
+		return &ConfigError{Table: t.Name, Option: "Table.ID", Reason: "the id column is required", Fix: "set Table.ID"}
+	}
+	if t.Payload == "" {
+		return &ConfigError{Table: t.Name, Option: "Table.Payload", Reason: "the payload column is required", Fix: "set Table.Payload"}
+	}
+	if t.AdvisoryKey != "" {
+		if _, err := ParseKey(t.AdvisoryKey); err != nil {
+			return &ConfigError{Table: t.Name, Option: "Table.AdvisoryKey", Reason: "the key template is malformed",
+				Err: err, Fix: `write literals and {column} placeholders, e.g. "jobs-{id}"`}
+		}
+		if t.LockedUntil != "" {
+			return &ConfigError{Table: t.Name, Option: "Table.AdvisoryKey", Reason: "a table is claimed by lease (LockedUntil) or by advisory key, not both",
+				Fix: "drop LockedUntil or AdvisoryKey"}
+		}
+	}
+	if t.LockedUntil != "" && t.DatabaseClock {
+		return &ConfigError{Table: t.Name, Option: "Table.DatabaseClock", Reason: "the lease form computes its tokens on the host, so it cannot run on the database clock",
+			Fix: "drop DatabaseClock (keep hosts' clocks in step) or use another form"}
+	}
+	if t.Isolation != "" && t.Mode != "" {
+		return &ConfigError{Table: t.Name, Option: "Table.Isolation", Reason: "Isolation (PostgreSQL, MySQL) and Mode (SQLite) exclude each other",
+			Fix: "declare the one your database takes"}
+	}
+	switch t.Isolation {
+	case "", ReadUncommitted, ReadCommitted, RepeatableRead, Serializable:
+	default:
+		return &ConfigError{Table: t.Name, Option: "Table.Isolation", Reason: fmt.Sprintf("unknown isolation level %q", t.Isolation),
+			Fix: "use ReadUncommitted, ReadCommitted, RepeatableRead or Serializable"}
+	}
+	switch t.Mode {
+	case "", Deferred, Immediate, Exclusive:
+	default:
+		return &ConfigError{Table: t.Name, Option: "Table.Mode", Reason: fmt.Sprintf("unknown SQLite mode %q", t.Mode),
+			Fix: "use Deferred, Immediate or Exclusive"}
+	}
+	seen := map[string]string{}
+	for _, c := range t.Columns() {
+		if c.Role == "AdvisoryKey" {
+			continue
+		}
+		if prev, ok := seen[c.Name]; ok {
+			return &ConfigError{Table: t.Name, Column: c.Name, Option: "Table." + c.Role,
+				Reason: "the column already plays the role " + prev, Fix: "give each role its own column"}
+		}
+		seen[c.Name] = c.Role
+	}
+	return nil
+}

@@ -1,0 +1,179 @@
+package dialects
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Table describes a queue table to rowactor. Column names are the table's own; only Name,
+// ID and Payload are required. Which optional columns are named decides what the table can
+// do, and LockedUntil or AdvisoryKey select the claim form.
+type Table struct {
+	// Name is the table's name (one identifier, no dot).
+	Name string
+	// ID is the integer primary key. Claim order is by id.
+	ID string
+	// Payload holds the bytes the handler decodes.
+	Payload string
+	// Group, when set, holds several queues in one table: a subscription reads one group,
+	// and dead letters move to another group by an UPDATE.
+	Group string
+	// Attempt counts deliveries (the first delivery reads 1); needed by MaxAttempts.
+	Attempt string
+	// RetryAfter is the "not before" time: a row is due when it is NULL or in the past.
+	// Without it RetryAfter(d) behaves as Retry, with a warning.
+	RetryAfter string
+	// ProcessedAt, when set, makes Ack and Drop mark the row instead of deleting it; claims
+	// skip marked rows.
+	ProcessedAt string
+	// LockedUntil selects the lease form: the lease expiry, which is also the delivery's
+	// ownership token.
+	LockedUntil string
+	// Headers holds message metadata as a JSON object (including W3C traceparent).
+	Headers string
+	// AdvisoryKey selects the advisory lock form: a template such as "jobs-{id}" whose
+	// {placeholders} name columns; rows with equal keys are worked one at a time. Keys are
+	// database-wide, so prefix them with something unique to the table.
+	AdvisoryKey string
+	// Isolation is the level of the row lock claim transaction and of transactional
+	// deliveries (PostgreSQL, MySQL/MariaDB). Empty means the database's default.
+	Isolation Isolation
+	// Mode is how SQLite opens those transactions (deferred, immediate, exclusive). Empty
+	// means BEGIN DEFERRED.
+	Mode Mode
+	// DatabaseClock makes "now" the database's clock instead of the host's. The lease
+	// form refuses it: its tokens are computed on the host.
+	DatabaseClock bool
+}
+
+// Form is how rows are claimed.
+type Form uint8
+
+const (
+	// FormRowLock holds each claimed row under FOR UPDATE SKIP LOCKED in an open
+	// transaction (no LockedUntil, no AdvisoryKey).
+	FormRowLock Form = iota + 1
+	// FormLease stamps a lease expiry into LockedUntil.
+	FormLease
+	// FormAdvisory locks the row's key on a session of its own.
+	FormAdvisory
+)
+
+func (f Form) String() string {
+	switch f {
+	case FormRowLock:
+		return "rowlock"
+	case FormLease:
+		return "lease"
+	case FormAdvisory:
+		return "advisory"
+	}
+	return "unknown"
+}
+
+// Form returns the claim form the description selects.
+func (t Table) Form() Form {
+	switch {
+	case t.AdvisoryKey != "":
+		return FormAdvisory
+	case t.LockedUntil != "":
+		return FormLease
+	default:
+		return FormRowLock
+	}
+}
+
+// Isolation is a transaction isolation level.
+type Isolation string
+
+// The isolation levels a table may declare.
+const (
+	ReadUncommitted Isolation = "read uncommitted"
+	ReadCommitted   Isolation = "read committed"
+	RepeatableRead  Isolation = "repeatable read"
+	Serializable    Isolation = "serializable"
+)
+
+// Mode is how SQLite begins a transaction.
+type Mode string
+
+// The SQLite transaction modes a table may declare.
+const (
+	Deferred  Mode = "deferred"
+	Immediate Mode = "immediate"
+	Exclusive Mode = "exclusive"
+)
+
+// Columns returns every column the description names (the advisory key's placeholders
+// included), each with the role that names it, in a fixed order.
+func (t Table) Columns() []NamedColumn {
+	var cols []NamedColumn
+	add := func(role, name string) {
+		if name != "" {
+			cols = append(cols, NamedColumn{Role: role, Name: name})
+		}
+	}
+	add("ID", t.ID)
+	add("Payload", t.Payload)
+	add("Group", t.Group)
+	add("Attempt", t.Attempt)
+	add("RetryAfter", t.RetryAfter)
+	add("ProcessedAt", t.ProcessedAt)
+	add("LockedUntil", t.LockedUntil)
+	add("Headers", t.Headers)
+	if parts, err := ParseKey(t.AdvisoryKey); err == nil {
+		for _, p := range parts {
+			if p.Column != "" {
+				add("AdvisoryKey", p.Column)
+			}
+		}
+	}
+	return cols
+}
+
+// NamedColumn is a column of a description and the role that names it.
+type NamedColumn struct {
+	Role string
+	Name string
+}
+
+// KeyPart is a piece of an advisory key template: literal text or a column's value.
+type KeyPart struct {
+	Literal string
+	Column  string
+}
+
+// ParseKey splits an advisory key template such as "accounts-{account_id}" into parts.
+func ParseKey(template string) ([]KeyPart, error) {
+	var parts []KeyPart
+	rest := template
+	for rest != "" {
+		open := strings.IndexByte(rest, '{')
+		closing := strings.IndexByte(rest, '}')
+		if open < 0 {
+			if closing >= 0 {
+				return nil, fmt.Errorf("advisory key %q has a '}' without its '{'", template)
+			}
+			parts = append(parts, KeyPart{Literal: rest})
+			break
+		}
+		if closing >= 0 && closing < open {
+			return nil, fmt.Errorf("advisory key %q has a '}' without its '{'", template)
+		}
+		if open > 0 {
+			parts = append(parts, KeyPart{Literal: rest[:open]})
+		}
+		rest = rest[open+1:]
+		end := strings.IndexByte(rest, '}')
+		if end < 0 {
+			return nil, fmt.Errorf("advisory key %q has a '{' that is never closed", template)
+		}
+		col := rest[:end]
+		if col == "" || strings.ContainsAny(col, "{") {
+			return nil, fmt.Errorf("advisory key %q has an empty or malformed placeholder", template)
+		}
+		parts = append(parts, KeyPart{Column: col})
+		rest = rest[end+1:]
+	}
+	return parts, nil
+}

@@ -1,0 +1,92 @@
+package rowactor_test
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/sqlite"
+)
+
+func init() {
+	drivers = append(drivers, driver{
+		name:  "sqlite",
+		forms: []rowactor.Form{rowactor.FormLease, rowactor.FormAdvisory},
+		open: func(t *testing.T) func() dialects.Dialect {
+			path := filepath.Join(t.TempDir(), "queue.db")
+			return func() dialects.Dialect {
+				d, err := sqlite.Open(context.Background(), path)
+				if err != nil {
+					t.Fatalf("sqlite.Open: %v", err)
+				}
+				t.Cleanup(func() { _ = d.Close() })
+				return d
+			}
+		},
+		exec: func(t *testing.T, d dialects.Dialect, query string, args ...any) {
+			t.Helper()
+			if _, err := sqliteDB(d).Exec(query, args...); err != nil {
+				t.Fatalf("exec %q: %v", query, err)
+			}
+		},
+		count: func(t *testing.T, d dialects.Dialect, query string, args ...any) int {
+			t.Helper()
+			var n int
+			if err := sqliteDB(d).QueryRow(query, args...).Scan(&n); err != nil {
+				t.Fatalf("count %q: %v", query, err)
+			}
+			return n
+		},
+		state: func(t *testing.T, d dialects.Dialect, tb rowactor.Table, id int64) rowState {
+			t.Helper()
+			col := func(name string) string {
+				if name == "" {
+					return "NULL"
+				}
+				return "`" + name + "`"
+			}
+			var (
+				st                  rowState
+				attempt             sql.NullInt64
+				group               sql.NullString
+				locked, retry, proc sql.NullString
+			)
+			err := sqliteDB(d).QueryRow("SELECT "+col(tb.Attempt)+", "+col(tb.Group)+", "+col(tb.LockedUntil)+", "+col(tb.RetryAfter)+", "+col(tb.ProcessedAt)+
+				" FROM `"+tb.Name+"` WHERE `"+tb.ID+"` = ?", id).Scan(&attempt, &group, &locked, &retry, &proc)
+			if err == sql.ErrNoRows {
+				return st
+			}
+			if err != nil {
+				t.Fatalf("row %d: %v", id, err)
+			}
+			st.exists, st.attempt, st.group = true, int(attempt.Int64), group.String
+			st.lockedUntil, st.retryAfter, st.processedAt = sqliteTime(t, locked), sqliteTime(t, retry), sqliteTime(t, proc)
+			return st
+		},
+		begin: func(t *testing.T, d dialects.Dialect) (any, func() error, func() error) {
+			tx, err := sqliteDB(d).Begin()
+			if err != nil {
+				t.Fatalf("begin: %v", err)
+			}
+			return tx, tx.Commit, tx.Rollback
+		},
+		timeValue: func(tm time.Time) any { return tm.UTC().Format(sqlite.TimeLayout) },
+	})
+}
+
+func sqliteDB(d dialects.Dialect) *sql.DB { return d.(*sqlite.Dialect).DB() }
+
+func sqliteTime(t *testing.T, s sql.NullString) *time.Time {
+	if !s.Valid {
+		return nil
+	}
+	tm, err := time.Parse(sqlite.TimeLayout, s.String)
+	if err != nil {
+		t.Fatalf("time %q: %v", s.String, err)
+	}
+	return &tm
+}

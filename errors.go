@@ -1,0 +1,29 @@
+package rowactor
+
+import (
+	"errors"
+
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/settler"
+)
+
+var (
+	// ErrLeaseLost reports a lease-form settlement that found another token on its row:
+	// the lease ran out and a later claim owns the row. The settlement changed nothing.
+	ErrLeaseLost = settler.ErrLeaseLost
+
+	// ErrClosed reports a call on a broker that was shut down, and a settlement that came
+	// after its row was released by Shutdown.
+	ErrClosed = settler.ErrClosed
+
+	// ErrConfig matches every *ConfigError.
+	ErrConfig = dialects.ErrConfig
+
+	// ErrAlreadySubscribed reports a second subscription to the same table and queue on
+	// one broker; scale one subscription with Workers instead.
+	ErrAlreadySubscribed = errors.New("rowactor: already subscribed")
+)
+
+// ConfigError is a table description or option that cannot work. It names the table, the
+// column or option at fault, and the fix, and is returned before anything is claimed.
+type ConfigError = dialects.ConfigError

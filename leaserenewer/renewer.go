@@ -1,0 +1,96 @@
+package leaserenewer
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// Config is what a renewer needs.
+type Config struct {
+	Queue dialects.LeaseQueue
+	Book  *Book
+	Lease time.Duration
+	Now   func() time.Time
+	Log   *slog.Logger
+	// Ctx bounds every statement; it ends when the subscription is torn down.
+	Ctx context.Context
+	// OnRound, if set, is told of each round's size and the leases it found lost.
+	OnRound func(extended, lost int, err error)
+}
+
+// tick asks the renewer for a round. It implements actor.IgnoreDeadLetterLogging: a tick
+// that arrives after the renewer stopped is expected.
+type tick struct{}
+
+func (tick) IgnoreDeadLetterLogging() {}
+
+// Props returns the props of a renewer actor: every half lease it extends every lease in
+// the book in one statement. A round that fails leaves every token as it was; the next
+// round tries again.
+func Props(cfg Config) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return &renewer{cfg: cfg} })
+}
+
+type renewer struct {
+	cfg     Config
+	stopped atomic.Bool
+	timer   *time.Timer
+}
+
+func (r *renewer) Receive(c actor.Context) {
+	switch c.Message().(type) {
+	case *actor.Started:
+		r.arm(c)
+	case tick:
+		if r.stopped.Load() {
+			return
+		}
+		r.round()
+		r.arm(c)
+	case *actor.Stopping, *actor.Restarting:
+		r.stopped.Store(true)
+		if r.timer != nil {
+			r.timer.Stop()
+		}
+	}
+}
+
+// arm schedules the next round half a lease from now. A plain AfterFunc is used rather than
+// Proto.Actor's scheduler, whose cancel races under -race.
+func (r *renewer) arm(c actor.Context) {
+	sys, self := c.ActorSystem(), c.Self()
+	r.timer = time.AfterFunc(r.cfg.Lease/2, func() {
+		if !r.stopped.Load() {
+			sys.Root.Send(self, tick{})
+		}
+	})
+}
+
+func (r *renewer) round() {
+	held := r.cfg.Book.begin()
+	if len(held) == 0 {
+		return
+	}
+	until := Expiry(r.cfg.Now(), r.cfg.Lease)
+	ctx, cancel := context.WithTimeout(r.cfg.Ctx, r.cfg.Lease/2)
+	moved, err := r.cfg.Queue.ExtendLeases(ctx, until, held)
+	cancel()
+	lost := r.cfg.Book.end(held, until, moved, err != nil)
+	if err != nil {
+		r.cfg.Log.Warn("rowactor: lease extension failed; leases keep their tokens until the next round",
+			slog.Int("leases", len(held)), slog.Any("error", err))
+	}
+	for _, id := range lost {
+		r.cfg.Log.Warn("rowactor: a lease was gone when the renewer came; its settlement will not take effect",
+			slog.Int64("id", id))
+	}
+	if r.cfg.OnRound != nil {
+		r.cfg.OnRound(len(moved), len(lost), err)
+	}
+}

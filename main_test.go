@@ -1,0 +1,17 @@
+package rowactor_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package if any goroutine outlives the tests: every broker is shut
+// down by its test, and Shutdown must leave nothing of rowactor's running.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// database/sql's opener for a pool a test has not closed yet at exit is checked by
+		// the pools' own Close in cleanups; the SQLite driver keeps no goroutines.
+		goleak.IgnoreCurrent(),
+	)
+}

@@ -1,0 +1,129 @@
+package rowactor
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// Option configures a Broker.
+type Option func(*brokerConfig)
+
+type brokerConfig struct {
+	log       *slog.Logger
+	system    *actor.ActorSystem
+	onSettled func(Settlement)
+	now       func() time.Time
+}
+
+// WithLogger sends rowactor's logs to l. Without it rowactor logs warnings and errors
+// through slog.Default() and nothing below; Proto.Actor's own INFO chatter is always
+// demoted to DEBUG.
+func WithLogger(l *slog.Logger) Option { return func(c *brokerConfig) { c.log = l } }
+
+// WithActorSystem runs rowactor's actors in a service's own Proto.Actor system. rowactor
+// stops its own actors at Shutdown and leaves the system running. Defaults to a system of
+// rowactor's own.
+func WithActorSystem(sys *actor.ActorSystem) Option { return func(c *brokerConfig) { c.system = sys } }
+
+// WithOnSettled registers a hook told what became of every delivery: its outcome, the
+// statement that ran, and the error (ErrLeaseLost, ErrClosed, a database error) if it did
+// not take effect. It is called from delivery actors, concurrently, and must not block.
+func WithOnSettled(f func(Settlement)) Option { return func(c *brokerConfig) { c.onSettled = f } }
+
+// SubscribeOption configures one subscription.
+type SubscribeOption func(*subscribeConfig)
+
+type subscribeConfig struct {
+	workers         int
+	lease           time.Duration
+	leaseSet        bool
+	poll            time.Duration
+	maxAttempts     int
+	deadLetterGroup string
+	deadLetterTable string
+}
+
+func defaultSubscribeConfig() subscribeConfig {
+	return subscribeConfig{workers: 1, lease: 30 * time.Second, poll: time.Second}
+}
+
+// Workers sets how many deliveries the subscription keeps in work at once. Change it
+// while running with Subscription.SetWorkers. Defaults to 1.
+func Workers(n int) SubscribeOption { return func(c *subscribeConfig) { c.workers = n } }
+
+// Lease sets the lease length of a lease-form table, rounded up to whole seconds, at
+// least one. The renewer extends every lease in work each half lease, so a handler may
+// run longer than its lease. Defaults to 30 s.
+func Lease(d time.Duration) SubscribeOption {
+	return func(c *subscribeConfig) { c.lease, c.leaseSet = d, true }
+}
+
+// PollInterval sets how often an idle subscription looks for due rows; a publish from
+// this process wakes it at once. Defaults to 1 s.
+func PollInterval(d time.Duration) SubscribeOption { return func(c *subscribeConfig) { c.poll = d } }
+
+// MaxAttempts caps deliveries: a Retry or RetryAfter of a row whose attempt reached n
+// moves it to its dead letter instead (MaxAttempts(1) moves on the first failure). It
+// needs the table's attempt column and a dead letter (DeadLetterGroup or DeadLetterTable).
+func MaxAttempts(n int) SubscribeOption { return func(c *subscribeConfig) { c.maxAttempts = n } }
+
+// DeadLetterGroup moves spent rows to group g of the same table (an UPDATE of the group
+// column). Set it together with MaxAttempts.
+func DeadLetterGroup(g string) SubscribeOption {
+	return func(c *subscribeConfig) { c.deadLetterGroup = g }
+}
+
+// DeadLetterTable moves spent rows into table t, which has the queue table's columns
+// (a copy and a delete in one transaction, or one statement where the database can).
+// Set it together with MaxAttempts.
+func DeadLetterTable(t string) SubscribeOption {
+	return func(c *subscribeConfig) { c.deadLetterTable = t }
+}
+
+// check refuses an option set that cannot work for table t.
+func (c *subscribeConfig) check(t Table, queue string) error {
+	bad := func(option, reason, fix string) error {
+		return &ConfigError{Table: t.Name, Option: option, Reason: reason, Fix: fix}
+	}
+	switch {
+	case c.workers < 1:
+		return bad("Workers", fmt.Sprintf("Workers(%d) leaves nothing to do the work", c.workers), "use Workers(1) or more")
+	case c.poll <= 0:
+		return bad("PollInterval", fmt.Sprintf("PollInterval(%v) is not a positive interval", c.poll), "use a positive duration such as time.Second")
+	case c.leaseSet && t.Form() != FormLease:
+		return bad("Lease", "Lease applies to the lease form, and the table has no LockedUntil column", "drop the Lease option or name the table's LockedUntil column")
+	case c.lease <= 0:
+		return bad("Lease", fmt.Sprintf("Lease(%v) is not a positive duration", c.lease), "use a lease of one second or more")
+	case t.Group != "" && queue == "":
+		return bad("queue", "the table has groups, so a subscription names the group it reads", "pass the group as the queue name")
+	case c.maxAttempts < 0:
+		return bad("MaxAttempts", fmt.Sprintf("MaxAttempts(%d) is negative", c.maxAttempts), "use MaxAttempts(1) or more")
+	case c.deadLetterGroup != "" && c.deadLetterTable != "":
+		return bad("DeadLetterGroup", "a subscription has one dead letter: a group or a table", "drop DeadLetterGroup or DeadLetterTable")
+	case c.maxAttempts > 0 && c.deadLetterGroup == "" && c.deadLetterTable == "":
+		return bad("MaxAttempts", "MaxAttempts without a dead letter leaves nowhere to move spent rows", "add DeadLetterGroup(...) or DeadLetterTable(...)")
+	case c.maxAttempts == 0 && (c.deadLetterGroup != "" || c.deadLetterTable != ""):
+		return bad("DeadLetterGroup/DeadLetterTable", "a dead letter without MaxAttempts is never used", "add MaxAttempts(n)")
+	case c.maxAttempts > 0 && t.Attempt == "":
+		return bad("MaxAttempts", "MaxAttempts counts deliveries in the attempt column, and the table names none", "set Table.Attempt to a SMALLINT/INTEGER column defaulting to 1")
+	case c.deadLetterGroup != "" && t.Group == "":
+		return bad("DeadLetterGroup", "a dead-letter group needs the table's group column, and the table names none", "set Table.Group, or use DeadLetterTable")
+	case c.deadLetterGroup != "" && c.deadLetterGroup == queue:
+		return bad("DeadLetterGroup", "the dead-letter group is the queue itself, so spent rows would come straight back", "name another group")
+	case c.deadLetterTable == t.Name:
+		return bad("DeadLetterTable", "the dead-letter table is the queue table itself", "name another table")
+	}
+	return nil
+}
+
+// leaseLength rounds the lease up to whole seconds, at least one.
+func (c *subscribeConfig) leaseLength() time.Duration {
+	l := c.lease.Round(0)
+	if r := l.Truncate(time.Second); r != l {
+		l = r + time.Second
+	}
+	return max(l, time.Second)
+}

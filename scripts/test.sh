@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# scripts/test.sh - run rowactor's whole test suite (the one command to use).
+#
+#   bash scripts/test.sh                 # everything
+#   bash scripts/test.sh -run TestX -v   # extra args are passed to `go test`
+#
+# On a Debian 12 machine this makes sure that
+#   - PostgreSQL runs on 127.0.0.1:5432, user postgres logs in without a
+#     password, and database "test" and role "root" exist;
+#   - MariaDB runs on 127.0.0.1:3306, root logs in over TCP with an empty
+#     password, and database "test" exists;
+# installing (apt-get) and starting either server when needed, and then runs
+#   go test -race -count=1 -timeout 15m ./... "$@"
+# from the repository root.
+#
+# Environment:
+#   ROWACTOR_POSTGRES_URL  default postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+#   ROWACTOR_MYSQL_DSN     default root@tcp(127.0.0.1:3306)/test?parseTime=true
+#   ROWACTOR_SKIP_DB=1     skip all database setup (you point the two variables
+#                          above at servers of your own)
+#   ROWACTOR_SKIP_GO=1     set the databases up, then stop before `go test`
+set -euo pipefail
+
+log() { printf 'test.sh: %s\n' "$*" >&2; }
+die() { printf 'test.sh: ERROR: %s\n' "$*" >&2; exit 1; }
+
+export PATH="/usr/local/go/bin:$PATH:/usr/sbin:/sbin"
+
+# Commands that need root: run directly when root, else through sudo if present.
+if [ "$(id -u)" -eq 0 ]; then
+  SUDO=()
+elif command -v sudo >/dev/null 2>&1; then
+  SUDO=(sudo)
+else
+  SUDO=()
+fi
+as_root() { "${SUDO[@]}" "$@"; }
+
+APT_UPDATED=0
+apt_install() {
+  if [ "$(id -u)" -ne 0 ] && [ "${#SUDO[@]}" -eq 0 ]; then
+    die "need to install $* but not root and no sudo; install it by hand"
+  fi
+  if [ "$APT_UPDATED" -eq 0 ]; then
+    log "apt-get update"
+    as_root apt-get update
+    APT_UPDATED=1
+  fi
+  log "apt-get install $*"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "$@"
+}
+
+# wait_until SECONDS CMD... : run CMD every second until it succeeds or time is up.
+wait_until() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      return 1
+    fi
+    sleep 1
+  done
+}
+
+# ---------------------------------------------------------------- PostgreSQL
+
+pg_version() {
+  # The cluster listening on 5432 if pg_lsclusters knows one, else the newest
+  # version under /etc/postgresql.
+  local v=""
+  if command -v pg_lsclusters >/dev/null 2>&1; then
+    v=$(pg_lsclusters -h 2>/dev/null | awk '$2 == "main" && $3 == 5432 { print $1; exit }')
+  fi
+  if [ -z "$v" ] && [ -d /etc/postgresql ]; then
+    v=$(ls /etc/postgresql | sort -V | tail -n 1)
+  fi
+  printf '%s' "$v"
+}
+pg_ready() { command -v pg_isready >/dev/null 2>&1 && pg_isready -q -h 127.0.0.1 -p 5432; }
+pg_sql() { psql -h 127.0.0.1 -p 5432 -U postgres -d postgres -w -v ON_ERROR_STOP=1 -tAc "$1"; }
+pg_login_ok() { pg_sql 'select 1' >/dev/null 2>&1; }
+
+# Mirror the reference machine's pg_hba.conf, whose only rules are
+#   local all all trust
+#   host  all all 127.0.0.1/32 trust
+# by putting those two first (the first matching rule wins), then reload.
+pg_configure_trust() {
+  local ver=$1 hba="/etc/postgresql/$1/main/pg_hba.conf" tmp
+  [ -n "$ver" ] && as_root test -f "$hba" || die "cannot find pg_hba.conf for PostgreSQL '$ver'"
+  log "postgres: password needed for postgres@127.0.0.1; adding trust rules to $hba (backup: $hba.rowactor.bak)"
+  tmp=$(mktemp)
+  {
+    echo '# Added by rowactor scripts/test.sh: passwordless access for the local test databases.'
+    echo 'local all all trust'
+    echo 'host all all 127.0.0.1/32 trust'
+    as_root cat "$hba"
+  } >"$tmp"
+  as_root cp -p "$hba" "$hba.rowactor.bak"
+  as_root install -m 640 -o postgres -g postgres "$tmp" "$hba"
+  rm -f "$tmp"
+  as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main reload
+}
+
+# Start the cluster (again every 5 s, e.g. if an old server was still shutting
+# down); `start` of a running cluster just fails harmlessly.
+PG_TRIES=0
+pg_start_and_check() {
+  pg_ready && return 0
+  if [ "$PG_TRIES" -eq 0 ]; then
+    as_root pg_ctlcluster --skip-systemctl-redirect "$PG_VER" main start || true
+  elif [ $((PG_TRIES % 5)) -eq 0 ]; then
+    as_root pg_ctlcluster --skip-systemctl-redirect "$PG_VER" main start >/dev/null 2>&1 || true
+  fi
+  PG_TRIES=$((PG_TRIES + 1))
+  pg_ready
+}
+
+ensure_postgres() {
+  local ver
+  if pg_ready; then
+    log "postgres already running"
+  else
+    ver=$(pg_version)
+    if [ -z "$ver" ]; then
+      log "postgres not installed; installing"
+      apt_install postgresql
+      ver=$(pg_version)
+      [ -n "$ver" ] || die "postgresql installed but no cluster found under /etc/postgresql"
+    fi
+    PG_VER=$ver
+    log "starting postgres $ver"
+    if ! wait_until 60 pg_start_and_check; then
+      as_root tail -n 20 "/var/log/postgresql/postgresql-$ver-main.log" >&2 2>/dev/null || true
+      die "postgres not ready on 127.0.0.1:5432 after 60s"
+    fi
+  fi
+
+  if ! pg_login_ok; then
+    pg_configure_trust "$(pg_version)"
+    wait_until 10 pg_login_ok || die "postgres: cannot log in as postgres@127.0.0.1 without a password (see pg_hba.conf)"
+  fi
+
+  if [ -z "$(pg_sql "select 1 from pg_roles where rolname = 'root'")" ]; then
+    log "postgres: creating role root"
+    createuser -h 127.0.0.1 -p 5432 -U postgres -w --superuser root
+  fi
+  if [ -z "$(pg_sql "select 1 from pg_database where datname = 'test'")" ]; then
+    log "postgres: creating database test"
+    createdb -h 127.0.0.1 -p 5432 -U postgres -w test
+  fi
+  log "postgres ready"
+}
+
+# ------------------------------------------------------------------- MariaDB
+
+MY=(-uroot -h127.0.0.1 --protocol=tcp --connect-timeout=2)
+my_status() { mysqladmin "${MY[@]}" status >/dev/null 2>&1; }
+# `mysqladmin ping` succeeds whenever the server answers, even "access denied".
+my_alive() { mysqladmin "${MY[@]}" ping >/dev/null 2>&1; }
+
+# Mirror the reference machine: root@localhost and root@127.0.0.1 both use
+# mysql_native_password with an empty password (a fresh Debian install has
+# root@localhost via unix_socket only, which TCP clients cannot use).
+# Done over the unix socket, where OS root is let in as MariaDB root.
+my_configure_root() {
+  log "mariadb: root cannot log in over TCP without a password; setting an empty password"
+  as_root mysql -uroot --protocol=socket -e "
+    ALTER USER 'root'@'localhost' IDENTIFIED BY '';
+    CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '';
+    GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
+    FLUSH PRIVILEGES;" ||
+    die "mariadb: could not configure root (tried: mysql -uroot over the socket as OS root)"
+}
+
+# Start mariadbd (again every 5 s, e.g. if an old server was still shutting
+# down); --oknodo makes it a no-op while a mariadbd process exists.
+# --user=mysql: Debian's stock config does not set it, and mariadbd refuses to
+# run as root.
+MY_TRIES=0
+my_start_and_check() {
+  my_alive && return 0
+  if [ $((MY_TRIES % 5)) -eq 0 ]; then
+    as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql >/dev/null || true
+  fi
+  MY_TRIES=$((MY_TRIES + 1))
+  my_alive
+}
+
+ensure_mariadb() {
+  if my_status; then
+    log "mariadb already running"
+  else
+    if [ ! -x /usr/sbin/mariadbd ]; then
+      log "mariadb not installed; installing"
+      apt_install mariadb-server
+      [ -x /usr/sbin/mariadbd ] || die "mariadb-server installed but /usr/sbin/mariadbd is missing"
+    fi
+    as_root install -d -o mysql -g mysql -m 755 /run/mysqld
+    my_alive || log "starting mariadb"
+    if ! wait_until 60 my_start_and_check; then
+      as_root tail -n 20 /var/log/mysql/error.log >&2 2>/dev/null || true
+      die "mariadb not ready on 127.0.0.1:3306 after 60s"
+    fi
+    if ! my_status; then
+      my_configure_root
+      my_status || die "mariadb: root still cannot log in over TCP with an empty password"
+    fi
+  fi
+
+  mysql "${MY[@]}" -e 'CREATE DATABASE IF NOT EXISTS test CHARACTER SET utf8mb4' ||
+    die "mariadb: could not create database test"
+  log "mariadb ready"
+}
+
+# -------------------------------------------------------------------- main
+
+if [ "${ROWACTOR_SKIP_DB:-}" = 1 ]; then
+  log "ROWACTOR_SKIP_DB=1: skipping database setup"
+else
+  ensure_postgres
+  ensure_mariadb
+fi
+
+export ROWACTOR_POSTGRES_URL="${ROWACTOR_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}"
+export ROWACTOR_MYSQL_DSN="${ROWACTOR_MYSQL_DSN:-root@tcp(127.0.0.1:3306)/test?parseTime=true}"
+
+if [ "${ROWACTOR_SKIP_GO:-}" = 1 ]; then
+  log "ROWACTOR_SKIP_GO=1: databases ready, not running go test"
+  exit 0
+fi
+
+command -v go >/dev/null 2>&1 || die "go not found (expected at /usr/local/go/bin)"
+PATH="$PATH:$(go env GOPATH)/bin"
+export PATH
+
+# -race needs cgo, hence a C compiler.
+if [ -z "${CC:-}" ] && ! command -v gcc >/dev/null 2>&1; then
+  log "gcc not found (go test -race needs cgo); installing"
+  apt_install gcc libc6-dev
+fi
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+log "go test -race -count=1 -timeout 15m ./... $*"
+exec go test -race -count=1 -timeout 15m ./... "$@"

@@ -1,0 +1,137 @@
+// Package settler turns a handler's outcome into the settlement statement the claim form
+// calls for, and runs it where the form says: with the lease token (lease form) or on the
+// session that holds the key (advisory form).
+//
+// It keeps no backoff policy: the handler reads its attempt and picks its own delay.
+// Delays never leave the database.
+package settler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+var (
+	// ErrLeaseLost reports a lease-form settlement that found another token on its row:
+	// the row belongs to a later claim, and the settlement changed nothing.
+	ErrLeaseLost = errors.New("rowactor: lease lost")
+	// ErrClosed reports work refused because the broker was shut down (and, for a
+	// delivery, that its row was released without its outcome).
+	ErrClosed = errors.New("rowactor: broker closed")
+)
+
+// Verdict is what a handler decided.
+type Verdict uint8
+
+const (
+	// Unsettled is a delivery that ended without an outcome: a handler panic, a shutdown,
+	// a lost context. Its row is released at once.
+	Unsettled Verdict = iota
+	Ack
+	Drop
+	Retry
+	RetryAfter
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Ack:
+		return "ack"
+	case Drop:
+		return "drop"
+	case Retry:
+		return "retry"
+	case RetryAfter:
+		return "retry_after"
+	}
+	return "unsettled"
+}
+
+// Outcome is a verdict and, for RetryAfter, its delay.
+type Outcome struct {
+	Verdict Verdict
+	Delay   time.Duration
+}
+
+// Rules are a subscription's settlement rules.
+type Rules struct {
+	// MaxAttempts, when above zero, turns a Retry or RetryAfter of a row whose attempt
+	// reached it into a dead-letter move.
+	MaxAttempts int
+	// HasRetryAfter says the table can store a delay; without it RetryAfter is a Retry.
+	HasRetryAfter bool
+}
+
+// Note is a warning the plan wants logged.
+type Note uint8
+
+const (
+	NoNote Note = iota
+	// NoteAttemptsSpent: a retry became a dead-letter move.
+	NoteAttemptsSpent
+	// NoteNoRetryAfter: RetryAfter ran as Retry because the table has no retry_after column.
+	NoteNoRetryAfter
+)
+
+// Plan returns the step for an outcome of a delivery that reported attempt, as of now.
+func (r Rules) Plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note) {
+	step := dialects.Step{Now: now}
+	switch o.Verdict {
+	case Ack, Drop:
+		step.Kind = dialects.StepAck
+		return step, NoNote
+	case Retry, RetryAfter:
+		if r.MaxAttempts > 0 && attempt >= r.MaxAttempts {
+			step.Kind = dialects.StepDeadLetter
+			return step, NoteAttemptsSpent
+		}
+		if o.Verdict == Retry {
+			step.Kind = dialects.StepRetry
+			return step, NoNote
+		}
+		if !r.HasRetryAfter {
+			step.Kind = dialects.StepRetry
+			return step, NoteNoRetryAfter
+		}
+		step.Kind = dialects.StepRetryAfter
+		step.At = now.Add(max(o.Delay, 0))
+		return step, NoNote
+	default:
+		step.Kind = dialects.StepRelease
+		return step, NoNote
+	}
+}
+
+// Lease runs a lease-form step fenced by the delivery's token. It returns ErrLeaseLost,
+// having changed nothing, when the row holds another token.
+func Lease(ctx context.Context, q dialects.LeaseQueue, step dialects.Step, held dialects.Lease) error {
+	ok, err := q.SettleLease(ctx, step, held)
+	if err != nil {
+		return fmt.Errorf("settle %s of row %d: %w", step.Kind, held.ID, err)
+	}
+	if !ok {
+		return fmt.Errorf("settle %s of row %d: %w", step.Kind, held.ID, ErrLeaseLost)
+	}
+	return nil
+}
+
+// Advisory runs an advisory-form step on the session that holds the row's key, then
+// unlocks the key, never before the statement returned. A failed statement still
+// unlocks: the row returns as it was. closed reports that the session's connection was
+// closed because the database did not confirm the unlock.
+func Advisory(ctx context.Context, s dialects.Session, step dialects.Step, id int64) (closed bool, err error) {
+	if step.Kind != dialects.StepRelease {
+		if serr := s.Settle(ctx, step, id); serr != nil {
+			err = fmt.Errorf("settle %s of row %d: %w", step.Kind, id, serr)
+		}
+	}
+	closed, uerr := s.Unlock(ctx)
+	if uerr != nil {
+		err = errors.Join(err, fmt.Errorf("unlock key of row %d: %w", id, uerr))
+	}
+	return closed, err
+}

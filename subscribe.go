@@ -1,0 +1,137 @@
+package rowactor
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/rowactor/rowactor/actors"
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/settler"
+)
+
+// Subscription is a running subscription: one claimer keeping up to Workers deliveries
+// of one table's queue in work.
+type Subscription struct {
+	table Table
+	queue string
+	q     dialects.Queue
+	run   *actors.Subscription
+}
+
+// Table is the subscription's table.
+func (s *Subscription) Table() Table { return s.table }
+
+// Queue is the subscription's queue name (its group, in a table with groups).
+func (s *Subscription) Queue() string { return s.queue }
+
+// SetWorkers changes how many deliveries the subscription keeps in work. It takes effect
+// at the next claim; deliveries already in work are kept.
+func (s *Subscription) SetWorkers(n int) { s.run.SetWorkers(n) }
+
+// InWork is the number of deliveries in work.
+func (s *Subscription) InWork() int { return s.run.InWork() }
+
+// Subscribe checks the table description and options against the live table and starts
+// claiming its queue: the group named queue in a table with groups, the whole table
+// otherwise (queue is then a free-form label). A description or option that cannot work
+// returns a *ConfigError, before any row is claimed.
+func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler, opts ...SubscribeOption) (*Subscription, error) {
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	if h == nil {
+		return nil, &ConfigError{Table: t.Name, Option: "handler", Reason: "the handler is nil", Fix: "pass a rowactor.Handler"}
+	}
+	if err := dialects.CheckDescription(t); err != nil {
+		return nil, err
+	}
+	cfg := defaultSubscribeConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.check(t, queue); err != nil {
+		return nil, err
+	}
+	spec := dialects.QueueSpec{Table: t, Group: queue, DeadLetterGroup: cfg.deadLetterGroup, DeadLetterTable: cfg.deadLetterTable}
+	if t.Group == "" {
+		spec.Group = ""
+	}
+	q, err := b.d.Open(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := servesForm(b.d, q, t); err != nil {
+		_ = q.Close()
+		return nil, err
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		_ = q.Close()
+		return nil, ErrClosed
+	}
+	for _, s := range b.subs {
+		if s.table.Name == t.Name && (t.Group == "" || s.queue == queue) {
+			_ = q.Close()
+			return nil, fmt.Errorf("%w: table %q queue %q; raise Workers on the existing subscription instead", ErrAlreadySubscribed, t.Name, queue)
+		}
+	}
+	deadLetter := cfg.deadLetterGroup
+	if deadLetter == "" {
+		deadLetter = cfg.deadLetterTable
+	}
+	run, err := actors.Start(b.sys, fmt.Sprintf("%s/%s/%s", b.name, t.Name, queue), actors.Config{
+		Table: t.Name, QueueName: queue, DeadLetter: deadLetter,
+		Form: t.Form(), Queue: q,
+		Workers: cfg.workers, Lease: cfg.leaseLength(), Poll: cfg.poll,
+		Rules:   settler.Rules{MaxAttempts: cfg.maxAttempts, HasRetryAfter: t.RetryAfter != ""},
+		Handler: wrap(h, t.Name, queue),
+		Now:     b.now, Log: b.log, Policy: defaultPolicy,
+		OnSettled: b.settledHook(t.Name, queue),
+	})
+	if err != nil {
+		_ = q.Close()
+		return nil, fmt.Errorf("rowactor: start subscription to %s/%s: %w", t.Name, queue, err)
+	}
+	s := &Subscription{table: t, queue: queue, q: q, run: run}
+	b.subs = append(b.subs, s)
+	return s, nil
+}
+
+// servesForm refuses a queue whose dialect cannot serve the table's form.
+func servesForm(d dialects.Dialect, q dialects.Queue, t Table) error {
+	ok := false
+	switch t.Form() {
+	case FormLease:
+		_, ok = q.(dialects.LeaseQueue)
+	case FormAdvisory:
+		_, ok = q.(dialects.AdvisoryQueue)
+	case FormRowLock:
+		_, ok = q.(dialects.RowLockQueue)
+	}
+	if ok {
+		return nil
+	}
+	return &ConfigError{Table: t.Name, Option: "form", Reason: fmt.Sprintf("the %s dialect cannot serve the %s form", d.Name(), t.Form()),
+		Fix: "pick a form the database serves (LockedUntil for the lease form, AdvisoryKey for the advisory form)"}
+}
+
+// wrap adapts a public handler to the runtime's.
+func wrap(h Handler, table, queue string) actors.Handler {
+	return func(ctx context.Context, row dialects.Row) settler.Outcome {
+		return h(ctx, &Delivery{row: row, table: table, queue: queue}).o
+	}
+}
+
+func (b *Broker) settledHook(table, queue string) func(actors.Result) {
+	if b.onSettled == nil {
+		return nil
+	}
+	return func(r actors.Result) {
+		b.onSettled(Settlement{
+			Table: table, Queue: queue, ID: r.Row.ID, Attempt: r.Row.Attempt,
+			Outcome: Outcome{r.Outcome}, Step: r.Step.String(), Released: r.Released, Err: r.Err, Panic: r.Panic,
+		})
+	}
+}

@@ -1,0 +1,97 @@
+// Package supervision decides what happens to a rowactor actor that fails, and when.
+//
+// Proto.Actor restarts a failed child at once, and its "exponential" strategy is linear
+// and uncapped. A claimer whose database is down must not spin: Backoff restarts it after
+// a delay that doubles with each failure in a window, capped and jittered so that many
+// subscriptions that lost one database do not come back in step.
+package supervision
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// Policy is the restart delay rule: Initial doubles per consecutive failure up to Max; a
+// quiet Window resets the count. The delay is drawn uniformly from [d/2, d].
+type Policy struct {
+	Initial time.Duration
+	Max     time.Duration
+	Window  time.Duration
+}
+
+// DefaultPolicy restarts after 100 ms, doubling to at most 30 s; a minute without failure
+// starts over.
+var DefaultPolicy = Policy{Initial: 100 * time.Millisecond, Max: 30 * time.Second, Window: time.Minute}
+
+// Delay returns the restart delay after the n-th consecutive failure (n >= 1), before
+// jitter.
+func (p Policy) Delay(n int) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	d := p.Initial
+	for i := 1; i < n && d < p.Max; i++ {
+		d *= 2
+	}
+	if d <= 0 || d > p.Max {
+		d = p.Max
+	}
+	return d
+}
+
+// Jittered returns a delay drawn uniformly from [d/2, d].
+func Jittered(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// Decision is what to do with a failed child.
+type Decision uint8
+
+const (
+	// Restart the child after the policy's delay.
+	Restart Decision = iota + 1
+	// Stop the child; its parent sees Terminated.
+	Stop
+)
+
+// Backoff is a Proto.Actor supervisor strategy that restarts or stops a failed child as
+// Decide says, restarting after a capped, jittered, exponentially growing delay.
+type Backoff struct {
+	Policy Policy
+	// Decide picks the decision for a child's failure; nil restarts every child.
+	Decide func(child *actor.PID, reason any) Decision
+	// OnRestart, if set, is told of every scheduled restart (for logs and metrics).
+	OnRestart func(child *actor.PID, reason any, failures int, delay time.Duration)
+	// after schedules the restart; tests replace it.
+	after func(time.Duration, func()) *time.Timer
+}
+
+// HandleFailure implements actor.SupervisorStrategy.
+func (b *Backoff) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, rs *actor.RestartStatistics, reason, _ any) {
+	if b.Decide != nil && b.Decide(child, reason) == Stop {
+		sup.StopChildren(child)
+		return
+	}
+	if b.Policy.Window > 0 && rs.NumberOfFailures(b.Policy.Window) == 0 {
+		rs.Reset()
+	}
+	rs.Fail()
+	n := rs.FailureCount()
+	d := Jittered(b.Policy.Delay(n))
+	if b.OnRestart != nil {
+		b.OnRestart(child, reason, n, d)
+	}
+	after := b.after
+	if after == nil {
+		after = time.AfterFunc
+	}
+	// The child's mailbox stays suspended until the restart, so messages sent to it
+	// meanwhile wait: the delay is the backoff.
+	after(d, func() { sup.RestartChildren(child) })
+}
