@@ -1,0 +1,79 @@
+package rowactor_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects/sqlite"
+)
+
+// A job queue in a SQLite file: describe the table, create it, subscribe a handler,
+// publish, and shut down.
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "rowactor-example-")
+	defer os.RemoveAll(dir)
+
+	b, err := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	jobs := rowactor.Table{
+		Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
+		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until",
+	}
+	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
+	if _, err := b.Dialect().(*sqlite.Dialect).DB().Exec(ddl); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	done := make(chan string)
+	_, err = b.Subscribe(ctx, jobs, "emails", func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		if d.Attempt() == 1 {
+			return rowactor.RetryAfter(0) // the handler picks its own backoff
+		}
+		done <- fmt.Sprintf("sent %s on attempt %d", d.Payload(), d.Attempt())
+		return rowactor.Ack()
+	}, rowactor.Workers(4), rowactor.Lease(time.Minute), rowactor.MaxAttempts(5), rowactor.DeadLetterGroup("emails-dead"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := b.Publish(ctx, jobs, "emails", []byte("welcome@example.com")); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(<-done)
+
+	report, err := b.Shutdown(ctx)
+	fmt.Println(report.Drained, report.Released, err)
+	// Output:
+	// sent welcome@example.com on attempt 2
+	// true 0 <nil>
+}
+
+// Bad descriptions are refused before anything is claimed, with the table, the column
+// and the fix.
+func ExampleConfigError() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "rowactor-example-")
+	defer os.RemoveAll(dir)
+	b, _ := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"))
+	defer b.Shutdown(ctx)
+
+	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", LockedUntil: "locked_until"}
+	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
+	_, _ = b.Dialect().(*sqlite.Dialect).DB().Exec(ddl)
+
+	jobs.Attempt = "attempts" // not a column of the table
+	_, err := b.Subscribe(ctx, jobs, "jobs", func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() })
+	fmt.Println(err)
+	// Output:
+	// rowactor: table "jobs", column "attempts", Table.Attempt: the table has no such column (it has id, payload, locked_until); fix: add the column to the table, or correct Table.Attempt
+}

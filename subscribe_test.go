@@ -1,0 +1,109 @@
+package rowactor_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor"
+)
+
+// TestSubscribeRefusesWhatCannotWork checks that every description or option that cannot
+// work is refused at Subscribe with an error naming the table, the column or option, and
+// a fix, and that nothing was claimed: the row keeps its attempt and has no lease.
+func TestSubscribeRefusesWhatCannotWork(t *testing.T) {
+	ack := func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }
+	cases := []struct {
+		name  string
+		edit  func(*rowactor.Table)
+		opts  []rowactor.SubscribeOption
+		names string // what the error must name
+	}{
+		{"missing column", func(t *rowactor.Table) { t.Attempt = "tries" }, nil, `column "tries"`},
+		{"missing table", func(t *rowactor.Table) { t.Name += "_nope" }, nil, "does not exist"},
+		{"max attempts without dead letter", nil, []rowactor.SubscribeOption{rowactor.MaxAttempts(3)}, "MaxAttempts"},
+		{"dead letter without max attempts", nil, []rowactor.SubscribeOption{rowactor.DeadLetterGroup("dead")}, "DeadLetterGroup"},
+		{"max attempts without attempt column", func(t *rowactor.Table) { t.Attempt = "" }, []rowactor.SubscribeOption{rowactor.MaxAttempts(3), rowactor.DeadLetterGroup("dead")}, "attempt column"},
+		{"dead-letter group without group column", func(t *rowactor.Table) { t.Group = "" }, []rowactor.SubscribeOption{rowactor.MaxAttempts(3), rowactor.DeadLetterGroup("dead")}, "DeadLetterGroup"},
+		{"dead-letter table missing", func(t *rowactor.Table) { t.Group = "" }, []rowactor.SubscribeOption{rowactor.MaxAttempts(3), rowactor.DeadLetterTable("no_such_dead")}, "no_such_dead"},
+		{"unknown key placeholder", func(t *rowactor.Table) { t.LockedUntil = ""; t.AdvisoryKey = "jobs-{acount_id}" }, nil, `column "acount_id"`},
+		{"malformed key template", func(t *rowactor.Table) { t.LockedUntil = ""; t.AdvisoryKey = "jobs-{id" }, nil, "AdvisoryKey"},
+		{"row lock form on SQLite", func(t *rowactor.Table) { t.LockedUntil = "" }, nil, "row lock"},
+		{"isolation on SQLite", func(t *rowactor.Table) { t.Isolation = rowactor.Serializable }, nil, "Isolation"},
+		{"invalid isolation", func(t *rowactor.Table) { t.Isolation = "snapshot" }, nil, "Isolation"},
+		{"invalid mode", func(t *rowactor.Table) { t.Mode = "lazy" }, nil, "Mode"},
+		{"lease on the database clock", func(t *rowactor.Table) { t.DatabaseClock = true }, nil, "DatabaseClock"},
+		{"lease and advisory key together", func(t *rowactor.Table) { t.AdvisoryKey = "k-{id}" }, nil, "AdvisoryKey"},
+		{"lease option on an advisory table", func(t *rowactor.Table) { t.LockedUntil = ""; t.AdvisoryKey = "k-{id}" }, []rowactor.SubscribeOption{rowactor.Lease(time.Minute)}, "Lease"},
+		{"no workers", nil, []rowactor.SubscribeOption{rowactor.Workers(0)}, "Workers"},
+		{"a queue name is required with groups", nil, nil, "queue"},
+		{"payload required", func(t *rowactor.Table) { t.Payload = "" }, nil, "Payload"},
+	}
+	drv := drivers[0]
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, drv, rowactor.FormLease)
+			b := h.broker()
+			id := h.publish(b, 1)[0]
+			tb := h.table
+			if tc.edit != nil {
+				tc.edit(&tb)
+			}
+			queue := h.queue
+			if tc.name == "a queue name is required with groups" {
+				queue = ""
+			}
+			_, err := b.Subscribe(context.Background(), tb, queue, ack, tc.opts...)
+			var ce *rowactor.ConfigError
+			if !errors.As(err, &ce) || !errors.Is(err, rowactor.ErrConfig) {
+				t.Fatalf("Subscribe error %v, want a *ConfigError", err)
+			}
+			msg := err.Error()
+			if ce.Table != tb.Name || !strings.Contains(msg, tb.Name) || !strings.Contains(msg, tc.names) || ce.Fix == "" {
+				t.Fatalf("error %q should name table %q, %q and a fix", msg, tb.Name, tc.names)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if st := h.row(id); !st.exists || st.attempt != 1 || st.lockedUntil != nil {
+				t.Fatalf("a refused subscription touched the row: %+v", st)
+			}
+		})
+	}
+}
+
+func TestSubscribeTwiceIsRefused(t *testing.T) {
+	h := newHarness(t, drivers[0], rowactor.FormLease)
+	b := h.broker()
+	ack := func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }
+	h.subscribe(b, ack)
+	if _, err := b.Subscribe(context.Background(), h.table, h.queue, ack); !errors.Is(err, rowactor.ErrAlreadySubscribed) {
+		t.Fatalf("second Subscribe: %v, want ErrAlreadySubscribed", err)
+	}
+}
+
+// TestClaimerRestartsWithBackoff breaks the table under a running subscription: claims
+// fail, the claimer is restarted with a growing delay rather than spinning, and once the
+// table is back the queue drains without restarting the broker.
+func TestClaimerRestartsWithBackoff(t *testing.T) {
+	h := newHarness(t, drivers[0], rowactor.FormLease)
+	b := h.broker()
+	h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() },
+		rowactor.PollInterval(5*time.Millisecond))
+	h.exec("ALTER TABLE " + h.table.Name + " RENAME TO " + h.table.Name + "_away")
+	time.Sleep(1500 * time.Millisecond)
+	failures := strings.Count(h.logs.String(), "claim failed")
+	// Polling every 5 ms would fail about 300 times in 1.5 s; a backoff starting at
+	// 100 ms and doubling fails a handful of times.
+	if failures < 2 || failures > 10 {
+		t.Fatalf("%d failed claims in 1.5 s; want a few, spaced by the backoff", failures)
+	}
+	h.exec("ALTER TABLE " + h.table.Name + "_away RENAME TO " + h.table.Name)
+	h.publish(b, 3)
+	for _, s := range h.waitSettled(3) {
+		if s.Err != nil {
+			t.Fatalf("settlement after recovery: %+v", s)
+		}
+	}
+}
