@@ -278,6 +278,50 @@ var scenarios = []scenario{
 			t.Fatal("row still exists")
 		}
 	}},
+	{name: "rows sharing a key are worked one at a time across brokers", forms: []rowactor.Form{rowactor.FormAdvisory},
+		shapes: []tableShape{func(t *rowactor.Table) { t.AdvisoryKey = t.Name + "-{grp}" }},
+		run: func(t *testing.T, h *harness, _ rowactor.Form) {
+			var inWork, peak atomic.Int64
+			handler := func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+				n := inWork.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				time.Sleep(20 * time.Millisecond)
+				inWork.Add(-1)
+				return rowactor.Ack()
+			}
+			b := h.broker()
+			ids := h.publish(b, 8)
+			h.subscribe(b, handler, rowactor.Workers(4))
+			h.subscribe(h.second(), handler, rowactor.Workers(4))
+			for _, s := range h.waitSettled(8) {
+				if s.Err != nil {
+					t.Fatalf("settlement %+v", s)
+				}
+			}
+			if p := peak.Load(); p != 1 {
+				t.Fatalf("%d rows of one key in work at once", p)
+			}
+			for _, id := range ids {
+				if h.row(id).exists {
+					t.Fatalf("row %d left", id)
+				}
+			}
+		}},
+	{name: "rows with distinct keys are worked side by side", forms: []rowactor.Form{rowactor.FormAdvisory}, run: func(t *testing.T, h *harness, _ rowactor.Form) {
+		var inWork atomic.Int64
+		release := make(chan struct{})
+		b := h.broker()
+		h.publish(b, 3)
+		h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			inWork.Add(1)
+			<-release
+			return rowactor.Ack()
+		}, rowactor.Workers(3))
+		waitFor(t, func() bool { return inWork.Load() == 3 })
+		close(release)
+		h.waitSettled(3)
+	}},
 	{name: "a publish wakes the subscription without waiting for the poll", run: func(t *testing.T, h *harness, _ rowactor.Form) {
 		b := h.broker()
 		h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }, rowactor.PollInterval(time.Hour))
