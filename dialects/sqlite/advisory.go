@@ -1,0 +1,213 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+type advisoryQueue struct {
+	queue
+	candidates string
+	take       string
+	// takeWrites says whether the take counts the attempt (an UPDATE, in the writer's
+	// turn) or only re-reads the row (a SELECT, with no write lock to wait for).
+	takeWrites bool
+}
+
+var _ dialects.AdvisoryQueue = (*advisoryQueue)(nil)
+
+func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
+	key, err := keyExpr(t.AdvisoryKey)
+	if err != nil {
+		return nil, err // CheckDescription has already refused a malformed template
+	}
+	tq, id := quote(t.Name), quote(t.ID)
+	where := claimable(t, false)
+	q := &advisoryQueue{
+		queue: base,
+		candidates: "SELECT " + id + ", " + key + " FROM " + tq + " WHERE " + where + " AND " + key +
+			" NOT IN (SELECT value FROM json_each(:held)) ORDER BY " + id + " LIMIT :limit",
+		takeWrites: t.Attempt != "",
+	}
+	var cols strings.Builder
+	cols.WriteString(id + ", " + quote(t.Payload))
+	if t.Attempt != "" {
+		cols.WriteString(", " + quote(t.Attempt) + " - 1")
+	}
+	if t.Headers != "" {
+		cols.WriteString(", " + quote(t.Headers))
+	}
+	cols.WriteString(", " + key)
+	if q.takeWrites {
+		q.take = "UPDATE " + tq + " SET " + quote(t.Attempt) + " = " + quote(t.Attempt) + " + 1 WHERE " + id +
+			" = :id AND " + where + " RETURNING " + cols.String()
+	} else {
+		q.take = "SELECT " + cols.String() + " FROM " + tq + " WHERE " + id + " = :id AND " + where
+	}
+	return q, nil
+}
+
+func (q *advisoryQueue) prepare(ctx context.Context) error {
+	if err := q.d.prepareAll(ctx, append(q.settle.texts(), q.candidates, q.take)...); err != nil {
+		return q.errorf("prepare", err)
+	}
+	return nil
+}
+
+// Candidates passes over the keys this process holds on the file by naming them in the
+// query: SQLite cannot see keys in work itself, and merely widening the limit by their
+// number falls short when one held key covers several rows.
+func (q *advisoryQueue) Candidates(ctx context.Context, now time.Time, limit int) ([]dialects.Candidate, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	held, err := json.Marshal(q.f.heldKeys())
+	if err != nil {
+		return nil, q.errorf("candidates", err)
+	}
+	rows, err := q.query(ctx, q.candidates,
+		sql.Named("now", formatTime(now)),
+		sql.Named("group", q.group),
+		sql.Named("held", string(held)),
+		sql.Named("limit", int64(limit)))
+	if err != nil {
+		return nil, q.errorf("candidates", err)
+	}
+	defer rows.Close()
+	var out []dialects.Candidate
+	for rows.Next() {
+		var c dialects.Candidate
+		if err := rows.Scan(&c.ID, &c.Key); err != nil {
+			return nil, q.errorf("candidates", err)
+		}
+		// A key locked since the query began is passed over as well.
+		if !q.f.keyHeld(c.Key) {
+			out = append(out, c)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, q.errorf("candidates", err)
+	}
+	return out, nil
+}
+
+// Session opens a slot in the process's key registry: SQLite has no session locks, so no
+// connection is set aside.
+func (q *advisoryQueue) Session(ctx context.Context) (dialects.Session, error) {
+	return &session{q: q}, nil
+}
+
+type session struct {
+	q *advisoryQueue
+	// mu guards key and held: a shutdown may abort a session while its delivery ends it.
+	mu  sync.Mutex
+	key string
+	// held says whether key is this session's in the registry.
+	held bool
+}
+
+func (s *session) TryLock(ctx context.Context, key string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held {
+		return false, s.q.errorf("lock", fmt.Errorf("the session already holds key %q", s.key))
+	}
+	if !s.q.f.tryKey(key) {
+		return false, nil
+	}
+	s.key, s.held = key, true
+	return true, nil
+}
+
+func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.Row, bool, error) {
+	q := s.q
+	if q.takeWrites {
+		if err := q.f.lockWriter(ctx); err != nil {
+			return dialects.Row{}, false, q.errorf("take", err)
+		}
+		defer q.f.unlockWriter()
+	}
+	rows, err := q.query(ctx, q.take,
+		sql.Named("id", id),
+		sql.Named("now", formatTime(now)),
+		sql.Named("group", q.group))
+	if err != nil {
+		return dialects.Row{}, false, q.errorf("take", err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return dialects.Row{}, false, q.errorf("take", err)
+		}
+		return dialects.Row{}, false, nil
+	}
+	r, err := q.scanRow(rows, true)
+	if err != nil {
+		return dialects.Row{}, false, q.errorf("take", err)
+	}
+	// Close now so an error finishing the statement (and its commit) is not lost.
+	if err := rows.Close(); err != nil {
+		return dialects.Row{}, false, q.errorf("take", err)
+	}
+	return r, true, nil
+}
+
+// Settle runs the step's statement. A statement that changes no row still settles: the
+// key kept every other delivery away, so the row was settled by nobody else's claim.
+func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) error {
+	q := s.q
+	st := &q.settle
+	rid := sql.Named("id", id)
+	var err error
+	switch step.Kind {
+	case dialects.StepAck:
+		_, err = q.exec(ctx, "ack", st.ack, rid, sql.Named("now", formatTime(step.Now)))
+	case dialects.StepRetry, dialects.StepRelease:
+		// The take counted the attempt; releasing the key returns the row.
+	case dialects.StepRetryAfter:
+		if st.retryAfter == "" {
+			return q.errorf("retry_after", errNoRetryAfter)
+		}
+		_, err = q.exec(ctx, "retry_after", st.retryAfter, rid, sql.Named("at", formatTime(step.At)))
+	case dialects.StepDeadLetter:
+		switch {
+		case st.deadGroup != "":
+			_, err = q.exec(ctx, "dead-letter", st.deadGroup, rid, sql.Named("dest", st.destGroup))
+		case st.moveInsert != "":
+			_, err = q.move(ctx, rid)
+		default:
+			err = q.errorf("dead-letter", errNoDeadLetter)
+		}
+	default:
+		err = q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
+	}
+	return err
+}
+
+// Unlock releases the key; there is no connection to close.
+func (s *session) Unlock(ctx context.Context) (bool, error) {
+	s.release()
+	return false, nil
+}
+
+// Abort releases the key; the server has no session to forget.
+func (s *session) Abort(ctx context.Context) error {
+	s.release()
+	return nil
+}
+
+func (s *session) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held {
+		s.q.f.releaseKey(s.key)
+		s.key, s.held = "", false
+	}
+}

@@ -1,0 +1,130 @@
+// Package sqlite is rowactor's SQLite dialect, on the pure-Go driver modernc.org/sqlite
+// (driver name "sqlite").
+//
+// SQLite serves the lease and the advisory lock forms; it has no row locks, so a table
+// without LockedUntil or AdvisoryKey is refused. Time columns hold UTC text in TimeLayout.
+// SQLite has one writer per database file: this package serialises the process's own
+// writes to a file, and advisory keys in work are kept in a process-wide registry per
+// file, so one process (any number of Dialects) per database file is the supported setup
+// for the advisory form.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/rowactor/rowactor/dialects"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// Dialect is SQLite behind rowactor.
+type Dialect struct {
+	db    *sql.DB
+	owned bool
+
+	mu   sync.Mutex
+	file *file // resolved on first use, then fixed
+
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt
+	closed bool
+}
+
+var _ dialects.Dialect = (*Dialect)(nil)
+
+// New wraps a pool opened with the modernc.org/sqlite driver. The caller keeps owning
+// it: Close does not close it. The pool should have a busy_timeout set (Open's DSN shows
+// how), or writers in other processes fail at once with SQLITE_BUSY.
+func New(db *sql.DB) *Dialect {
+	return &Dialect{db: db}
+}
+
+// Open opens (creating it if missing) the database file at path in WAL mode with a
+// 10 s busy timeout and synchronous NORMAL, and owns the pool: Close closes it. Only
+// file paths are accepted: an in-memory database is private to each connection of a
+// pool.
+func Open(ctx context.Context, path string) (*Dialect, error) {
+	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return nil, fmt.Errorf("sqlite: open %q: want a database file path (no URI, no :memory:)", path)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
+	}
+	db, err := sql.Open("sqlite", dsn(abs))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
+	}
+	d := &Dialect{db: db, owned: true}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
+	}
+	if _, err := d.fileEntry(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// dsn builds a URI filename: the driver runs each _pragma on every new connection, and
+// SQLite ignores query parameters it does not know. Characters that would end the path
+// part of a URI are escaped.
+func dsn(path string) string {
+	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(filepath.ToSlash(path))
+	q := url.Values{"_pragma": {"busy_timeout(10000)", "journal_mode(WAL)", "synchronous(NORMAL)"}}
+	return "file:" + p + "?" + q.Encode()
+}
+
+// DB returns the pool.
+func (d *Dialect) DB() *sql.DB { return d.db }
+
+// Name is "sqlite".
+func (d *Dialect) Name() string { return "sqlite" }
+
+// Limits: no connection cap (no form holds a connection through a handler), and one
+// claim at a time per subscription, since concurrent claims would only queue for the
+// single writer.
+func (d *Dialect) Limits() dialects.Limits {
+	return dialects.Limits{Connections: 0, ClaimsInFlight: 1}
+}
+
+// Close releases the dialect's prepared statements, and closes the pool if Open made it.
+func (d *Dialect) Close() error {
+	err := d.closeStmts()
+	if d.owned {
+		err = errors.Join(err, d.db.Close())
+	}
+	return err
+}
+
+// fileEntry finds the registry entry of the pool's main database, keyed by the path
+// SQLite reports, so Dialects opened on the same file by different paths still share it.
+func (d *Dialect) fileEntry(ctx context.Context) (*file, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.file != nil {
+		return d.file, nil
+	}
+	var path string
+	err := d.db.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&path)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = errors.New("no main database")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: locate the database file: %w", err)
+	}
+	if path == "" {
+		// A memory or temporary database is private to this pool: nothing to share.
+		path = fmt.Sprintf("private:%p", d)
+	}
+	d.file = fileFor(path)
+	return d.file, nil
+}

@@ -1,0 +1,147 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+var ctx = context.Background()
+
+// t0 has a fraction finer than a microsecond, so the tests see tokens truncated by
+// TimeLayout still match.
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 123456789, time.UTC)
+
+func openFile(t *testing.T, path string) *Dialect {
+	t.Helper()
+	d, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func newDialect(t *testing.T) *Dialect {
+	t.Helper()
+	return openFile(t, filepath.Join(t.TempDir(), "queue.db"))
+}
+
+func mustExec(t *testing.T, d *Dialect, query string, args ...any) {
+	t.Helper()
+	if _, err := d.DB().ExecContext(ctx, query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+// createTable creates the table Schema renders for tbl.
+func createTable(t *testing.T, d *Dialect, tbl dialects.Table) {
+	t.Helper()
+	ddl, err := d.Schema(tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, d, ddl)
+}
+
+func leaseTable(name string) dialects.Table {
+	return dialects.Table{Name: name, ID: "id", Payload: "payload", Group: "grp", Attempt: "attempt",
+		RetryAfter: "retry_after", LockedUntil: "locked_until", Headers: "headers"}
+}
+
+func openLease(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.LeaseQueue {
+	t.Helper()
+	q, err := d.Open(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	lq, ok := q.(dialects.LeaseQueue)
+	if !ok {
+		t.Fatalf("Open returned %T, not a LeaseQueue", q)
+	}
+	return lq
+}
+
+func openAdvisory(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.AdvisoryQueue {
+	t.Helper()
+	q, err := d.Open(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	aq, ok := q.(dialects.AdvisoryQueue)
+	if !ok {
+		t.Fatalf("Open returned %T, not an AdvisoryQueue", q)
+	}
+	return aq
+}
+
+func publish(t *testing.T, d *Dialect, tbl dialects.Table, m dialects.Message) int64 {
+	t.Helper()
+	p, err := d.Publisher(ctx, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Publish(ctx, nil, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// rowState is a row's state as stored; NULL reads as "NULL".
+type rowState struct {
+	Attempt     int
+	LockedUntil string
+	RetryAfter  string
+	Group       string
+}
+
+func stateOf(t *testing.T, d *Dialect, table string, id int64) (rowState, bool) {
+	t.Helper()
+	var s rowState
+	err := d.DB().QueryRowContext(ctx, "SELECT attempt, ifnull(locked_until, 'NULL'), ifnull(retry_after, 'NULL'), grp FROM `"+
+		table+"` WHERE id = ?", id).Scan(&s.Attempt, &s.LockedUntil, &s.RetryAfter, &s.Group)
+	if errors.Is(err, sql.ErrNoRows) {
+		return s, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, true
+}
+
+func count(t *testing.T, d *Dialect, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := d.DB().QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+func configError(t *testing.T, err error) *dialects.ConfigError {
+	t.Helper()
+	var ce *dialects.ConfigError
+	if !errors.As(err, &ce) || !errors.Is(err, dialects.ErrConfig) {
+		t.Fatalf("want a *ConfigError, got %T %v", err, err)
+	}
+	if ce.Fix == "" || ce.Reason == "" {
+		t.Errorf("config error without reason or fix: %v", err)
+	}
+	return ce
+}
+
+func contains(t *testing.T, s, sub string) {
+	t.Helper()
+	if !strings.Contains(s, sub) {
+		t.Errorf("%q does not contain %q", s, sub)
+	}
+}

@@ -1,0 +1,234 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// maxExtend bounds the leases one extension statement names, far below SQLite's limit
+// of 32766 parameters.
+const (
+	extendSlots = 13
+	maxExtend   = 1 << (extendSlots - 1)
+)
+
+type leaseQueue struct {
+	queue
+	claim string
+
+	// extendPrefix and extendSuffix wrap the VALUES list of the extension.
+	extendPrefix string
+	extendSuffix string
+	extendMu     sync.Mutex
+	// extend caches the extension text per power-of-two lease count: a short list is
+	// padded with its last lease (a repeated pair changes nothing), so a handful of
+	// texts serve every count.
+	extend [extendSlots]string
+}
+
+var _ dialects.LeaseQueue = (*leaseQueue)(nil)
+
+func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
+	tq, id, lu := quote(t.Name), quote(t.ID), quote(t.LockedUntil)
+	var b strings.Builder
+	b.WriteString("UPDATE " + tq + " SET " + lu + " = :until")
+	if t.Attempt != "" {
+		b.WriteString(", " + quote(t.Attempt) + " = " + quote(t.Attempt) + " + 1")
+	}
+	// One autocommit statement: it takes the write lock when it starts, where the busy
+	// handler can wait, and the lease and the count commit together.
+	b.WriteString(" WHERE " + id + " IN (SELECT " + id + " FROM " + tq + " WHERE " + claimable(t, true) +
+		" ORDER BY " + id + " LIMIT :limit) RETURNING " + id + ", " + quote(t.Payload))
+	if t.Attempt != "" {
+		// RETURNING sees the counted value; the delivery reports the one before.
+		b.WriteString(", " + quote(t.Attempt) + " - 1")
+	}
+	if t.Headers != "" {
+		b.WriteString(", " + quote(t.Headers))
+	}
+	return &leaseQueue{
+		queue:        base,
+		claim:        b.String(),
+		extendPrefix: "UPDATE " + tq + " SET " + lu + " = ? WHERE (" + id + ", " + lu + ") IN (VALUES ",
+		extendSuffix: ") RETURNING " + id,
+	}
+}
+
+func (q *leaseQueue) prepare(ctx context.Context) error {
+	if err := q.d.prepareAll(ctx, append(q.settle.texts(), q.claim, q.extendText(0, 1))...); err != nil {
+		return q.errorf("prepare", err)
+	}
+	return nil
+}
+
+func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limit int) ([]dialects.Row, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	if err := q.f.lockWriter(ctx); err != nil {
+		return nil, q.errorf("claim", err)
+	}
+	defer q.f.unlockWriter()
+	rows, err := q.query(ctx, q.claim,
+		sql.Named("until", formatTime(until)),
+		sql.Named("now", formatTime(now)),
+		sql.Named("group", q.group),
+		sql.Named("limit", int64(limit)))
+	if err != nil {
+		return nil, q.errorf("claim", err)
+	}
+	defer rows.Close()
+	var out []dialects.Row
+	for rows.Next() {
+		r, err := q.scanRow(rows, false)
+		if err != nil {
+			return nil, q.errorf("claim", err)
+		}
+		r.Token = until
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, q.errorf("claim", err)
+	}
+	// RETURNING yields rows in no particular order; deliveries go out in claim order.
+	slices.SortFunc(out, func(a, b dialects.Row) int { return cmpInt64(a.ID, b.ID) })
+	return out, nil
+}
+
+// scanRow reads id, payload[, attempt - 1][, headers][, key].
+func (q *queue) scanRow(rows *sql.Rows, withKey bool) (dialects.Row, error) {
+	var (
+		r       dialects.Row
+		attempt sql.NullInt64
+		key     sql.NullString
+	)
+	dest := []any{&r.ID, &r.Payload}
+	if q.hasAttempt {
+		dest = append(dest, &attempt)
+	}
+	if q.hasHeaders {
+		dest = append(dest, &r.Headers)
+	}
+	if withKey {
+		dest = append(dest, &key)
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return r, err
+	}
+	if r.Payload == nil {
+		r.Payload = []byte{}
+	}
+	r.Attempt = int(attempt.Int64)
+	r.Key = key.String
+	return r, nil
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []dialects.Lease) ([]int64, error) {
+	if len(held) == 0 {
+		return nil, nil
+	}
+	var moved []int64
+	for start := 0; start < len(held); start += maxExtend {
+		chunk := held[start:min(start+maxExtend, len(held))]
+		ids, err := q.extendChunk(ctx, until, chunk)
+		if err != nil {
+			return moved, err
+		}
+		moved = append(moved, ids...)
+	}
+	return moved, nil
+}
+
+func (q *leaseQueue) extendChunk(ctx context.Context, until time.Time, held []dialects.Lease) ([]int64, error) {
+	slot := bits.Len(uint(len(held) - 1)) // the smallest power of two >= len(held)
+	n := 1 << slot
+	text := q.extendText(slot, n)
+	args := make([]any, 0, 1+2*n)
+	args = append(args, formatTime(until))
+	for i := range n {
+		l := held[min(i, len(held)-1)]
+		args = append(args, l.ID, formatTime(l.Token))
+	}
+	if err := q.f.lockWriter(ctx); err != nil {
+		return nil, q.errorf("extend", err)
+	}
+	defer q.f.unlockWriter()
+	rows, err := q.query(ctx, text, args...)
+	if err != nil {
+		return nil, q.errorf("extend", err)
+	}
+	ids, err := scanIDs(rows)
+	if err != nil {
+		return nil, q.errorf("extend", err)
+	}
+	return ids, nil
+}
+
+func (q *leaseQueue) extendText(slot, n int) string {
+	q.extendMu.Lock()
+	defer q.extendMu.Unlock()
+	if q.extend[slot] == "" {
+		var b strings.Builder
+		b.Grow(len(q.extendPrefix) + 6*n + len(q.extendSuffix))
+		b.WriteString(q.extendPrefix)
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString("(?,?)")
+		}
+		b.WriteString(q.extendSuffix)
+		q.extend[slot] = b.String()
+	}
+	return q.extend[slot]
+}
+
+func (q *leaseQueue) SettleLease(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
+	id := sql.Named("id", held.ID)
+	token := sql.Named("token", formatTime(held.Token))
+	s := &q.settle
+	switch step.Kind {
+	case dialects.StepAck:
+		return q.exec(ctx, "ack", s.ack, id, token, sql.Named("now", formatTime(step.Now)))
+	case dialects.StepRetry, dialects.StepRelease:
+		return q.exec(ctx, step.Kind.String(), s.release, id, token)
+	case dialects.StepRetryAfter:
+		if s.retryAfter == "" {
+			return false, q.errorf("retry_after", errNoRetryAfter)
+		}
+		return q.exec(ctx, "retry_after", s.retryAfter, id, token, sql.Named("at", formatTime(step.At)))
+	case dialects.StepDeadLetter:
+		switch {
+		case s.deadGroup != "":
+			return q.exec(ctx, "dead-letter", s.deadGroup, id, token, sql.Named("dest", s.destGroup))
+		case s.moveInsert != "":
+			return q.move(ctx, id, token)
+		}
+		return false, q.errorf("dead-letter", errNoDeadLetter)
+	}
+	return false, q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
+}
+
+var (
+	errNoRetryAfter = errors.New("the table has no retry_after column")
+	errNoDeadLetter = errors.New("the subscription has no dead letter (DeadLetterGroup or DeadLetterTable)")
+)

@@ -1,0 +1,226 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// Open checks the subscription against the live database and builds its statements.
+func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Queue, error) {
+	if err := d.checkSpec(ctx, spec); err != nil {
+		return nil, err
+	}
+	f, err := d.fileEntry(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := spec.Table
+	base := queue{
+		d:          d,
+		f:          f,
+		name:       t.Name,
+		group:      spec.Group,
+		hasAttempt: t.Attempt != "",
+		hasHeaders: t.Headers != "",
+	}
+	if t.Form() == dialects.FormLease {
+		base.settle = buildSettle(spec, true)
+		lq := newLeaseQueue(base, t)
+		if err := lq.prepare(ctx); err != nil {
+			return nil, err
+		}
+		return lq, nil
+	}
+	base.settle = buildSettle(spec, false)
+	aq, err := newAdvisoryQueue(base, t)
+	if err != nil {
+		return nil, err
+	}
+	if err := aq.prepare(ctx); err != nil {
+		return nil, err
+	}
+	return aq, nil
+}
+
+// queue is what both forms share: the table, the file's writer turn, the settlements.
+type queue struct {
+	d          *Dialect
+	f          *file
+	name       string
+	group      string
+	hasAttempt bool
+	hasHeaders bool
+	settle     settleSQL
+}
+
+// Close has nothing to release: the prepared statements belong to the Dialect, which
+// shares them between queues on the same table and closes them itself.
+func (q *queue) Close() error { return nil }
+
+func (q *queue) errorf(op string, err error) error {
+	return fmt.Errorf("sqlite: %s on table %s: %w", op, q.name, err)
+}
+
+// settleSQL holds the settlement statements of one subscription. The lease form's are
+// fenced by :token and clear the lease; the advisory form's name the id only, since the
+// key excludes every other delivery. An empty text means the table cannot run that step.
+type settleSQL struct {
+	ack        string // :id, :now, :token
+	release    string // lease form only: :id, :token
+	retryAfter string // :id, :at, :token
+	deadGroup  string // :id, :dest, :token
+	destGroup  string
+	moveInsert string // :id, :token
+	moveDelete string // :id, :token
+}
+
+func buildSettle(spec dialects.QueueSpec, lease bool) settleSQL {
+	t := spec.Table
+	tq := quote(t.Name)
+	where := " WHERE " + quote(t.ID) + " = :id"
+	unlease := ""
+	if lease {
+		where += " AND " + quote(t.LockedUntil) + " = :token"
+		unlease = ", " + quote(t.LockedUntil) + " = NULL"
+	}
+	var s settleSQL
+	if t.ProcessedAt != "" {
+		s.ack = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = :now" + unlease + where
+	} else {
+		s.ack = "DELETE FROM " + tq + where
+	}
+	if lease {
+		s.release = "UPDATE " + tq + " SET " + quote(t.LockedUntil) + " = NULL" + where
+	}
+	if t.RetryAfter != "" {
+		s.retryAfter = "UPDATE " + tq + " SET " + quote(t.RetryAfter) + " = :at" + unlease + where
+	}
+	if spec.DeadLetterGroup != "" {
+		s.deadGroup = "UPDATE " + tq + " SET " + quote(t.Group) + " = :dest" + unlease + where
+		s.destGroup = spec.DeadLetterGroup
+	} else if spec.DeadLetterTable != "" {
+		cols := copyColumns(t)
+		names := make([]string, len(cols))
+		values := make([]string, len(cols))
+		for i, c := range cols {
+			names[i] = quote(c.Name)
+			values[i] = names[i]
+			// The moved row arrives without a lease.
+			if lease && strings.EqualFold(c.Name, t.LockedUntil) {
+				values[i] = "NULL"
+			}
+		}
+		s.moveInsert = "INSERT INTO " + quote(spec.DeadLetterTable) + " (" + strings.Join(names, ", ") +
+			") SELECT " + strings.Join(values, ", ") + " FROM " + tq + where
+		s.moveDelete = "DELETE FROM " + tq + where
+	}
+	return s
+}
+
+// texts lists the statements to prepare. The move runs as text in a transaction on a
+// connection of its own; preparing it here still checks it against the live schema.
+func (s *settleSQL) texts() []string {
+	return []string{s.ack, s.release, s.retryAfter, s.deadGroup, s.moveInsert, s.moveDelete}
+}
+
+// exec runs one write statement in this process's writer turn and reports whether it
+// changed a row.
+func (q *queue) exec(ctx context.Context, op, query string, args ...any) (bool, error) {
+	s, err := q.d.stmt(ctx, query)
+	if err != nil {
+		return false, q.errorf(op, err)
+	}
+	if err := q.f.lockWriter(ctx); err != nil {
+		return false, q.errorf(op, err)
+	}
+	defer q.f.unlockWriter()
+	res, err := s.ExecContext(ctx, args...)
+	if err != nil {
+		return false, q.errorf(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, q.errorf(op, err)
+	}
+	return n > 0, nil
+}
+
+// move copies the row into the dead-letter table and deletes it, in one transaction that
+// commits only if both statements changed the row. BEGIN IMMEDIATE takes the write lock
+// up front, where the busy handler can wait for it; a deferred transaction upgrading
+// from read to write would fail at once instead.
+func (q *queue) move(ctx context.Context, args ...any) (moved bool, err error) {
+	const op = "dead-letter move"
+	if err := q.f.lockWriter(ctx); err != nil {
+		return false, q.errorf(op, err)
+	}
+	defer q.f.unlockWriter()
+	conn, err := q.d.db.Conn(ctx)
+	if err != nil {
+		return false, q.errorf(op, err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return false, q.errorf(op, err)
+	}
+	committed := false
+	defer func() {
+		if committed {
+			return
+		}
+		// The rollback must run even when ctx is what ended the move.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, rerr := conn.ExecContext(rctx, "ROLLBACK"); rerr != nil {
+			// The transaction may still be open: the connection must not go back to
+			// the pool holding the write lock.
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			if err == nil {
+				err = q.errorf(op+" rollback", rerr)
+			}
+		}
+	}()
+	copied, err := changed(conn.ExecContext(ctx, q.settle.moveInsert, args...))
+	if err != nil {
+		return false, q.errorf(op+" insert", err)
+	}
+	deleted, err := changed(conn.ExecContext(ctx, q.settle.moveDelete, args...))
+	if err != nil {
+		return false, q.errorf(op+" delete", err)
+	}
+	if copied != 1 || deleted != 1 {
+		return false, nil
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return false, q.errorf(op+" commit", err)
+	}
+	committed = true
+	return true, nil
+}
+
+func changed(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// scanIDs reads a result of ids.
+func scanIDs(rows *sql.Rows) ([]int64, error) {
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return ids, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}

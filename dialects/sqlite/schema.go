@@ -1,0 +1,58 @@
+package sqlite
+
+import (
+	"strings"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// Schema renders the CREATE TABLE of a description and its claim index. Time columns
+// are TEXT in TimeLayout; an advisory key's placeholder columns that play no role are
+// TEXT too.
+func (d *Dialect) Schema(t dialects.Table) (string, error) {
+	if err := dialects.CheckDescription(t); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("CREATE TABLE IF NOT EXISTS " + quote(t.Name) + " (\n")
+	for i, c := range copyColumns(t) {
+		if i > 0 {
+			b.WriteString(",\n")
+		}
+		b.WriteString("  " + quote(c.Name) + " " + columnType(c.Role))
+	}
+	b.WriteString("\n);\n")
+
+	// The claim reads one group in id order; rows already processed stay out of the
+	// index, so a table that keeps history does not make claims scan it.
+	var idx []string
+	if t.Group != "" {
+		idx = append(idx, quote(t.Group))
+	}
+	if len(idx) > 0 || t.ProcessedAt != "" {
+		idx = append(idx, quote(t.ID))
+		b.WriteString("CREATE INDEX IF NOT EXISTS " + quote(t.Name+"_claim") + " ON " + quote(t.Name) +
+			" (" + strings.Join(idx, ", ") + ")")
+		if t.ProcessedAt != "" {
+			b.WriteString(" WHERE " + quote(t.ProcessedAt) + " IS NULL")
+		}
+		b.WriteString(";\n")
+	}
+	return b.String(), nil
+}
+
+func columnType(role string) string {
+	switch role {
+	case "ID":
+		return "INTEGER PRIMARY KEY"
+	case "Payload":
+		return "BLOB NOT NULL"
+	case "Group":
+		return "TEXT NOT NULL DEFAULT ''"
+	case "Attempt":
+		return "INTEGER NOT NULL DEFAULT 1"
+	}
+	// RetryAfter, ProcessedAt, LockedUntil (TimeLayout text), Headers (JSON text) and
+	// key placeholder columns.
+	return "TEXT"
+}

@@ -1,0 +1,122 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// columnsOf lists a table's columns; none when the table does not exist.
+func (d *Dialect) columnsOf(ctx context.Context, table string) ([]string, error) {
+	rows, err := d.db.QueryContext(ctx, "SELECT name FROM pragma_table_info(?)", table)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: read the columns of table %s: %w", table, err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, fmt.Errorf("sqlite: read the columns of table %s: %w", table, err)
+		}
+		names = append(names, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: read the columns of table %s: %w", table, err)
+	}
+	return names, nil
+}
+
+// checkTable refuses a description the live table cannot serve for publishing: the
+// checks every use of the table shares.
+func (d *Dialect) checkTable(ctx context.Context, t dialects.Table) error {
+	if err := dialects.CheckDescription(t); err != nil {
+		return err
+	}
+	have, err := d.columnsOf(ctx, t.Name)
+	if err != nil {
+		return err
+	}
+	// SQLite folds ASCII case in names.
+	return dialects.CheckColumns(t, have, true)
+}
+
+// checkSpec refuses a subscription SQLite cannot serve, before anything is claimed.
+func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) error {
+	t := spec.Table
+	if err := dialects.CheckDescription(t); err != nil {
+		return err
+	}
+	if t.Form() == dialects.FormRowLock {
+		return &dialects.ConfigError{Table: t.Name, Option: "Table.LockedUntil",
+			Reason: "SQLite has no row locks, so it cannot serve the row lock form",
+			Fix:    "add a LockedUntil column for the lease form, or an AdvisoryKey for the advisory form"}
+	}
+	if t.Isolation != "" {
+		return &dialects.ConfigError{Table: t.Name, Option: "Table.Isolation",
+			Reason: fmt.Sprintf("SQLite has no isolation level %q to open (its transactions are serializable)", t.Isolation),
+			Fix:    "drop Isolation and set Table.Mode (Deferred, Immediate or Exclusive) instead"}
+	}
+	have, err := d.columnsOf(ctx, t.Name)
+	if err != nil {
+		return err
+	}
+	if err := dialects.CheckColumns(t, have, true); err != nil {
+		return err
+	}
+	if spec.DeadLetterGroup != "" && spec.DeadLetterTable != "" {
+		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
+			Reason: "a dead letter is a group or a table, not both",
+			Fix:    "keep DeadLetterGroup or DeadLetterTable"}
+	}
+	if spec.DeadLetterGroup != "" && t.Group == "" {
+		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterGroup",
+			Reason: "a dead-letter group needs a group column, and the description names none",
+			Fix:    "set Table.Group to the table's group column, or dead-letter to a table (DeadLetterTable)"}
+	}
+	if spec.DeadLetterTable != "" {
+		return d.checkDeadLetterTable(ctx, t, spec.DeadLetterTable)
+	}
+	return nil
+}
+
+// checkDeadLetterTable requires every described column in the dead-letter table, since
+// the move copies each of them.
+func (d *Dialect) checkDeadLetterTable(ctx context.Context, t dialects.Table, dest string) error {
+	if strings.Contains(dest, ".") {
+		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
+			Reason: fmt.Sprintf("dead-letter table %q: a table name is one identifier without a dot", dest),
+			Fix:    "name the dead-letter table alone"}
+	}
+	if strings.EqualFold(dest, t.Name) {
+		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
+			Reason: "the dead-letter table is the queue table itself",
+			Fix:    "name another table, or use a dead-letter group"}
+	}
+	have, err := d.columnsOf(ctx, dest)
+	if err != nil {
+		return err
+	}
+	if len(have) == 0 {
+		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
+			Reason: fmt.Sprintf("the dead-letter table %q does not exist", dest),
+			Fix:    "create it with the queue table's columns (rowactor.Schema renders them)"}
+	}
+	for _, c := range copyColumns(t) {
+		found := false
+		for _, h := range have {
+			if strings.EqualFold(h, c.Name) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return &dialects.ConfigError{Table: t.Name, Column: c.Name, Option: "DeadLetterTable",
+				Reason: fmt.Sprintf("the dead-letter table %q has no column %q (Table.%s), which the move copies", dest, c.Name, c.Role),
+				Fix:    fmt.Sprintf("add column %q to table %q", c.Name, dest)}
+		}
+	}
+	return nil
+}
