@@ -49,12 +49,26 @@ type Dialect interface {
 
 // Limits is what a database allows the runtime to hold at once.
 type Limits struct {
-	// Connections is how many connections the runtime may hold for deliveries and claims
-	// together (row lock and advisory deliveries hold one each); 0 means no limit.
+	// Connections is how many pool connections one subscription may hold for its claims in
+	// flight and, in the forms that hold one per row (row lock, advisory), its deliveries in
+	// work: the pool's size less one, left for publishes and handlers' own queries. 0 means
+	// no limit (SQLite holds no connection per row).
 	Connections int
-	// ClaimsInFlight is how many claims of one subscription may run at once. SQLite has one
-	// writer, so concurrent claims only collide: 1.
+	// ClaimsInFlight is how many claims of one subscription may run at once; 0 means one
+	// per free worker. SQLite has one writer, so concurrent claims only collide: 1.
 	ClaimsInFlight int
+}
+
+// Notifier is a dialect that can wake subscriptions in other processes (PostgreSQL's
+// LISTEN/NOTIFY). Its publishers notify after each insert; notifications from a caller's
+// transaction are delivered when it commits.
+type Notifier interface {
+	// Listen holds one connection listening for publishes into any table and calls wake
+	// with each one's table and group (group "" wakes every queue of the table). After it
+	// connects, and after each reconnect (notifications sent meanwhile are lost), it calls
+	// wake("", "") so every subscription claims once. It returns when ctx ends; it
+	// reconnects with a capped backoff and never spins.
+	Listen(ctx context.Context, wake func(table, group string)) error
 }
 
 // Queue is one subscription's prepared statements. Its form is served by one of the
@@ -114,7 +128,8 @@ type Session interface {
 
 	// Unlock releases the key and ends the session: the connection returns to its pool
 	// when the database confirms the release, and is closed otherwise (ending the session
-	// and every lock it held). It reports whether the connection was closed.
+	// and every lock it held). A session that holds no key just ends. It reports whether
+	// the connection was closed.
 	Unlock(ctx context.Context) (closed bool, err error)
 
 	// Abort releases the key and closes the session's connection, for a delivery dropped
@@ -122,22 +137,29 @@ type Session interface {
 	Abort(ctx context.Context) error
 }
 
-// RowLockQueue serves the row lock form: the claim transaction holds the rows while their
-// handlers run, and its COMMIT is the settlement. (PostgreSQL and MySQL; not SQLite.)
+// RowLockQueue serves the row lock form: the claim transaction holds its row while the
+// handler runs, and its COMMIT is the settlement. (PostgreSQL and MySQL; not SQLite.)
+// Each claim holds one pool connection until it settles.
 type RowLockQueue interface {
 	Queue
 
-	// ClaimLocked opens a transaction at the table's isolation level and claims up to
-	// limit rows with FOR UPDATE SKIP LOCKED; the transaction stays open.
-	ClaimLocked(ctx context.Context, now time.Time, limit int) (LockedClaim, []Row, error)
+	// ClaimLocked opens a transaction at the table's isolation level and claims the first
+	// due row with FOR UPDATE SKIP LOCKED; the transaction stays open. ok is false (and
+	// the transaction ended) when no row is due.
+	ClaimLocked(ctx context.Context, now time.Time) (claim LockedClaim, ok bool, err error)
 }
 
-// LockedClaim is an open claim transaction of the row lock form.
+// LockedClaim is an open claim transaction of the row lock form, holding one row.
 type LockedClaim interface {
+	// Row is the claimed row (Attempt as the column reads: the row lock form counts
+	// attempts when a retry returns the row, so a crash spends none).
+	Row() Row
 	// Settle runs the step's statement in the claim transaction and ends it: COMMIT when
-	// the step wrote, ROLLBACK when nothing needed writing.
-	Settle(ctx context.Context, step Step, id int64) error
-	// Rollback ends the transaction without a settlement; the rows return at once.
+	// the step wrote, ROLLBACK when nothing needed writing (Retry without an attempt
+	// column). A failed statement rolls back: the row returns as it was.
+	Settle(ctx context.Context, step Step) error
+	// Rollback ends the transaction without a settlement; the row returns at once. When the
+	// rollback itself fails the connection is closed, so the server rolls it back.
 	Rollback(ctx context.Context) error
 }
 
