@@ -147,6 +147,8 @@ func (d *delivery) settle() Result {
 		r.Err = settler.Lease(ctx, cfg.Queue.(dialects.LeaseQueue), step, dialects.Lease{ID: row.ID, Token: token})
 	case dialects.FormAdvisory:
 		r.Closed, r.Err = settler.Advisory(ctx, d.claim.Session, step, row.ID)
+	case dialects.FormRowLock:
+		r.Err = settler.RowLock(ctx, d.claim.Locked, step, row.ID)
 	}
 	return r
 }
@@ -171,6 +173,12 @@ func (d *delivery) release(o settler.Outcome) Result {
 			r.Released = false
 			r.Err = err
 			cfg.Log.Warn("rowactor: could not release a lease; the row returns when it expires",
+				slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Any("error", err))
+		}
+	case dialects.FormRowLock:
+		if err := d.claim.Locked.Rollback(ctx); err != nil {
+			r.Err = err
+			cfg.Log.Warn("rowactor: could not roll a claim back cleanly; its connection was closed",
 				slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Any("error", err))
 		}
 	case dialects.FormAdvisory:

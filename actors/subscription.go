@@ -39,6 +39,8 @@ type Config struct {
 	Policy    supervision.Policy
 	// SettleTimeout bounds each settlement and release statement.
 	SettleTimeout time.Duration
+	// Limits bounds the connections the subscription holds and its claims in flight.
+	Limits dialects.Limits
 
 	// Ctx bounds the subscription's statements; Book holds its leases. Start sets both.
 	Ctx  context.Context
@@ -149,18 +151,22 @@ func (tickMsg) IgnoreDeadLetterLogging()       {}
 func (setWorkersMsg) IgnoreDeadLetterLogging() {}
 func (*drainMsg) IgnoreDeadLetterLogging()     {}
 
-// subscriptionActor keeps up to workers deliveries in work: it asks its claimer for as
-// many rows as there are free workers, one claim at a time, and spawns a delivery actor
-// per row. After a claim that filled its limit it claims again as soon as a worker is
-// free; after a short one it waits for the poll interval or a wake.
+// subscriptionActor keeps up to workers deliveries in work. It keeps a claim in flight
+// for each free worker (as far as the dialect's limits allow), each on a claimer actor of
+// its own, and spawns a delivery actor per claimed row. After a claim that came back
+// short it probes with one claim at a time until a claim fills again, and waits for the
+// poll interval or a wake before claiming at all.
 type subscriptionActor struct {
 	s        *Subscription
-	claimer  *actor.PID
+	claimers []*actor.PID // every claimer spawned, busy or idle
+	idle     []*actor.PID
 	renewer  *actor.PID
 	backoff  *supervision.Backoff
 	workers  int
-	claiming bool
+	inFlight int // claims in flight
+	asked    int // rows asked for by the claims in flight
 	due      bool
+	probing  bool
 	draining chan struct{}
 	timer    *time.Timer
 	stopped  atomic.Bool
@@ -171,12 +177,11 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actor.Started:
 		a.backoff = &supervision.Backoff{Policy: cfg.Policy, Decide: a.decide, OnRestart: a.onRestart}
-		a.claimer = c.Spawn(claimer.Props(claimer.Config{Queue: cfg.Queue, Form: cfg.Form, Lease: cfg.Lease, Now: cfg.Now, Ctx: cfg.Ctx}))
 		if cfg.Form == dialects.FormLease {
 			a.renewer = c.Spawn(leaserenewer.Props(leaserenewer.Config{
 				Queue: cfg.Queue.(dialects.LeaseQueue), Book: cfg.Book, Lease: cfg.Lease, Now: cfg.Now, Log: cfg.Log, Ctx: cfg.Ctx}))
 		}
-		a.due = true
+		a.due, a.probing = true, true
 		a.arm(c)
 		a.claim(c)
 	case tickMsg:
@@ -191,21 +196,24 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.due = true
 		a.claim(c)
 	case *claimer.Claimed:
-		a.claiming = false
-		if len(m.Claims) == m.Limit {
-			a.due = true
-		}
+		a.inFlight--
+		a.asked -= m.Limit
 		for _, cl := range m.Claims {
 			a.spawn(c, cl)
 		}
-		a.claim(c)
-		a.checkDrained()
-	case *claimer.Failed:
-		a.claiming = false
-		cfg.Log.Warn("rowactor: claim failed; the claimer restarts after a backoff",
-			slog.String("table", cfg.Table), slog.String("queue", cfg.QueueName), slog.Any("error", m.Err))
-		a.due = true
-		// The request waits in the failed claimer's suspended mailbox until its restart.
+		switch {
+		case m.Err != nil:
+			cfg.Log.Warn("rowactor: claim failed; the claimer restarts after a backoff",
+				slog.String("table", cfg.Table), slog.String("queue", cfg.QueueName), slog.Any("error", m.Err))
+			// Requests to a failed claimer wait in its suspended mailbox until its restart:
+			// probing keeps one of them in flight.
+			a.due, a.probing = true, true
+		case len(m.Claims) < m.Limit:
+			a.due, a.probing = false, true
+		default:
+			a.probing = false
+		}
+		a.idle = append(a.idle, c.Sender())
 		a.claim(c)
 		a.checkDrained()
 	case settledMsg:
@@ -228,19 +236,56 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 	}
 }
 
-// claim asks the claimer for as many rows as there are free workers, unless a claim is
-// in flight, nothing suggests there are rows, or the subscription drains.
+// claim starts claims while there may be due rows, a worker is free, and the limits
+// allow another claim in flight and the connections it needs.
 func (a *subscriptionActor) claim(c actor.Context) {
-	if a.draining != nil || a.stopped.Load() || a.claiming || !a.due {
-		return
+	cfg := &a.s.cfg
+	for a.draining == nil && !a.stopped.Load() && a.due {
+		inWork := int(a.s.inWork.Load())
+		free := a.workers - inWork - a.asked
+		if budget := cfg.Limits.Connections; budget > 0 {
+			held := a.inFlight // a claim holds a connection while it runs
+			if a.holdsConnections() {
+				held += inWork + a.asked - a.inFlight // and each row after it, until settled
+			}
+			free = min(free, budget-held)
+		}
+		maxInFlight := cfg.Limits.ClaimsInFlight
+		if maxInFlight <= 0 {
+			maxInFlight = a.workers
+		}
+		if a.probing {
+			maxInFlight = 1
+		}
+		if free <= 0 || a.inFlight >= maxInFlight {
+			return
+		}
+		limit := free
+		if cfg.Form == dialects.FormRowLock {
+			limit = 1 // one transaction, one connection, one row
+		}
+		a.inFlight++
+		a.asked += limit
+		c.Send(a.claimerFor(c), &claimer.Request{Limit: limit})
 	}
-	free := a.workers - int(a.s.inWork.Load())
-	if free <= 0 {
-		return
+}
+
+// holdsConnections says whether each delivery in work holds a pool connection.
+func (a *subscriptionActor) holdsConnections() bool {
+	return a.s.cfg.Form == dialects.FormRowLock || a.s.cfg.Form == dialects.FormAdvisory
+}
+
+// claimerFor returns an idle claimer, spawning one when all are busy.
+func (a *subscriptionActor) claimerFor(c actor.Context) *actor.PID {
+	if n := len(a.idle); n > 0 {
+		pid := a.idle[n-1]
+		a.idle = a.idle[:n-1]
+		return pid
 	}
-	a.claiming = true
-	a.due = false
-	c.Send(a.claimer, &claimer.Request{Limit: free})
+	cfg := &a.s.cfg
+	pid := c.Spawn(claimer.Props(claimer.Config{Queue: cfg.Queue, Form: cfg.Form, Lease: cfg.Lease, Now: cfg.Now, Ctx: cfg.Ctx}))
+	a.claimers = append(a.claimers, pid)
+	return pid
 }
 
 func (a *subscriptionActor) spawn(c actor.Context, cl claimer.Claim) {
@@ -254,7 +299,7 @@ func (a *subscriptionActor) spawn(c actor.Context, cl claimer.Claim) {
 }
 
 func (a *subscriptionActor) checkDrained() {
-	if a.draining != nil && !a.claiming && a.s.inWork.Load() == 0 {
+	if a.draining != nil && a.inFlight == 0 && a.s.inWork.Load() == 0 {
 		select {
 		case <-a.draining:
 		default:
@@ -274,16 +319,21 @@ func (a *subscriptionActor) arm(c actor.Context) {
 	})
 }
 
-// HandleFailure makes the subscription actor its children's supervisor: the claimer and
-// the renewer restart after a backoff; a delivery actor that fails is stopped, which
-// releases its row.
+// HandleFailure makes the subscription actor its children's supervisor: claimers and the
+// renewer restart after a backoff; a delivery actor that fails is stopped, which releases
+// its row.
 func (a *subscriptionActor) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, rs *actor.RestartStatistics, reason, msg any) {
 	a.backoff.HandleFailure(sys, sup, child, rs, reason, msg)
 }
 
 func (a *subscriptionActor) decide(child *actor.PID, _ any) supervision.Decision {
-	if child.Equal(a.claimer) || child.Equal(a.renewer) {
+	if child.Equal(a.renewer) {
 		return supervision.Restart
+	}
+	for _, pid := range a.claimers {
+		if child.Equal(pid) {
+			return supervision.Restart
+		}
 	}
 	return supervision.Stop
 }

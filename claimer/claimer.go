@@ -26,29 +26,26 @@ type Request struct{ Limit int }
 // IgnoreDeadLetterLogging: a request to a claimer that stopped is expected at shutdown.
 func (*Request) IgnoreDeadLetterLogging() {}
 
-// Claim is one claimed row and, in the advisory form, the session holding its key.
+// Claim is one claimed row and what holds it: the open claim transaction (row lock
+// form) or the session holding its key (advisory form); the lease form holds nothing.
 type Claim struct {
 	Row     dialects.Row
+	Locked  dialects.LockedClaim
 	Session dialects.Session
 }
 
-// Claimed answers a Request: the rows taken, fewer than asked when the queue ran short.
+// Claimed answers a Request, sent with the claimer as its sender: the rows taken (fewer
+// than asked when the queue ran short) and, when the claim failed part-way or at once,
+// the error. After a failure the claimer fails too, and its supervisor restarts it after
+// a backoff.
 type Claimed struct {
 	Limit  int
 	Claims []Claim
-	// Took is how long the claim took.
-	Took time.Duration
+	Err    error
 }
 
 // IgnoreDeadLetterLogging: the parent may have stopped meanwhile.
 func (*Claimed) IgnoreDeadLetterLogging() {}
-
-// Failed tells the parent that a claim failed; the claimer then fails and is restarted
-// after its backoff.
-type Failed struct{ Err error }
-
-// IgnoreDeadLetterLogging: the parent may have stopped meanwhile.
-func (*Failed) IgnoreDeadLetterLogging() {}
 
 // Config is what a claimer needs.
 type Config struct {
@@ -74,16 +71,12 @@ func (c *claimer) Receive(ctx actor.Context) {
 	if !ok {
 		return
 	}
-	start := time.Now()
 	claims, err := c.claim(req.Limit)
-	if len(claims) > 0 || err == nil {
-		ctx.Send(ctx.Parent(), &Claimed{Limit: req.Limit, Claims: claims, Took: time.Since(start)})
+	if err != nil && c.cfg.Ctx.Err() != nil {
+		err = nil // torn down: not a failure
 	}
+	ctx.Request(ctx.Parent(), &Claimed{Limit: req.Limit, Claims: claims, Err: err})
 	if err != nil {
-		if c.cfg.Ctx.Err() != nil {
-			return // torn down: not a failure
-		}
-		ctx.Send(ctx.Parent(), &Failed{Err: err})
 		panic(err) // the supervisor restarts this claimer after its backoff
 	}
 }
@@ -91,12 +84,25 @@ func (c *claimer) Receive(ctx actor.Context) {
 func (c *claimer) claim(limit int) ([]Claim, error) {
 	now := c.cfg.Now()
 	switch c.cfg.Form {
+	case dialects.FormRowLock:
+		lc, ok, err := c.cfg.Queue.(dialects.RowLockQueue).ClaimLocked(c.cfg.Ctx, now)
+		if err != nil || !ok {
+			return nil, wrapClaim(err)
+		}
+		return []Claim{{Row: lc.Row(), Locked: lc}}, nil
 	case dialects.FormLease:
 		return c.claimLeases(c.cfg.Queue.(dialects.LeaseQueue), now, limit)
 	case dialects.FormAdvisory:
 		return c.claimAdvisory(c.cfg.Queue.(dialects.AdvisoryQueue), now, limit)
 	}
 	return nil, fmt.Errorf("claimer: no claim for the %s form", c.cfg.Form)
+}
+
+func wrapClaim(err error) error {
+	if err != nil {
+		return fmt.Errorf("claim row lock: %w", err)
+	}
+	return nil
 }
 
 // claimLeases stamps up to limit rows with a lease in one commit.

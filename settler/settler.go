@@ -135,3 +135,12 @@ func Advisory(ctx context.Context, s dialects.Session, step dialects.Step, id in
 	}
 	return closed, err
 }
+
+// RowLock runs a row-lock step in the claim transaction and ends it: the COMMIT is the
+// settlement. A failed statement rolls back and the row returns as it was.
+func RowLock(ctx context.Context, c dialects.LockedClaim, step dialects.Step, id int64) error {
+	if err := c.Settle(ctx, step); err != nil {
+		return fmt.Errorf("settle %s of row %d: %w", step.Kind, id, err)
+	}
+	return nil
+}

@@ -44,7 +44,9 @@ func (d *Dialect) Schema(t dialects.Table) (string, error) {
 func columnType(role string) string {
 	switch role {
 	case "ID":
-		return "INTEGER PRIMARY KEY"
+		// AUTOINCREMENT: plain rowids reuse a deleted highest id, and a new row must never
+		// be mistaken for one already delivered (dedupe by id, late settlements by id).
+		return "INTEGER PRIMARY KEY AUTOINCREMENT"
 	case "Payload":
 		return "BLOB NOT NULL"
 	case "Group":

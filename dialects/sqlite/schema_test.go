@@ -16,7 +16,7 @@ func TestSchemaText(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "CREATE TABLE IF NOT EXISTS `jo``bs` (\n" +
-		"  `id` INTEGER PRIMARY KEY,\n" +
+		"  `id` INTEGER PRIMARY KEY AUTOINCREMENT,\n" +
 		"  `payload` BLOB NOT NULL,\n" +
 		"  `grp` TEXT NOT NULL DEFAULT '',\n" +
 		"  `attempt` INTEGER NOT NULL DEFAULT 1,\n" +
@@ -34,7 +34,7 @@ func TestSchemaText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = "CREATE TABLE IF NOT EXISTS `m` (\n  `id` INTEGER PRIMARY KEY,\n  `body` BLOB NOT NULL,\n  `account` TEXT\n);\n"
+	want = "CREATE TABLE IF NOT EXISTS `m` (\n  `id` INTEGER PRIMARY KEY AUTOINCREMENT,\n  `body` BLOB NOT NULL,\n  `account` TEXT\n);\n"
 	if got != want {
 		t.Errorf("schema:\n%s\nwant:\n%s", got, want)
 	}
