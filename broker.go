@@ -34,6 +34,9 @@ type Broker struct {
 	mu     sync.Mutex
 	subs   []*Subscription
 	pubs   map[Table]dialects.Publisher
+
+	stopListening context.CancelFunc
+	listening     chan struct{} // closed when the listener returned
 }
 
 var brokerSeq atomic.Int64
@@ -60,7 +63,36 @@ func New(d dialects.Dialect, opts ...Option) (*Broker, error) {
 	if b.sys == nil {
 		b.sys, b.ownsSys = actors.NewSystem(b.log), true
 	}
+	if n, ok := d.(dialects.Notifier); ok && !cfg.pollOnly {
+		b.listen(n)
+	}
 	return b, nil
+}
+
+// listen wakes this broker's subscriptions when another process publishes, through the
+// dialect's one listening connection. Polling stays the floor: a lost notification only
+// delays a row until the next poll.
+func (b *Broker) listen(n dialects.Notifier) {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.stopListening, b.listening = cancel, make(chan struct{})
+	go func() {
+		defer close(b.listening)
+		if err := n.Listen(ctx, b.wakeNotified); err != nil && ctx.Err() == nil {
+			b.log.Warn("rowactor: listening for publishes from other processes stopped; subscriptions poll",
+				slog.Any("error", err))
+		}
+	}()
+}
+
+// wakeNotified wakes the subscriptions a notification names; an empty table wakes all.
+func (b *Broker) wakeNotified(table, group string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, s := range b.subs {
+		if table == "" || (s.table.Name == table && (group == "" || s.table.Group == "" || s.queue == group)) {
+			s.run.Wake()
+		}
+	}
 }
 
 // Open opens a database by URL and returns a broker that owns it (Shutdown closes it).
@@ -153,6 +185,10 @@ func (b *Broker) Shutdown(ctx context.Context) (ShutdownReport, error) {
 		if err := s.q.Close(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if b.stopListening != nil {
+		b.stopListening()
+		<-b.listening
 	}
 	if b.ownsSys {
 		b.sys.Shutdown()

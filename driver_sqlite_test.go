@@ -75,6 +75,13 @@ func init() {
 			return tx, tx.Commit, tx.Rollback
 		},
 		timeValue: func(tm time.Time) any { return tm.UTC().Format(sqlite.TimeLayout) },
+		url: func(t *testing.T, d dialects.Dialect) string {
+			var file string
+			if err := sqliteDB(d).QueryRow("SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file); err != nil {
+				t.Fatal(err)
+			}
+			return "sqlite:" + file
+		},
 	})
 }
 

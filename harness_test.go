@@ -31,6 +31,9 @@ type driver struct {
 	count func(t *testing.T, d dialects.Dialect, query string, args ...any) int
 	// begin opens a transaction of the type PublishTx takes; commit or roll it back.
 	begin func(t *testing.T, d dialects.Dialect) (tx any, commit, rollback func() error)
+	// url returns what rowactor.Open takes to reach the dialect's database from another
+	// process.
+	url func(t *testing.T, d dialects.Dialect) string
 	// timeValue renders a time as the driver binds it into a time column.
 	timeValue func(time.Time) any
 }

@@ -1,6 +1,7 @@
 package rowactor_test
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -9,6 +10,9 @@ import (
 // TestMain fails the package if any goroutine outlives the tests: every broker is shut
 // down by its test, and Shutdown must leave nothing of rowactor's running.
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(runChild(spec)) // a consumer process started by a test
+	}
 	goleak.VerifyTestMain(m,
 		// database/sql's opener for a pool a test has not closed yet at exit is checked by
 		// the pools' own Close in cleanups; the SQLite driver keeps no goroutines.

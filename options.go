@@ -16,6 +16,7 @@ type brokerConfig struct {
 	system    *actor.ActorSystem
 	onSettled func(Settlement)
 	now       func() time.Time
+	pollOnly  bool
 }
 
 // WithLogger sends rowactor's logs to l. Without it rowactor logs warnings and errors
@@ -32,6 +33,12 @@ func WithActorSystem(sys *actor.ActorSystem) Option { return func(c *brokerConfi
 // statement that ran, and the error (ErrLeaseLost, ErrClosed, a database error) if it did
 // not take effect. It is called from delivery actors, concurrently, and must not block.
 func WithOnSettled(f func(Settlement)) Option { return func(c *brokerConfig) { c.onSettled = f } }
+
+// WithPollOnly turns off waking by the database's notifications (PostgreSQL LISTEN/NOTIFY),
+// which hold one connection for the broker's life; subscriptions then find rows published
+// by other processes at their next poll. Use it behind a pooler in transaction mode, where
+// LISTEN does not work. Publishes from this process still wake its subscriptions at once.
+func WithPollOnly() Option { return func(c *brokerConfig) { c.pollOnly = true } }
 
 // SubscribeOption configures one subscription.
 type SubscribeOption func(*subscribeConfig)
