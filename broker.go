@@ -35,6 +35,7 @@ type Broker struct {
 	subs   []*Subscription
 	pubs   map[Table]dialects.Publisher
 
+	dispatcher    *actors.Dispatcher
 	stopListening context.CancelFunc
 	listening     chan struct{} // closed when the listener returned
 }
@@ -53,8 +54,9 @@ func New(d dialects.Dialect, opts ...Option) (*Broker, error) {
 	}
 	b := &Broker{
 		d: d, log: cfg.log, onSettled: cfg.onSettled, now: cfg.now,
-		name: fmt.Sprintf("rowactor-%d", brokerSeq.Add(1)),
-		pubs: make(map[Table]dialects.Publisher),
+		name:       fmt.Sprintf("rowactor-%d", brokerSeq.Add(1)),
+		pubs:       make(map[Table]dialects.Publisher),
+		dispatcher: actors.NewDispatcher(time.Second),
 	}
 	if b.log == nil {
 		b.log = slog.New(warnOnly{slog.Default().Handler()})
@@ -190,6 +192,7 @@ func (b *Broker) Shutdown(ctx context.Context) (ShutdownReport, error) {
 		b.stopListening()
 		<-b.listening
 	}
+	b.dispatcher.Close()
 	if b.ownsSys {
 		b.sys.Shutdown()
 	}

@@ -87,7 +87,7 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 		Workers: cfg.workers, Lease: cfg.leaseLength(), Poll: cfg.poll,
 		Rules:   settler.Rules{MaxAttempts: cfg.maxAttempts, HasRetryAfter: t.RetryAfter != ""},
 		Handler: wrap(h, t.Name, queue),
-		Now:     b.now, Log: b.log, Policy: defaultPolicy, Limits: b.d.Limits(),
+		Now:     b.now, Log: b.log, Policy: defaultPolicy, Limits: b.d.Limits(), Dispatcher: b.dispatcher,
 		OnSettled: b.settledHook(t.Name, queue),
 	})
 	if err != nil {

@@ -62,7 +62,7 @@ func (d *delivery) Receive(c actor.Context) {
 	switch c.Message().(type) {
 	case *actor.Started:
 		sys, self := c.ActorSystem(), c.Self()
-		go d.run(sys, self)
+		d.sub.cfg.Dispatcher.Schedule(func() { d.run(sys, self) })
 	case handledMsg:
 		r := d.settle()
 		d.settled = true

@@ -41,6 +41,8 @@ type Config struct {
 	SettleTimeout time.Duration
 	// Limits bounds the connections the subscription holds and its claims in flight.
 	Limits dialects.Limits
+	// Dispatcher runs every mailbox and handler of the subscription.
+	Dispatcher *Dispatcher
 
 	// Ctx bounds the subscription's statements; Book holds its leases. Start sets both.
 	Ctx  context.Context
@@ -69,6 +71,9 @@ func Start(sys *actor.ActorSystem, name string, cfg Config) (*Subscription, erro
 	if cfg.SettleTimeout <= 0 {
 		cfg.SettleTimeout = statementTimeout
 	}
+	if cfg.Dispatcher == nil {
+		return nil, errors.New("rowactor: a subscription needs a dispatcher")
+	}
 	s := &Subscription{sys: sys, done: make(chan struct{})}
 	cfg.Ctx, s.stopStatements = context.WithCancel(context.Background())
 	s.handlerCtx, s.stopHandlers = context.WithCancel(context.Background())
@@ -76,7 +81,8 @@ func Start(sys *actor.ActorSystem, name string, cfg Config) (*Subscription, erro
 		cfg.Book = leaserenewer.NewBook()
 	}
 	s.cfg = cfg
-	pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &subscriptionActor{s: s, workers: cfg.Workers} }), name)
+	pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &subscriptionActor{s: s, workers: cfg.Workers} },
+		actor.WithDispatcher(cfg.Dispatcher)), name)
 	if err != nil {
 		s.stopStatements()
 		s.stopHandlers()
@@ -179,7 +185,8 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.backoff = &supervision.Backoff{Policy: cfg.Policy, Decide: a.decide, OnRestart: a.onRestart}
 		if cfg.Form == dialects.FormLease {
 			a.renewer = c.Spawn(leaserenewer.Props(leaserenewer.Config{
-				Queue: cfg.Queue.(dialects.LeaseQueue), Book: cfg.Book, Lease: cfg.Lease, Now: cfg.Now, Log: cfg.Log, Ctx: cfg.Ctx}))
+				Queue: cfg.Queue.(dialects.LeaseQueue), Book: cfg.Book, Lease: cfg.Lease, Now: cfg.Now, Log: cfg.Log, Ctx: cfg.Ctx,
+				Dispatcher: cfg.Dispatcher}))
 		}
 		a.due, a.probing = true, true
 		a.arm(c)
@@ -283,7 +290,8 @@ func (a *subscriptionActor) claimerFor(c actor.Context) *actor.PID {
 		return pid
 	}
 	cfg := &a.s.cfg
-	pid := c.Spawn(claimer.Props(claimer.Config{Queue: cfg.Queue, Form: cfg.Form, Lease: cfg.Lease, Now: cfg.Now, Ctx: cfg.Ctx}))
+	pid := c.Spawn(claimer.Props(claimer.Config{Queue: cfg.Queue, Form: cfg.Form, Lease: cfg.Lease, Now: cfg.Now, Ctx: cfg.Ctx,
+		Dispatcher: cfg.Dispatcher}))
 	a.claimers = append(a.claimers, pid)
 	return pid
 }
@@ -295,7 +303,7 @@ func (a *subscriptionActor) spawn(c actor.Context, cl claimer.Claim) {
 	}
 	a.s.inWork.Add(1)
 	d := &delivery{sub: a.s, claim: cl}
-	c.Spawn(actor.PropsFromProducer(func() actor.Actor { return d }))
+	c.Spawn(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithDispatcher(cfg.Dispatcher)))
 }
 
 func (a *subscriptionActor) checkDrained() {

@@ -57,11 +57,13 @@ type Config struct {
 	Now   func() time.Time
 	// Ctx bounds every claim; it ends when the subscription is torn down.
 	Ctx context.Context
+	// Dispatcher runs the claimer's mailbox; nil means Proto.Actor's default.
+	Dispatcher actor.Dispatcher
 }
 
 // Props returns the props of a claimer actor.
 func Props(cfg Config) *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return &claimer{cfg: cfg} })
+	return actor.PropsFromProducer(func() actor.Actor { return &claimer{cfg: cfg} }, dispatch(cfg.Dispatcher)...)
 }
 
 type claimer struct{ cfg Config }
@@ -96,6 +98,13 @@ func (c *claimer) claim(limit int) ([]Claim, error) {
 		return c.claimAdvisory(c.cfg.Queue.(dialects.AdvisoryQueue), now, limit)
 	}
 	return nil, fmt.Errorf("claimer: no claim for the %s form", c.cfg.Form)
+}
+
+func dispatch(d actor.Dispatcher) []actor.PropsOption {
+	if d == nil {
+		return nil
+	}
+	return []actor.PropsOption{actor.WithDispatcher(d)}
 }
 
 func wrapClaim(err error) error {

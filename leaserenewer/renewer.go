@@ -22,6 +22,8 @@ type Config struct {
 	Ctx context.Context
 	// OnRound, if set, is told of each round's size and the leases it found lost.
 	OnRound func(extended, lost int, err error)
+	// Dispatcher runs the renewer's mailbox; nil means Proto.Actor's default.
+	Dispatcher actor.Dispatcher
 }
 
 // tick asks the renewer for a round. It implements actor.IgnoreDeadLetterLogging: a tick
@@ -34,7 +36,11 @@ func (tick) IgnoreDeadLetterLogging() {}
 // the book in one statement. A round that fails leaves every token as it was; the next
 // round tries again.
 func Props(cfg Config) *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return &renewer{cfg: cfg} })
+	var opts []actor.PropsOption
+	if cfg.Dispatcher != nil {
+		opts = append(opts, actor.WithDispatcher(cfg.Dispatcher))
+	}
+	return actor.PropsFromProducer(func() actor.Actor { return &renewer{cfg: cfg} }, opts...)
 }
 
 type renewer struct {
