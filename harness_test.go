@@ -20,6 +20,8 @@ import (
 type driver struct {
 	name  string
 	forms []rowactor.Form
+	// notifies says the database wakes subscriptions in other processes (LISTEN/NOTIFY).
+	notifies bool
 	// open returns a new dialect on the test's database; every call within one test
 	// reaches the same database (two brokers in one test share it).
 	open func(t *testing.T) func() dialects.Dialect

@@ -23,13 +23,18 @@ type ConfigError struct {
 
 func (e *ConfigError) Error() string {
 	var b strings.Builder
-	b.WriteString("rowactor: table ")
-	fmt.Fprintf(&b, "%q", e.Table)
+	b.WriteString("rowactor: ")
+	sep := ""
+	if e.Table != "" {
+		fmt.Fprintf(&b, "table %q", e.Table)
+		sep = ", "
+	}
 	if e.Column != "" {
-		fmt.Fprintf(&b, ", column %q", e.Column)
+		fmt.Fprintf(&b, "%scolumn %q", sep, e.Column)
+		sep = ", "
 	}
 	if e.Option != "" {
-		fmt.Fprintf(&b, ", %s", e.Option)
+		fmt.Fprintf(&b, "%s%s", sep, e.Option)
 	}
 	b.WriteString(": ")
 	b.WriteString(e.Reason)

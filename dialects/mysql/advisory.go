@@ -1,0 +1,306 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// advisoryQueue serves the advisory lock form with GET_LOCK, each key on a dedicated pool
+// connection.
+//
+// Candidate.Key is the key text (e.g. "jobs-7"), as in the other dialects, and it is what
+// a delivery reports as its key. The lock name is derived from it in SQL by one rendering
+// (lockNameExpr): Candidates applies it to the row's key text to pass over keys in use,
+// and sessions apply it to the key text they are given, so both name the same lock
+// whatever the database's name or the key's characters; LockName computes it in Go.
+type advisoryQueue struct {
+	queue
+	cl claimable
+	// candidates: claimable args, then the limit.
+	candidates string
+	// count counts the attempt if the row is still claimable: id, claimable args.
+	count string
+	// read reads the counted row: id. Without an attempt column it is the guarded take
+	// itself: id, claimable args.
+	read      string
+	readGuard bool
+	// lock and unlock take the key text lockArgs times.
+	lock, unlock string
+	lockArgs     int
+}
+
+var _ dialects.AdvisoryQueue = (*advisoryQueue)(nil)
+
+func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
+	key, err := keyText(t.AdvisoryKey)
+	if err != nil {
+		return nil, err
+	}
+	tq, id := quote(t.Name), quote(t.ID)
+	cl := newClaimable(t, false)
+	q := &advisoryQueue{
+		queue: base,
+		cl:    cl,
+		candidates: "SELECT " + id + ", " + key + " FROM " + tq + " WHERE " + cl.where +
+			" AND IS_USED_LOCK(" + lockNameExpr(key) + ") IS NULL ORDER BY " + id + " LIMIT ?",
+	}
+	if t.Attempt != "" {
+		at := quote(t.Attempt)
+		q.count = "UPDATE " + tq + " SET " + at + " = " + at + " + 1 WHERE " + id + " = ? AND " + cl.where
+		q.read = "SELECT " + rowColumns(t, true) + " FROM " + tq + " WHERE " + id + " = ?"
+	} else {
+		q.read = "SELECT " + rowColumns(t, false) + " FROM " + tq + " WHERE " + id + " = ? AND " + cl.where
+		q.readGuard = true
+	}
+	name := lockNameExpr(utf8mb4("?"))
+	q.lock = "SELECT GET_LOCK(" + name + ", 0)"
+	q.unlock = "SELECT RELEASE_LOCK(" + name + ")"
+	q.lockArgs = strings.Count(name, "?")
+	return q, nil
+}
+
+func (q *advisoryQueue) texts() []string {
+	return []string{q.candidates, q.count, q.read, q.lock, q.unlock}
+}
+
+// Candidates passes over rows whose key's lock is held by any session (IS_USED_LOCK),
+// this process's included, so the limit fills with keys that may be free.
+func (q *advisoryQueue) Candidates(ctx context.Context, now time.Time, limit int) ([]dialects.Candidate, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	s, err := q.d.stmt(ctx, q.candidates)
+	if err != nil {
+		return nil, q.errorf("candidates", err)
+	}
+	rows, err := s.QueryContext(ctx, append(q.cl.args(nil, q.group, now), limit)...)
+	if err != nil {
+		return nil, q.errorf("candidates", err)
+	}
+	defer rows.Close()
+	var out []dialects.Candidate
+	for rows.Next() {
+		var c dialects.Candidate
+		if err := rows.Scan(&c.ID, &c.Key); err != nil {
+			return nil, q.errorf("candidates", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, q.errorf("candidates", err)
+	}
+	return out, nil
+}
+
+// Session takes a pool connection for one key: GET_LOCK locks belong to the connection's
+// server session, so it is held until the key is unlocked.
+func (q *advisoryQueue) Session(ctx context.Context) (dialects.Session, error) {
+	conn, err := q.d.db.Conn(ctx)
+	if err != nil {
+		return nil, q.errorf("advisory session", err)
+	}
+	return &session{q: q, conn: conn}, nil
+}
+
+// session is a dedicated connection holding at most one key. Its statements run in
+// autocommit, as text (database/sql prepares statements per pool, not per *sql.Conn).
+type session struct {
+	q *advisoryQueue
+
+	// mu serialises the session's statements: a shutdown may abort it while its delivery
+	// settles.
+	mu   sync.Mutex
+	conn *sql.Conn // nil once ended
+	key  string
+	held bool
+	// dirty says the connection may hold state the pool must not get back: a lock whose
+	// GET_LOCK failed midway, or a transaction whose end failed.
+	dirty bool
+}
+
+var errSessionEnded = errors.New("the advisory session has ended")
+
+func (s *session) lockArgs() []any {
+	args := make([]any, s.q.lockArgs)
+	for i := range args {
+		args[i] = s.key
+	}
+	return args
+}
+
+// TryLock runs GET_LOCK with no wait: 1 is locked; 0 (held elsewhere) or NULL is not.
+func (s *session) TryLock(ctx context.Context, key string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.q
+	if s.conn == nil {
+		return false, q.errorf("lock", errSessionEnded)
+	}
+	if s.held {
+		return false, q.errorf("lock", fmt.Errorf("the session already holds key %q", s.key))
+	}
+	s.key = key
+	var got sql.NullInt64
+	if err := s.conn.QueryRowContext(ctx, q.lock, s.lockArgs()...).Scan(&got); err != nil {
+		// The lock may have been taken before the failure.
+		s.dirty = true
+		return false, q.errorf("lock", err)
+	}
+	if got.Valid && got.Int64 == 1 {
+		s.held = true
+		return true, nil
+	}
+	return false, nil
+}
+
+// Take counts the attempt if the row is still claimable, then reads it (the attempt as it
+// stood before the count). Without an attempt column it only reads the row, if claimable.
+func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.Row, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.q
+	if s.conn == nil {
+		return dialects.Row{}, false, q.errorf("take", errSessionEnded)
+	}
+	args := q.cl.args([]any{id}, q.group, now)
+	if q.count != "" {
+		n, err := affected(s.conn.ExecContext(ctx, q.count, args...))
+		if err != nil {
+			return dialects.Row{}, false, q.errorf("take", err)
+		}
+		if n == 0 {
+			return dialects.Row{}, false, nil
+		}
+		args = args[:1]
+	}
+	r, err := q.scanRow(s.conn.QueryRowContext(ctx, q.read, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		// Counted, then deleted by someone who ignores the key: nothing to deliver.
+		return dialects.Row{}, false, nil
+	}
+	if err != nil {
+		return dialects.Row{}, false, q.errorf("take", err)
+	}
+	r.Key = s.key
+	return r, true, nil
+}
+
+// Settle runs the step's statement on the session, in autocommit; a dead letter into a
+// table moves the row in a transaction on the session. A statement that changes no row
+// still settles: the key kept every other delivery away.
+func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.q
+	op := step.Kind.String()
+	if s.conn == nil {
+		return q.errorf(op, errSessionEnded)
+	}
+	text, args, move, err := q.settle.statement(step, id)
+	if err != nil {
+		return q.errorf(op, err)
+	}
+	if move {
+		if _, err := withRetry(ctx, func() (bool, error) { return s.move(ctx, args) }); err != nil {
+			return q.errorf("dead-letter move", err)
+		}
+		return nil
+	}
+	if text == "" {
+		// Retry: the take counted the attempt; the unlock returns the row.
+		return nil
+	}
+	if _, err := s.conn.ExecContext(ctx, text, args...); err != nil {
+		return q.errorf(op, err)
+	}
+	return nil
+}
+
+// move copies the row into the dead-letter table and deletes it in one READ COMMITTED
+// transaction on the session's connection.
+func (s *session) move(ctx context.Context, args []any) (bool, error) {
+	tx, err := s.conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		s.dirty = true
+		return false, err
+	}
+	moved, err := s.q.move(ctx, tx, args)
+	if err != nil || !moved {
+		if rerr := tx.Rollback(); rerr != nil {
+			s.dirty = true
+		}
+		return false, err
+	}
+	if err := tx.Commit(); err != nil {
+		s.dirty = true
+		return false, fmt.Errorf("commit: %w", err)
+	}
+	return true, nil
+}
+
+// Unlock releases the key and ends the session. The connection returns to the pool only
+// when RELEASE_LOCK answers 1; otherwise (0: held by another session, NULL: not held, or
+// an error) it is closed, which ends the server session and any lock it still held.
+func (s *session) Unlock(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return false, nil
+	}
+	conn := s.conn
+	s.conn = nil
+	if !s.held {
+		if s.dirty {
+			discard(conn)
+			return true, nil
+		}
+		_ = conn.Close()
+		return false, nil
+	}
+	s.held = false
+	var got sql.NullInt64
+	err := conn.QueryRowContext(ctx, s.q.unlock, s.lockArgs()...).Scan(&got)
+	if err == nil && got.Valid && got.Int64 == 1 && !s.dirty {
+		_ = conn.Close()
+		return false, nil
+	}
+	discard(conn)
+	if err != nil {
+		return true, s.q.errorf("unlock", err)
+	}
+	return true, nil
+}
+
+// Abort releases the key if it can and always closes the connection: whatever state the
+// session was in (a statement cut off, a transaction open), the server forgets it.
+func (s *session) Abort(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return nil
+	}
+	conn := s.conn
+	s.conn = nil
+	var err error
+	if s.held {
+		s.held = false
+		// Released first so the key is free when Abort returns; the server would free it
+		// when the connection closes, but not necessarily before another claim looks.
+		rctx, cancel := cleanupCtx(ctx)
+		var got sql.NullInt64
+		err = conn.QueryRowContext(rctx, s.q.unlock, s.lockArgs()...).Scan(&got)
+		cancel()
+	}
+	discard(conn)
+	if err != nil {
+		return s.q.errorf("abort", fmt.Errorf("release the key (the connection was closed instead): %w", err))
+	}
+	return nil
+}

@@ -1,0 +1,298 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+var ctx = context.Background()
+
+// t0 is whole seconds plus a fraction finer than a microsecond: tokens must still match
+// once truncated to DATETIME(6).
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 123456789, time.UTC)
+
+// testDSN is the server the tests run against. It must be reachable: the tests fail,
+// never skip, without it.
+func testDSN() string {
+	if dsn := os.Getenv("ROWACTOR_MYSQL_DSN"); dsn != "" {
+		return dsn
+	}
+	return "root@tcp(127.0.0.1:3306)/test?parseTime=true"
+}
+
+func newDialect(t *testing.T) *Dialect {
+	t.Helper()
+	d, err := Open(ctx, testDSN())
+	if err != nil {
+		t.Fatalf("the MySQL test server is unreachable (set ROWACTOR_MYSQL_DSN): %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+var tableSeq atomic.Int64
+
+// tableName returns a table name unique to this run, dropped when the test ends.
+func tableName(t *testing.T, d *Dialect, prefix string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s_%d_%d", prefix, time.Now().UnixNano()%1e9, tableSeq.Add(1))
+	dropLater(t, name)
+	return name
+}
+
+// dropLater drops the table when the test ends, on a connection of its own (the test's
+// dialects may be closed by then), never waiting long for a lock.
+func dropLater(t *testing.T, name string) {
+	t.Cleanup(func() {
+		db, err := sql.Open("mysql", testDSN())
+		if err != nil {
+			t.Errorf("drop %s: %v", name, err)
+			return
+		}
+		defer db.Close()
+		c, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		conn, err := db.Conn(c)
+		if err != nil {
+			t.Errorf("drop %s: %v", name, err)
+			return
+		}
+		defer conn.Close()
+		if _, err := conn.ExecContext(c, "SET SESSION lock_wait_timeout = 10"); err != nil {
+			t.Errorf("drop %s: %v", name, err)
+		}
+		if _, err := conn.ExecContext(c, "DROP TABLE IF EXISTS "+quote(name)); err != nil {
+			t.Errorf("drop %s: %v", name, err)
+		}
+	})
+}
+
+func mustExec(t *testing.T, db *sql.DB, query string, args ...any) sql.Result {
+	t.Helper()
+	res, err := db.ExecContext(ctx, query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return res
+}
+
+// createTable creates the table Schema renders for tbl.
+func createTable(t *testing.T, d *Dialect, tbl dialects.Table) {
+	t.Helper()
+	ddl, err := d.Schema(tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range strings.Split(ddl, ";\n") {
+		if strings.TrimSpace(s) != "" {
+			mustExec(t, d.DB(), s)
+		}
+	}
+}
+
+func leaseTable(name string) dialects.Table {
+	return dialects.Table{Name: name, ID: "id", Payload: "payload", Group: "grp", Attempt: "attempt",
+		RetryAfter: "retry_after", LockedUntil: "locked_until", Headers: "headers"}
+}
+
+func rowLockTable(name string) dialects.Table {
+	return dialects.Table{Name: name, ID: "id", Payload: "payload", Group: "grp", Attempt: "attempt",
+		RetryAfter: "retry_after", Headers: "headers"}
+}
+
+// newTable creates a fresh table of shape (given its unique name) and returns its
+// description.
+func newTable(t *testing.T, d *Dialect, prefix string, shape func(string) dialects.Table) dialects.Table {
+	t.Helper()
+	tbl := shape(tableName(t, d, prefix))
+	createTable(t, d, tbl)
+	return tbl
+}
+
+func openQueue(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.Queue {
+	t.Helper()
+	q, err := d.Open(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	return q
+}
+
+func openLease(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.LeaseQueue {
+	t.Helper()
+	q := openQueue(t, d, spec)
+	lq, ok := q.(dialects.LeaseQueue)
+	if !ok {
+		t.Fatalf("Open returned %T, not a LeaseQueue", q)
+	}
+	return lq
+}
+
+func openRowLock(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.RowLockQueue {
+	t.Helper()
+	q := openQueue(t, d, spec)
+	rq, ok := q.(dialects.RowLockQueue)
+	if !ok {
+		t.Fatalf("Open returned %T, not a RowLockQueue", q)
+	}
+	return rq
+}
+
+func openAdvisory(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.AdvisoryQueue {
+	t.Helper()
+	q := openQueue(t, d, spec)
+	aq, ok := q.(dialects.AdvisoryQueue)
+	if !ok {
+		t.Fatalf("Open returned %T, not an AdvisoryQueue", q)
+	}
+	return aq
+}
+
+func publish(t *testing.T, d *Dialect, tbl dialects.Table, m dialects.Message) int64 {
+	t.Helper()
+	p, err := d.Publisher(ctx, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Publish(ctx, nil, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// rowState is a row as stored; NULL times are nil.
+type rowState struct {
+	Attempt     int
+	Group       string
+	LockedUntil *time.Time
+	RetryAfter  *time.Time
+	ProcessedAt *time.Time
+}
+
+// stateOf reads the columns a description names (unnamed ones read as zero).
+func stateOf(t *testing.T, d *Dialect, tbl dialects.Table, id int64) (rowState, bool) {
+	t.Helper()
+	col := func(name string) string {
+		if name == "" {
+			return "NULL"
+		}
+		return quote(name)
+	}
+	var (
+		s                   rowState
+		attempt             sql.NullInt64
+		group               sql.NullString
+		locked, retry, proc sql.NullTime
+	)
+	err := d.DB().QueryRowContext(ctx, "SELECT "+col(tbl.Attempt)+", "+col(tbl.Group)+", "+col(tbl.LockedUntil)+", "+
+		col(tbl.RetryAfter)+", "+col(tbl.ProcessedAt)+" FROM "+quote(tbl.Name)+" WHERE "+quote(tbl.ID)+" = ?", id).
+		Scan(&attempt, &group, &locked, &retry, &proc)
+	if errors.Is(err, sql.ErrNoRows) {
+		return s, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Attempt, s.Group = int(attempt.Int64), group.String
+	nt := func(n sql.NullTime) *time.Time {
+		if !n.Valid {
+			return nil
+		}
+		return &n.Time
+	}
+	s.LockedUntil, s.RetryAfter, s.ProcessedAt = nt(locked), nt(retry), nt(proc)
+	return s, true
+}
+
+func count(t *testing.T, db *sql.DB, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+func configError(t *testing.T, err error) *dialects.ConfigError {
+	t.Helper()
+	var ce *dialects.ConfigError
+	if !errors.As(err, &ce) || !errors.Is(err, dialects.ErrConfig) {
+		t.Fatalf("want a *ConfigError, got %T %v", err, err)
+	}
+	if ce.Fix == "" || ce.Reason == "" {
+		t.Errorf("config error without reason or fix: %v", err)
+	}
+	return ce
+}
+
+func contains(t *testing.T, s, sub string) {
+	t.Helper()
+	if !strings.Contains(s, sub) {
+		t.Errorf("%q does not contain %q", s, sub)
+	}
+}
+
+// sameTime fails unless got is exactly want (to the microsecond DATETIME(6) keeps).
+func sameTime(t *testing.T, what string, got *time.Time, want time.Time) {
+	t.Helper()
+	if got == nil {
+		t.Errorf("%s is NULL, want %v", what, want)
+		return
+	}
+	if !got.Equal(dbTime(want)) || got.Location() != time.UTC {
+		t.Errorf("%s = %v, want exactly %v", what, got, dbTime(want))
+	}
+}
+
+func ids(rows []dialects.Row) []int64 {
+	var out []int64
+	for _, r := range rows {
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+// connectionAlive reports whether a server session with this id still exists.
+func connectionAlive(t *testing.T, db *sql.DB, id int64) bool {
+	t.Helper()
+	return count(t, db, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id) > 0
+}
+
+// waitGone waits for the server to end the session (a closed connection's COM_QUIT is
+// handled asynchronously).
+func waitGone(t *testing.T, db *sql.DB, id int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for connectionAlive(t, db, id) {
+		if time.Now().After(deadline) {
+			t.Fatalf("server session %d still alive", id)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// fill inserts n rows of payload "p" in group into table.
+func fill(t *testing.T, d *Dialect, table string, n int, group string) {
+	t.Helper()
+	for n > 0 {
+		k := min(n, 500)
+		args := make([]any, 0, 2*k)
+		for range k {
+			args = append(args, []byte("p"), group)
+		}
+		mustExec(t, d.DB(), "INSERT INTO "+quote(table)+" (payload, grp) VALUES "+
+			strings.TrimSuffix(strings.Repeat("(?, ?),", k), ","), args...)
+		n -= k
+	}
+}

@@ -1,0 +1,352 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/bits"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// listSlots bounds the id lists one statement names: 1<<(listSlots-1) = 4096 ids (8193
+// placeholders in an extension), far below MySQL's 65535 placeholders.
+const (
+	listSlots = 13
+	maxList   = 1 << (listSlots - 1)
+)
+
+// inList builds statements around a list of n items, n a power of two: a short list is
+// padded by repeating its last item (a repeated id or (id, token) pair changes nothing),
+// so a handful of texts serve every length and each is prepared once.
+type inList struct {
+	prefix, item, suffix string
+
+	mu    sync.Mutex
+	texts [listSlots]string
+}
+
+// slotOf returns the slot of a list of n items (n >= 1) and its padded length.
+func slotOf(n int) (slot, padded int) {
+	slot = bits.Len(uint(n - 1))
+	return slot, 1 << slot
+}
+
+func (l *inList) text(slot int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.texts[slot] == "" {
+		n := 1 << slot
+		var b strings.Builder
+		b.Grow(len(l.prefix) + (len(l.item)+1)*n + len(l.suffix))
+		b.WriteString(l.prefix)
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(l.item)
+		}
+		b.WriteString(l.suffix)
+		l.texts[slot] = b.String()
+	}
+	return l.texts[slot]
+}
+
+// idArgs appends ids padded to n to dst.
+func idArgs(dst []any, ids []int64, n int) []any {
+	for i := range n {
+		dst = append(dst, ids[min(i, len(ids)-1)])
+	}
+	return dst
+}
+
+// leaseQueue serves the lease form. MySQL cannot return the rows an UPDATE changed, so a
+// claim is a short READ COMMITTED transaction: a locking read of the due rows that skips
+// rows other claims hold, one UPDATE stamping the lease on the ids it read, and a commit.
+// The read's locks last until the commit, so claims of one queue run one at a time (sem):
+// concurrent claims would only skip each other's rows and hold more locks for longer.
+type leaseQueue struct {
+	queue
+	cl claimable
+	// claim selects the due rows: claimable args, then the limit.
+	claim string
+	// stamp writes the lease on an id list: until, ids, now.
+	stamp inList
+	// holding reads which of an id list hold a token: ids, token.
+	holding inList
+	// extend moves leases: until, (id, token) pairs.
+	extend inList
+
+	sem chan struct{}
+}
+
+var _ dialects.LeaseQueue = (*leaseQueue)(nil)
+
+func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
+	tq, id, lu := quote(t.Name), quote(t.ID), quote(t.LockedUntil)
+	cl := newClaimable(t, true)
+	set := lu + " = ?"
+	if t.Attempt != "" {
+		set += ", " + quote(t.Attempt) + " = " + quote(t.Attempt) + " + 1"
+	}
+	return &leaseQueue{
+		queue: base,
+		cl:    cl,
+		claim: "SELECT " + rowColumns(t, false) + " FROM " + tq + " WHERE " + cl.where +
+			" ORDER BY " + id + " LIMIT ? FOR UPDATE SKIP LOCKED",
+		stamp: inList{prefix: "UPDATE " + tq + " SET " + set + " WHERE " + id + " IN (", item: "?",
+			suffix: ") AND (" + lu + " IS NULL OR " + lu + " <= ?)"},
+		holding: inList{prefix: "SELECT " + id + " FROM " + tq + " WHERE " + id + " IN (", item: "?",
+			suffix: ") AND " + lu + " = ?"},
+		extend: inList{prefix: "UPDATE " + tq + " SET " + lu + " = ? WHERE (" + id + ", " + lu + ") IN (", item: "(?,?)",
+			suffix: ")"},
+		sem: make(chan struct{}, 1),
+	}
+}
+
+// texts lists the statements to prepare at Open (the list statements at one item).
+func (q *leaseQueue) texts() []string {
+	return []string{q.claim, q.stamp.text(0), q.holding.text(0), q.extend.text(0)}
+}
+
+func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limit int) ([]dialects.Row, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	limit = min(limit, maxList)
+	select {
+	case q.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, q.errorf("claim", ctx.Err())
+	}
+	defer func() { <-q.sem }()
+	rows, err := withRetry(ctx, func() ([]dialects.Row, error) { return q.claimOnce(ctx, now, until, limit) })
+	if err != nil {
+		return nil, q.errorf("claim", err)
+	}
+	return rows, nil
+}
+
+// claimOnce runs one claim transaction.
+func (q *leaseQueue) claimOnce(ctx context.Context, now, until time.Time, limit int) (_ []dialects.Row, err error) {
+	x, err := q.d.begin(ctx, sql.LevelReadCommitted)
+	if err != nil {
+		return nil, err
+	}
+	done := false
+	defer func() {
+		if !done {
+			_ = x.rollback()
+		}
+	}()
+	sel, err := q.d.stmt(ctx, q.claim)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := x.tx.StmtContext(ctx, sel).QueryContext(ctx, append(q.cl.args(nil, q.group, now), limit)...)
+	if err != nil {
+		return nil, err
+	}
+	var rows []dialects.Row
+	for rs.Next() {
+		r, err := q.scanRow(rs)
+		if err != nil {
+			rs.Close()
+			return nil, err
+		}
+		r.Token = until
+		rows = append(rows, r)
+	}
+	if err := rs.Close(); err != nil {
+		return nil, err
+	}
+	if err := rs.Err(); err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		done = true
+		return nil, x.rollback()
+	}
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	slot, n := slotOf(len(ids))
+	stamp, err := q.d.stmt(ctx, q.stamp.text(slot))
+	if err != nil {
+		return nil, err
+	}
+	args := make([]any, 0, n+2)
+	args = append(args, dbTime(until))
+	args = idArgs(args, ids, n)
+	args = append(args, dbTime(now))
+	stamped, err := affected(x.tx.StmtContext(ctx, stamp).ExecContext(ctx, args...))
+	if err != nil {
+		return nil, err
+	}
+	if stamped < int64(len(ids)) {
+		// The locking read saw every row free and holds it, so this should not happen;
+		// should a row have found a live lease, only the rows carrying this claim's
+		// token are delivered.
+		held, err := q.holdingIDs(ctx, x.tx, ids, until)
+		if err != nil {
+			return nil, err
+		}
+		kept := rows[:0]
+		for _, r := range rows {
+			if _, ok := held[r.ID]; ok {
+				kept = append(kept, r)
+			}
+		}
+		rows = kept
+	}
+	done = true
+	if err := x.commit(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return rows, nil
+}
+
+// holdingIDs reads which of ids hold token, in tx, or on the pool when tx is nil.
+func (q *leaseQueue) holdingIDs(ctx context.Context, tx *sql.Tx, ids []int64, token time.Time) (map[int64]struct{}, error) {
+	slot, n := slotOf(len(ids))
+	s, err := q.d.stmt(ctx, q.holding.text(slot))
+	if err != nil {
+		return nil, err
+	}
+	if tx != nil {
+		s = tx.StmtContext(ctx, s)
+	}
+	rs, err := s.QueryContext(ctx, append(idArgs(make([]any, 0, n+1), ids, n), dbTime(token))...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	held := make(map[int64]struct{}, len(ids))
+	for rs.Next() {
+		var id int64
+		if err := rs.Scan(&id); err != nil {
+			return nil, err
+		}
+		held[id] = struct{}{}
+	}
+	return held, rs.Err()
+}
+
+func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []dialects.Lease) ([]int64, error) {
+	if len(held) == 0 {
+		return nil, nil
+	}
+	var moved []int64
+	for start := 0; start < len(held); start += maxList {
+		chunk := held[start:min(start+maxList, len(held))]
+		ids, err := q.extendChunk(ctx, until, chunk)
+		if err != nil {
+			return moved, q.errorf("extend", err)
+		}
+		moved = append(moved, ids...)
+	}
+	return moved, nil
+}
+
+// extendChunk moves the leases of one chunk in one UPDATE, then, unless the UPDATE changed
+// a row per lease, reads back which rows now hold until.
+//
+// The read-back counts a row whose lease already read until although this UPDATE did not
+// move it: that is a row another claim took with the very same expiry, after this
+// delivery's lease had run out (so within one second of the renewal, tokens being whole
+// seconds). The delivery then keeps a row whose lease it had lost, exactly as if the
+// renewal had come before the other claim; the other claim's delivery settles against the
+// same token. Each settlement still changes the row at most once (the first one ends or
+// releases the lease). A row settled between the UPDATE and the read-back is missing from
+// the result: its delivery has settled already.
+func (q *leaseQueue) extendChunk(ctx context.Context, until time.Time, held []dialects.Lease) ([]int64, error) {
+	slot, n := slotOf(len(held))
+	s, err := q.d.stmt(ctx, q.extend.text(slot))
+	if err != nil {
+		return nil, err
+	}
+	args := make([]any, 0, 1+2*n)
+	args = append(args, dbTime(until))
+	ids := make([]int64, 0, len(held))
+	distinct := make(map[int64]struct{}, len(held))
+	for i := range n {
+		l := held[min(i, len(held)-1)]
+		args = append(args, l.ID, dbTime(l.Token))
+		if _, dup := distinct[l.ID]; !dup && i < len(held) {
+			distinct[l.ID] = struct{}{}
+			ids = append(ids, l.ID)
+		}
+	}
+	changed, err := affected(s.ExecContext(ctx, args...))
+	if err != nil {
+		return nil, err
+	}
+	if changed == int64(len(ids)) {
+		return ids, nil
+	}
+	now, err := q.holdingIDs(ctx, nil, ids, until)
+	if err != nil {
+		return nil, err
+	}
+	moved := make([]int64, 0, len(now))
+	for _, id := range ids {
+		if _, ok := now[id]; ok {
+			moved = append(moved, id)
+		}
+	}
+	return moved, nil
+}
+
+func (q *leaseQueue) SettleLease(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
+	op := step.Kind.String()
+	text, args, move, err := q.settle.statement(step, held.ID, dbTime(held.Token))
+	if err != nil {
+		return false, q.errorf(op, err)
+	}
+	if move {
+		return q.moveLeased(ctx, args)
+	}
+	if text == "" {
+		return false, q.errorf(op, fmt.Errorf("no statement for step %v", step.Kind))
+	}
+	s, err := q.d.stmt(ctx, text)
+	if err != nil {
+		return false, q.errorf(op, err)
+	}
+	n, err := affected(s.ExecContext(ctx, args...))
+	if err != nil {
+		return false, q.errorf(op, err)
+	}
+	// Every lease statement deletes the row or clears its lease, so a row that held the
+	// token is a changed row whatever the DSN's clientFoundRows says.
+	return n > 0, nil
+}
+
+// moveLeased moves a leased row into the dead-letter table in one transaction, which
+// commits only if the copy and the delete both matched the row and its token.
+func (q *leaseQueue) moveLeased(ctx context.Context, args []any) (bool, error) {
+	const op = "dead-letter move"
+	moved, err := withRetry(ctx, func() (bool, error) {
+		x, err := q.d.begin(ctx, sql.LevelReadCommitted)
+		if err != nil {
+			return false, err
+		}
+		ok, err := q.move(ctx, x.tx, args)
+		if err != nil || !ok {
+			_ = x.rollback()
+			return false, err
+		}
+		if err := x.commit(); err != nil {
+			return false, fmt.Errorf("commit: %w", err)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return false, q.errorf(op, err)
+	}
+	return moved, nil
+}

@@ -1,0 +1,122 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// Publisher checks t for publishing and builds its INSERT. Any form may be published to.
+func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Publisher, error) {
+	if d.isClosed() {
+		return nil, fmt.Errorf("mysql: publish on table %s: %w", t.Name, errClosed)
+	}
+	if err := d.checkTable(ctx, t); err != nil {
+		return nil, err
+	}
+	p := &publisher{
+		d:             d,
+		name:          t.Name,
+		hasGroup:      t.Group != "",
+		hasRetryAfter: t.RetryAfter != "",
+	}
+	cols := []string{quote(t.Payload)}
+	if t.Group != "" {
+		cols = append(cols, quote(t.Group))
+	}
+	if t.RetryAfter != "" {
+		cols = append(cols, quote(t.RetryAfter))
+	}
+	p.insert = insertText(t, cols)
+	p.insertHeaders = p.insert
+	if t.Headers != "" {
+		// A message without headers leaves the column to its default rather than
+		// writing NULL into a column that may refuse it.
+		p.insertHeaders = insertText(t, append(cols, quote(t.Headers)))
+	}
+	if err := d.prepareAll(ctx, p.insert, p.insertHeaders); err != nil {
+		return nil, p.errorf(err)
+	}
+	return p, nil
+}
+
+func insertText(t dialects.Table, cols []string) string {
+	return "INSERT INTO " + quote(t.Name) + " (" + strings.Join(cols, ", ") + ") VALUES (" + placeholders(len(cols)) + ")"
+}
+
+type publisher struct {
+	d             *Dialect
+	name          string
+	hasGroup      bool
+	hasRetryAfter bool
+	insert        string
+	insertHeaders string
+}
+
+// Publish inserts m and returns its id (LAST_INSERT_ID). tx is nil for the dialect's pool,
+// or a *sql.Tx on the same server: the row then exists only if the caller commits.
+func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (int64, error) {
+	if m.Group != "" && !p.hasGroup {
+		return 0, p.errorf(fmt.Errorf("the table has no group column for Message.Group %q", m.Group))
+	}
+	if !m.NotBefore.IsZero() && !p.hasRetryAfter {
+		return 0, p.errorf(errors.New("Message.NotBefore needs a retry_after column, and the table has none"))
+	}
+	payload := m.Payload
+	if payload == nil {
+		payload = []byte{} // the driver binds a nil slice as NULL
+	}
+	args := []any{payload}
+	if p.hasGroup {
+		args = append(args, m.Group)
+	}
+	if p.hasRetryAfter {
+		var notBefore any
+		if !m.NotBefore.IsZero() {
+			notBefore = dbTime(m.NotBefore)
+		}
+		args = append(args, notBefore)
+	}
+	text := p.insert
+	if m.Headers != nil && p.insertHeaders != p.insert {
+		text = p.insertHeaders
+		// As text: MySQL refuses to read JSON from a binary string.
+		args = append(args, string(m.Headers))
+	}
+	if x, ok := tx.(*sql.Tx); ok && x == nil {
+		tx = nil
+	}
+	var res sql.Result
+	switch x := tx.(type) {
+	case nil:
+		s, err := p.d.stmt(ctx, text)
+		if err != nil {
+			return 0, p.errorf(err)
+		}
+		if res, err = s.ExecContext(ctx, args...); err != nil {
+			return 0, p.errorf(err)
+		}
+	case *sql.Tx:
+		// As text: the transaction may come from another pool, which the dialect's
+		// prepared statement cannot serve.
+		var err error
+		if res, err = x.ExecContext(ctx, text, args...); err != nil {
+			return 0, p.errorf(err)
+		}
+	default:
+		return 0, fmt.Errorf("mysql: PublishTx on table %s needs a *sql.Tx, got %T", p.name, tx)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, p.errorf(err)
+	}
+	return id, nil
+}
+
+func (p *publisher) errorf(err error) error {
+	return fmt.Errorf("mysql: publish on table %s: %w", p.name, err)
+}

@@ -1,0 +1,350 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// Open checks the subscription against the live database and builds its statements.
+func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Queue, error) {
+	if d.isClosed() {
+		return nil, fmt.Errorf("mysql: open table %s: %w", spec.Table.Name, errClosed)
+	}
+	if err := d.checkSpec(ctx, spec); err != nil {
+		return nil, err
+	}
+	t := spec.Table
+	form := t.Form()
+	base := queue{
+		d:          d,
+		name:       t.Name,
+		group:      spec.Group,
+		hasAttempt: t.Attempt != "",
+		hasHeaders: t.Headers != "",
+		settle:     buildSettle(spec, form),
+	}
+	var (
+		q     dialects.Queue
+		texts []string
+	)
+	switch form {
+	case dialects.FormLease:
+		lq := newLeaseQueue(base, t)
+		q, texts = lq, lq.texts()
+	case dialects.FormAdvisory:
+		aq, err := newAdvisoryQueue(base, t)
+		if err != nil {
+			return nil, err // CheckDescription has already refused a malformed template
+		}
+		q, texts = aq, aq.texts()
+	default:
+		rq := newRowLockQueue(base, t)
+		q, texts = rq, rq.texts()
+	}
+	if err := d.prepareAll(ctx, append(texts, base.settle.texts()...)...); err != nil {
+		return nil, base.errorf("prepare", err)
+	}
+	return q, nil
+}
+
+// queue is what every form shares: the table, the group, the settlements.
+type queue struct {
+	d          *Dialect
+	name       string
+	group      string
+	hasAttempt bool
+	hasHeaders bool
+	settle     settleSQL
+}
+
+// Close has nothing to release: the prepared statements belong to the Dialect, which
+// shares them between queues on the same table and closes them itself.
+func (q *queue) Close() error { return nil }
+
+func (q *queue) errorf(op string, err error) error {
+	return fmt.Errorf("mysql: %s on table %s: %w", op, q.name, err)
+}
+
+// settleSQL holds the settlement statements of one subscription, with ? placeholders in
+// a fixed order: the SET values, the id, then (lease form) the token. The lease form's
+// statements are fenced by the token and clear the lease; the others name the id only,
+// since the row lock or the key excludes every other delivery. An empty text means the
+// step writes nothing, or (retryAfter, dead letters) that the table cannot run it.
+type settleSQL struct {
+	ack        string // [processed_at,] id[, token]
+	ackNow     bool   // ack sets processed_at
+	release    string // lease form: id, token
+	retry      string // row lock form with an attempt column: id
+	retryAfter string // at, id[, token]
+	deadGroup  string // dest, id[, token]
+	destGroup  string
+	moveInsert string // id[, token]
+	moveDelete string // id[, token]
+}
+
+func buildSettle(spec dialects.QueueSpec, form dialects.Form) settleSQL {
+	t := spec.Table
+	lease := form == dialects.FormLease
+	tq := quote(t.Name)
+	where := " WHERE " + quote(t.ID) + " = ?"
+	unlease := ""
+	if lease {
+		where += " AND " + quote(t.LockedUntil) + " = ?"
+		unlease = ", " + quote(t.LockedUntil) + " = NULL"
+	}
+	count := ""
+	if form == dialects.FormRowLock && t.Attempt != "" {
+		// The row lock form counts the attempt when a retry returns the row.
+		count = ", " + quote(t.Attempt) + " = " + quote(t.Attempt) + " + 1"
+	}
+	var s settleSQL
+	if t.ProcessedAt != "" {
+		s.ack = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?" + unlease + where
+		s.ackNow = true
+	} else {
+		s.ack = "DELETE FROM " + tq + where
+	}
+	if lease {
+		s.release = "UPDATE " + tq + " SET " + quote(t.LockedUntil) + " = NULL" + where
+	}
+	if count != "" {
+		s.retry = "UPDATE " + tq + " SET" + strings.TrimPrefix(count, ",") + where
+	}
+	if t.RetryAfter != "" {
+		s.retryAfter = "UPDATE " + tq + " SET " + quote(t.RetryAfter) + " = ?" + count + unlease + where
+	}
+	if spec.DeadLetterGroup != "" {
+		s.deadGroup = "UPDATE " + tq + " SET " + quote(t.Group) + " = ?" + unlease + where
+		s.destGroup = spec.DeadLetterGroup
+	} else if spec.DeadLetterTable != "" {
+		cols := copyColumns(t)
+		names := make([]string, len(cols))
+		values := make([]string, len(cols))
+		for i, c := range cols {
+			names[i] = quote(c.Name)
+			values[i] = names[i]
+			// The moved row arrives without a lease.
+			if lease && strings.EqualFold(c.Name, t.LockedUntil) {
+				values[i] = "NULL"
+			}
+		}
+		s.moveInsert = "INSERT INTO " + quote(spec.DeadLetterTable) + " (" + strings.Join(names, ", ") +
+			") SELECT " + strings.Join(values, ", ") + " FROM " + tq + where
+		s.moveDelete = "DELETE FROM " + tq + where
+	}
+	return s
+}
+
+// texts lists the statements to prepare: the move's too, which checks it against the live
+// schema although it runs inside a transaction.
+func (s *settleSQL) texts() []string {
+	return []string{s.ack, s.release, s.retry, s.retryAfter, s.deadGroup, s.moveInsert, s.moveDelete}
+}
+
+var (
+	errNoRetryAfter = errors.New("the table has no retry_after column")
+	errNoDeadLetter = errors.New("the subscription has no dead letter (DeadLetterGroup or DeadLetterTable)")
+)
+
+// statement returns the text and arguments of a step's one statement. fence is appended
+// after the id (the lease token). move reports a dead letter into a table, which runs as
+// two statements in a transaction with args. An empty text with no error means the step
+// writes nothing in this form.
+func (s *settleSQL) statement(step dialects.Step, id int64, fence ...any) (text string, args []any, move bool, err error) {
+	key := append([]any{id}, fence...)
+	switch step.Kind {
+	case dialects.StepAck:
+		if s.ackNow {
+			return s.ack, append([]any{dbTime(step.Now)}, key...), false, nil
+		}
+		return s.ack, key, false, nil
+	case dialects.StepRetry:
+		if s.release != "" {
+			return s.release, key, false, nil
+		}
+		if s.retry != "" {
+			return s.retry, key, false, nil
+		}
+		return "", nil, false, nil
+	case dialects.StepRelease:
+		if s.release != "" {
+			return s.release, key, false, nil
+		}
+		return "", nil, false, nil
+	case dialects.StepRetryAfter:
+		if s.retryAfter == "" {
+			return "", nil, false, errNoRetryAfter
+		}
+		return s.retryAfter, append([]any{dbTime(step.At)}, key...), false, nil
+	case dialects.StepDeadLetter:
+		switch {
+		case s.deadGroup != "":
+			return s.deadGroup, append([]any{s.destGroup}, key...), false, nil
+		case s.moveInsert != "":
+			return "", key, true, nil
+		}
+		return "", nil, false, errNoDeadLetter
+	}
+	return "", nil, false, fmt.Errorf("unknown step %v", step.Kind)
+}
+
+// execer runs a statement: a pool, a transaction or a dedicated connection.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// move copies the row into the dead-letter table and deletes it inside tx, and reports
+// whether both statements changed exactly the row. The caller commits only then: at READ
+// COMMITTED the copy reads without locking, so a row taken by someone else between the
+// two statements must not be committed as moved (it would exist twice).
+func (q *queue) move(ctx context.Context, tx execer, args []any) (bool, error) {
+	copied, err := affected(tx.ExecContext(ctx, q.settle.moveInsert, args...))
+	if err != nil {
+		return false, fmt.Errorf("copy: %w", err)
+	}
+	deleted, err := affected(tx.ExecContext(ctx, q.settle.moveDelete, args...))
+	if err != nil {
+		return false, fmt.Errorf("delete: %w", err)
+	}
+	return copied == 1 && deleted == 1, nil
+}
+
+func affected(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// isolation maps a declared level to database/sql's; nothing declared is READ COMMITTED,
+// since REPEATABLE READ's gap locks would block inserts while a claim is held.
+func isolation(level dialects.Isolation) sql.IsolationLevel {
+	switch level {
+	case dialects.ReadUncommitted:
+		return sql.LevelReadUncommitted
+	case dialects.RepeatableRead:
+		return sql.LevelRepeatableRead
+	case dialects.Serializable:
+		return sql.LevelSerializable
+	}
+	return sql.LevelReadCommitted
+}
+
+// txn is a transaction on a pool connection of its own, so that a connection whose
+// transaction may still be open is closed rather than pooled: database/sql returns a
+// connection to the pool after a failed COMMIT or ROLLBACK unless the driver marked it
+// bad, and a server error does not.
+type txn struct {
+	conn *sql.Conn
+	tx   *sql.Tx
+	// stop ends the transaction's context (it outlives the call that began it in the
+	// row lock form).
+	stop context.CancelFunc
+	once sync.Once
+}
+
+// begin opens a transaction at level. The transaction's context is ctx's values without
+// its end: the transaction lives until commit or rollback; ctx ends only the opening.
+// database/sql's BeginTx with an isolation level makes the driver send SET TRANSACTION
+// ISOLATION LEVEL (next transaction only) before START TRANSACTION.
+func (d *Dialect) begin(ctx context.Context, level sql.IsolationLevel) (*txn, error) {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	txCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	// While opening, ctx's end still cancels: the driver then closes the connection.
+	unhook := context.AfterFunc(ctx, stop)
+	tx, err := conn.BeginTx(txCtx, &sql.TxOptions{Isolation: level})
+	unhook()
+	if err == nil && txCtx.Err() != nil {
+		// ctx ended just as the transaction opened.
+		_ = tx.Rollback()
+		err = txCtx.Err()
+	}
+	if err != nil {
+		stop()
+		discard(conn)
+		return nil, err
+	}
+	return &txn{conn: conn, tx: tx, stop: stop}, nil
+}
+
+// commit commits and frees the connection; it closes the connection when the commit
+// fails, so that no transaction left open reaches the pool.
+func (x *txn) commit() error {
+	err := x.tx.Commit()
+	x.end(err)
+	return err
+}
+
+// rollback rolls back and frees the connection, closing it when the rollback fails (the
+// server then rolls back itself).
+func (x *txn) rollback() error {
+	err := x.tx.Rollback()
+	if errors.Is(err, sql.ErrTxDone) {
+		// Ended already, by its context: database/sql rolled it back, but whether that
+		// worked is unknown, so the connection is closed all the same.
+		x.end(err)
+		return nil
+	}
+	x.end(err)
+	return err
+}
+
+func (x *txn) end(err error) {
+	x.once.Do(func() {
+		x.stop()
+		if err != nil {
+			discard(x.conn)
+		} else {
+			_ = x.conn.Close()
+		}
+	})
+}
+
+// discard closes a dedicated connection instead of returning it to the pool. Raw's
+// function returning driver.ErrBadConn makes database/sql close the driver connection
+// (the server then ends the session: its transaction rolls back and its locks go); the
+// *sql.Conn is done afterwards, so its Close only reports ErrConnDone.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
+}
+
+// cleanupCtx bounds a rollback or an unlock that must run even when the caller's context
+// is what ended the work.
+func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+}
+
+// scanRow reads id, payload[, attempt][, headers].
+func (q *queue) scanRow(sc interface{ Scan(...any) error }) (dialects.Row, error) {
+	var (
+		r       dialects.Row
+		attempt sql.NullInt64
+	)
+	dest := []any{&r.ID, &r.Payload}
+	if q.hasAttempt {
+		dest = append(dest, &attempt)
+	}
+	if q.hasHeaders {
+		dest = append(dest, &r.Headers)
+	}
+	if err := sc.Scan(dest...); err != nil {
+		return r, err
+	}
+	if r.Payload == nil {
+		r.Payload = []byte{}
+	}
+	r.Attempt = int(attempt.Int64)
+	return r, nil
+}

@@ -1,0 +1,151 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// rowLockQueue serves the row lock form: each claim is a transaction on a pool connection
+// of its own that holds one row under FOR UPDATE SKIP LOCKED until its settlement commits.
+type rowLockQueue struct {
+	queue
+	cl    claimable
+	claim string
+	level sql.IsolationLevel
+}
+
+var _ dialects.RowLockQueue = (*rowLockQueue)(nil)
+
+func newRowLockQueue(base queue, t dialects.Table) *rowLockQueue {
+	cl := newClaimable(t, false)
+	return &rowLockQueue{
+		queue: base,
+		cl:    cl,
+		claim: "SELECT " + rowColumns(t, false) + " FROM " + quote(t.Name) + " WHERE " + cl.where +
+			" ORDER BY " + quote(t.ID) + " LIMIT 1 FOR UPDATE SKIP LOCKED",
+		level: isolation(t.Isolation),
+	}
+}
+
+func (q *rowLockQueue) texts() []string { return []string{q.claim} }
+
+// ClaimLocked opens a transaction at the table's level (READ COMMITTED when none is
+// declared: REPEATABLE READ would gap-lock the index range the claim read, blocking
+// inserts into the queue while the row is in work) and takes the first due row.
+func (q *rowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (dialects.LockedClaim, bool, error) {
+	c, err := withRetry(ctx, func() (*lockedClaim, error) { return q.claimOnce(ctx, now) })
+	if err != nil {
+		return nil, false, q.errorf("claim", err)
+	}
+	if c == nil {
+		return nil, false, nil
+	}
+	return c, true, nil
+}
+
+func (q *rowLockQueue) claimOnce(ctx context.Context, now time.Time) (*lockedClaim, error) {
+	x, err := q.d.begin(ctx, q.level)
+	if err != nil {
+		return nil, err
+	}
+	sel, err := q.d.stmt(ctx, q.claim)
+	if err != nil {
+		_ = x.rollback()
+		return nil, err
+	}
+	r, err := q.scanRow(x.tx.StmtContext(ctx, sel).QueryRowContext(ctx, q.cl.args(nil, q.group, now)...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, x.rollback()
+	}
+	if err != nil {
+		_ = x.rollback()
+		return nil, err
+	}
+	return &lockedClaim{q: q, x: x, row: r}, nil
+}
+
+// lockedClaim is an open claim transaction holding one row.
+type lockedClaim struct {
+	q   *rowLockQueue
+	x   *txn
+	row dialects.Row
+
+	mu    sync.Mutex
+	ended bool
+}
+
+var _ dialects.LockedClaim = (*lockedClaim)(nil)
+
+func (c *lockedClaim) Row() dialects.Row { return c.row }
+
+// Tx is the claim transaction, for a transactional delivery's handler. It ends with the
+// claim's Settle or Rollback.
+func (c *lockedClaim) Tx() *sql.Tx { return c.x.tx }
+
+var errEnded = errors.New("the claim transaction has ended")
+
+// Settle runs the step's statement in the claim transaction and commits, or rolls back
+// when the step writes nothing (Retry without an attempt column, Release) or a statement
+// fails.
+func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.q
+	op := step.Kind.String()
+	if c.ended {
+		return q.errorf(op, errEnded)
+	}
+	c.ended = true
+	text, args, move, err := q.settle.statement(step, c.row.ID)
+	if err != nil {
+		return q.errorf(op, errors.Join(err, c.x.rollback()))
+	}
+	switch {
+	case move:
+		moved, err := q.move(ctx, c.x.tx, args)
+		if err == nil && !moved {
+			err = fmt.Errorf("row %d was not moved: the copy or the delete changed no row", c.row.ID)
+		}
+		if err != nil {
+			return q.errorf("dead-letter move", errors.Join(err, c.x.rollback()))
+		}
+	case text == "":
+		if err := c.x.rollback(); err != nil {
+			return q.errorf(op+" rollback", err)
+		}
+		return nil
+	default:
+		s, err := q.d.stmt(ctx, text)
+		if err == nil {
+			_, err = c.x.tx.StmtContext(ctx, s).ExecContext(ctx, args...)
+		}
+		if err != nil {
+			return q.errorf(op, errors.Join(err, c.x.rollback()))
+		}
+	}
+	if err := c.x.commit(); err != nil {
+		return q.errorf(op+" commit", err)
+	}
+	return nil
+}
+
+// Rollback ends the transaction without a settlement; the row returns at once. A failed
+// rollback closes the connection, so the server rolls the transaction back itself.
+func (c *lockedClaim) Rollback(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return nil
+	}
+	c.ended = true
+	if err := c.x.rollback(); err != nil {
+		return c.q.errorf("rollback", err)
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+package mysql
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// Schema renders the CREATE TABLE of a description, with its claim index inside it
+// (MySQL has no CREATE INDEX IF NOT EXISTS; MariaDB has). Time columns are DATETIME(6)
+// holding UTC; an advisory key's placeholder columns that play no role are VARCHAR(191)
+// (the longest utf8mb4 VARCHAR an index on older row formats takes).
+//
+// The claim reads one group in id order, skipping processed rows: the index leads with the
+// group and processed_at (when described), then the id, so a claim seeks straight to the
+// group's unprocessed rows in claim order, however much history the table keeps.
+func (d *Dialect) Schema(t dialects.Table) (string, error) {
+	if err := checkDescription(t); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("CREATE TABLE IF NOT EXISTS " + quote(t.Name) + " (\n")
+	for i, c := range copyColumns(t) {
+		if i > 0 {
+			b.WriteString(",\n")
+		}
+		b.WriteString("  " + quote(c.Name) + " " + columnType(c.Role))
+	}
+	var idx []string
+	if t.Group != "" {
+		idx = append(idx, quote(t.Group))
+	}
+	if t.ProcessedAt != "" {
+		idx = append(idx, quote(t.ProcessedAt))
+	}
+	if len(idx) > 0 {
+		idx = append(idx, quote(t.ID))
+		name := t.Name + "_claim"
+		if utf8.RuneCountInString(name) > maxIdentifier {
+			// Index names are per table in MySQL, so a fixed name cannot collide.
+			name = "rowactor_claim"
+		}
+		b.WriteString(",\n  INDEX " + quote(name) + " (" + strings.Join(idx, ", ") + ")")
+	}
+	b.WriteString("\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;\n")
+	return b.String(), nil
+}
+
+func columnType(role string) string {
+	switch role {
+	case "ID":
+		return "BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY"
+	case "Payload":
+		return "LONGBLOB NOT NULL"
+	case "Group":
+		return "VARCHAR(191) NOT NULL DEFAULT ''"
+	case "Attempt":
+		return "SMALLINT NOT NULL DEFAULT 1"
+	case "RetryAfter", "ProcessedAt", "LockedUntil":
+		return "DATETIME(6) NULL"
+	case "Headers":
+		return "JSON NULL"
+	}
+	// Advisory key placeholder columns.
+	return "VARCHAR(191) NULL"
+}

@@ -1,0 +1,163 @@
+package mysql
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// columnsOf lists a table's columns in the pool's current database; none when the table
+// does not exist. The server compares the table name as it compares table names
+// (lower_case_table_names), column names always without case.
+func (d *Dialect) columnsOf(ctx context.Context, table string) ([]string, error) {
+	rows, err := d.db.QueryContext(ctx, "SELECT COLUMN_NAME FROM information_schema.COLUMNS "+
+		"WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION", table)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: read the columns of table %s: %w", table, err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, fmt.Errorf("mysql: read the columns of table %s: %w", table, err)
+		}
+		names = append(names, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("mysql: read the columns of table %s: %w", table, err)
+	}
+	return names, nil
+}
+
+// checkNames refuses identifiers MySQL would refuse for their length, before any SQL
+// names them.
+func checkNames(t dialects.Table, deadLetterTable string) error {
+	if utf8.RuneCountInString(t.Name) > maxIdentifier {
+		return &dialects.ConfigError{Table: t.Name, Option: "Table.Name",
+			Reason: fmt.Sprintf("MySQL names are at most %d characters", maxIdentifier),
+			Fix:    "rename the table"}
+	}
+	for _, c := range t.Columns() {
+		if utf8.RuneCountInString(c.Name) > maxIdentifier {
+			return &dialects.ConfigError{Table: t.Name, Column: c.Name, Option: "Table." + c.Role,
+				Reason: fmt.Sprintf("MySQL names are at most %d characters", maxIdentifier),
+				Fix:    "rename the column"}
+		}
+	}
+	if utf8.RuneCountInString(deadLetterTable) > maxIdentifier {
+		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
+			Reason: fmt.Sprintf("dead-letter table %q: MySQL names are at most %d characters", deadLetterTable, maxIdentifier),
+			Fix:    "rename the dead-letter table"}
+	}
+	return nil
+}
+
+// checkDescription refuses what MySQL cannot serve whatever the live table holds.
+func checkDescription(t dialects.Table) error {
+	if err := dialects.CheckDescription(t); err != nil {
+		return err
+	}
+	if err := checkNames(t, ""); err != nil {
+		return err
+	}
+	if t.Mode != "" {
+		return &dialects.ConfigError{Table: t.Name, Option: "Table.Mode",
+			Reason: fmt.Sprintf("%q is an SQLite transaction mode; MySQL declares an isolation level instead", t.Mode),
+			Fix:    "drop Mode and set Table.Isolation (ReadUncommitted, ReadCommitted, RepeatableRead or Serializable) if needed"}
+	}
+	return nil
+}
+
+// checkTable refuses a description the live table cannot serve for publishing.
+func (d *Dialect) checkTable(ctx context.Context, t dialects.Table) error {
+	if err := checkDescription(t); err != nil {
+		return err
+	}
+	if err := d.checkServer(ctx, t.Name); err != nil {
+		return err
+	}
+	have, err := d.columnsOf(ctx, t.Name)
+	if err != nil {
+		return err
+	}
+	// MySQL compares column names without case.
+	return dialects.CheckColumns(t, have, true)
+}
+
+// checkSpec refuses a subscription MySQL cannot serve, before anything is claimed.
+func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) error {
+	t := spec.Table
+	if err := checkDescription(t); err != nil {
+		return err
+	}
+	if err := checkNames(t, spec.DeadLetterTable); err != nil {
+		return err
+	}
+	if spec.DeadLetterGroup != "" && spec.DeadLetterTable != "" {
+		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
+			Reason: "a dead letter is a group or a table, not both",
+			Fix:    "keep DeadLetterGroup or DeadLetterTable"}
+	}
+	if spec.DeadLetterGroup != "" && t.Group == "" {
+		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterGroup",
+			Reason: "a dead-letter group needs a group column, and the description names none",
+			Fix:    "set Table.Group to the table's group column, or dead-letter to a table (DeadLetterTable)"}
+	}
+	if err := d.checkServer(ctx, t.Name); err != nil {
+		return err
+	}
+	have, err := d.columnsOf(ctx, t.Name)
+	if err != nil {
+		return err
+	}
+	if err := dialects.CheckColumns(t, have, true); err != nil {
+		return err
+	}
+	if spec.DeadLetterTable != "" {
+		return d.checkDeadLetterTable(ctx, t, spec.DeadLetterTable)
+	}
+	return nil
+}
+
+// checkDeadLetterTable requires every described column in the dead-letter table, since
+// the move copies each of them.
+func (d *Dialect) checkDeadLetterTable(ctx context.Context, t dialects.Table, dest string) error {
+	if strings.Contains(dest, ".") {
+		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
+			Reason: fmt.Sprintf("dead-letter table %q: a table name is one identifier without a dot", dest),
+			Fix:    "name the dead-letter table alone (it lives in the queue table's database)"}
+	}
+	if strings.EqualFold(dest, t.Name) {
+		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
+			Reason: "the dead-letter table is the queue table itself",
+			Fix:    "name another table, or use a dead-letter group"}
+	}
+	have, err := d.columnsOf(ctx, dest)
+	if err != nil {
+		return err
+	}
+	if len(have) == 0 {
+		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
+			Reason: fmt.Sprintf("the dead-letter table %q does not exist", dest),
+			Fix:    "create it with the queue table's columns (rowactor.Schema renders them)"}
+	}
+	for _, c := range copyColumns(t) {
+		found := false
+		for _, h := range have {
+			if strings.EqualFold(h, c.Name) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return &dialects.ConfigError{Table: t.Name, Column: c.Name, Option: "DeadLetterTable",
+				Reason: fmt.Sprintf("the dead-letter table %q has no column %q (Table.%s), which the move copies", dest, c.Name, c.Role),
+				Fix:    fmt.Sprintf("add column %q to table %q", c.Name, dest)}
+		}
+	}
+	return nil
+}
