@@ -1,0 +1,29 @@
+package rowactor
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestRedactHidesPasswords(t *testing.T) {
+	cases := map[string]string{
+		"postgres://app:s3cret@db:5432/x":       "postgres://app:xxxxx@db:5432/x",
+		"mysql://root:pw@tcp(127.0.0.1:3306)/x": "mysql://root:xxxxx@tcp(127.0.0.1:3306)/x",
+		"postgres://app@db/x":                   "postgres://app@db/x",
+		"sqlite:/tmp/a.db":                      "sqlite:/tmp/a.db",
+	}
+	for in, want := range cases {
+		if got := redact(in); got != want {
+			t.Errorf("redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestOpenRefusesUnknownSchemesAndEmptyPaths(t *testing.T) {
+	for _, url := range []string{"oracle://x", "sqlite:", "nothing"} {
+		if _, err := Open(context.Background(), url); err == nil || !strings.Contains(err.Error(), "rowactor: Open") {
+			t.Errorf("Open(%q) = %v, want a clear refusal", url, err)
+		}
+	}
+}
