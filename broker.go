@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/rowactor/rowactor/actors"
 	"github.com/rowactor/rowactor/dialects"
-	"github.com/rowactor/rowactor/dialects/sqlite"
 	"github.com/rowactor/rowactor/supervision"
 )
 
@@ -95,37 +93,6 @@ func (b *Broker) wakeNotified(table, group string) {
 			s.run.Wake()
 		}
 	}
-}
-
-// Open opens a database by URL and returns a broker that owns it (Shutdown closes it).
-// "sqlite:path/to/file.db" (or "sqlite://path") opens the embedded SQLite default with WAL,
-// a busy timeout and synchronous=NORMAL: durable against a crash of the process; a power
-// loss may take the last commits. For full durability open the *sql.DB yourself and use
-// New(sqlite.New(db)).
-func Open(ctx context.Context, url string, opts ...Option) (*Broker, error) {
-	scheme, rest, _ := strings.Cut(url, ":")
-	var d dialects.Dialect
-	switch scheme {
-	case "sqlite", "sqlite3":
-		path := strings.TrimPrefix(rest, "//")
-		if path == "" {
-			return nil, fmt.Errorf("rowactor: Open(%q): no file path; use sqlite:path/to/file.db", url)
-		}
-		sd, err := sqlite.Open(ctx, path)
-		if err != nil {
-			return nil, fmt.Errorf("rowactor: Open(%q): %w", url, err)
-		}
-		d = sd
-	default:
-		return nil, fmt.Errorf("rowactor: Open(%q): unsupported scheme %q; this build opens sqlite:PATH (PostgreSQL and MySQL dialects are not in this build yet)", url, scheme)
-	}
-	b, err := New(d, opts...)
-	if err != nil {
-		_ = d.Close()
-		return nil, err
-	}
-	b.ownsD = true
-	return b, nil
 }
 
 // Dialect returns the broker's dialect (for Schema, and to reach its pool).
