@@ -304,6 +304,9 @@ var scenarios = []scenario{
 			if p := peak.Load(); p != 1 {
 				t.Fatalf("%d rows of one key in work at once", p)
 			}
+			if h.drv.keyLocked != nil && h.drv.keyLocked(t, h.d, h.table.Name+"-"+h.queue) {
+				t.Fatal("the key is still locked after every row settled")
+			}
 			for _, id := range ids {
 				if h.row(id).exists {
 					t.Fatalf("row %d left", id)

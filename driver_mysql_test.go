@@ -106,6 +106,19 @@ func init() {
 		},
 		timeValue: func(tm time.Time) any { return tm.UTC().Truncate(time.Microsecond) },
 		url:       func(*testing.T, dialects.Dialect) string { return "mysql://" + mysqlDSN() },
+		keyLocked: func(t *testing.T, d dialects.Dialect, key string) bool {
+			t.Helper()
+			var db string
+			var holder sql.NullInt64
+			conn := d.(*mysql.Dialect).DB()
+			if err := conn.QueryRow("SELECT DATABASE()").Scan(&db); err != nil {
+				t.Fatal(err)
+			}
+			if err := conn.QueryRow("SELECT IS_USED_LOCK(?)", mysql.LockName(db, key)).Scan(&holder); err != nil {
+				t.Fatal(err)
+			}
+			return holder.Valid
+		},
 	})
 }
 

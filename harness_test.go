@@ -33,6 +33,9 @@ type driver struct {
 	count func(t *testing.T, d dialects.Dialect, query string, args ...any) int
 	// begin opens a transaction of the type PublishTx takes; commit or roll it back.
 	begin func(t *testing.T, d dialects.Dialect) (tx any, commit, rollback func() error)
+	// keyLocked reports whether the database holds an advisory key for anybody; nil where
+	// keys live in the process (SQLite).
+	keyLocked func(t *testing.T, d dialects.Dialect, key string) bool
 	// url returns what rowactor.Open takes to reach the dialect's database from another
 	// process.
 	url func(t *testing.T, d dialects.Dialect) string
