@@ -313,6 +313,27 @@ var scenarios = []scenario{
 				}
 			}
 		}},
+	{name: "rows behind a busy key come without waiting for the poll", forms: []rowactor.Form{rowactor.FormAdvisory},
+		shapes: []tableShape{func(t *rowactor.Table) { t.AdvisoryKey = t.Name + "-{grp}" }},
+		run: func(t *testing.T, h *harness, _ rowactor.Form) {
+			b := h.broker()
+			h.publish(b, 5)
+			h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() },
+				rowactor.Workers(2), rowactor.PollInterval(time.Hour))
+			h.waitSettled(5) // 15 s at most, against an hour's poll for each row after the first
+		}},
+	{name: "a retried row comes back without waiting for the poll", run: func(t *testing.T, h *harness, _ rowactor.Form) {
+		b := h.broker()
+		h.subscribe(b, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			if d.Attempt() == 1 {
+				return rowactor.Retry()
+			}
+			return rowactor.Ack()
+		}, rowactor.Workers(2), rowactor.PollInterval(time.Hour)) // two workers: the claim comes back short
+		time.Sleep(100 * time.Millisecond)
+		h.publish(b, 1)
+		h.waitSettled(2)
+	}},
 	{name: "rows with distinct keys are worked side by side", forms: []rowactor.Form{rowactor.FormAdvisory}, run: func(t *testing.T, h *harness, _ rowactor.Form) {
 		var inWork atomic.Int64
 		release := make(chan struct{})

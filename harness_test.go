@@ -249,3 +249,15 @@ func within(t *testing.T, got *time.Time, want time.Time, slack time.Duration) {
 		t.Fatalf("time %v, want %v ± %v", got, want, slack)
 	}
 }
+
+// driverNamed returns the driver of one database, for tests of its own behaviour.
+func driverNamed(t *testing.T, name string) driver {
+	t.Helper()
+	for _, d := range drivers {
+		if d.name == name {
+			return d
+		}
+	}
+	t.Fatalf("no %s driver in the matrix", name)
+	return driver{}
+}

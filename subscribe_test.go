@@ -41,7 +41,7 @@ func TestSubscribeRefusesWhatCannotWork(t *testing.T) {
 		{"a queue name is required with groups", nil, nil, "queue"},
 		{"payload required", func(t *rowactor.Table) { t.Payload = "" }, nil, "Payload"},
 	}
-	drv := drivers[0]
+	drv := driverNamed(t, "sqlite")
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -74,7 +74,7 @@ func TestSubscribeRefusesWhatCannotWork(t *testing.T) {
 }
 
 func TestSubscribeTwiceIsRefused(t *testing.T) {
-	h := newHarness(t, drivers[0], rowactor.FormLease)
+	h := newHarness(t, driverNamed(t, "sqlite"), rowactor.FormLease)
 	b := h.broker()
 	ack := func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }
 	h.subscribe(b, ack)
@@ -87,7 +87,7 @@ func TestSubscribeTwiceIsRefused(t *testing.T) {
 // fail, the claimer is restarted with a growing delay rather than spinning, and once the
 // table is back the queue drains without restarting the broker.
 func TestClaimerRestartsWithBackoff(t *testing.T) {
-	h := newHarness(t, drivers[0], rowactor.FormLease)
+	h := newHarness(t, driverNamed(t, "sqlite"), rowactor.FormLease)
 	b := h.broker()
 	h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() },
 		rowactor.PollInterval(5*time.Millisecond))

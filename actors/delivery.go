@@ -53,8 +53,10 @@ type handledMsg struct{}
 
 func (handledMsg) IgnoreDeadLetterLogging() {}
 
-// settledMsg tells the subscription actor a delivery ended.
-type settledMsg struct{}
+// settledMsg tells the subscription actor a delivery ended. freed says the settlement
+// may have made a row claimable at once: a row returned to the queue, or (advisory form)
+// a key unlocked, behind which rows of the same key wait.
+type settledMsg struct{ freed bool }
 
 func (settledMsg) IgnoreDeadLetterLogging() {}
 
@@ -95,7 +97,8 @@ func (d *delivery) end(c actor.Context, r Result) {
 	if r.Closed {
 		d.sub.closed.Add(1)
 	}
-	c.Send(c.Parent(), settledMsg{})
+	freed := r.Step == dialects.StepRetry || r.Step == dialects.StepRelease || d.sub.cfg.Form == dialects.FormAdvisory
+	c.Send(c.Parent(), settledMsg{freed: freed})
 }
 
 // run calls the handler on its own goroutine. A panic is an unsettled delivery.

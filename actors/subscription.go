@@ -225,6 +225,9 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.checkDrained()
 	case settledMsg:
 		a.s.inWork.Add(-1)
+		if m.freed {
+			a.due = true // one claim to find out; a short one clears it again
+		}
 		a.claim(c)
 		a.checkDrained()
 	case setWorkersMsg:
