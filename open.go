@@ -7,6 +7,7 @@ import (
 
 	"github.com/rowactor/rowactor/dialects"
 	"github.com/rowactor/rowactor/dialects/mysql"
+	"github.com/rowactor/rowactor/dialects/postgres"
 	"github.com/rowactor/rowactor/dialects/sqlite"
 )
 
@@ -16,6 +17,7 @@ import (
 //     timeout and synchronous=NORMAL: durable against a crash of the process; a power loss
 //     may take the last commits. For full durability open the *sql.DB yourself and use
 //     New(sqlite.New(db)).
+//   - "postgres://user@host:5432/db?sslmode=disable" (or "postgresql://"): a pgx pool.
 //   - "mysql://" followed by a go-sql-driver DSN, e.g. "mysql://root@tcp(127.0.0.1:3306)/app".
 func Open(ctx context.Context, url string, opts ...Option) (*Broker, error) {
 	scheme, rest, _ := strings.Cut(url, ":")
@@ -30,6 +32,8 @@ func Open(ctx context.Context, url string, opts ...Option) (*Broker, error) {
 			return nil, fmt.Errorf("rowactor: Open(%q): no file path; use sqlite:path/to/file.db", url)
 		}
 		d, err = openDialect(sqlite.Open(ctx, path))
+	case "postgres", "postgresql":
+		d, err = openDialect(postgres.Open(ctx, url))
 	case "mysql":
 		d, err = openDialect(mysql.Open(ctx, strings.TrimPrefix(rest, "//")))
 	default:

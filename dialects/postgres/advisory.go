@@ -1,0 +1,269 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// lockText and unlockText lock and unlock a key's 64-bit hash on the session. Each runs
+// as a statement of its own, exactly once per call: inside a WHERE the planner might
+// evaluate the lock for rows it then discards, or twice.
+const (
+	lockText   = "SELECT pg_try_advisory_lock(hashtextextended($1::text, 0))"
+	unlockText = "SELECT pg_advisory_unlock(hashtextextended($1::text, 0))"
+)
+
+type advisoryQueue struct {
+	queue
+	candidates stmt
+	take       stmt
+}
+
+var _ dialects.AdvisoryQueue = (*advisoryQueue)(nil)
+
+func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
+	key, err := keyExpr(t.AdvisoryKey)
+	if err != nil {
+		return nil, err // CheckDescription has already refused a malformed template
+	}
+	tq, id := quote(t.Name), quote(t.ID)
+
+	// Candidates pass over keys held elsewhere by probing each candidate's key with a
+	// shared transaction-level advisory lock: it conflicts only with the exclusive
+	// session locks deliveries hold (not with other probes), it is taken row by row over
+	// the ordered subquery (OFFSET 0 keeps the probe out of it) so probing stops at the
+	// limit, and it ends with the statement's own implicit transaction, a moment later.
+	// A probe can make a TryLock elsewhere that runs in that moment fail; that row is
+	// only passed over until the next claim. The alternative, excluding the hashes listed
+	// in pg_locks, reads the whole lock table on every claim and must decode each hash
+	// from its two 32-bit halves.
+	var c builder
+	c.w("SELECT k.", id, ", k.key FROM (SELECT ", id, ", ", key, " AS key FROM ", tq,
+		" WHERE ", claimable(&c, t, "", false), " ORDER BY ", id, " OFFSET 0) AS k",
+		" WHERE pg_try_advisory_xact_lock_shared(hashtextextended(k.key, 0)) LIMIT ", c.p(pLimit))
+
+	// The take re-checks the row and counts the attempt in one autocommit statement;
+	// RETURNING sees the counted value, and the delivery reports the one before.
+	var w builder
+	if t.Attempt != "" {
+		a := quote(t.Attempt)
+		w.w("UPDATE ", tq, " SET ", a, " = ", a, " + 1 WHERE ", id, " = ", w.p(pID),
+			" AND ", claimable(&w, t, "", false), " RETURNING ", rowColumns(t, "", a+" - 1"), ", ", key)
+	} else {
+		w.w("SELECT ", rowColumns(t, "", ""), ", ", key, " FROM ", tq, " WHERE ", id, " = ", w.p(pID),
+			" AND ", claimable(&w, t, "", false))
+	}
+	return &advisoryQueue{queue: base, candidates: c.stmt(), take: w.stmt()}, nil
+}
+
+func (q *advisoryQueue) Candidates(ctx context.Context, now time.Time, limit int) ([]dialects.Candidate, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	b := q.bind()
+	b.now, b.limit = now, int64(limit)
+	rows, err := q.d.pool.Query(ctx, q.candidates.text, q.candidates.args(&b)...)
+	if err != nil {
+		return nil, q.errorf("candidates", err)
+	}
+	defer rows.Close()
+	var out []dialects.Candidate
+	for rows.Next() {
+		var c dialects.Candidate
+		if err := rows.Scan(&c.ID, &c.Key); err != nil {
+			return nil, q.errorf("candidates", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, q.errorf("candidates", err)
+	}
+	return out, nil
+}
+
+// Session sets a pool connection aside for one key. It returns to the pool only when the
+// server confirms the key's release; otherwise it is closed.
+func (q *advisoryQueue) Session(ctx context.Context) (dialects.Session, error) {
+	conn, err := q.d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, q.errorf("session", err)
+	}
+	return &session{q: q, conn: conn}, nil
+}
+
+// session holds at most one key on a dedicated connection.
+type session struct {
+	q *advisoryQueue
+
+	// mu serialises the session's calls: a connection runs one statement at a time, and
+	// a shutdown may abort a session while its delivery ends it.
+	mu   sync.Mutex
+	conn *pgxpool.Conn // nil once the session ended
+	key  string
+	// held says the session may hold key: set before the lock statement runs, so a lock
+	// whose answer was lost still counts as held.
+	held bool
+	// doubtful says the session's state is unknown (a lock statement failed): it must
+	// be closed, never pooled.
+	doubtful bool
+}
+
+var _ dialects.Session = (*session)(nil)
+
+var errSessionEnded = errors.New("the advisory session has ended")
+
+func (s *session) TryLock(ctx context.Context, key string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.q
+	if s.conn == nil {
+		return false, q.errorf("lock", errSessionEnded)
+	}
+	if s.held {
+		return false, q.errorf("lock", fmt.Errorf("the session already holds key %q", s.key))
+	}
+	s.key, s.held = key, true
+	var ok bool
+	if err := s.conn.QueryRow(ctx, lockText, key).Scan(&ok); err != nil {
+		s.doubtful = true
+		return false, q.errorf("lock", err)
+	}
+	if !ok {
+		s.key, s.held = "", false
+	}
+	return ok, nil
+}
+
+func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.Row, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.q
+	if s.conn == nil {
+		return dialects.Row{}, false, q.errorf("take", errSessionEnded)
+	}
+	b := q.bind()
+	b.id, b.now = id, now
+	rows, err := s.conn.Query(ctx, q.take.text, q.take.args(&b)...)
+	if err != nil {
+		return dialects.Row{}, false, q.errorf("take", err)
+	}
+	var r dialects.Row
+	found := rows.Next()
+	if found {
+		r, err = q.scanRow(rows, true)
+	}
+	// Close reads the statement to its end (and its commit) before the error is judged.
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return dialects.Row{}, false, q.errorf("take", err)
+	}
+	return r, found, nil
+}
+
+// Settle runs the step's statement on the session, in autocommit. A statement that
+// changes no row still settles: the key kept every other delivery away.
+func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.q
+	if s.conn == nil {
+		return q.errorf(step.Kind.String(), errSessionEnded)
+	}
+	st := &q.settle
+	b := q.bind()
+	b.id, b.now, b.at = id, step.Now, step.At
+	var err error
+	switch step.Kind {
+	case dialects.StepAck:
+		_, err = q.exec(ctx, s.conn, "ack", st.ack, &b)
+	case dialects.StepRetry, dialects.StepRelease:
+		// The take counted the attempt; releasing the key returns the row.
+	case dialects.StepRetryAfter:
+		if st.retryAfter.text == "" {
+			return q.errorf("retry_after", errNoRetryAfter)
+		}
+		_, err = q.exec(ctx, s.conn, "retry_after", st.retryAfter, &b)
+	case dialects.StepDeadLetter:
+		dl, derr := st.deadLetter()
+		if derr != nil {
+			return q.errorf("dead-letter", derr)
+		}
+		_, err = q.exec(ctx, s.conn, "dead-letter", dl, &b)
+	default:
+		err = q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
+	}
+	return err
+}
+
+// Unlock releases the key and ends the session: the connection returns to the pool only
+// when the server confirms the release and the connection is idle outside a transaction;
+// otherwise it is closed, which ends the server's session and every lock it held.
+func (s *session) Unlock(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return false, nil
+	}
+	if s.doubtful {
+		s.close()
+		return true, nil
+	}
+	if s.held {
+		var released bool
+		if err := s.conn.QueryRow(ctx, unlockText, s.key).Scan(&released); err != nil {
+			s.close()
+			return true, s.q.errorf("unlock", err)
+		}
+		if !released {
+			s.close()
+			return true, nil
+		}
+		s.key, s.held = "", false
+	}
+	if s.conn.Conn().PgConn().TxStatus() != 'I' {
+		// A transaction left open on the session would reach the pool's next user.
+		s.close()
+		return true, nil
+	}
+	s.conn.Release()
+	s.conn = nil
+	return false, nil
+}
+
+// Abort tries to release the key, then closes the connection whatever the answer: the
+// server forgets the session and everything it held.
+func (s *session) Abort(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return nil
+	}
+	var err error
+	if s.held && !s.doubtful {
+		// The unlock is worth trying even when ctx has ended (a shutdown past its
+		// deadline): a confirmed release is cleaner than the server's cleanup.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+		var released bool
+		if uerr := s.conn.QueryRow(uctx, unlockText, s.key).Scan(&released); uerr != nil {
+			err = s.q.errorf("unlock", uerr)
+		}
+		cancel()
+	}
+	s.close()
+	return err
+}
+
+func (s *session) close() {
+	_ = closeConn(s.conn)
+	s.conn, s.key, s.held = nil, "", false
+}

@@ -1,0 +1,388 @@
+package postgres
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+func advisoryTable(name string) dialects.Table {
+	return dialects.Table{Name: name, ID: "id", Payload: "payload", Attempt: "attempt", ProcessedAt: "processed_at",
+		RetryAfter: "retry_after", AdvisoryKey: name + "-{account}'s"}
+}
+
+func newSession(t *testing.T, q dialects.AdvisoryQueue) dialects.Session {
+	t.Helper()
+	s, err := q.Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func tryLock(t *testing.T, s dialects.Session, key string) bool {
+	t.Helper()
+	ok, err := s.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func unlock(t *testing.T, s dialects.Session) bool {
+	t.Helper()
+	closed, err := s.Unlock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return closed
+}
+
+// locksHeld counts the advisory locks any session holds on keys.
+func locksHeld(t *testing.T, d *Dialect, keys ...string) int {
+	t.Helper()
+	return count(t, d, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+		AND ((classid::bigint << 32) | objid::bigint) IN (SELECT hashtextextended(k, 0) FROM unnest($1::text[]) AS k)`, keys)
+}
+
+func TestAdvisoryKeyExcludesOtherSessions(t *testing.T) {
+	d1, d2 := newDialect(t), newDialect(t) // two processes
+	tbl := advisoryTable(tableName(t, d1))
+	createTable(t, d1, tbl)
+	q1 := openAdvisory(t, d1, dialects.QueueSpec{Table: tbl})
+	q2 := openAdvisory(t, d2, dialects.QueueSpec{Table: tbl})
+	k, other := tbl.Name+"-k", tbl.Name+"-other"
+
+	s1, s2 := newSession(t, q1), newSession(t, q2)
+	if !tryLock(t, s1, k) {
+		t.Fatal("first lock refused")
+	}
+	if locksHeld(t, d1, k) != 1 {
+		t.Fatal("the lock is not in pg_locks")
+	}
+	if tryLock(t, s2, k) {
+		t.Fatal("another process locked a held key")
+	}
+	s3 := newSession(t, q1)
+	if tryLock(t, s3, k) {
+		t.Fatal("another session of the same process locked a held key")
+	}
+	if unlock(t, s3) {
+		t.Fatal("a session holding nothing closed its connection")
+	}
+	if !tryLock(t, s2, other) {
+		t.Fatal("a free key was refused")
+	}
+	if _, err := s2.TryLock(ctx, k); err == nil {
+		t.Fatal("a session locked a second key")
+	}
+	if unlock(t, s1) {
+		t.Fatal("a confirmed unlock closed the connection")
+	}
+	if closed, err := s1.Unlock(ctx); closed || err != nil {
+		t.Fatalf("a second unlock: %v %v", closed, err)
+	}
+	s4 := newSession(t, q2)
+	if !tryLock(t, s4, k) {
+		t.Fatal("an unlocked key stayed held")
+	}
+	if err := s4.Abort(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s4.Abort(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s5 := newSession(t, q1)
+	if !tryLock(t, s5, k) {
+		t.Fatal("an aborted key stayed held")
+	}
+	unlock(t, s2)
+	if n := locksHeld(t, d1, k, other); n != 1 {
+		t.Fatalf("%d locks held, want the last one", n)
+	}
+	unlock(t, s5)
+	if n := locksHeld(t, d1, k, other); n != 0 {
+		t.Fatalf("%d locks left", n)
+	}
+}
+
+// A confirmed unlock returns the connection to the pool; anything else closes it.
+func TestAdvisoryUnlockReturnsTheConnection(t *testing.T) {
+	d := newDialect(t)
+	tbl := advisoryTable(tableName(t, d))
+	createTable(t, d, tbl)
+	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	key := tbl.Name + "-k"
+	stat := func() (acquired, total int32) {
+		s := d.Pool().Stat()
+		return s.AcquiredConns(), s.TotalConns()
+	}
+
+	s := newSession(t, q)
+	if a, _ := stat(); a != 1 {
+		t.Fatalf("a session holds %d connections", a)
+	}
+	tryLock(t, s, key)
+	_, total := stat()
+	if unlock(t, s) {
+		t.Fatal("closed")
+	}
+	if a, tot := stat(); a != 0 || tot != total {
+		t.Fatalf("after a confirmed unlock: %d acquired, %d total (was %d)", a, tot, total)
+	}
+
+	// The server does not confirm the release (the key was released behind the
+	// session's back): the connection is closed, not pooled.
+	s = newSession(t, q)
+	tryLock(t, s, key)
+	mustExecOn(t, s, "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key)
+	_, total = stat()
+	if !unlock(t, s) {
+		t.Fatal("an unconfirmed unlock kept the connection")
+	}
+	if a, tot := stat(); a != 0 || tot != total-1 {
+		t.Fatalf("after an unconfirmed unlock: %d acquired, %d total (was %d)", a, tot, total)
+	}
+
+	// A failed unlock closes the connection too, and reports the error.
+	s = newSession(t, q)
+	tryLock(t, s, key)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if closed, err := s.Unlock(cctx); !closed || err == nil {
+		t.Fatalf("an unlock that failed: %v %v", closed, err)
+	}
+
+	// Abort always closes.
+	s = newSession(t, q)
+	tryLock(t, s, key)
+	_, total = stat()
+	if err := s.Abort(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a, tot := stat(); a != 0 || tot != total-1 {
+		t.Fatalf("after abort: %d acquired, %d total (was %d)", a, tot, total)
+	}
+
+	// A session whose lock statement failed may hold the key: it is closed.
+	s = newSession(t, q)
+	cctx, cancel = context.WithCancel(ctx)
+	cancel()
+	if _, err := s.TryLock(cctx, key); err == nil {
+		t.Fatal("a lock with an ended context succeeded")
+	}
+	if !unlock(t, s) {
+		t.Fatal("a doubtful session was pooled")
+	}
+	if n := locksHeld(t, d, key); n != 0 {
+		t.Fatalf("%d locks left", n)
+	}
+	if a, _ := stat(); a != 0 {
+		t.Fatalf("%d connections acquired", a)
+	}
+}
+
+func mustExecOn(t *testing.T, s dialects.Session, query string, args ...any) {
+	t.Helper()
+	if _, err := s.(*session).conn.Exec(ctx, query, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAdvisoryCandidates(t *testing.T) {
+	d := newDialect(t)
+	tbl := advisoryTable(tableName(t, d))
+	createTable(t, d, tbl)
+	tq := quote(tbl.Name)
+	mustExec(t, d, "INSERT INTO "+tq+" (payload, account) VALUES ('a', 'x'), ('b', 'x'), ('c', 'y'), ('d', NULL), ('e', 'z')")
+	mustExec(t, d, "INSERT INTO "+tq+" (payload, account, retry_after) VALUES ('f', 'w', $1)", t0.Add(time.Second))
+	mustExec(t, d, "INSERT INTO "+tq+" (payload, account, processed_at) VALUES ('g', 'v', $1)", t0)
+	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	var first int64
+	if err := d.Pool().QueryRow(ctx, "SELECT min(id) FROM "+tq).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	key := func(s string) string { return tbl.Name + "-" + s + "'s" }
+	cand := func(n int64, k string) dialects.Candidate { return dialects.Candidate{ID: first + n, Key: key(k)} }
+
+	cands, err := q.Candidates(ctx, t0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []dialects.Candidate{cand(0, "x"), cand(1, "x"), cand(2, "y"), cand(3, ""), cand(4, "z")}
+	if !slices.Equal(cands, want) {
+		t.Fatalf("candidates %v, want %v", cands, want)
+	}
+
+	s := newSession(t, q)
+	if !tryLock(t, s, key("x")) {
+		t.Fatal("lock refused")
+	}
+	// The held key's rows are passed over and the limit still fills.
+	cands, err = q.Candidates(ctx, t0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cands, []dialects.Candidate{cand(2, "y"), cand(3, "")}) {
+		t.Fatalf("candidates with x held: %v", cands)
+	}
+	// The probe's shared locks end with the statement.
+	if n := locksHeld(t, d, key("y"), key(""), key("z")); n != 0 {
+		t.Fatalf("the candidates query left %d locks", n)
+	}
+	unlock(t, s)
+	if n := locksHeld(t, d, key("x")); n != 0 {
+		t.Fatalf("%d locks left", n)
+	}
+}
+
+func TestAdvisoryTakeAndSettle(t *testing.T) {
+	d := newDialect(t)
+	tbl := advisoryTable(tableName(t, d))
+	tbl.Group, tbl.Headers = "grp", "headers"
+	createTable(t, d, tbl)
+	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
+	var keys []string
+
+	// take claims the first candidate on a session of its own.
+	take := func(t *testing.T) (dialects.Session, dialects.Row) {
+		t.Helper()
+		cands, err := q.Candidates(ctx, t0, 1)
+		if err != nil || len(cands) != 1 {
+			t.Fatalf("candidates %v %v", cands, err)
+		}
+		s := newSession(t, q)
+		if !tryLock(t, s, cands[0].Key) {
+			t.Fatal("lock refused")
+		}
+		keys = append(keys, cands[0].Key)
+		r, ok, err := s.Take(ctx, cands[0].ID, t0)
+		if err != nil || !ok {
+			t.Fatalf("take: %v %v", ok, err)
+		}
+		if r.Key != cands[0].Key {
+			t.Fatalf("take read key %q, candidate %q", r.Key, cands[0].Key)
+		}
+		return s, r
+	}
+	id := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p"), Headers: []byte(`{"a":"b"}`)})
+	mustExec(t, d, "UPDATE "+quote(tbl.Name)+" SET account = 'acct'")
+
+	s, r := take(t)
+	if r.ID != id || r.Attempt != 1 || string(r.Payload) != "p" || len(r.Headers) == 0 || r.Key != tbl.Name+"-acct's" {
+		t.Fatalf("took %+v", r)
+	}
+	if st, _ := stateOf(t, d, tbl, id); st.Attempt != 2 {
+		t.Fatalf("the take did not count: %+v", st)
+	}
+	// Retry runs nothing: the unlock returns the row.
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepRetry}, id); err != nil {
+		t.Fatal(err)
+	}
+	unlock(t, s)
+
+	s, r = take(t)
+	if r.Attempt != 2 {
+		t.Fatalf("second take read attempt %d", r.Attempt)
+	}
+	at := t0.Add(time.Hour)
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepRetryAfter, At: at}, id); err != nil {
+		t.Fatal(err)
+	}
+	unlock(t, s)
+	if st, _ := stateOf(t, d, tbl, id); !sameTime(st.RetryAfter, at) || st.Attempt != 3 {
+		t.Fatalf("after retry after: %+v", st)
+	}
+	// Not due: a take refuses it even with the key held.
+	s2 := newSession(t, q)
+	tryLock(t, s2, "unrelated-"+tbl.Name)
+	keys = append(keys, "unrelated-"+tbl.Name)
+	if _, ok, err := s2.Take(ctx, id, t0); ok || err != nil {
+		t.Fatalf("took a row not due: %v %v", ok, err)
+	}
+	unlock(t, s2)
+
+	mustExec(t, d, "UPDATE "+quote(tbl.Name)+" SET retry_after = NULL")
+	s, _ = take(t)
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepDeadLetter}, id); err != nil {
+		t.Fatal(err)
+	}
+	unlock(t, s)
+	if st, _ := stateOf(t, d, tbl, id); st.Group != "dead" {
+		t.Fatalf("after dead letter: %+v", st)
+	}
+
+	id = publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("q")})
+	s, _ = take(t)
+	now := t0.Add(time.Second)
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: now}, id); err != nil {
+		t.Fatal(err)
+	}
+	unlock(t, s)
+	if st, _ := stateOf(t, d, tbl, id); !sameTime(st.ProcessedAt, now) {
+		t.Fatalf("after ack: %+v", st)
+	}
+	if cands, _ := q.Candidates(ctx, t0, 10); len(cands) != 0 {
+		t.Fatalf("candidates left: %v", cands)
+	}
+	if n := locksHeld(t, d, keys...); n != 0 {
+		t.Fatalf("%d locks left", n)
+	}
+}
+
+// Without an attempt column the take only reads; into a dead-letter table the move is
+// one statement.
+func TestAdvisoryMinimalTableAndMove(t *testing.T) {
+	d := newDialect(t)
+	tbl := dialects.Table{Name: tableName(t, d), ID: "id", Payload: "payload"}
+	tbl.AdvisoryKey = tbl.Name + "-{id}"
+	createTable(t, d, tbl)
+	dead := tbl
+	dead.Name = tableName(t, d)
+	createTable(t, d, dead)
+	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name})
+	id := publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
+	cands, err := q.Candidates(ctx, t0, 5)
+	if err != nil || len(cands) != 1 || cands[0].Key != tbl.Name+"-"+strconv.FormatInt(id, 10) {
+		t.Fatalf("candidates %v %v", cands, err)
+	}
+	s := newSession(t, q)
+	tryLock(t, s, cands[0].Key)
+	r, ok, err := s.Take(ctx, id, t0)
+	if err != nil || !ok || r.Attempt != 0 || string(r.Payload) != "poison" {
+		t.Fatalf("take %+v %v %v", r, ok, err)
+	}
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepDeadLetter}, id); err != nil {
+		t.Fatal(err)
+	}
+	// A second move finds no row: still settled.
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepDeadLetter}, id); err != nil {
+		t.Fatal(err)
+	}
+	if closed, err := s.Unlock(ctx); closed || err != nil {
+		t.Fatal(closed, err)
+	}
+	if _, exists := stateOf(t, d, tbl, id); exists {
+		t.Fatal("the row stayed")
+	}
+	if n := count(t, d, "SELECT count(*) FROM "+quote(dead.Name)+" WHERE id = $1", id); n != 1 {
+		t.Fatalf("%d copies", n)
+	}
+	// Gone: a take reports false.
+	s = newSession(t, q)
+	tryLock(t, s, cands[0].Key)
+	if _, ok, err := s.Take(ctx, id, t0); ok || err != nil {
+		t.Fatalf("took a moved row: %v %v", ok, err)
+	}
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepRetryAfter}, id); err == nil {
+		t.Fatal("retry after without a retry_after column succeeded")
+	}
+	unlock(t, s)
+	if n := locksHeld(t, d, cands[0].Key); n != 0 {
+		t.Fatalf("%d locks left", n)
+	}
+}

@@ -1,0 +1,103 @@
+// Package postgres is rowactor's PostgreSQL dialect, on github.com/jackc/pgx/v5 and its
+// pool (pgxpool).
+//
+// PostgreSQL serves all three claim forms:
+//
+//   - Row lock: the claim transaction (plain BEGIN, or the table's declared isolation)
+//     holds its row with SELECT … FOR UPDATE SKIP LOCKED while the handler runs; the
+//     settlement statement and the COMMIT end it. One pool connection per row in work.
+//   - Lease: one statement claims, stamps the lease and counts the attempt; every
+//     settlement is fenced by the lease expiry (locked_until = token). No connection is
+//     held while the handler runs.
+//   - Advisory lock: the key text is rendered by SQL (concat of the template's literals
+//     and columns, NULL reading as empty) and locked with pg_try_advisory_lock on its
+//     64-bit hashtextextended(key, 0), on a connection set aside for the delivery. The
+//     connection returns to the pool only when the server confirms the unlock; it is
+//     closed otherwise. Session locks need a direct connection or PgBouncer in session
+//     pooling: transaction pooling loses them.
+//
+// Time columns are timestamptz and are bound as time.Time (the server keeps
+// microseconds; lease tokens are compared by the server, in its own precision). The
+// payload column is bytea (text, varchar, json and jsonb are read as their bytes too);
+// headers are jsonb (or json, text). Identifiers are always double-quoted, so names keep
+// their case, and names longer than PostgreSQL's 63 bytes are refused rather than
+// silently truncated.
+//
+// Publishing notifies channel Channel ("rowactor") with the payload "<table>\t<group>" in
+// the same statement as the insert, so a notification from a caller's transaction is
+// delivered when it commits. (*Dialect).Listen receives them (dialects.Notifier).
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// Channel is the LISTEN/NOTIFY channel every publish notifies, with the payload
+// "<table>\t<group>" (the group is empty for a table without groups). Other writers may
+// send the same notification (e.g. from an AFTER INSERT trigger) to wake subscribers.
+const Channel = "rowactor"
+
+// Dialect is PostgreSQL behind rowactor.
+type Dialect struct {
+	pool  *pgxpool.Pool
+	owned bool
+}
+
+var (
+	_ dialects.Dialect  = (*Dialect)(nil)
+	_ dialects.Notifier = (*Dialect)(nil)
+)
+
+// New wraps a pool. The caller keeps owning it: Close does not close it.
+//
+// The row lock and advisory forms hold one pool connection per row in work, so size the
+// pool for the workers of those subscriptions plus one (Limits reports the pool's size
+// less one).
+func New(pool *pgxpool.Pool) *Dialect {
+	return &Dialect{pool: pool}
+}
+
+// Open opens a pool on url (a pgx connection string, e.g.
+// "postgres://user@host:5432/db?sslmode=disable&pool_max_conns=16"), checks the server
+// answers, and owns the pool: Close closes it.
+func Open(ctx context.Context, url string) (*Dialect, error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	return &Dialect{pool: pool, owned: true}, nil
+}
+
+// Pool returns the pool.
+func (d *Dialect) Pool() *pgxpool.Pool { return d.pool }
+
+// Name is "postgres".
+func (d *Dialect) Name() string { return "postgres" }
+
+// Limits: a subscription may hold the pool's size less one (at least one), leaving a
+// connection for publishes and handlers' own queries; claims are not limited beyond that.
+func (d *Dialect) Limits() dialects.Limits {
+	n := int(d.pool.Config().MaxConns) - 1
+	if n < 1 {
+		n = 1
+	}
+	return dialects.Limits{Connections: n, ClaimsInFlight: 0}
+}
+
+// Close closes the pool if Open made it. Closing waits for every acquired connection to
+// be released, so shut every broker on the dialect down first.
+func (d *Dialect) Close() error {
+	if d.owned {
+		d.pool.Close()
+	}
+	return nil
+}

@@ -1,0 +1,247 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+var ctx = context.Background()
+
+// t0 has a fraction finer than a microsecond: the server keeps microseconds, and tokens
+// bound as time.Time are truncated alike wherever they are compared.
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 123456789, time.UTC)
+
+// testURL is the server the tests run on. They fail, never skip, when it is unreachable.
+func testURL() string {
+	if u := os.Getenv("ROWACTOR_POSTGRES_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+// withParams adds connection parameters to a URL.
+func withParams(url string, params ...string) string {
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + strings.Join(params, "&")
+}
+
+func openURL(t *testing.T, url string) *Dialect {
+	t.Helper()
+	d, err := Open(ctx, url)
+	if err != nil {
+		t.Fatalf("PostgreSQL at %s is unreachable: %v", url, err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func newDialect(t *testing.T) *Dialect {
+	t.Helper()
+	return openURL(t, withParams(testURL(), "pool_max_conns=8"))
+}
+
+// tableName returns a name no other test (or earlier run) uses, and drops the table
+// when the test ends.
+func tableName(t *testing.T, d *Dialect) string {
+	t.Helper()
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	name := "rapg_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := d.Pool().Exec(cctx, "DROP TABLE IF EXISTS "+quote(name)); err != nil {
+			t.Errorf("drop %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+func mustExec(t *testing.T, d *Dialect, query string, args ...any) {
+	t.Helper()
+	if _, err := d.Pool().Exec(ctx, query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+// createTable creates the table Schema renders for tbl.
+func createTable(t *testing.T, d *Dialect, tbl dialects.Table) {
+	t.Helper()
+	ddl, err := d.Schema(tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range strings.Split(ddl, ";\n") {
+		if strings.TrimSpace(s) != "" {
+			mustExec(t, d, s)
+		}
+	}
+}
+
+func leaseTable(name string) dialects.Table {
+	return dialects.Table{Name: name, ID: "id", Payload: "payload", Group: "grp", Attempt: "attempt",
+		RetryAfter: "retry_after", LockedUntil: "locked_until", Headers: "headers"}
+}
+
+func rowLockTable(name string) dialects.Table {
+	return dialects.Table{Name: name, ID: "id", Payload: "payload", Group: "grp", Attempt: "attempt",
+		RetryAfter: "retry_after", Headers: "headers"}
+}
+
+func openQueue(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.Queue {
+	t.Helper()
+	q, err := d.Open(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	return q
+}
+
+func openLease(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.LeaseQueue {
+	t.Helper()
+	q := openQueue(t, d, spec)
+	lq, ok := q.(dialects.LeaseQueue)
+	if !ok {
+		t.Fatalf("Open returned %T, not a LeaseQueue", q)
+	}
+	return lq
+}
+
+func openRowLock(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.RowLockQueue {
+	t.Helper()
+	q := openQueue(t, d, spec)
+	rq, ok := q.(dialects.RowLockQueue)
+	if !ok {
+		t.Fatalf("Open returned %T, not a RowLockQueue", q)
+	}
+	return rq
+}
+
+func openAdvisory(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.AdvisoryQueue {
+	t.Helper()
+	q := openQueue(t, d, spec)
+	aq, ok := q.(dialects.AdvisoryQueue)
+	if !ok {
+		t.Fatalf("Open returned %T, not an AdvisoryQueue", q)
+	}
+	return aq
+}
+
+func publish(t *testing.T, d *Dialect, tbl dialects.Table, m dialects.Message) int64 {
+	t.Helper()
+	p, err := d.Publisher(ctx, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Publish(ctx, nil, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// rowState is a row's state as stored; NULL times are nil.
+type rowState struct {
+	Attempt     int
+	Group       string
+	LockedUntil *time.Time
+	RetryAfter  *time.Time
+	ProcessedAt *time.Time
+}
+
+// stateOf reads the columns a description names (NULL for the others).
+func stateOf(t *testing.T, d *Dialect, tbl dialects.Table, id int64) (rowState, bool) {
+	t.Helper()
+	col := func(name, typ string) string {
+		if name == "" {
+			return "NULL::" + typ
+		}
+		return quote(name)
+	}
+	var s rowState
+	var attempt *int64
+	var group *string
+	err := d.Pool().QueryRow(ctx, "SELECT "+col(tbl.Attempt, "int")+", "+col(tbl.Group, "text")+", "+
+		col(tbl.LockedUntil, "timestamptz")+", "+col(tbl.RetryAfter, "timestamptz")+", "+col(tbl.ProcessedAt, "timestamptz")+
+		" FROM "+quote(tbl.Name)+" WHERE "+quote(tbl.ID)+" = $1", id).
+		Scan(&attempt, &group, &s.LockedUntil, &s.RetryAfter, &s.ProcessedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if attempt != nil {
+		s.Attempt = int(*attempt)
+	}
+	if group != nil {
+		s.Group = *group
+	}
+	return s, true
+}
+
+func count(t *testing.T, d *Dialect, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := d.Pool().QueryRow(ctx, query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// micro is t as the server stores it.
+func micro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
+
+func sameTime(a *time.Time, b time.Time) bool { return a != nil && a.Equal(micro(b)) }
+
+func configError(t *testing.T, err error) *dialects.ConfigError {
+	t.Helper()
+	var ce *dialects.ConfigError
+	if !errors.As(err, &ce) || !errors.Is(err, dialects.ErrConfig) {
+		t.Fatalf("want a *ConfigError, got %T %v", err, err)
+	}
+	if ce.Fix == "" || ce.Reason == "" {
+		t.Errorf("config error without reason or fix: %v", err)
+	}
+	return ce
+}
+
+func contains(t *testing.T, s, sub string) {
+	t.Helper()
+	if !strings.Contains(s, sub) {
+		t.Errorf("%q does not contain %q", s, sub)
+	}
+}
+
+func ids(rows []dialects.Row) []int64 {
+	var out []int64
+	for _, r := range rows {
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+func tableNameSuffix(t *testing.T) string {
+	t.Helper()
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b[:])
+}

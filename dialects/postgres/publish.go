@@ -1,0 +1,134 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// Publisher checks t for publishing and builds its INSERT once. Any form may be published
+// to. The insert and the notification are one statement, so a publish in a caller's
+// transaction notifies when that transaction commits, and never when it rolls back.
+func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Publisher, error) {
+	if err := d.checkTable(ctx, t); err != nil {
+		return nil, err
+	}
+	p := &publisher{
+		d:             d,
+		name:          t.Name,
+		hasGroup:      t.Group != "",
+		hasRetryAfter: t.RetryAfter != "",
+	}
+	// $1 payload, $2 notified group, then group, not_before, headers when present.
+	cols := []string{quote(t.Payload)}
+	n := 2
+	next := func() string { n++; return "$" + strconv.Itoa(n) }
+	vals := []string{"$1"}
+	if t.Group != "" {
+		cols, vals = append(cols, quote(t.Group)), append(vals, next())
+	}
+	if t.RetryAfter != "" {
+		cols, vals = append(cols, quote(t.RetryAfter)), append(vals, next())
+	}
+	p.insert = insertText(t, cols, vals)
+	p.insertHeaders = p.insert
+	if t.Headers != "" {
+		// A message without headers leaves the column to its default rather than
+		// writing NULL into a column that may refuse it.
+		p.insertHeaders = insertText(t, append(cols, quote(t.Headers)), append(vals, next()))
+	}
+	if err := d.prepare(ctx, t.Name, []stmt{{text: p.insert}, {text: p.insertHeaders}}); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// insertText inserts one row and notifies Channel with "<table>\t<group>" in the same
+// statement.
+func insertText(t dialects.Table, cols, vals []string) string {
+	return "WITH ins AS (INSERT INTO " + quote(t.Name) + " (" + strings.Join(cols, ", ") + ") VALUES (" +
+		strings.Join(vals, ", ") + ") RETURNING " + quote(t.ID) + " AS id) SELECT id, pg_notify(" +
+		literal(Channel) + ", " + literal(t.Name+"\t") + " || $2::text)::text FROM ins"
+}
+
+type publisher struct {
+	d             *Dialect
+	name          string
+	hasGroup      bool
+	hasRetryAfter bool
+	insert        string
+	insertHeaders string
+}
+
+// Publish inserts m. tx is nil for the dialect's pool, or a pgx.Tx (from any pool or
+// connection on the same database): the row then exists, and the notification is sent,
+// only if the caller commits.
+func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (int64, error) {
+	if m.Group != "" && !p.hasGroup {
+		return 0, p.errorf(fmt.Errorf("the table has no group column for Message.Group %q", m.Group))
+	}
+	if !m.NotBefore.IsZero() && !p.hasRetryAfter {
+		return 0, p.errorf(errors.New("Message.NotBefore needs a retry_after column, and the table has none"))
+	}
+	payload := m.Payload
+	if payload == nil {
+		payload = []byte{} // pgx binds a nil slice as NULL
+	}
+	text := p.insert
+	args := []any{payload, m.Group}
+	if p.hasGroup {
+		args = append(args, m.Group)
+	}
+	if p.hasRetryAfter {
+		if m.NotBefore.IsZero() {
+			args = append(args, nil)
+		} else {
+			args = append(args, m.NotBefore)
+		}
+	}
+	if m.Headers != nil && p.insertHeaders != p.insert {
+		text = p.insertHeaders
+		// As text: jsonb and json parse it, a text column keeps it.
+		args = append(args, string(m.Headers))
+	}
+	var db querier
+	switch x := tx.(type) {
+	case nil:
+		db = p.d.pool
+	case pgx.Tx:
+		db = x
+	default:
+		return 0, fmt.Errorf("postgres: PublishTx needs a pgx.Tx, got %T", tx)
+	}
+	rows, err := db.Query(ctx, text, args...)
+	if err != nil {
+		return 0, p.errorf(err)
+	}
+	defer rows.Close()
+	var id int64
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return 0, p.errorf(err)
+		}
+		return 0, p.errorf(errors.New("the insert returned no id"))
+	}
+	// The second column is pg_notify's (empty) result.
+	if err := rows.Scan(&id, nil); err != nil {
+		return 0, p.errorf(err)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, p.errorf(err)
+	}
+	return id, nil
+}
+
+func (p *publisher) errorf(err error) error {
+	return fmt.Errorf("postgres: publish on table %s: %w", p.name, err)
+}

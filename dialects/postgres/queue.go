@@ -1,0 +1,233 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// Open checks the subscription against the live database, builds its statements once and
+// prepares each of them against the live table.
+func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Queue, error) {
+	if err := d.checkSpec(ctx, spec); err != nil {
+		return nil, err
+	}
+	t := spec.Table
+	base := queue{
+		d:          d,
+		name:       t.Name,
+		group:      spec.Group,
+		dest:       spec.DeadLetterGroup,
+		hasAttempt: t.Attempt != "",
+		hasHeaders: t.Headers != "",
+	}
+	var (
+		q     dialects.Queue
+		stmts []stmt
+	)
+	switch t.Form() {
+	case dialects.FormLease:
+		base.settle = buildSettle(spec, dialects.FormLease)
+		lq := newLeaseQueue(base, t)
+		q, stmts = lq, append(lq.settle.all(), lq.claim, lq.extend)
+	case dialects.FormAdvisory:
+		base.settle = buildSettle(spec, dialects.FormAdvisory)
+		aq, err := newAdvisoryQueue(base, t)
+		if err != nil {
+			return nil, err
+		}
+		q, stmts = aq, append(aq.settle.all(), aq.candidates, aq.take, stmt{text: lockText}, stmt{text: unlockText})
+	default:
+		base.settle = buildSettle(spec, dialects.FormRowLock)
+		rq := newRowLockQueue(base, t)
+		q, stmts = rq, append(rq.settle.all(), rq.claim)
+	}
+	if err := d.prepare(ctx, t.Name, stmts); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// queue is what every form shares: the table, the subscription's group, the settlements.
+type queue struct {
+	d          *Dialect
+	name       string
+	group      string
+	dest       string // the dead-letter group
+	hasAttempt bool
+	hasHeaders bool
+	settle     settleSQL
+}
+
+// Close has nothing to release: pgx prepares and caches statements per connection.
+func (q *queue) Close() error { return nil }
+
+func (q *queue) errorf(op string, err error) error {
+	return fmt.Errorf("postgres: %s on table %s: %w", op, q.name, err)
+}
+
+// bind starts a statement's values with the subscription's own.
+func (q *queue) bind() bind { return bind{group: q.group, dest: q.dest} }
+
+// querier runs statements: the pool, a connection, or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// exec runs one write statement and reports whether it changed a row.
+func (q *queue) exec(ctx context.Context, db querier, op string, s stmt, b *bind) (bool, error) {
+	tag, err := db.Exec(ctx, s.text, s.args(b)...)
+	if err != nil {
+		return false, q.errorf(op, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// settleSQL holds one subscription's settlement statements. The lease form's are fenced
+// by the token and clear the lease; the row lock and advisory forms' name the id only,
+// since the row lock or the key excludes every other delivery. An empty text is a step
+// the table cannot run.
+type settleSQL struct {
+	ack        stmt
+	release    stmt // lease form: clear the lease
+	retry      stmt // row lock form with an attempt column: count the attempt
+	retryAfter stmt
+	deadGroup  stmt
+	move       stmt // into the dead-letter table, in one statement
+}
+
+func (s *settleSQL) all() []stmt {
+	return []stmt{s.ack, s.release, s.retry, s.retryAfter, s.deadGroup, s.move}
+}
+
+func buildSettle(spec dialects.QueueSpec, form dialects.Form) settleSQL {
+	t := spec.Table
+	tq := quote(t.Name)
+	lease := form == dialects.FormLease
+	// where writes the fence: the id, and the token in the lease form.
+	where := func(w *builder) {
+		w.w(" WHERE ", quote(t.ID), " = ", w.p(pID))
+		if lease {
+			w.w(" AND ", quote(t.LockedUntil), " = ", w.p(pToken))
+		}
+	}
+	unlease := ""
+	if lease {
+		unlease = ", " + quote(t.LockedUntil) + " = NULL"
+	}
+	count := ""
+	if form == dialects.FormRowLock && t.Attempt != "" {
+		// The row lock form counts the attempt when a retry returns the row.
+		count = ", " + quote(t.Attempt) + " = " + quote(t.Attempt) + " + 1"
+	}
+	var s settleSQL
+	var w builder
+	if t.ProcessedAt != "" {
+		w.w("UPDATE ", tq, " SET ", quote(t.ProcessedAt), " = ", w.p(pNow), unlease)
+	} else {
+		w.w("DELETE FROM ", tq)
+	}
+	where(&w)
+	s.ack = w.stmt()
+	if lease {
+		w = builder{}
+		w.w("UPDATE ", tq, " SET ", quote(t.LockedUntil), " = NULL")
+		where(&w)
+		s.release = w.stmt()
+	}
+	if form == dialects.FormRowLock && t.Attempt != "" {
+		w = builder{}
+		w.w("UPDATE ", tq, " SET ", quote(t.Attempt), " = ", quote(t.Attempt), " + 1")
+		where(&w)
+		s.retry = w.stmt()
+	}
+	if t.RetryAfter != "" {
+		w = builder{}
+		w.w("UPDATE ", tq, " SET ", quote(t.RetryAfter), " = ", w.p(pAt), unlease, count)
+		where(&w)
+		s.retryAfter = w.stmt()
+	}
+	switch {
+	case spec.DeadLetterGroup != "":
+		w = builder{}
+		w.w("UPDATE ", tq, " SET ", quote(t.Group), " = ", w.p(pDest), unlease)
+		where(&w)
+		s.deadGroup = w.stmt()
+	case spec.DeadLetterTable != "":
+		cols := copyColumns(t)
+		names := make([]string, len(cols))
+		values := make([]string, len(cols))
+		for i, c := range cols {
+			names[i] = quote(c.Name)
+			values[i] = names[i]
+			if lease && c.Name == t.LockedUntil {
+				values[i] = "NULL" // the moved row arrives without a lease
+			}
+		}
+		list := strings.Join(names, ", ")
+		w = builder{}
+		w.w("WITH moved AS (DELETE FROM ", tq)
+		where(&w)
+		// OVERRIDING SYSTEM VALUE keeps the row's id even when the dead-letter table's id
+		// is GENERATED ALWAYS; it changes nothing for other tables.
+		w.w(" RETURNING ", list, ") INSERT INTO ", quote(spec.DeadLetterTable), " (", list,
+			") OVERRIDING SYSTEM VALUE SELECT ", strings.Join(values, ", "), " FROM moved")
+		s.move = w.stmt()
+	}
+	return s
+}
+
+var (
+	errNoRetryAfter = errors.New("the table has no retry_after column")
+	errNoDeadLetter = errors.New("the subscription has no dead letter (DeadLetterGroup or DeadLetterTable)")
+)
+
+// deadLetter returns the dead-letter statement, or an error when the subscription has none.
+func (s *settleSQL) deadLetter() (stmt, error) {
+	switch {
+	case s.deadGroup.text != "":
+		return s.deadGroup, nil
+	case s.move.text != "":
+		return s.move, nil
+	}
+	return stmt{}, errNoDeadLetter
+}
+
+// scanRow reads id, payload[, attempt][, headers][, key].
+func (q *queue) scanRow(rows pgx.Rows, withKey bool) (dialects.Row, error) {
+	var (
+		r       dialects.Row
+		attempt *int64
+		key     *string
+	)
+	dest := []any{&r.ID, &r.Payload}
+	if q.hasAttempt {
+		dest = append(dest, &attempt)
+	}
+	if q.hasHeaders {
+		dest = append(dest, &r.Headers)
+	}
+	if withKey {
+		dest = append(dest, &key)
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return r, err
+	}
+	if r.Payload == nil {
+		r.Payload = []byte{}
+	}
+	if attempt != nil {
+		r.Attempt = int(*attempt)
+	}
+	if key != nil {
+		r.Key = *key
+	}
+	return r, nil
+}

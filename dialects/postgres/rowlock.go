@@ -1,0 +1,197 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// endTimeout bounds a ROLLBACK or a connection close that must run even when the caller's
+// context has ended.
+const endTimeout = 5 * time.Second
+
+type rowLockQueue struct {
+	queue
+	begin string
+	claim stmt
+}
+
+var _ dialects.RowLockQueue = (*rowLockQueue)(nil)
+
+func newRowLockQueue(base queue, t dialects.Table) *rowLockQueue {
+	var w builder
+	w.w("SELECT ", rowColumns(t, "", quote(t.Attempt)), " FROM ", quote(t.Name),
+		" WHERE ", claimable(&w, t, "", false),
+		" ORDER BY ", quote(t.ID), " LIMIT 1 FOR UPDATE SKIP LOCKED")
+	return &rowLockQueue{queue: base, begin: beginText(t.Isolation), claim: w.stmt()}
+}
+
+// ClaimLocked opens the claim transaction on a pool connection of its own and locks the
+// first due row. The connection stays with the claim until Settle or Rollback ends it.
+func (q *rowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (dialects.LockedClaim, bool, error) {
+	conn, err := q.d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, q.errorf("claim", err)
+	}
+	c := &lockedClaim{q: q, conn: conn}
+	if _, err := conn.Exec(ctx, q.begin); err != nil {
+		c.end(ctx)
+		return nil, false, q.errorf("claim", err)
+	}
+	b := q.bind()
+	b.now = now
+	rows, err := conn.Query(ctx, q.claim.text, q.claim.args(&b)...)
+	if err != nil {
+		c.end(ctx)
+		return nil, false, q.errorf("claim", err)
+	}
+	found := rows.Next()
+	if found {
+		c.row, err = q.scanRow(rows, false)
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		c.end(ctx)
+		return nil, false, q.errorf("claim", err)
+	}
+	if !found {
+		if rerr := c.end(ctx); rerr != nil {
+			return nil, false, q.errorf("claim", rerr)
+		}
+		return nil, false, nil
+	}
+	return c, true, nil
+}
+
+// lockedClaim is an open claim transaction holding one row on one pool connection.
+type lockedClaim struct {
+	q   *rowLockQueue
+	row dialects.Row
+
+	// mu serialises Settle and Rollback: a connection runs one statement at a time, and
+	// the first of them to end the transaction releases the connection.
+	mu   sync.Mutex
+	conn *pgxpool.Conn // nil once released or closed
+}
+
+var _ dialects.LockedClaim = (*lockedClaim)(nil)
+
+var errClaimEnded = errors.New("the claim transaction has already ended")
+
+func (c *lockedClaim) Row() dialects.Row { return c.row }
+
+// Settle runs the step's statement in the claim transaction and commits; a step with
+// nothing to write (Retry without an attempt column, Release) rolls back instead.
+func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.q
+	if c.conn == nil {
+		return q.errorf(step.Kind.String(), errClaimEnded)
+	}
+	s := &q.settle
+	var st stmt
+	switch step.Kind {
+	case dialects.StepAck:
+		st = s.ack
+	case dialects.StepRetry:
+		st = s.retry // empty without an attempt column: nothing to write
+	case dialects.StepRetryAfter:
+		if s.retryAfter.text == "" {
+			c.end(ctx)
+			return q.errorf("retry_after", errNoRetryAfter)
+		}
+		st = s.retryAfter
+	case dialects.StepDeadLetter:
+		var err error
+		if st, err = s.deadLetter(); err != nil {
+			c.end(ctx)
+			return q.errorf("dead-letter", err)
+		}
+	case dialects.StepRelease:
+	default:
+		c.end(ctx)
+		return q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
+	}
+	op := step.Kind.String()
+	if st.text == "" {
+		if err := c.end(ctx); err != nil {
+			return q.errorf(op, err)
+		}
+		return nil
+	}
+	b := q.bind()
+	b.id, b.now, b.at = c.row.ID, step.Now, step.At
+	if _, err := c.conn.Exec(ctx, st.text, st.args(&b)...); err != nil {
+		c.end(ctx)
+		return q.errorf(op, err)
+	}
+	tag, err := c.conn.Exec(ctx, "COMMIT")
+	if err == nil && tag.String() != "COMMIT" {
+		// The server answers ROLLBACK to a COMMIT of a failed transaction.
+		err = fmt.Errorf("the server rolled the transaction back (%s)", tag.String())
+	}
+	if err != nil {
+		c.end(ctx)
+		return q.errorf(op+" commit", err)
+	}
+	c.releaseConn()
+	return nil
+}
+
+// Rollback ends the transaction unsettled; the row returns at once.
+func (c *lockedClaim) Rollback(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		return nil
+	}
+	if err := c.end(ctx); err != nil {
+		return c.q.errorf("rollback", err)
+	}
+	return nil
+}
+
+// end rolls the transaction back and releases the connection. When the rollback fails
+// the connection is closed instead, so the server rolls back itself; the error is
+// returned. The caller holds mu (or owns the claim alone).
+func (c *lockedClaim) end(ctx context.Context) error {
+	if c.conn == nil {
+		return nil
+	}
+	// The rollback runs even when ctx is what ended the claim.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	if _, err := c.conn.Exec(rctx, "ROLLBACK"); err != nil {
+		closeConn(c.conn)
+		c.conn = nil
+		return err
+	}
+	c.releaseConn()
+	return nil
+}
+
+// releaseConn returns the connection to the pool. pgxpool destroys a connection released
+// with a transaction still open, so an unended transaction never reaches another user.
+func (c *lockedClaim) releaseConn() {
+	c.conn.Release()
+	c.conn = nil
+}
+
+// closeConn takes a connection out of its pool and closes it: the server ends its
+// session, rolling back its transaction and releasing its locks.
+func closeConn(conn *pgxpool.Conn) error {
+	raw := conn.Hijack()
+	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+	defer cancel()
+	return raw.Close(ctx)
+}

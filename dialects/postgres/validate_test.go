@@ -1,0 +1,176 @@
+package postgres
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+func TestOpenRefuses(t *testing.T) {
+	d := newDialect(t)
+	name := tableName(t, d)
+	createTable(t, d, leaseTable(name))
+	dead := tableName(t, d)
+	mustExec(t, d, "CREATE TABLE "+quote(dead)+" (id bigint, payload bytea, grp text, attempt int, retry_after timestamptz, locked_until timestamptz)")
+	missing := tableName(t, d)
+	wrongType := tableName(t, d)
+	mustExec(t, d, "CREATE TABLE "+quote(wrongType)+" (id bigint, payload bytea, locked_until timestamp)")
+
+	long := strings.Repeat("x", 64)
+	longTable := leaseTable(long)
+	longColumn := leaseTable(name)
+	longColumn.Headers = long
+	missingCol := leaseTable(name)
+	missingCol.ProcessedAt = "done_at"
+	caseCol := leaseTable(name)
+	caseCol.RetryAfter = "Retry_After" // quoted names keep their case
+	uncommitted := leaseTable(name)
+	uncommitted.Isolation = dialects.ReadUncommitted
+	mode := leaseTable(name)
+	mode.Mode = dialects.Immediate
+	clock := leaseTable(name)
+	clock.DatabaseClock = true
+	noGroup := leaseTable(name)
+	noGroup.Group = ""
+
+	cases := []struct {
+		name   string
+		spec   dialects.QueueSpec
+		table  string
+		column string
+		option string
+		reason string
+	}{
+		{"long table name", dialects.QueueSpec{Table: longTable}, long, "", "Table.Name", "truncates identifiers to 63"},
+		{"long column name", dialects.QueueSpec{Table: longColumn}, name, long, "Table.Headers", "truncates identifiers to 63"},
+		{"long dead-letter table", dialects.QueueSpec{Table: leaseTable(name), DeadLetterTable: long}, name, "", "DeadLetterTable", "truncates"},
+		{"missing column", dialects.QueueSpec{Table: missingCol}, name, "done_at", "Table.ProcessedAt", "no such column"},
+		{"column case", dialects.QueueSpec{Table: caseCol}, name, "Retry_After", "Table.RetryAfter", "no such column"},
+		{"read uncommitted", dialects.QueueSpec{Table: uncommitted}, name, "", "Table.Isolation", "read uncommitted"},
+		{"mode", dialects.QueueSpec{Table: mode}, name, "", "Table.Mode", "SQLite"},
+		{"database clock", dialects.QueueSpec{Table: clock}, name, "", "Table.DatabaseClock", "host"},
+		{"missing table", dialects.QueueSpec{Table: leaseTable(missing)}, missing, "", "", "does not exist"},
+		{"wrong time type", dialects.QueueSpec{Table: dialects.Table{Name: wrongType, ID: "id", Payload: "payload", LockedUntil: "locked_until"}},
+			wrongType, "locked_until", "Table.LockedUntil", "timestamp with time zone"},
+		{"dead-letter table missing", dialects.QueueSpec{Table: leaseTable(name), DeadLetterTable: missing},
+			name, "", "DeadLetterTable", `"` + missing + `" does not exist`},
+		{"dead-letter table lacks a column", dialects.QueueSpec{Table: leaseTable(name), DeadLetterTable: dead},
+			name, "headers", "DeadLetterTable", `dead-letter table "` + dead + `" has no column "headers"`},
+		{"dead-letter group without group", dialects.QueueSpec{Table: noGroup, DeadLetterGroup: "dead"},
+			name, "", "DeadLetterGroup", "group column"},
+		{"both dead letters", dialects.QueueSpec{Table: leaseTable(name), DeadLetterGroup: "dead", DeadLetterTable: dead},
+			name, "", "DeadLetterTable", "not both"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			q, err := d.Open(ctx, c.spec)
+			if err == nil {
+				q.Close()
+				t.Fatal("Open accepted the spec")
+			}
+			ce := configError(t, err)
+			if ce.Table != c.table || ce.Column != c.column || ce.Option != c.option {
+				t.Errorf("table %q column %q option %q; want %q %q %q", ce.Table, ce.Column, ce.Option,
+					c.table, c.column, c.option)
+			}
+			contains(t, err.Error(), c.reason)
+		})
+	}
+}
+
+// A statement the live schema cannot run fails Open, not the first settlement.
+func TestOpenPreparesStatements(t *testing.T) {
+	d := newDialect(t)
+	name := tableName(t, d)
+	createTable(t, d, leaseTable(name))
+	dead := tableName(t, d)
+	// Every column is there, but the payload cannot take the queue's bytea.
+	mustExec(t, d, "CREATE TABLE "+quote(dead)+" (id bigint, payload int, grp text, attempt int, retry_after timestamptz, locked_until timestamptz, headers jsonb)")
+	q, err := d.Open(ctx, dialects.QueueSpec{Table: leaseTable(name), DeadLetterTable: dead})
+	if err == nil {
+		q.Close()
+		t.Fatal("Open accepted a dead-letter table that cannot take the move")
+	}
+	ce := configError(t, err)
+	if ce.Table != name {
+		t.Errorf("table %q", ce.Table)
+	}
+	contains(t, err.Error(), "does not prepare")
+	contains(t, err.Error(), "payload")
+}
+
+func TestOpenAcceptsEveryForm(t *testing.T) {
+	d := newDialect(t)
+	name := tableName(t, d)
+	tbl := leaseTable(name)
+	tbl.ProcessedAt = "processed_at"
+	tbl.AdvisoryKey = name + "-{account}"
+	tbl.LockedUntil = ""
+	createTable(t, d, tbl)
+	mustExec(t, d, "ALTER TABLE "+quote(name)+" ADD COLUMN locked_until timestamptz")
+	dead := tableName(t, d)
+	deadTbl := tbl
+	deadTbl.Name = dead
+	createTable(t, d, deadTbl)
+
+	openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
+	noGroup := tbl
+	noGroup.Group = ""
+	openAdvisory(t, d, dialects.QueueSpec{Table: noGroup, DeadLetterTable: dead})
+	rl := tbl
+	rl.AdvisoryKey = ""
+	for _, level := range []dialects.Isolation{"", dialects.ReadCommitted, dialects.RepeatableRead, dialects.Serializable} {
+		rl.Isolation = level
+		openRowLock(t, d, dialects.QueueSpec{Table: rl, Group: "g", DeadLetterGroup: "dead"})
+	}
+	ls := leaseTable(name)
+	ls.ProcessedAt = "processed_at"
+	openLease(t, d, dialects.QueueSpec{Table: ls, Group: "g", DeadLetterGroup: "dead"})
+}
+
+func TestCaseAndQuotesInNames(t *testing.T) {
+	d := newDialect(t)
+	base := tableName(t, d)
+	name := base + `_Mixed "Case"`
+	t.Cleanup(func() { mustExec(t, d, "DROP TABLE IF EXISTS "+quote(name)) })
+	tbl := dialects.Table{Name: name, ID: "Id", Payload: `Pay"load`, Attempt: "Attempt", LockedUntil: "Locked Until"}
+	createTable(t, d, tbl)
+	id := publish(t, d, tbl, dialects.Message{Payload: []byte("x")})
+	q := openLease(t, d, dialects.QueueSpec{Table: tbl})
+	rows, err := q.ClaimLeases(ctx, t0, t0.Add(1e9), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].ID != id || string(rows[0].Payload) != "x" || rows[0].Attempt != 1 {
+		t.Fatalf("claimed %+v", rows)
+	}
+	lower := tbl
+	lower.Payload = `pay"load`
+	if _, err := d.Open(ctx, dialects.QueueSpec{Table: lower}); err == nil {
+		t.Fatal("a name differing in case was accepted")
+	}
+}
+
+func TestLimits(t *testing.T) {
+	d := openURL(t, withParams(testURL(), "pool_max_conns=5"))
+	if l := d.Limits(); l.Connections != 4 || l.ClaimsInFlight != 0 {
+		t.Errorf("limits %+v", l)
+	}
+	one := openURL(t, withParams(testURL(), "pool_max_conns=1"))
+	if l := one.Limits(); l.Connections != 1 {
+		t.Errorf("limits of a pool of one %+v", l)
+	}
+	if d.Name() != "postgres" {
+		t.Errorf("name %q", d.Name())
+	}
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	d, err := Open(ctx, "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2")
+	if err == nil {
+		d.Close()
+		t.Fatal("Open succeeded on a closed port")
+	}
+	contains(t, err.Error(), "postgres: open")
+}

@@ -1,0 +1,177 @@
+package rowactor_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/postgres"
+)
+
+// postgresURL is the server the suite runs on: ROWACTOR_POSTGRES_URL, or the local test
+// server. The suite fails, never skips, when it is unreachable.
+func postgresURL() string {
+	url := os.Getenv("ROWACTOR_POSTGRES_URL")
+	if url == "" {
+		url = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	// The advisory scenarios hold a connection per delivery (up to five at once), and
+	// pgxpool's default size is max(4, CPUs).
+	if !strings.Contains(url, "pool_max_conns") {
+		sep := "?"
+		if strings.Contains(url, "?") {
+			sep = "&"
+		}
+		url += sep + "pool_max_conns=12"
+	}
+	return url
+}
+
+// createdTable finds the table a schema statement creates, to drop it after the test.
+var createdTable = regexp.MustCompile(`^CREATE TABLE IF NOT EXISTS "((?:[^"]|"")+)"`)
+
+func init() {
+	drivers = append(drivers, driver{
+		name:  "postgres",
+		forms: []rowactor.Form{rowactor.FormRowLock, rowactor.FormLease, rowactor.FormAdvisory},
+		open: func(t *testing.T) func() dialects.Dialect {
+			url := postgresURL()
+			return func() dialects.Dialect {
+				d, err := postgres.Open(context.Background(), url)
+				if err != nil {
+					t.Fatalf("postgres.Open: PostgreSQL is unreachable at %s: %v", url, err)
+				}
+				t.Cleanup(func() {
+					// pgxpool's Close waits for every acquired connection: a claim or
+					// session never ended would hang the suite instead of failing it.
+					done := make(chan struct{})
+					go func() { _ = d.Close(); close(done) }()
+					select {
+					case <-done:
+					case <-time.After(15 * time.Second):
+						t.Errorf("postgres: closing the pool waited 15 s for a connection never released (a row lock claim or an advisory session left open)")
+					}
+				})
+				return d
+			}
+		},
+		exec: func(t *testing.T, d dialects.Dialect, query string, args ...any) {
+			t.Helper()
+			query = dollarPlaceholders(query)
+			if m := createdTable.FindStringSubmatch(query); m != nil {
+				dropAtCleanup(t, d, strings.ReplaceAll(m[1], `""`, `"`))
+			}
+			if _, err := pgPool(d).Exec(context.Background(), query, args...); err != nil {
+				t.Fatalf("exec %q: %v", query, err)
+			}
+		},
+		count: func(t *testing.T, d dialects.Dialect, query string, args ...any) int {
+			t.Helper()
+			var n int
+			if err := pgPool(d).QueryRow(context.Background(), dollarPlaceholders(query), args...).Scan(&n); err != nil {
+				t.Fatalf("count %q: %v", query, err)
+			}
+			return n
+		},
+		state: func(t *testing.T, d dialects.Dialect, tb rowactor.Table, id int64) rowState {
+			t.Helper()
+			col := func(name, typ string) string {
+				if name == "" {
+					return "NULL::" + typ
+				}
+				return pgQuote(name)
+			}
+			var (
+				st                  rowState
+				attempt             *int64
+				group               *string
+				locked, retry, proc *time.Time
+			)
+			err := pgPool(d).QueryRow(context.Background(), "SELECT "+col(tb.Attempt, "bigint")+", "+col(tb.Group, "text")+", "+
+				col(tb.LockedUntil, "timestamptz")+", "+col(tb.RetryAfter, "timestamptz")+", "+col(tb.ProcessedAt, "timestamptz")+
+				" FROM "+pgQuote(tb.Name)+" WHERE "+pgQuote(tb.ID)+" = $1", id).Scan(&attempt, &group, &locked, &retry, &proc)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return st
+			}
+			if err != nil {
+				t.Fatalf("row %d: %v", id, err)
+			}
+			st.exists = true
+			if attempt != nil {
+				st.attempt = int(*attempt)
+			}
+			if group != nil {
+				st.group = *group
+			}
+			st.lockedUntil, st.retryAfter, st.processedAt = locked, retry, proc
+			return st
+		},
+		begin: func(t *testing.T, d dialects.Dialect) (any, func() error, func() error) {
+			ctx := context.Background()
+			tx, err := pgPool(d).Begin(ctx)
+			if err != nil {
+				t.Fatalf("begin: %v", err)
+			}
+			return tx, func() error { return tx.Commit(ctx) }, func() error { return tx.Rollback(ctx) }
+		},
+		timeValue: func(tm time.Time) any { return tm },
+		notifies:  true,
+		url:       func(*testing.T, dialects.Dialect) string { return postgresURL() },
+		keyLocked: func(t *testing.T, d dialects.Dialect, key string) bool {
+			t.Helper()
+			var held bool
+			// A bigint advisory key shows in pg_locks as two 32-bit halves.
+			err := d.(*postgres.Dialect).Pool().QueryRow(context.Background(),
+				`SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+				   AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, 0))`, key).Scan(&held)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return held
+		},
+	})
+}
+
+func pgPool(d dialects.Dialect) *pgxpool.Pool { return d.(*postgres.Dialect).Pool() }
+
+func pgQuote(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
+
+// dollarPlaceholders rewrites the suite's ? placeholders as $1..$n, left to right (the
+// suite's statements have no ? inside literals).
+func dollarPlaceholders(query string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// dropAtCleanup drops a table the test created when the test ends: after its brokers
+// shut down (their cleanups were registered later, so they run first) and before its
+// dialects close. Unlike SQLite's temporary files, the server's tables outlive the test.
+func dropAtCleanup(t *testing.T, d dialects.Dialect, table string) {
+	pool := pgPool(d)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgQuote(table)); err != nil {
+			t.Errorf("drop table %s (a lock left behind?): %v", table, err)
+		}
+	})
+}
