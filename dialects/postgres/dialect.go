@@ -23,6 +23,24 @@
 // their case, and names longer than PostgreSQL's 63 bytes are refused rather than
 // silently truncated.
 //
+// # Pool sizing
+//
+// A subscription never holds more than the pool's size less one connection (Limits), the
+// one left for publishes and handlers' own queries; what it holds depends on the form:
+//
+//   - Row lock: one connection per row in work (its claim transaction) and one per claim
+//     in flight. Workers(n) needs a pool of at least n + 1 to keep n rows in work.
+//   - Lease: one connection per claim in flight and per settlement, only for the statement;
+//     the renewer takes one per round. A pool of 4 serves many workers.
+//   - Advisory lock: one connection per row in work (the session holding its key) and one
+//     per claim in flight. Workers(n) needs at least n + 1.
+//
+// Subscriptions sharing a pool share it: add up their workers. The broker also holds one
+// connection of its own (outside the pool) for LISTEN, unless WithPollOnly. pgxpool's
+// default size is max(4, number of CPUs); set pool_max_conns in the URL to change it. A
+// subscription whose budget is spent keeps fewer rows in work rather than waiting for the
+// pool.
+//
 // Publishing notifies channel Channel ("rowactor") with the payload "<table>\t<group>" in
 // the same statement as the insert, so a notification from a caller's transaction is
 // delivered when it commits. (*Dialect).Listen receives them (dialects.Notifier).
