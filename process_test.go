@@ -23,6 +23,8 @@ type childJob struct {
 	Table rowactor.Table
 	Queue string
 	Out   string
+	// Hold makes the child report each row it claims and never settle it, until killed.
+	Hold bool
 }
 
 // runChild is a consumer OS process: it drains the table until it has seen nothing for a
@@ -57,9 +59,21 @@ func runChild(spec string) int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
 	}
-	_, err = b.Subscribe(ctx, job.Table, job.Queue, func(context.Context, *rowactor.Delivery) rowactor.Outcome {
+	opts := []rowactor.SubscribeOption{rowactor.Workers(4), rowactor.PollInterval(20 * time.Millisecond)}
+	if job.Table.LockedUntil != "" {
+		opts = append(opts, rowactor.Lease(2*time.Second))
+	}
+	_, err = b.Subscribe(ctx, job.Table, job.Queue, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		if job.Hold {
+			mu.Lock()
+			fmt.Fprintf(w, "claimed %d %d\n", d.ID(), d.Attempt())
+			_ = w.Flush()
+			_ = out.Sync()
+			mu.Unlock()
+			select {} // until the parent kills this process
+		}
 		return rowactor.Ack()
-	}, rowactor.Workers(4), rowactor.PollInterval(20*time.Millisecond))
+	}, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
@@ -168,6 +182,62 @@ func TestTwoProcessesDeliverEveryRowOnce(t *testing.T) {
 					t.Errorf("%d rows left in the table", n)
 				}
 				t.Logf("rows per process: %v", perChild)
+			})
+		}
+	}
+}
+
+// TestKilledConsumerRowsReturn kills a consumer process with SIGKILL while its handler
+// holds a row, and checks the row comes back by the form's rule: at once and with no
+// attempt spent (row lock), at once with the take's attempt spent (advisory), at lease
+// expiry with the claim's attempt spent (lease).
+func TestKilledConsumerRowsReturn(t *testing.T) {
+	for _, drv := range drivers {
+		for _, form := range drv.forms {
+			if drv.url == nil {
+				continue
+			}
+			t.Run(drv.name+"/"+form.String(), func(t *testing.T) {
+				t.Parallel()
+				h := newHarness(t, drv, form)
+				b := h.broker()
+				id := h.publish(b, 1)[0]
+				exe, err := os.Executable()
+				if err != nil {
+					t.Fatal(err)
+				}
+				job := childJob{URL: drv.url(t, h.d), Table: h.table, Queue: h.queue, Out: filepath.Join(t.TempDir(), "held.txt"), Hold: true}
+				spec, _ := json.Marshal(job)
+				cmd := exec.Command(exe, "-test.run=^$")
+				cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
+				cmd.Stderr = os.Stderr
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				defer cmd.Process.Kill()
+				waitFor(t, func() bool {
+					data, _ := os.ReadFile(job.Out)
+					return len(data) > 0
+				})
+				if err := cmd.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				_ = cmd.Wait()
+				killed := time.Now()
+				h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() })
+				s := h.waitSettled(1)[0]
+				if s.ID != id || s.Err != nil {
+					t.Fatalf("settlement %+v", s)
+				}
+				if want := attemptColumn(form, 1, 0); s.Attempt != want {
+					t.Fatalf("redelivered with attempt %d, want %d", s.Attempt, want)
+				}
+				// Row lock and advisory rows return when the server ends the dead session;
+				// a lease only when it expires (2 s after the claim, at the latest).
+				t.Logf("returned %v after the kill", time.Since(killed).Round(time.Millisecond))
+				if h.row(id).exists {
+					t.Fatal("row still exists")
+				}
 			})
 		}
 	}
