@@ -261,4 +261,9 @@ type QueueSpec struct {
 	// DeadLetterTable is the table a spent row moves to (tables without groups); it must
 	// have the queue table's columns.
 	DeadLetterTable string
+	// Transactional asks for transactions lent to handlers (see TxLockedClaim,
+	// TxLeaseQueue, TxSession). A dialect refuses what it cannot open: on PostgreSQL a
+	// transactional lease table at repeatable read or serializable, whose snapshot would
+	// not see the renewer's extensions.
+	Transactional bool
 }

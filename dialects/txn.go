@@ -1,0 +1,63 @@
+package dialects
+
+import "context"
+
+// Transactional mode: a subscription mounted Transactional lends each delivery a
+// transaction (QueueSpec.Transactional). Ack commits the handler's writes with the
+// settlement; every other outcome first rolls the handler's writes back, then settles as
+// outside transactional mode. Each form lends it differently, so each form has an
+// optional interface; a dialect that cannot serve a form transactionally refuses the
+// QueueSpec from Open with a *ConfigError.
+//
+// Transactions open at the table's isolation level (PostgreSQL: plain BEGIN by default;
+// MySQL/MariaDB: READ COMMITTED by default) or SQLite mode (BEGIN DEFERRED by default).
+
+// DeliveryTx is a transaction lent to a transactional handler.
+type DeliveryTx interface {
+	// Tx is the driver's transaction: pgx.Tx on PostgreSQL, *sql.Tx on MySQL and SQLite.
+	Tx() any
+}
+
+// TxLockedClaim is a row lock claim whose transaction is lent to the handler. A
+// transactional subscription's RowLockQueue returns one from ClaimLocked.
+type TxLockedClaim interface {
+	LockedClaim
+	DeliveryTx
+	// Savepoint sets a savepoint right after the claim.
+	Savepoint(ctx context.Context) error
+	// RollbackToSavepoint discards the handler's writes and keeps the row locked, so a
+	// retry can still count the attempt in the same transaction.
+	RollbackToSavepoint(ctx context.Context) error
+}
+
+// TxLeaseQueue opens a transaction per transactional delivery of the lease form: the
+// claim has committed already.
+type TxLeaseQueue interface {
+	LeaseQueue
+	// BeginDelivery opens a transaction on a pool connection of its own.
+	BeginDelivery(ctx context.Context) (LeaseTx, error)
+}
+
+// LeaseTx is a lease-form delivery's transaction.
+type LeaseTx interface {
+	DeliveryTx
+	// SettleLease runs the step fenced by the token inside the transaction and commits
+	// when the row still held the token. Otherwise it rolls everything back, the
+	// handler's writes included, and reports false. Either way the transaction is over.
+	SettleLease(ctx context.Context, step Step, held Lease) (bool, error)
+	// Rollback discards the transaction (a no-op once it ended).
+	Rollback(ctx context.Context) error
+}
+
+// TxSession is an advisory session that opens a transaction on the connection holding
+// its key. While the transaction is open, Settle runs inside it.
+type TxSession interface {
+	Session
+	DeliveryTx
+	// Begin opens the transaction, after the take.
+	Begin(ctx context.Context) error
+	// Commit ends the transaction with its writes (the handler's and the settlement's).
+	Commit(ctx context.Context) error
+	// Rollback discards the transaction (a no-op once it ended).
+	Rollback(ctx context.Context) error
+}
