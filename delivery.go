@@ -3,6 +3,7 @@ package rowactor
 import (
 	"context"
 	"encoding/json"
+	"sync"
 
 	"github.com/rowactor/rowactor/dialects"
 )
@@ -18,6 +19,36 @@ type Delivery struct {
 	table   string
 	queue   string
 	headers map[string]string
+	tx      any
+
+	mu      sync.Mutex
+	pending []wakeTarget // queues published into through tx, woken once the Ack commits
+}
+
+type wakeTarget struct {
+	table Table
+	queue string
+}
+
+type deliveryKey struct{}
+
+// Tx is the transaction a Transactional subscription lends the handler: pgx.Tx on
+// PostgreSQL, *sql.Tx on MySQL and SQLite; nil outside transactional mode. Use it for the
+// service's own queries and for PublishTx; Ack commits them with the settlement, any
+// other outcome rolls them back. It is the delivery's: do not commit or roll it back, and
+// do not use it after the handler returned.
+func (d *Delivery) Tx() any { return d.tx }
+
+func (d *Delivery) publishedTo(t Table, queue string) {
+	d.mu.Lock()
+	d.pending = append(d.pending, wakeTarget{t, queue})
+	d.mu.Unlock()
+}
+
+func (d *Delivery) published() []wakeTarget {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.pending
 }
 
 // ID is the row's id.

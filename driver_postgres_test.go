@@ -65,6 +65,10 @@ func init() {
 				return d
 			}
 		},
+		txExec: func(ctx context.Context, tx any, query string, args ...any) error {
+			_, err := tx.(pgx.Tx).Exec(ctx, dollarPlaceholders(query), args...)
+			return err
+		},
 		exec: func(t *testing.T, d dialects.Dialect, query string, args ...any) {
 			t.Helper()
 			query = dollarPlaceholders(query)

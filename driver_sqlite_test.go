@@ -27,6 +27,10 @@ func init() {
 				return d
 			}
 		},
+		txExec: func(ctx context.Context, tx any, query string, args ...any) error {
+			_, err := tx.(*sql.Tx).ExecContext(ctx, query, args...)
+			return err
+		},
 		exec: func(t *testing.T, d dialects.Dialect, query string, args ...any) {
 			t.Helper()
 			if _, err := sqliteDB(d).Exec(query, args...); err != nil {

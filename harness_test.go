@@ -31,6 +31,8 @@ type driver struct {
 	state func(t *testing.T, d dialects.Dialect, table rowactor.Table, id int64) rowState
 	// count runs a COUNT(*) query written with ? placeholders.
 	count func(t *testing.T, d dialects.Dialect, query string, args ...any) int
+	// txExec runs a statement written with ? placeholders in a transaction rowactor lent.
+	txExec func(ctx context.Context, tx any, query string, args ...any) error
 	// begin opens a transaction of the type PublishTx takes; commit or roll it back.
 	begin func(t *testing.T, d dialects.Dialect) (tx any, commit, rollback func() error)
 	// keyLocked reports whether the database holds an advisory key for anybody; nil where

@@ -51,6 +51,7 @@ type subscribeConfig struct {
 	maxAttempts     int
 	deadLetterGroup string
 	deadLetterTable string
+	transactional   bool
 }
 
 func defaultSubscribeConfig() subscribeConfig {
@@ -90,6 +91,19 @@ func DeadLetterTable(t string) SubscribeOption {
 	return func(c *subscribeConfig) { c.deadLetterTable = t }
 }
 
+// Transactional lends each delivery a transaction (Delivery.Tx) for the handler's own
+// queries. Ack commits the handler's writes together with the settlement, in one commit;
+// any other outcome, and a panic, rolls them back first and then settles as outside
+// transactional mode. Rows the handler publishes through the transaction (PublishTx with
+// d.Tx()) commit with the Ack and wake this process's subscribers after the commit.
+//
+// Row lock form: the claim transaction is lent, with a savepoint right after the claim.
+// Lease form: a transaction of its own per delivery; Ack takes effect only while the lease
+// holds, and a lost lease rolls everything back (ErrLeaseLost). Advisory form: a
+// transaction on the connection holding the key, ended before the key is unlocked. Every
+// transactional delivery holds a pool connection while its handler runs.
+func Transactional() SubscribeOption { return func(c *subscribeConfig) { c.transactional = true } }
+
 // check refuses an option set that cannot work for table t.
 func (c *subscribeConfig) check(t Table, queue string) error {
 	bad := func(option, reason, fix string) error {
@@ -122,6 +136,10 @@ func (c *subscribeConfig) check(t Table, queue string) error {
 		return bad("DeadLetterGroup", "the dead-letter group is the queue itself, so spent rows would come straight back", "name another group")
 	case c.deadLetterTable == t.Name:
 		return bad("DeadLetterTable", "the dead-letter table is the queue table itself", "name another table")
+	case t.DatabaseClock && t.Form() != FormLease:
+		// Refused rather than ignored: every dialect still reads "now" from the host.
+		return bad("Table.DatabaseClock", "the database clock is not implemented yet; claims and settlements use the host's clock",
+			"drop DatabaseClock and keep the hosts' clocks in step")
 	}
 	return nil
 }

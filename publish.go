@@ -45,15 +45,27 @@ func (b *Broker) Publish(ctx context.Context, t Table, queue string, payload []b
 	return id, err
 }
 
-// PublishTx inserts a row inside the caller's transaction (a *sql.Tx on SQLite and MySQL),
-// so it exists only if the caller commits: the transactional outbox pattern. Subscribers
-// find it at their next poll.
+// PublishTx inserts a row inside the caller's transaction (pgx.Tx on PostgreSQL, *sql.Tx on
+// MySQL and SQLite), so it exists only if the caller commits: the transactional outbox
+// pattern. Subscribers wake once it commits: on PostgreSQL through NOTIFY, delivered at the
+// commit; through a transactional delivery's Tx, after its Ack commits; otherwise call Wake
+// after your commit, or they find the row at their next poll.
 func (b *Broker) PublishTx(ctx context.Context, tx any, t Table, queue string, payload []byte, opts ...PublishOption) (int64, error) {
 	if tx == nil {
 		return 0, fmt.Errorf("rowactor: PublishTx to %s needs the caller's transaction; use Publish without one", t.Name)
 	}
-	return b.publish(ctx, tx, t, queue, payload, opts)
+	id, err := b.publish(ctx, tx, t, queue, payload, opts)
+	if err == nil {
+		if d, ok := ctx.Value(deliveryKey{}).(*Delivery); ok && d.tx == tx {
+			d.publishedTo(t, queue)
+		}
+	}
+	return id, err
 }
+
+// Wake tells this process's subscriptions to a table's queue to claim now: call it after
+// committing a transaction that published with PublishTx.
+func (b *Broker) Wake(t Table, queue string) { b.wake(t, queue) }
 
 func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, payload []byte, opts []PublishOption) (int64, error) {
 	if b.closed.Load() {

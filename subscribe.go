@@ -52,7 +52,8 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 	if err := cfg.check(t, queue); err != nil {
 		return nil, err
 	}
-	spec := dialects.QueueSpec{Table: t, Group: queue, DeadLetterGroup: cfg.deadLetterGroup, DeadLetterTable: cfg.deadLetterTable}
+	spec := dialects.QueueSpec{Table: t, Group: queue, DeadLetterGroup: cfg.deadLetterGroup, DeadLetterTable: cfg.deadLetterTable,
+		Transactional: cfg.transactional}
 	if t.Group == "" {
 		spec.Group = ""
 	}
@@ -60,7 +61,7 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 	if err != nil {
 		return nil, err
 	}
-	if err := servesForm(b.d, q, t); err != nil {
+	if err := servesForm(b.d, q, t, cfg.transactional); err != nil {
 		_ = q.Close()
 		return nil, err
 	}
@@ -88,7 +89,8 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 		Rules:   settler.Rules{MaxAttempts: cfg.maxAttempts, HasRetryAfter: t.RetryAfter != ""},
 		Handler: wrap(h, t.Name, queue),
 		Now:     b.now, Log: b.log, Policy: defaultPolicy, Limits: b.d.Limits(), Dispatcher: b.dispatcher,
-		OnSettled: b.settledHook(t.Name, queue),
+		Transactional: cfg.transactional,
+		OnSettled:     b.settledHook(t.Name, queue),
 	})
 	if err != nil {
 		_ = q.Close()
@@ -100,11 +102,15 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 }
 
 // servesForm refuses a queue whose dialect cannot serve the table's form.
-func servesForm(d dialects.Dialect, q dialects.Queue, t Table) error {
+func servesForm(d dialects.Dialect, q dialects.Queue, t Table, transactional bool) error {
 	ok := false
 	switch t.Form() {
 	case FormLease:
 		_, ok = q.(dialects.LeaseQueue)
+		if _, tx := q.(dialects.TxLeaseQueue); ok && transactional && !tx {
+			return &ConfigError{Table: t.Name, Option: "Transactional", Reason: fmt.Sprintf("the %s dialect cannot lend lease deliveries a transaction", d.Name()),
+				Fix: "drop Transactional"}
+		}
 	case FormAdvisory:
 		_, ok = q.(dialects.AdvisoryQueue)
 	case FormRowLock:
@@ -117,18 +123,29 @@ func servesForm(d dialects.Dialect, q dialects.Queue, t Table) error {
 		Fix: "pick a form the database serves (LockedUntil for the lease form, AdvisoryKey for the advisory form)"}
 }
 
-// wrap adapts a public handler to the runtime's.
+// wrap adapts a public handler to the runtime's. The handler's context carries its
+// delivery, so PublishTx through the delivery's transaction can wake subscribers once the
+// Ack committed it.
 func wrap(h Handler, table, queue string) actors.Handler {
-	return func(ctx context.Context, row dialects.Row) settler.Outcome {
-		return h(ctx, &Delivery{row: row, table: table, queue: queue}).o
+	return func(ctx context.Context, row dialects.Row, tx any) (settler.Outcome, any) {
+		d := &Delivery{row: row, table: table, queue: queue, tx: tx}
+		if tx != nil {
+			ctx = context.WithValue(ctx, deliveryKey{}, d)
+		}
+		return h(ctx, d).o, d
 	}
 }
 
 func (b *Broker) settledHook(table, queue string) func(actors.Result) {
-	if b.onSettled == nil {
-		return nil
-	}
 	return func(r actors.Result) {
+		if d, ok := r.Tag.(*Delivery); ok && r.Err == nil && r.Step == dialects.StepAck {
+			for _, w := range d.published() {
+				b.wake(w.table, w.queue)
+			}
+		}
+		if b.onSettled == nil {
+			return
+		}
 		b.onSettled(Settlement{
 			Table: table, Queue: queue, ID: r.Row.ID, Attempt: r.Row.Attempt,
 			Outcome: Outcome{r.Outcome}, Step: r.Step.String(), Released: r.Released, Err: r.Err, Panic: r.Panic,

@@ -35,6 +35,7 @@ func TestSubscribeRefusesWhatCannotWork(t *testing.T) {
 		{"invalid isolation", func(t *rowactor.Table) { t.Isolation = "snapshot" }, nil, "Isolation"},
 		{"invalid mode", func(t *rowactor.Table) { t.Mode = "lazy" }, nil, "Mode"},
 		{"lease on the database clock", func(t *rowactor.Table) { t.DatabaseClock = true }, nil, "DatabaseClock"},
+		{"database clock not implemented", func(t *rowactor.Table) { t.LockedUntil = ""; t.AdvisoryKey = "k-{id}"; t.DatabaseClock = true }, nil, "DatabaseClock"},
 		{"lease and advisory key together", func(t *rowactor.Table) { t.AdvisoryKey = "k-{id}" }, nil, "AdvisoryKey"},
 		{"lease option on an advisory table", func(t *rowactor.Table) { t.LockedUntil = ""; t.AdvisoryKey = "k-{id}" }, []rowactor.SubscribeOption{rowactor.Lease(time.Minute)}, "Lease"},
 		{"no workers", nil, []rowactor.SubscribeOption{rowactor.Workers(0)}, "Workers"},

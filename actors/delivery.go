@@ -30,6 +30,8 @@ type Result struct {
 	Closed bool
 	// Panic holds a handler panic's value.
 	Panic any
+	// Tag is what the handler returned beside its outcome (the root package's delivery).
+	Tag any
 }
 
 // delivery states, moved by compare-and-swap between the handler goroutine and the actor.
@@ -44,8 +46,13 @@ type delivery struct {
 	claim   claimer.Claim
 	state   atomic.Uint32
 	outcome settler.Outcome
+	tag     any
 	panic   any
 	settled bool
+	// leaseTx is a transactional lease delivery's own transaction; beginErr says it could
+	// not be opened (the handler then never ran).
+	leaseTx  dialects.LeaseTx
+	beginErr error
 }
 
 // handledMsg tells the delivery actor its handler returned.
@@ -103,22 +110,57 @@ func (d *delivery) end(c actor.Context, r Result) {
 
 // run calls the handler on its own goroutine. A panic is an unsettled delivery.
 func (d *delivery) run(sys *actor.ActorSystem, self *actor.PID) {
-	d.outcome, d.panic = d.sub.call(d.claim.Row)
+	if tx, ok := d.begin(); ok {
+		d.outcome, d.tag, d.panic = d.sub.call(d.claim.Row, tx)
+	}
 	if d.state.CompareAndSwap(running, handled) {
 		sys.Root.Send(self, handledMsg{})
 		return
 	}
 	// The row was released (shutdown) while the handler ran: its outcome cannot settle.
-	d.sub.report(Result{Row: d.claim.Row, Outcome: d.outcome, Step: dialects.StepRelease, Err: settler.ErrClosed})
+	d.sub.report(Result{Row: d.claim.Row, Outcome: d.outcome, Step: dialects.StepRelease, Err: settler.ErrClosed, Tag: d.tag})
+}
+
+// begin finds the transaction a transactional handler is lent: the claim's (row lock), the
+// session's (advisory, opened by the claimer), or one of its own (lease). ok is false
+// when the lease transaction could not be opened: the row is then released unhandled.
+func (d *delivery) begin() (tx any, ok bool) {
+	cfg := d.sub.cfg
+	if !cfg.Transactional {
+		return nil, true
+	}
+	switch cfg.Form {
+	case dialects.FormRowLock:
+		return d.claim.Locked.(dialects.DeliveryTx).Tx(), true
+	case dialects.FormAdvisory:
+		return d.claim.Session.(dialects.DeliveryTx).Tx(), true
+	}
+	q, isTx := cfg.Queue.(dialects.TxLeaseQueue)
+	if !isTx {
+		d.beginErr = fmt.Errorf("rowactor: the %s queue cannot lend a transaction", cfg.Table)
+		return nil, false
+	}
+	ltx, err := q.BeginDelivery(cfg.Ctx)
+	if err != nil {
+		d.beginErr = fmt.Errorf("begin the delivery's transaction: %w", err)
+		cfg.Log.Warn("rowactor: could not open a transactional delivery's transaction; the row is released",
+			slog.String("table", cfg.Table), slog.Int64("id", d.claim.Row.ID), slog.Any("error", err))
+		return nil, false
+	}
+	d.leaseTx = ltx
+	return ltx.Tx(), true
 }
 
 // settle plans the outcome's step and runs it where the form says.
 func (d *delivery) settle() Result {
 	cfg := d.sub.cfg
 	row := d.claim.Row
-	if d.panic != nil {
+	if d.panic != nil || d.beginErr != nil {
 		r := d.release(d.outcome)
-		r.Panic = d.panic
+		r.Panic, r.Tag = d.panic, d.tag
+		if r.Err == nil {
+			r.Err = d.beginErr
+		}
 		return r
 	}
 	step, note := cfg.Rules.Plan(d.outcome, row.Attempt, cfg.Now())
@@ -136,24 +178,50 @@ func (d *delivery) settle() Result {
 	}
 	ctx, cancel := context.WithTimeout(cfg.Ctx, cfg.SettleTimeout)
 	defer cancel()
-	r := Result{Row: row, Outcome: d.outcome, Step: step.Kind}
+	r := Result{Row: row, Outcome: d.outcome, Step: step.Kind, Tag: d.tag}
 	switch cfg.Form {
 	case dialects.FormLease:
 		token, lost, ok := cfg.Book.Checkout(row.ID)
 		if !ok {
+			d.rollbackLeaseTx(ctx)
 			r.Err = fmt.Errorf("settle row %d: %w", row.ID, settler.ErrClosed)
 			return r
 		}
 		if lost {
 			cfg.Log.Debug("rowactor: settling a lease the renewer found lost", slog.Int64("id", row.ID))
 		}
-		r.Err = settler.Lease(ctx, cfg.Queue.(dialects.LeaseQueue), step, dialects.Lease{ID: row.ID, Token: token})
+		held := dialects.Lease{ID: row.ID, Token: token}
+		if d.leaseTx != nil && step.Kind == dialects.StepAck {
+			r.Err = settler.LeaseTx(ctx, d.leaseTx, step, held)
+			break
+		}
+		d.rollbackLeaseTx(ctx) // any other outcome discards the handler's writes first
+		r.Err = settler.Lease(ctx, cfg.Queue.(dialects.LeaseQueue), step, held)
 	case dialects.FormAdvisory:
+		if cfg.Transactional {
+			r.Closed, r.Err = settler.AdvisoryTx(ctx, d.claim.Session.(dialects.TxSession), step, row.ID)
+			break
+		}
 		r.Closed, r.Err = settler.Advisory(ctx, d.claim.Session, step, row.ID)
 	case dialects.FormRowLock:
+		if cfg.Transactional {
+			r.Err = settler.RowLockTx(ctx, d.claim.Locked.(dialects.TxLockedClaim), step, row.ID)
+			break
+		}
 		r.Err = settler.RowLock(ctx, d.claim.Locked, step, row.ID)
 	}
 	return r
+}
+
+// rollbackLeaseTx discards a transactional lease delivery's transaction, if it has one.
+func (d *delivery) rollbackLeaseTx(ctx context.Context) {
+	if d.leaseTx == nil {
+		return
+	}
+	if err := d.leaseTx.Rollback(ctx); err != nil {
+		d.sub.cfg.Log.Warn("rowactor: could not roll back a delivery's transaction", slog.String("table", d.sub.cfg.Table),
+			slog.Int64("id", d.claim.Row.ID), slog.Any("error", err))
+	}
 }
 
 // release gives the row back unsettled: the lease is cleared at once, or the key is
@@ -161,11 +229,12 @@ func (d *delivery) settle() Result {
 func (d *delivery) release(o settler.Outcome) Result {
 	cfg := d.sub.cfg
 	row := d.claim.Row
-	r := Result{Row: row, Outcome: o, Step: dialects.StepRelease, Released: true}
+	r := Result{Row: row, Outcome: o, Step: dialects.StepRelease, Released: true, Tag: d.tag}
 	ctx, cancel := context.WithTimeout(cfg.Ctx, cfg.SettleTimeout)
 	defer cancel()
 	switch cfg.Form {
 	case dialects.FormLease:
+		d.rollbackLeaseTx(ctx)
 		token, _, ok := cfg.Book.Checkout(row.ID)
 		if !ok {
 			r.Released = false
@@ -196,7 +265,7 @@ func (d *delivery) release(o settler.Outcome) Result {
 }
 
 // callHandler runs h and turns a panic into an unsettled delivery.
-func callHandler(ctx context.Context, h Handler, row dialects.Row, log *slog.Logger, table string) (o settler.Outcome, p any) {
+func callHandler(ctx context.Context, h Handler, row dialects.Row, tx any, log *slog.Logger, table string) (o settler.Outcome, tag any, p any) {
 	defer func() {
 		if v := recover(); v != nil {
 			p = v
@@ -206,7 +275,8 @@ func callHandler(ctx context.Context, h Handler, row dialects.Row, log *slog.Log
 				slog.String("stack", string(debug.Stack())))
 		}
 	}()
-	return h(ctx, row), nil
+	o, tag = h(ctx, row, tx)
+	return o, tag, nil
 }
 
 // statementTimeout bounds a settlement or release statement.

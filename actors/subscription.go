@@ -16,8 +16,9 @@ import (
 	"github.com/rowactor/rowactor/supervision"
 )
 
-// Handler handles one claimed row.
-type Handler func(ctx context.Context, row dialects.Row) settler.Outcome
+// Handler handles one claimed row, with the transaction lent to it in transactional mode
+// (nil otherwise). Beside its outcome it returns a tag, handed back in the Result.
+type Handler func(ctx context.Context, row dialects.Row, tx any) (settler.Outcome, any)
 
 // Config is a subscription's runtime configuration; the root package checked it.
 type Config struct {
@@ -43,6 +44,8 @@ type Config struct {
 	Limits dialects.Limits
 	// Dispatcher runs every mailbox and handler of the subscription.
 	Dispatcher *Dispatcher
+	// Transactional lends each delivery a transaction.
+	Transactional bool
 
 	// Ctx bounds the subscription's statements; Book holds its leases. Start sets both.
 	Ctx  context.Context
@@ -135,8 +138,8 @@ func (s *Subscription) Released() (rows, connections int) {
 	return int(s.released.Load()), int(s.closed.Load())
 }
 
-func (s *Subscription) call(row dialects.Row) (settler.Outcome, any) {
-	return callHandler(s.handlerCtx, s.cfg.Handler, row, s.cfg.Log, s.cfg.Table)
+func (s *Subscription) call(row dialects.Row, tx any) (settler.Outcome, any, any) {
+	return callHandler(s.handlerCtx, s.cfg.Handler, row, tx, s.cfg.Log, s.cfg.Table)
 }
 
 func (s *Subscription) report(r Result) {
@@ -280,9 +283,12 @@ func (a *subscriptionActor) claim(c actor.Context) {
 	}
 }
 
-// holdsConnections says whether each delivery in work holds a pool connection.
+// holdsConnections says whether each delivery in work holds a pool connection: its claim
+// transaction (row lock), its key's session (advisory), or its own transaction (any form,
+// transactional).
 func (a *subscriptionActor) holdsConnections() bool {
-	return a.s.cfg.Form == dialects.FormRowLock || a.s.cfg.Form == dialects.FormAdvisory
+	cfg := &a.s.cfg
+	return cfg.Transactional || cfg.Form == dialects.FormRowLock || cfg.Form == dialects.FormAdvisory
 }
 
 // claimerFor returns an idle claimer, spawning one when all are busy.
@@ -294,7 +300,7 @@ func (a *subscriptionActor) claimerFor(c actor.Context) *actor.PID {
 	}
 	cfg := &a.s.cfg
 	pid := c.Spawn(claimer.Props(claimer.Config{Queue: cfg.Queue, Form: cfg.Form, Lease: cfg.Lease, Now: cfg.Now, Ctx: cfg.Ctx,
-		Dispatcher: cfg.Dispatcher}))
+		Dispatcher: cfg.Dispatcher, Transactional: cfg.Transactional}))
 	a.claimers = append(a.claimers, pid)
 	return pid
 }

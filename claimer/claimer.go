@@ -59,6 +59,9 @@ type Config struct {
 	Ctx context.Context
 	// Dispatcher runs the claimer's mailbox; nil means Proto.Actor's default.
 	Dispatcher actor.Dispatcher
+	// Transactional sets the row lock claim's savepoint, and opens the advisory session's
+	// transaction, right after the claim.
+	Transactional bool
 }
 
 // Props returns the props of a claimer actor.
@@ -91,6 +94,17 @@ func (c *claimer) claim(limit int) ([]Claim, error) {
 		if err != nil || !ok {
 			return nil, wrapClaim(err)
 		}
+		if c.cfg.Transactional {
+			txc, isTx := lc.(dialects.TxLockedClaim)
+			if !isTx {
+				_ = lc.Rollback(c.cfg.Ctx)
+				return nil, errors.New("claim row lock: the dialect's claim cannot lend its transaction")
+			}
+			if err := txc.Savepoint(c.cfg.Ctx); err != nil {
+				_ = lc.Rollback(c.cfg.Ctx)
+				return nil, fmt.Errorf("claim row lock: savepoint: %w", err)
+			}
+		}
 		return []Claim{{Row: lc.Row(), Locked: lc}}, nil
 	case dialects.FormLease:
 		return c.claimLeases(c.cfg.Queue.(dialects.LeaseQueue), now, limit)
@@ -105,6 +119,16 @@ func dispatch(d actor.Dispatcher) []actor.PropsOption {
 		return nil
 	}
 	return []actor.PropsOption{actor.WithDispatcher(d)}
+}
+
+// beginOn opens the transaction of a transactional advisory delivery on the session that
+// holds its key.
+func beginOn(ctx context.Context, s dialects.Session) error {
+	ts, ok := s.(dialects.TxSession)
+	if !ok {
+		return errors.New("the dialect's session cannot lend a transaction")
+	}
+	return ts.Begin(ctx)
 }
 
 func wrapClaim(err error) error {
@@ -163,6 +187,12 @@ func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit i
 			continue
 		}
 		row.Key = cand.Key
+		if c.cfg.Transactional {
+			if err := beginOn(ctx, s); err != nil {
+				_ = s.Abort(ctx)
+				return claims, fmt.Errorf("advisory take of row %d: %w", cand.ID, err)
+			}
+		}
 		taken[cand.Key] = struct{}{}
 		claims = append(claims, Claim{Row: row, Session: s})
 	}

@@ -144,3 +144,61 @@ func RowLock(ctx context.Context, c dialects.LockedClaim, step dialects.Step, id
 	}
 	return nil
 }
+
+// RowLockTx settles a transactional row-lock delivery: Ack commits the handler's writes
+// with the settlement; any other step first rolls back to the savepoint set after the
+// claim, discarding the handler's writes, then settles in the same transaction.
+func RowLockTx(ctx context.Context, c dialects.TxLockedClaim, step dialects.Step, id int64) error {
+	if step.Kind != dialects.StepAck {
+		if err := c.RollbackToSavepoint(ctx); err != nil {
+			_ = c.Rollback(ctx)
+			return fmt.Errorf("roll back the handler's writes of row %d: %w", id, err)
+		}
+	}
+	return RowLock(ctx, c, step, id)
+}
+
+// LeaseTx settles a transactional lease delivery's Ack inside its transaction, only while
+// the row still holds the token: a lost lease rolls back everything, the handler's writes
+// included, and returns ErrLeaseLost. Other steps are not run here: the caller rolls the
+// transaction back and settles as outside transactional mode.
+func LeaseTx(ctx context.Context, tx dialects.LeaseTx, step dialects.Step, held dialects.Lease) error {
+	ok, err := tx.SettleLease(ctx, step, held)
+	if err != nil {
+		return fmt.Errorf("settle %s of row %d: %w", step.Kind, held.ID, err)
+	}
+	if !ok {
+		return fmt.Errorf("settle %s of row %d: %w", step.Kind, held.ID, ErrLeaseLost)
+	}
+	return nil
+}
+
+// AdvisoryTx settles a transactional advisory delivery on the session holding its key:
+// Ack settles inside the transaction and commits; any other step rolls back first, then
+// settles as outside transactional mode. The key is unlocked after the transaction ended.
+func AdvisoryTx(ctx context.Context, s dialects.TxSession, step dialects.Step, id int64) (closed bool, err error) {
+	if step.Kind == dialects.StepAck {
+		if err = s.Settle(ctx, step, id); err == nil {
+			if err = s.Commit(ctx); err != nil {
+				err = fmt.Errorf("commit the settlement of row %d: %w", id, err)
+			}
+		} else {
+			err = fmt.Errorf("settle %s of row %d: %w", step.Kind, id, err)
+		}
+		if err != nil {
+			_ = s.Rollback(ctx)
+			closed, uerr := s.Unlock(ctx)
+			return closed, errors.Join(err, uerr)
+		}
+		closed, uerr := s.Unlock(ctx)
+		if uerr != nil {
+			return closed, fmt.Errorf("unlock key of row %d: %w", id, uerr)
+		}
+		return closed, nil
+	}
+	if rerr := s.Rollback(ctx); rerr != nil {
+		err = fmt.Errorf("roll back the handler's writes of row %d: %w", id, rerr)
+	}
+	closed, aerr := Advisory(ctx, s, step, id)
+	return closed, errors.Join(err, aerr)
+}

@@ -111,6 +111,8 @@ type session struct {
 	key string
 	// held says whether key is this session's in the registry.
 	held bool
+	// tx is the transaction Begin opened (txn.go); Tx lends it until the next Begin.
+	tx *deliveryTx
 }
 
 func (s *session) TryLock(ctx context.Context, key string) (bool, error) {
@@ -159,48 +161,63 @@ func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.R
 	return r, true, nil
 }
 
-// Settle runs the step's statement. A statement that changes no row still settles: the
-// key kept every other delivery away, so the row was settled by nobody else's claim.
+// Settle runs the step's statement: inside the session's transaction while one is open
+// (txn.go), on the pool otherwise. A statement that changes no row still settles: the key
+// kept every other delivery away, so the row was settled by nobody else's claim.
 func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) error {
-	q := s.q
-	st := &q.settle
-	rid := sql.Named("id", id)
-	var err error
-	switch step.Kind {
-	case dialects.StepAck:
-		_, err = q.exec(ctx, "ack", st.ack, rid, sql.Named("now", formatTime(step.Now)))
-	case dialects.StepRetry, dialects.StepRelease:
-		// The take counted the attempt; releasing the key returns the row.
-	case dialects.StepRetryAfter:
-		if st.retryAfter == "" {
-			return q.errorf("retry_after", errNoRetryAfter)
-		}
-		_, err = q.exec(ctx, "retry_after", st.retryAfter, rid, sql.Named("at", formatTime(step.At)))
-	case dialects.StepDeadLetter:
-		switch {
-		case st.deadGroup != "":
-			_, err = q.exec(ctx, "dead-letter", st.deadGroup, rid, sql.Named("dest", st.destGroup))
-		case st.moveInsert != "":
-			_, err = q.move(ctx, rid)
-		default:
-			err = q.errorf("dead-letter", errNoDeadLetter)
-		}
-	default:
-		err = q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
+	st, err := s.q.advisorySettlement(step, id)
+	if err != nil {
+		return err
 	}
+	if t := s.openTx(); t != nil {
+		return t.settle(ctx, st)
+	}
+	_, err = s.q.run(ctx, st)
 	return err
 }
 
-// Unlock releases the key; there is no connection to close.
-func (s *session) Unlock(ctx context.Context) (bool, error) {
-	s.release()
-	return false, nil
+// advisorySettlement picks the step's statement, by id alone.
+func (q *advisoryQueue) advisorySettlement(step dialects.Step, id int64) (settlement, error) {
+	st := &q.settle
+	rid := sql.Named("id", id)
+	switch step.Kind {
+	case dialects.StepAck:
+		return settlement{op: "ack", text: st.ack, args: []any{rid, sql.Named("now", formatTime(step.Now))}}, nil
+	case dialects.StepRetry, dialects.StepRelease:
+		// The take counted the attempt; releasing the key returns the row.
+		return settlement{op: step.Kind.String()}, nil
+	case dialects.StepRetryAfter:
+		if st.retryAfter == "" {
+			return settlement{}, q.errorf("retry_after", errNoRetryAfter)
+		}
+		return settlement{op: "retry_after", text: st.retryAfter, args: []any{rid, sql.Named("at", formatTime(step.At))}}, nil
+	case dialects.StepDeadLetter:
+		switch {
+		case st.deadGroup != "":
+			return settlement{op: "dead-letter", text: st.deadGroup, args: []any{rid, sql.Named("dest", st.destGroup)}}, nil
+		case st.moveInsert != "":
+			return settlement{op: "dead-letter move", move: true, args: []any{rid}}, nil
+		}
+		return settlement{}, q.errorf("dead-letter", errNoDeadLetter)
+	}
+	return settlement{}, q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
 }
 
-// Abort releases the key; the server has no session to forget.
-func (s *session) Abort(ctx context.Context) error {
+// Unlock ends a transaction still open (rolling it back) and releases the key. It
+// reports closed when that transaction's connection had to be closed.
+func (s *session) Unlock(ctx context.Context) (bool, error) {
+	closed, err := s.endTx()
 	s.release()
-	return nil
+	return closed, err
+}
+
+// Abort rolls back a transaction still open and releases the key; the server has no
+// session to forget. A transaction whose rollback fails has its connection closed, which
+// SQLite rolls back.
+func (s *session) Abort(ctx context.Context) error {
+	_, err := s.endTx()
+	s.release()
+	return err
 }
 
 func (s *session) release() {

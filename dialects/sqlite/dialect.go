@@ -7,6 +7,38 @@
 // writes to a file, and advisory keys in work are kept in a process-wide registry per
 // file, so one process (any number of Dialects) per database file is the supported setup
 // for the advisory form.
+//
+// # Transactional mode
+//
+// Both forms lend a transactional delivery a *sql.Tx on a pool connection of its own: the
+// lease form one per delivery (BeginDelivery), the advisory form one per session, opened
+// after the take (Begin). It opens in the table's Mode: BEGIN DEFERRED by default, or
+// IMMEDIATE or EXCLUSIVE (txn.go says how, since the driver chooses the BEGIN itself). It
+// lives as long as the context it was opened with. The handler's writes through it, rows
+// it publishes with PublishTx included, commit with the settlement: the lease form's
+// settlement, fenced by the token, commits only if it changed the row and otherwise rolls
+// back everything; the advisory form's settles inside it and Commit ends it.
+//
+// A delivery's transaction never takes this process's writer turn, neither to begin nor
+// to settle: it may hold SQLite's write lock while another writer of this process holds
+// the turn and waits in the busy handler for that lock, and waiting for the turn would
+// then stall both until busy_timeout.
+//
+// What can still stall: SQLite has one writer per file, and a transactional delivery holds
+// the write lock from BEGIN IMMEDIATE or EXCLUSIVE, or from its first write when deferred,
+// until it settles. Meanwhile every other writer on the file waits in the busy handler:
+// claims, lease renewals, settlements, publishes, and the BEGIN of other immediate or
+// exclusive deliveries, so such deliveries run one at a time. A writer that waits longer
+// than busy_timeout (Open sets 10 s) fails with SQLITE_BUSY: a claim is retried after the
+// claimer's backoff, a lease renewal that fails can let leases expire, and a delivery
+// whose BEGIN fails is released unhandled. Keep transactional handlers well within
+// busy_timeout. A deferred transaction that reads before it writes cannot wait for the
+// lock at all: SQLite fails its first write (the handler's, or the settlement's) at once
+// with SQLITE_BUSY when another connection holds the lock, or when one committed since it
+// first read, which the lease form's claims and renewals do all the time. Its settlement
+// then fails and rolls back; declare Mode Immediate for handlers that read before they
+// write. In rollback-journal mode (not Open's WAL), a transaction that has read also keeps
+// every other connection from committing until it ends.
 package sqlite
 
 import (
@@ -89,9 +121,10 @@ func (d *Dialect) DB() *sql.DB { return d.db }
 // Name is "sqlite".
 func (d *Dialect) Name() string { return "sqlite" }
 
-// Limits: no connection cap (no form holds a connection through a handler), and one
-// claim at a time per subscription, since concurrent claims would only queue for the
-// single writer.
+// Limits: no connection cap (outside transactional mode no form holds a connection
+// through a handler; a transactional delivery holds one for its transaction, and the pool
+// Open makes has no size cap), and one claim at a time per subscription, since concurrent
+// claims would only queue for the single writer.
 func (d *Dialect) Limits() dialects.Limits {
 	return dialects.Limits{Connections: 0, ClaimsInFlight: 1}
 }

@@ -203,29 +203,38 @@ func (q *leaseQueue) extendText(slot, n int) string {
 }
 
 func (q *leaseQueue) SettleLease(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
+	st, err := q.leaseSettlement(step, held)
+	if err != nil {
+		return false, err
+	}
+	return q.run(ctx, st)
+}
+
+// leaseSettlement picks the step's statement, fenced by the token.
+func (q *leaseQueue) leaseSettlement(step dialects.Step, held dialects.Lease) (settlement, error) {
 	id := sql.Named("id", held.ID)
 	token := sql.Named("token", formatTime(held.Token))
 	s := &q.settle
 	switch step.Kind {
 	case dialects.StepAck:
-		return q.exec(ctx, "ack", s.ack, id, token, sql.Named("now", formatTime(step.Now)))
+		return settlement{op: "ack", text: s.ack, args: []any{id, token, sql.Named("now", formatTime(step.Now))}}, nil
 	case dialects.StepRetry, dialects.StepRelease:
-		return q.exec(ctx, step.Kind.String(), s.release, id, token)
+		return settlement{op: step.Kind.String(), text: s.release, args: []any{id, token}}, nil
 	case dialects.StepRetryAfter:
 		if s.retryAfter == "" {
-			return false, q.errorf("retry_after", errNoRetryAfter)
+			return settlement{}, q.errorf("retry_after", errNoRetryAfter)
 		}
-		return q.exec(ctx, "retry_after", s.retryAfter, id, token, sql.Named("at", formatTime(step.At)))
+		return settlement{op: "retry_after", text: s.retryAfter, args: []any{id, token, sql.Named("at", formatTime(step.At))}}, nil
 	case dialects.StepDeadLetter:
 		switch {
 		case s.deadGroup != "":
-			return q.exec(ctx, "dead-letter", s.deadGroup, id, token, sql.Named("dest", s.destGroup))
+			return settlement{op: "dead-letter", text: s.deadGroup, args: []any{id, token, sql.Named("dest", s.destGroup)}}, nil
 		case s.moveInsert != "":
-			return q.move(ctx, id, token)
+			return settlement{op: "dead-letter move", move: true, args: []any{id, token}}, nil
 		}
-		return false, q.errorf("dead-letter", errNoDeadLetter)
+		return settlement{}, q.errorf("dead-letter", errNoDeadLetter)
 	}
-	return false, q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
+	return settlement{}, q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
 }
 
 var (

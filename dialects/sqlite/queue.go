@@ -28,6 +28,7 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 		group:      spec.Group,
 		hasAttempt: t.Attempt != "",
 		hasHeaders: t.Headers != "",
+		begin:      beginText(t.Mode),
 	}
 	if t.Form() == dialects.FormLease {
 		base.settle = buildSettle(spec, true)
@@ -57,6 +58,8 @@ type queue struct {
 	hasAttempt bool
 	hasHeaders bool
 	settle     settleSQL
+	// begin opens a transactional delivery's transaction in the table's mode (txn.go).
+	begin string
 }
 
 // Close has nothing to release: the prepared statements belong to the Dialect, which
@@ -127,6 +130,28 @@ func buildSettle(spec dialects.QueueSpec, lease bool) settleSQL {
 // connection of its own; preparing it here still checks it against the live schema.
 func (s *settleSQL) texts() []string {
 	return []string{s.ack, s.release, s.retryAfter, s.deadGroup, s.moveInsert, s.moveDelete}
+}
+
+// settlement is what one step runs: a statement with its arguments, or the dead-letter
+// move (the copy, then the delete) when move is set. Neither (text "", move false) is a
+// step with nothing to write.
+type settlement struct {
+	op   string
+	text string
+	move bool
+	args []any
+}
+
+// run runs a settlement on the pool, in this process's writer turn, and reports whether
+// it changed the row.
+func (q *queue) run(ctx context.Context, st settlement) (bool, error) {
+	switch {
+	case st.move:
+		return q.move(ctx, st.args...)
+	case st.text == "":
+		return true, nil
+	}
+	return q.exec(ctx, st.op, st.text, st.args...)
 }
 
 // exec runs one write statement in this process's writer turn and reports whether it

@@ -1,0 +1,343 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"sync"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// Transactional mode lends *sql.Tx values: one per lease delivery (BeginDelivery), and one
+// per advisory session after its take (Begin), each on a pool connection of its own. The
+// package doc says what they hold and what they stall.
+
+var (
+	_ dialects.TxLeaseQueue = (*leaseQueue)(nil)
+	_ dialects.TxSession    = (*session)(nil)
+)
+
+var (
+	// errTxEnded is a delivery's transaction used after it ended.
+	errTxEnded = errors.New("the delivery's transaction has already ended")
+	// errNotInTx is a lent transaction that ended behind rowactor's back: a COMMIT or
+	// ROLLBACK the handler ran through it, or a rollback SQLite made itself (an
+	// interrupted write, a full disk). A settlement run now would commit on its own,
+	// without the handler's writes.
+	errNotInTx = errors.New("the transaction was ended outside rowactor (the handler must not commit or roll back the transaction it is lent)")
+	// errNoTx is a session committed before Begin.
+	errNoTx = errors.New("the session has no transaction (Begin opens it)")
+	// errTxOpen is a second Begin on a session whose transaction is still open.
+	errTxOpen = errors.New("the session's transaction is already open")
+)
+
+// beginText is the statement that opens a delivery's transaction in the table's mode.
+func beginText(m dialects.Mode) string {
+	switch m {
+	case dialects.Immediate:
+		return "BEGIN IMMEDIATE"
+	case dialects.Exclusive:
+		return "BEGIN EXCLUSIVE"
+	}
+	return "BEGIN DEFERRED"
+}
+
+// deliveryTx is a transaction lent to a handler, on a connection of its own.
+type deliveryTx struct {
+	q    *queue
+	conn *sql.Conn
+	tx   *sql.Tx
+
+	// mu guards ended: a shutdown may roll a transaction back while its delivery settles.
+	// Statements run without it; one that meets a transaction ended meanwhile fails with
+	// sql.ErrTxDone.
+	mu    sync.Mutex
+	ended bool
+}
+
+// beginTx opens a delivery's transaction in the table's mode (q.begin), outside this
+// process's writer turn: it may last as long as the handler.
+//
+// How the mode is chosen. The handler and PublishTx need a *sql.Tx, and database/sql
+// makes one only through the driver's BeginTx; it cannot adopt a transaction begun by
+// executing BEGIN on a *sql.Conn. modernc.org/sqlite (v1.62.0, tx.go) begins with plain
+// "begin", or "begin <_txlock>" when the pool's DSN says so: a setting per connection,
+// fixed when it is opened, so it cannot vary per table; and it ignores
+// sql.TxOptions.Isolation. So the transaction is opened by database/sql, which on SQLite
+// takes no lock yet (a deferred BEGIN only leaves autocommit), then restarted on the same
+// connection: COMMIT ends that empty transaction and BEGIN <mode> opens the one that is
+// lent. database/sql does not read the SQL it runs, and the driver's Commit and Rollback
+// just run COMMIT and ROLLBACK, so the *sql.Tx ends the restarted transaction. This keeps
+// SQLite's own semantics of each mode, tested in txn_test.go: IMMEDIATE takes the write
+// lock at BEGIN, waiting in the busy handler; EXCLUSIVE also keeps readers out in
+// rollback-journal mode; DEFERRED takes nothing until the first write, whatever the
+// pool's _txlock. A no-op write right after a deferred BEGIN (UPDATE ... WHERE 0) does
+// take the write lock too, but it cannot take EXCLUSIVE's lock.
+//
+// The transaction lives as long as ctx: when ctx ends, database/sql rolls it back.
+func (q *queue) beginTx(ctx context.Context) (*deliveryTx, error) {
+	conn, err := q.d.db.Conn(ctx)
+	if err != nil {
+		return nil, q.errorf("begin", err)
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		conn.Close()
+		return nil, q.errorf("begin", err)
+	}
+	t := &deliveryTx{q: q, conn: conn, tx: tx}
+	if _, err = tx.ExecContext(ctx, "COMMIT"); err == nil {
+		_, err = tx.ExecContext(ctx, q.begin)
+	}
+	if err != nil {
+		// A BEGIN that failed (SQLITE_BUSY once busy_timeout ran out) left the
+		// connection in autocommit, so this rollback fails and the connection is
+		// closed: an exception, and never a connection that might stay in a
+		// transaction going back to the pool.
+		t.end(false)
+		return nil, q.errorf(q.begin, err)
+	}
+	return t, nil
+}
+
+func (t *deliveryTx) open() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.ended
+}
+
+// inTx checks that the connection is still inside this transaction. A BEGIN fails inside
+// a transaction and changes nothing; outside one it opens an empty deferred transaction,
+// which the rollback that follows ends.
+func (t *deliveryTx) inTx(ctx context.Context) error {
+	if !t.open() {
+		return errTxEnded
+	}
+	_, err := t.tx.ExecContext(ctx, "BEGIN")
+	switch {
+	case err == nil:
+		return errNotInTx
+	case errors.Is(err, sql.ErrTxDone):
+		return errTxEnded
+	case ctx.Err() != nil:
+		return err
+	}
+	return nil // "cannot start a transaction within a transaction"
+}
+
+// run runs a settlement inside the transaction and reports whether it changed the row
+// (for the move: whether both the copy and the delete did). It never takes this process's
+// writer turn: the transaction may already hold SQLite's write lock (the handler wrote, or
+// the mode is immediate or exclusive) while another writer of this process holds the turn
+// and waits in the busy handler for that very lock; waiting for the turn here would hold
+// both until busy_timeout.
+func (t *deliveryTx) run(ctx context.Context, st settlement) (bool, error) {
+	q := t.q
+	if err := t.inTx(ctx); err != nil {
+		return false, q.errorf(st.op, err)
+	}
+	if st.move {
+		copied, err := t.exec(ctx, st.op+" insert", q.settle.moveInsert, st.args)
+		if err != nil {
+			return false, err
+		}
+		deleted, err := t.exec(ctx, st.op+" delete", q.settle.moveDelete, st.args)
+		if err != nil {
+			return false, err
+		}
+		return copied == 1 && deleted == 1, nil
+	}
+	if st.text == "" {
+		return true, nil
+	}
+	n, err := t.exec(ctx, st.op, st.text, st.args)
+	return n > 0, err
+}
+
+// exec runs one statement of the Dialect's cache inside the transaction: database/sql
+// prepares it once per connection and keeps it with the pool's statement.
+func (t *deliveryTx) exec(ctx context.Context, op, text string, args []any) (int64, error) {
+	q := t.q
+	s, err := q.d.stmt(ctx, text)
+	if err != nil {
+		return 0, q.errorf(op, err)
+	}
+	ts := t.tx.StmtContext(ctx, s)
+	defer ts.Close()
+	n, err := changed(ts.ExecContext(ctx, args...))
+	if err != nil {
+		return 0, q.errorf(op, err)
+	}
+	return n, nil
+}
+
+// end commits the transaction (commit) or rolls it back, once, and gives its connection
+// up: back to the pool when the transaction ended cleanly, closed otherwise, so SQLite
+// rolls back whatever the connection still held. closed reports the latter. Ending an
+// ended transaction is a no-op, except that a commit then fails: its writes are gone.
+func (t *deliveryTx) end(commit bool) (closed bool, err error) {
+	t.mu.Lock()
+	if t.ended {
+		t.mu.Unlock()
+		if commit {
+			return false, t.q.errorf("commit", errTxEnded)
+		}
+		return false, nil
+	}
+	t.ended = true
+	t.mu.Unlock()
+	op := "rollback"
+	if commit {
+		op = "commit"
+		// The driver rolls back a commit that failed; the connection is closed all
+		// the same, in case that rollback failed too.
+		err = t.tx.Commit()
+	} else if err = t.tx.Rollback(); errors.Is(err, sql.ErrTxDone) {
+		// database/sql ended it already: its context ended, or the handler called
+		// Commit or Rollback on the *sql.Tx it was lent.
+		err = nil
+	}
+	if err != nil {
+		// A driver.ErrBadConn from Raw makes database/sql close the connection.
+		_ = t.conn.Raw(func(any) error { return driver.ErrBadConn })
+		closed = true
+	}
+	t.conn.Close()
+	if err != nil {
+		return closed, t.q.errorf(op, err)
+	}
+	return closed, nil
+}
+
+// leaseTx is a transactional lease delivery's transaction.
+type leaseTx struct {
+	*deliveryTx
+	lq *leaseQueue
+}
+
+// BeginDelivery opens the delivery's transaction in the table's mode on a pool connection
+// of its own, without this process's writer turn (a transaction may last as long as its
+// handler). It lives as long as ctx.
+func (q *leaseQueue) BeginDelivery(ctx context.Context) (dialects.LeaseTx, error) {
+	t, err := q.beginTx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &leaseTx{deliveryTx: t, lq: q}, nil
+}
+
+// Tx is the *sql.Tx lent to the handler.
+func (t *leaseTx) Tx() any { return t.tx }
+
+// SettleLease runs the step fenced by the token inside the transaction, and commits when
+// it changed the row (for a move into the dead-letter table: when both the copy and the
+// delete did). Otherwise it rolls back, the handler's writes included, and reports false;
+// a failed statement rolls back and reports its error. Either way the transaction is over.
+func (t *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
+	st, err := t.lq.leaseSettlement(step, held)
+	ok := false
+	if err == nil {
+		ok, err = t.run(ctx, st)
+	}
+	if err != nil || !ok {
+		_, rerr := t.end(false)
+		return false, errors.Join(err, rerr)
+	}
+	if _, err := t.end(true); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// Rollback discards the transaction (a no-op once it ended).
+func (t *leaseTx) Rollback(ctx context.Context) error {
+	_, err := t.end(false)
+	return err
+}
+
+// Begin opens the session's transaction in the table's mode, on a pool connection of its
+// own (SQLite's advisory sessions hold none otherwise), without this process's writer
+// turn. It lives as long as ctx.
+func (s *session) Begin(ctx context.Context) error {
+	if s.openTx() != nil {
+		return s.q.errorf("begin", errTxOpen)
+	}
+	t, err := s.q.beginTx(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tx != nil && s.tx.open() {
+		t.end(false)
+		return s.q.errorf("begin", errTxOpen)
+	}
+	s.tx = t
+	return nil
+}
+
+// Tx is the *sql.Tx lent to the handler: nil before Begin, the last one Begin opened after.
+func (s *session) Tx() any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tx == nil {
+		return nil
+	}
+	return s.tx.tx
+}
+
+// openTx is the session's transaction while it is open, nil otherwise.
+func (s *session) openTx() *deliveryTx {
+	s.mu.Lock()
+	t := s.tx
+	s.mu.Unlock()
+	if t == nil || !t.open() {
+		return nil
+	}
+	return t
+}
+
+// settle runs an advisory settlement inside the session's transaction; Commit ends it.
+func (t *deliveryTx) settle(ctx context.Context, st settlement) error {
+	if !st.move && st.text == "" {
+		return nil
+	}
+	_, err := t.run(ctx, st)
+	return err
+}
+
+// Commit commits the handler's writes and the settlement's. A transaction that ended
+// behind rowactor's back is rolled back instead, with an error.
+func (s *session) Commit(ctx context.Context) error {
+	s.mu.Lock()
+	t := s.tx
+	s.mu.Unlock()
+	if t == nil {
+		return s.q.errorf("commit", errNoTx)
+	}
+	if err := t.inTx(ctx); err != nil {
+		_, rerr := t.end(false)
+		return errors.Join(s.q.errorf("commit", err), rerr)
+	}
+	_, err := t.end(true)
+	return err
+}
+
+// Rollback discards the transaction (a no-op once it ended, or before Begin).
+func (s *session) Rollback(ctx context.Context) error {
+	_, err := s.endTx()
+	return err
+}
+
+// endTx rolls back the session's transaction if one is open.
+func (s *session) endTx() (closed bool, err error) {
+	s.mu.Lock()
+	t := s.tx
+	s.mu.Unlock()
+	if t == nil {
+		return false, nil
+	}
+	return t.end(false)
+}

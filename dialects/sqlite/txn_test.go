@@ -1,0 +1,624 @@
+package sqlite
+
+import (
+	"database/sql"
+	"errors"
+	"net/url"
+	"path/filepath"
+	"testing"
+	"time"
+
+	msqlite "modernc.org/sqlite"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// txFixture is a database with a queue table and a table for the handler's own writes.
+func txFixture(t *testing.T, d *Dialect, tbl dialects.Table) {
+	t.Helper()
+	createTable(t, d, tbl)
+	mustExec(t, d, "CREATE TABLE notes (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+}
+
+func notes(t *testing.T, d *Dialect) int {
+	t.Helper()
+	return count(t, d, "SELECT count(*) FROM notes")
+}
+
+func beginLease(t *testing.T, q dialects.LeaseQueue) (dialects.LeaseTx, *sql.Tx) {
+	t.Helper()
+	tq, ok := q.(dialects.TxLeaseQueue)
+	if !ok {
+		t.Fatalf("%T is not a TxLeaseQueue", q)
+	}
+	ltx, err := tq.BeginDelivery(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ltx.Rollback(ctx) })
+	tx, ok := ltx.Tx().(*sql.Tx)
+	if !ok || tx == nil {
+		t.Fatalf("Tx() = %T, want a *sql.Tx", ltx.Tx())
+	}
+	return ltx, tx
+}
+
+func note(t *testing.T, tx *sql.Tx, v string) {
+	t.Helper()
+	if _, err := tx.ExecContext(ctx, "INSERT INTO notes (v) VALUES (?)", v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ack() dialects.Step { return dialects.Step{Kind: dialects.StepAck, Now: t0} }
+
+func TestTxLeaseAckCommitsBoth(t *testing.T) {
+	d := newDialect(t)
+	tbl := leaseTable("jobs")
+	txFixture(t, d, tbl)
+	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	r := claimOne(t, d, q, tbl)
+
+	ltx, tx := beginLease(t, q)
+	note(t, tx, "done")
+	if notes(t, d) != 0 {
+		t.Fatal("the handler's write is visible before the commit")
+	}
+	ok, err := ltx.SettleLease(ctx, ack(), r)
+	if err != nil || !ok {
+		t.Fatalf("settle: %v %v", ok, err)
+	}
+	if _, found := stateOf(t, d, "jobs", r.ID); found {
+		t.Error("the acked row is still there")
+	}
+	if notes(t, d) != 1 {
+		t.Error("the handler's write was not committed with the ack")
+	}
+	if err := ltx.Rollback(ctx); err != nil {
+		t.Errorf("rollback after the commit: %v", err)
+	}
+	if _, err := tx.ExecContext(ctx, "SELECT 1"); !errors.Is(err, sql.ErrTxDone) {
+		t.Errorf("the lent tx still runs after the settlement: %v", err)
+	}
+	if ok, err := ltx.SettleLease(ctx, ack(), r); ok || !errors.Is(err, errTxEnded) {
+		t.Errorf("a second settlement: %v %v", ok, err)
+	}
+}
+
+func TestTxLeaseLostRollsBackBoth(t *testing.T) {
+	d := newDialect(t)
+	tbl := leaseTable("jobs")
+	txFixture(t, d, tbl)
+	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	r := claimOne(t, d, q, tbl)
+	before, _ := stateOf(t, d, "jobs", r.ID)
+
+	ltx, tx := beginLease(t, q)
+	note(t, tx, "lost")
+	ok, err := ltx.SettleLease(ctx, ack(), dialects.Lease{ID: r.ID, Token: r.Token.Add(time.Second)})
+	if err != nil || ok {
+		t.Fatalf("settle with a stale token: %v %v", ok, err)
+	}
+	if after, found := stateOf(t, d, "jobs", r.ID); !found || after != before {
+		t.Errorf("the row changed: %+v, was %+v", after, before)
+	}
+	if notes(t, d) != 0 {
+		t.Error("the handler's write survived a lost lease")
+	}
+	if err := ltx.Rollback(ctx); err != nil {
+		t.Errorf("rollback after the settlement: %v", err)
+	}
+}
+
+func TestTxLeaseRollback(t *testing.T) {
+	d := newDialect(t)
+	tbl := leaseTable("jobs")
+	txFixture(t, d, tbl)
+	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	r := claimOne(t, d, q, tbl)
+
+	ltx, tx := beginLease(t, q)
+	note(t, tx, "discarded")
+	if err := ltx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ltx.Rollback(ctx); err != nil {
+		t.Errorf("a second rollback: %v", err)
+	}
+	if notes(t, d) != 0 {
+		t.Error("the handler's write survived the rollback")
+	}
+	// Settled as outside transactional mode, on the pool.
+	if ok, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepRetry}, r); err != nil || !ok {
+		t.Fatalf("retry after the rollback: %v %v", ok, err)
+	}
+	if s, _ := stateOf(t, d, "jobs", r.ID); s.LockedUntil != "NULL" {
+		t.Errorf("the row kept its lease: %+v", s)
+	}
+}
+
+func TestTxLeaseDeadLetterMove(t *testing.T) {
+	d := newDialect(t)
+	tbl := leaseTable("jobs")
+	tbl.Group = ""
+	txFixture(t, d, tbl)
+	dead := tbl
+	dead.Name = "jobs_dead"
+	createTable(t, d, dead)
+	q := openLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: "jobs_dead", Transactional: true})
+	publish(t, d, tbl, dialects.Message{Payload: []byte("a")})
+	publish(t, d, tbl, dialects.Message{Payload: []byte("b")})
+	rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 2)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("claim: %v %v", rows, err)
+	}
+	step := dialects.Step{Kind: dialects.StepDeadLetter, Now: t0}
+
+	ltx, tx := beginLease(t, q)
+	note(t, tx, "stale")
+	if ok, err := ltx.SettleLease(ctx, step, dialects.Lease{ID: rows[0].ID, Token: t0}); err != nil || ok {
+		t.Fatalf("move with a stale token: %v %v", ok, err)
+	}
+	if count(t, d, "SELECT count(*) FROM jobs") != 2 || count(t, d, "SELECT count(*) FROM jobs_dead") != 0 || notes(t, d) != 0 {
+		t.Error("a move with a stale token changed something")
+	}
+
+	ltx, tx = beginLease(t, q)
+	note(t, tx, "moved")
+	if ok, err := ltx.SettleLease(ctx, step, dialects.Lease{ID: rows[0].ID, Token: rows[0].Token}); err != nil || !ok {
+		t.Fatalf("move: %v %v", ok, err)
+	}
+	if count(t, d, "SELECT count(*) FROM jobs WHERE id = ?", rows[0].ID) != 0 ||
+		count(t, d, "SELECT count(*) FROM jobs_dead WHERE id = ? AND locked_until IS NULL", rows[0].ID) != 1 || notes(t, d) != 1 {
+		t.Error("the move and the handler's write did not commit together")
+	}
+}
+
+func TestTxLeaseEndedByHandler(t *testing.T) {
+	d := newDialect(t)
+	tbl := leaseTable("jobs")
+	txFixture(t, d, tbl)
+	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	r := claimOne(t, d, q, tbl)
+
+	ltx, tx := beginLease(t, q)
+	note(t, tx, "x")
+	// The handler rolls the transaction back behind rowactor's back: an ack now must not
+	// commit on its own.
+	if _, err := tx.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := ltx.SettleLease(ctx, ack(), r)
+	if ok || !errors.Is(err, errNotInTx) {
+		t.Fatalf("settle: %v %v", ok, err)
+	}
+	if _, found := stateOf(t, d, "jobs", r.ID); !found {
+		t.Error("the row was acked outside the transaction")
+	}
+	if n := d.DB().Stats().InUse; n != 0 {
+		t.Errorf("%d connections still in use", n)
+	}
+}
+
+func TestTxLeasePublishTx(t *testing.T) {
+	d := newDialect(t)
+	tbl := leaseTable("jobs")
+	txFixture(t, d, tbl)
+	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	r := claimOne(t, d, q, tbl)
+	p, err := d.Publisher(ctx, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ltx, tx := beginLease(t, q)
+	id, err := p.Publish(ctx, tx, dialects.Message{Group: "next", Payload: []byte("follow-up")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, found := stateOf(t, d, "jobs", id); found {
+		t.Fatal("the published row is visible before the commit")
+	}
+	if ok, err := ltx.SettleLease(ctx, ack(), r); err != nil || !ok {
+		t.Fatalf("settle: %v %v", ok, err)
+	}
+	if s, found := stateOf(t, d, "jobs", id); !found || s.Group != "next" {
+		t.Errorf("the published row did not commit with the ack: %+v %v", s, found)
+	}
+
+	// A rolled-back delivery publishes nothing.
+	r = claimOne(t, d, q, tbl)
+	ltx, tx = beginLease(t, q)
+	id, err = p.Publish(ctx, tx, dialects.Message{Group: "next", Payload: []byte("never")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ltx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, found := stateOf(t, d, "jobs", id); found {
+		t.Error("a row published in a rolled-back delivery exists")
+	}
+}
+
+// A settlement inside a delivery's transaction does not wait for this process's writer
+// turn: here a claim holds the turn while it waits for the write lock the delivery holds.
+func TestTxLeaseSettleSkipsWriterTurn(t *testing.T) {
+	d := newDialect(t)
+	tbl := leaseTable("jobs")
+	tbl.Mode = dialects.Immediate
+	txFixture(t, d, tbl)
+	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	r := claimOne(t, d, q, tbl)
+	publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("second")})
+
+	ltx, tx := beginLease(t, q)
+	note(t, tx, "x")
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
+		claimed <- err
+	}()
+	// Wait until the claim holds the writer turn.
+	f, _ := d.fileEntry(ctx)
+	for deadline := time.Now().Add(5 * time.Second); len(f.writer) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the claim never took the writer turn")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	if ok, err := ltx.SettleLease(ctx, ack(), r); err != nil || !ok {
+		t.Fatalf("settle: %v %v", ok, err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the settlement waited %v", took)
+	}
+	if err := <-claimed; err != nil {
+		t.Errorf("the claim waiting for the delivery failed: %v", err)
+	}
+}
+
+func advisoryTxFixture(t *testing.T) (*Dialect, dialects.AdvisoryQueue, dialects.Table) {
+	t.Helper()
+	d := newDialect(t)
+	tbl := advisoryTable("jobs")
+	txFixture(t, d, tbl)
+	return d, openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true}), tbl
+}
+
+// takeTx publishes a row, locks its key, takes it and begins the session's transaction.
+func takeTx(t *testing.T, d *Dialect, q dialects.AdvisoryQueue, tbl dialects.Table) (dialects.TxSession, *sql.Tx, int64) {
+	t.Helper()
+	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	s, ok := newSession(t, q).(dialects.TxSession)
+	if !ok {
+		t.Fatal("the session is not a TxSession")
+	}
+	if s.Tx() != nil {
+		t.Fatalf("Tx() before Begin = %v", s.Tx())
+	}
+	if !tryLock(t, s, "k") {
+		t.Fatal("lock refused")
+	}
+	if _, ok, err := s.Take(ctx, id, t0); err != nil || !ok {
+		t.Fatalf("take: %v %v", ok, err)
+	}
+	if err := s.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Abort(ctx) })
+	if err := s.Begin(ctx); !errors.Is(err, errTxOpen) {
+		t.Errorf("a second Begin: %v", err)
+	}
+	tx, ok := s.Tx().(*sql.Tx)
+	if !ok || tx == nil {
+		t.Fatalf("Tx() = %T", s.Tx())
+	}
+	return s, tx, id
+}
+
+func processed(t *testing.T, d *Dialect, id int64) bool {
+	t.Helper()
+	return count(t, d, "SELECT count(*) FROM jobs WHERE id = ? AND processed_at IS NOT NULL", id) == 1
+}
+
+func TestTxAdvisoryAckCommitsBoth(t *testing.T) {
+	d, q, tbl := advisoryTxFixture(t)
+	s, tx, id := takeTx(t, d, q, tbl)
+	note(t, tx, "done")
+	if err := s.Settle(ctx, ack(), id); err != nil {
+		t.Fatal(err)
+	}
+	if processed(t, d, id) || notes(t, d) != 0 {
+		t.Fatal("the settlement or the handler's write is visible before the commit")
+	}
+	if err := s.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !processed(t, d, id) || notes(t, d) != 1 {
+		t.Error("the ack and the handler's write did not commit together")
+	}
+	if err := s.Rollback(ctx); err != nil {
+		t.Errorf("rollback after the commit: %v", err)
+	}
+	if err := s.Commit(ctx); !errors.Is(err, errTxEnded) {
+		t.Errorf("a second commit: %v", err)
+	}
+	if closed, err := s.Unlock(ctx); closed || err != nil {
+		t.Errorf("unlock: %v %v", closed, err)
+	}
+	if n := d.DB().Stats().InUse; n != 0 {
+		t.Errorf("%d connections still in use", n)
+	}
+}
+
+func TestTxAdvisoryRollbackThenSettle(t *testing.T) {
+	d, q, tbl := advisoryTxFixture(t)
+	s, tx, id := takeTx(t, d, q, tbl)
+	note(t, tx, "discarded")
+	if err := s.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepRetry}, id); err != nil {
+		t.Fatal(err)
+	}
+	// After the rollback a settlement runs on the pool.
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepRetryAfter, At: t0.Add(time.Hour)}, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if notes(t, d) != 0 {
+		t.Error("the handler's write survived the rollback")
+	}
+	if count(t, d, "SELECT count(*) FROM jobs WHERE id = ? AND retry_after = ? AND processed_at IS NULL", id, formatTime(t0.Add(time.Hour))) != 1 {
+		t.Error("the retry after the rollback did not settle")
+	}
+}
+
+func TestTxAdvisoryUnlockRollsBack(t *testing.T) {
+	d, q, tbl := advisoryTxFixture(t)
+	s, tx, id := takeTx(t, d, q, tbl)
+	note(t, tx, "discarded")
+	if err := s.Settle(ctx, ack(), id); err != nil {
+		t.Fatal(err)
+	}
+	if closed, err := s.Unlock(ctx); closed || err != nil {
+		t.Fatalf("unlock: %v %v", closed, err)
+	}
+	if processed(t, d, id) || notes(t, d) != 0 {
+		t.Error("an uncommitted transaction survived the unlock")
+	}
+	if other := newSession(t, q); !tryLock(t, other, "k") {
+		t.Error("the key stayed held")
+	} else {
+		other.Unlock(ctx)
+	}
+
+	s, tx, _ = takeTx(t, d, q, tbl)
+	note(t, tx, "aborted")
+	if err := s.Abort(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if notes(t, d) != 0 {
+		t.Error("an uncommitted transaction survived the abort")
+	}
+	if n := d.DB().Stats().InUse; n != 0 {
+		t.Errorf("%d connections still in use", n)
+	}
+}
+
+func TestTxAdvisoryDeadLetterMove(t *testing.T) {
+	d := newDialect(t)
+	tbl := advisoryTable("jobs")
+	txFixture(t, d, tbl)
+	dead := tbl
+	dead.Name = "jobs_dead"
+	createTable(t, d, dead)
+	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: "jobs_dead", Transactional: true})
+	s, tx, id := takeTx(t, d, q, tbl)
+	note(t, tx, "x")
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepDeadLetter, Now: t0}, id); err != nil {
+		t.Fatal(err)
+	}
+	if count(t, d, "SELECT count(*) FROM jobs_dead") != 0 {
+		t.Fatal("the move is visible before the commit")
+	}
+	if err := s.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if count(t, d, "SELECT count(*) FROM jobs") != 0 || count(t, d, "SELECT count(*) FROM jobs_dead WHERE id = ?", id) != 1 || notes(t, d) != 1 {
+		t.Error("the move and the handler's write did not commit together")
+	}
+}
+
+func TestTxAdvisoryPublishTx(t *testing.T) {
+	d, q, tbl := advisoryTxFixture(t)
+	p, err := d.Publisher(ctx, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, tx, id := takeTx(t, d, q, tbl)
+	pub, err := p.Publish(ctx, tx, dialects.Message{Payload: []byte("follow-up")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count(t, d, "SELECT count(*) FROM jobs WHERE id = ?", pub) != 0 {
+		t.Fatal("the published row is visible before the commit")
+	}
+	if err := s.Settle(ctx, ack(), id); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if count(t, d, "SELECT count(*) FROM jobs WHERE id = ?", pub) != 1 {
+		t.Error("the published row did not commit")
+	}
+}
+
+// busy reports an SQLITE_BUSY error.
+func busy(err error) bool {
+	var se *msqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == 5
+}
+
+// foreign opens a second pool on the file with a short busy timeout, as another process
+// would, in the given journal mode.
+func foreign(t *testing.T, path, journal string) *sql.DB {
+	t.Helper()
+	q := url.Values{"_pragma": {"busy_timeout(50)", "journal_mode(" + journal + ")"}}
+	db, err := sql.Open("sqlite", "file:"+filepath.ToSlash(path)+"?"+q.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// TestTxModes checks that each mode locks what SQLite's BEGIN of that mode locks, while the
+// delivery has run nothing yet: immediate and exclusive hold the write lock, deferred
+// nothing; in rollback-journal mode exclusive also keeps readers out.
+func TestTxModes(t *testing.T) {
+	cases := []struct {
+		journal      string
+		mode         dialects.Mode
+		blocksWrites bool
+		blocksReads  bool
+	}{
+		{"WAL", "", false, false},
+		{"WAL", dialects.Deferred, false, false},
+		{"WAL", dialects.Immediate, true, false},
+		{"WAL", dialects.Exclusive, true, false},
+		{"DELETE", dialects.Deferred, false, false},
+		{"DELETE", dialects.Immediate, true, false},
+		{"DELETE", dialects.Exclusive, true, true},
+	}
+	for _, c := range cases {
+		t.Run(c.journal+"/"+string(c.mode), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "queue.db")
+			other := foreign(t, path, c.journal)
+			other.SetMaxOpenConns(1)                                      // one connection, whose schema is read before the delivery begins
+			if _, err := other.ExecContext(ctx, "SELECT 1"); err != nil { // sets the journal mode
+				t.Fatal(err)
+			}
+			var d *Dialect
+			if c.journal == "WAL" {
+				d = openFile(t, path)
+			} else {
+				db := foreign(t, path, c.journal)
+				d = New(db)
+				t.Cleanup(func() { d.Close() })
+			}
+			for _, form := range []dialects.Form{dialects.FormLease, dialects.FormAdvisory} {
+				tbl := leaseTable("jobs_" + form.String())
+				if form == dialects.FormAdvisory {
+					tbl = advisoryTable("jobs_" + form.String())
+				}
+				tbl.Mode = c.mode
+				txFixture(t, d, tbl)
+				mustExec(t, d, "DROP TABLE notes")
+				q, err := d.Open(ctx, dialects.QueueSpec{Table: tbl, Transactional: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var n int
+				if err := other.QueryRowContext(ctx, "SELECT count(*) FROM `"+tbl.Name+"`").Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				var end func()
+				if form == dialects.FormLease {
+					ltx, err := q.(dialects.TxLeaseQueue).BeginDelivery(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					end = func() { ltx.Rollback(ctx) }
+				} else {
+					s, err := q.(dialects.AdvisoryQueue).Session(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := s.(dialects.TxSession).Begin(ctx); err != nil {
+						t.Fatal(err)
+					}
+					end = func() { s.Unlock(ctx) }
+				}
+
+				start := time.Now()
+				_, werr := other.ExecContext(ctx, "INSERT INTO `"+tbl.Name+"` (payload) VALUES (x'')")
+				if c.blocksWrites != busy(werr) || (!c.blocksWrites && werr != nil) {
+					t.Errorf("%s: another connection's write: %v", form, werr)
+				}
+				if took := time.Since(start); took > 5*time.Second {
+					t.Errorf("%s: the write took %v", form, took)
+				}
+				rerr := other.QueryRowContext(ctx, "SELECT count(*) FROM `"+tbl.Name+"`").Scan(&n)
+				if c.blocksReads != busy(rerr) || (!c.blocksReads && rerr != nil) {
+					t.Errorf("%s: another connection's read: %v", form, rerr)
+				}
+				end()
+				if _, err := other.ExecContext(ctx, "INSERT INTO `"+tbl.Name+"` (payload) VALUES (x'')"); err != nil {
+					t.Errorf("%s: a write after the delivery ended: %v", form, err)
+				}
+				q.Close()
+			}
+		})
+	}
+}
+
+// A BEGIN that cannot get the write lock fails with SQLITE_BUSY after busy_timeout, and
+// its connection does not return to the pool inside a transaction.
+func TestTxBeginBusy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "queue.db")
+	d := New(foreign(t, path, "WAL"))
+	t.Cleanup(func() { d.Close() })
+	tbl := leaseTable("jobs")
+	tbl.Mode = dialects.Immediate
+	txFixture(t, d, tbl)
+	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Transactional: true}).(dialects.TxLeaseQueue)
+
+	holder, err := foreign(t, path, "WAL").Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := holder.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.BeginDelivery(ctx); !busy(err) {
+		t.Fatalf("begin while another connection writes: %v", err)
+	}
+	if _, err := holder.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.DB().Stats().InUse; n != 0 {
+		t.Errorf("%d connections still in use", n)
+	}
+	for range 3 { // whichever connection the pool hands out is outside a transaction
+		if _, err := d.DB().ExecContext(ctx, "INSERT INTO notes (v) VALUES ('x')"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := foreign(t, path, "WAL").ExecContext(ctx, "INSERT INTO notes (v) VALUES ('y')"); err != nil {
+		t.Errorf("a connection was left holding the write lock: %v", err)
+	}
+}
+
+func TestTxOpenAcceptsForms(t *testing.T) {
+	d := newDialect(t)
+	for _, tbl := range []dialects.Table{leaseTable("leases"), advisoryTable("keys")} {
+		tbl.Mode = dialects.Exclusive
+		createTable(t, d, tbl)
+		q, err := d.Open(ctx, dialects.QueueSpec{Table: tbl, Transactional: true})
+		if err != nil {
+			t.Fatalf("%s: %v", tbl.Name, err)
+		}
+		q.Close()
+		tbl.Mode = ""
+		tbl.Isolation = dialects.ReadCommitted
+		_, err = d.Open(ctx, dialects.QueueSpec{Table: tbl, Transactional: true})
+		configError(t, err)
+	}
+}
