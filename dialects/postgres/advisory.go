@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -95,7 +96,11 @@ func (q *advisoryQueue) Session(ctx context.Context) (dialects.Session, error) {
 	if err != nil {
 		return nil, q.errorf("session", err)
 	}
-	return &session{q: q, conn: conn}, nil
+	s := &session{q: q, conn: conn}
+	if q.transactional {
+		return &txSession{s}, nil
+	}
+	return s, nil
 }
 
 // session holds at most one key on a dedicated connection.
@@ -113,6 +118,10 @@ type session struct {
 	// doubtful says the session's state is unknown (a lock statement failed): it must
 	// be closed, never pooled.
 	doubtful bool
+	// tx is the transaction a transactional session lends (nil before Begin); open says
+	// it has not ended.
+	tx   pgx.Tx
+	open bool
 }
 
 var _ dialects.Session = (*session)(nil)
@@ -170,8 +179,9 @@ func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.R
 	return r, found, nil
 }
 
-// Settle runs the step's statement on the session, in autocommit. A statement that
-// changes no row still settles: the key kept every other delivery away.
+// Settle runs the step's statement on the session, in autocommit, or inside the session's
+// transaction while one is open. A statement that changes no row still settles: the key
+// kept every other delivery away.
 func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -179,26 +189,33 @@ func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) erro
 	if s.conn == nil {
 		return q.errorf(step.Kind.String(), errSessionEnded)
 	}
+	var db querier = s.conn
+	if s.open {
+		if err := inTx(s.conn); err != nil {
+			return q.errorf(step.Kind.String(), err)
+		}
+		db = s.tx
+	}
 	st := &q.settle
 	b := q.bind()
 	b.id, b.now, b.at = id, step.Now, step.At
 	var err error
 	switch step.Kind {
 	case dialects.StepAck:
-		_, err = q.exec(ctx, s.conn, "ack", st.ack, &b)
+		_, err = q.exec(ctx, db, "ack", st.ack, &b)
 	case dialects.StepRetry, dialects.StepRelease:
 		// The take counted the attempt; releasing the key returns the row.
 	case dialects.StepRetryAfter:
 		if st.retryAfter.text == "" {
 			return q.errorf("retry_after", errNoRetryAfter)
 		}
-		_, err = q.exec(ctx, s.conn, "retry_after", st.retryAfter, &b)
+		_, err = q.exec(ctx, db, "retry_after", st.retryAfter, &b)
 	case dialects.StepDeadLetter:
 		dl, derr := st.deadLetter()
 		if derr != nil {
 			return q.errorf("dead-letter", derr)
 		}
-		_, err = q.exec(ctx, s.conn, "dead-letter", dl, &b)
+		_, err = q.exec(ctx, db, "dead-letter", dl, &b)
 	default:
 		err = q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
 	}
@@ -207,12 +224,18 @@ func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) erro
 
 // Unlock releases the key and ends the session: the connection returns to the pool only
 // when the server confirms the release and the connection is idle outside a transaction;
-// otherwise it is closed, which ends the server's session and every lock it held.
+// otherwise it is closed, which ends the server's session and every lock it held. A
+// transaction still open is rolled back first: the key is unlocked only after it ended.
 func (s *session) Unlock(ctx context.Context) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn == nil {
 		return false, nil
+	}
+	if err := s.rollback(ctx); err != nil {
+		// The connection's state is unknown: closing it ends the transaction and the key.
+		s.close()
+		return true, s.q.errorf("rollback", err)
 	}
 	if s.doubtful {
 		s.close()
@@ -248,7 +271,12 @@ func (s *session) Abort(ctx context.Context) error {
 	if s.conn == nil {
 		return nil
 	}
-	var err error
+	// The transaction ends before the key is unlocked; when it cannot be, the close
+	// ends both.
+	err := s.rollback(ctx)
+	if err != nil {
+		err = s.q.errorf("rollback", err)
+	}
 	if s.held && !s.doubtful {
 		// The unlock is worth trying even when ctx has ended (a shutdown past its
 		// deadline): a confirmed release is cleaner than the server's cleanup.
@@ -265,5 +293,105 @@ func (s *session) Abort(ctx context.Context) error {
 
 func (s *session) close() {
 	_ = closeConn(s.conn)
-	s.conn, s.key, s.held = nil, "", false
+	s.conn, s.key, s.held, s.open = nil, "", false, false
+}
+
+// rollback ends the session's open transaction, if it has one, even when ctx has ended.
+// A failed rollback leaves the session doubtful. The caller holds mu.
+func (s *session) rollback(ctx context.Context) error {
+	if !s.open {
+		return nil
+	}
+	s.open = false
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	err := s.tx.Rollback(rctx)
+	if errors.Is(err, pgx.ErrTxClosed) {
+		err = nil // ended already (the handler's own commit or rollback)
+	}
+	if err != nil {
+		s.doubtful = true
+	}
+	return err
+}
+
+// txSession is a transactional subscription's session: after the take it opens a
+// transaction on the connection holding the key and lends it to the handler.
+type txSession struct {
+	*session
+}
+
+var _ dialects.TxSession = (*txSession)(nil)
+
+// Tx returns the session's pgx.Tx; nil before Begin.
+func (s *txSession) Tx() any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tx == nil {
+		return nil
+	}
+	return s.tx
+}
+
+// Begin opens the transaction at the table's isolation level (plain BEGIN when none is
+// declared). A BEGIN that failed leaves the session doubtful: it will be closed.
+func (s *txSession) Begin(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.q
+	if s.conn == nil {
+		return q.errorf("begin", errSessionEnded)
+	}
+	if s.open {
+		return q.errorf("begin", errors.New("the session's transaction is already open"))
+	}
+	tx, err := s.conn.BeginTx(ctx, q.txOptions)
+	if err != nil {
+		s.doubtful = true
+		return q.errorf("begin", err)
+	}
+	s.tx, s.open = tx, true
+	return nil
+}
+
+// Commit commits the transaction: the handler's writes and the settlement's. It is an
+// error without an open transaction, so a commit never reports writes it did not make.
+// A commit that failed has ended the transaction (pgx closes a connection left inside
+// one, and the session is then closed, never pooled).
+func (s *txSession) Commit(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.q
+	if s.conn == nil {
+		return q.errorf("commit", errSessionEnded)
+	}
+	if !s.open {
+		return q.errorf("commit", errTxEnded)
+	}
+	if err := inTx(s.conn); err != nil {
+		s.open = false
+		return q.errorf("commit", err)
+	}
+	s.open = false
+	if err := s.tx.Commit(ctx); err != nil {
+		if pc := s.conn.Conn().PgConn(); pc.IsClosed() || pc.TxStatus() != 'I' {
+			s.doubtful = true
+		}
+		return q.errorf("commit", err)
+	}
+	return nil
+}
+
+// Rollback discards the transaction; a no-op once it ended. A rollback that failed leaves
+// the session doubtful: Unlock closes it.
+func (s *txSession) Rollback(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return nil
+	}
+	if err := s.rollback(ctx); err != nil {
+		return s.q.errorf("rollback", err)
+	}
+	return nil
 }

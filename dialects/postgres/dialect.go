@@ -16,6 +16,27 @@
 //     closed otherwise. Session locks need a direct connection or PgBouncer in session
 //     pooling: transaction pooling loses them.
 //
+// # Transactional mode
+//
+// A transactional subscription (QueueSpec.Transactional) lends each delivery a pgx.Tx,
+// opened at the table's isolation level (plain BEGIN when none is declared):
+//
+//   - Row lock: the claim transaction itself (dialects.TxLockedClaim), with the savepoint
+//     rowactor_claim set after the claim; a retry rolls back to it and counts the attempt
+//     in the same transaction.
+//   - Lease: a transaction of its own on a pool connection acquired per delivery
+//     (dialects.TxLeaseQueue); the fenced settlement runs inside it and commits only while
+//     the row still holds the token. Open refuses a transactional lease table at
+//     repeatable read or serializable: its snapshot would not see the renewer's extended
+//     lease.
+//   - Advisory lock: a transaction on the session's connection (dialects.TxSession),
+//     always ended before the key is unlocked.
+//
+// A handler runs its queries on the pgx.Tx and never commits or rolls it back itself. A
+// connection that carried a lent transaction returns to the pool only idle outside a
+// transaction; otherwise it is closed, and the server rolls back. In the lease form each
+// delivery in work then holds a connection: size the pool as for the other forms.
+//
 // Time columns are timestamptz and are bound as time.Time (the server keeps
 // microseconds; lease tokens are compared by the server, in its own precision). The
 // payload column is bytea (text, varchar, json and jsonb are read as their bytes too);

@@ -3,7 +3,11 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rowactor/rowactor/dialects"
 )
@@ -99,10 +103,14 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 // SettleLease runs the step's statement fenced by the token; false when the row holds
 // another token (or is gone), with nothing changed.
 func (q *leaseQueue) SettleLease(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
+	return q.settleOn(ctx, q.d.pool, step, held)
+}
+
+// settleOn runs SettleLease's statement on db: the pool, or a delivery's transaction.
+func (q *leaseQueue) settleOn(ctx context.Context, db querier, step dialects.Step, held dialects.Lease) (bool, error) {
 	b := q.bind()
 	b.id, b.token, b.now, b.at = held.ID, held.Token, step.Now, step.At
 	s := &q.settle
-	db := q.d.pool
 	switch step.Kind {
 	case dialects.StepAck:
 		return q.exec(ctx, db, "ack", s.ack, &b)
@@ -122,4 +130,107 @@ func (q *leaseQueue) SettleLease(ctx context.Context, step dialects.Step, held d
 		return q.exec(ctx, db, "dead-letter", dl, &b)
 	}
 	return false, q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
+}
+
+// txLeaseQueue is a transactional subscription's lease queue: the claim has committed
+// already, so each delivery opens a transaction of its own for the handler. Open refuses a
+// transactional lease table at repeatable read or serializable.
+type txLeaseQueue struct {
+	*leaseQueue
+}
+
+var _ dialects.TxLeaseQueue = (*txLeaseQueue)(nil)
+
+// BeginDelivery acquires a pool connection and opens a transaction on it at the table's
+// isolation level (plain BEGIN when none is declared). The connection stays with the
+// transaction until SettleLease or Rollback ends it.
+func (q *txLeaseQueue) BeginDelivery(ctx context.Context) (dialects.LeaseTx, error) {
+	conn, err := q.d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, q.errorf("begin", err)
+	}
+	tx, err := conn.BeginTx(ctx, q.txOptions)
+	if err != nil {
+		endConn(conn, err)
+		return nil, q.errorf("begin", err)
+	}
+	return &leaseTx{q: q.leaseQueue, tx: tx, conn: conn}, nil
+}
+
+// leaseTx is a lease delivery's transaction on a pool connection of its own.
+type leaseTx struct {
+	q  *leaseQueue
+	tx pgx.Tx // set once
+
+	// mu serialises SettleLease and Rollback; the first to end the transaction gives the
+	// connection up.
+	mu   sync.Mutex
+	conn *pgxpool.Conn // nil once released or closed
+}
+
+var _ dialects.LeaseTx = (*leaseTx)(nil)
+
+// Tx returns the pgx.Tx. The handler runs its queries on it and never ends it.
+func (l *leaseTx) Tx() any { return l.tx }
+
+// SettleLease runs the queue's fenced statement inside the transaction. When it changed
+// the row (the row still held the token) the transaction commits, the handler's writes
+// with it; otherwise it rolls back, the handler's writes included, and reports false. A
+// failed statement or commit rolls back and returns the error. Either way the transaction
+// is over and the connection given up.
+func (l *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.q
+	op := step.Kind.String()
+	if l.conn == nil {
+		return false, q.errorf(op, errTxEnded)
+	}
+	if err := inTx(l.conn); err != nil {
+		l.end(ctx)
+		return false, q.errorf(op, err)
+	}
+	changed, err := q.settleOn(ctx, l.tx, step, held)
+	if err != nil {
+		l.end(ctx)
+		return false, err
+	}
+	if !changed {
+		// The lease is lost: nothing of the delivery may commit.
+		if err := l.end(ctx); err != nil {
+			return false, q.errorf(op+" rollback", err)
+		}
+		return false, nil
+	}
+	if err := l.tx.Commit(ctx); err != nil {
+		l.end(ctx)
+		return false, q.errorf(op+" commit", err)
+	}
+	endConn(l.conn, nil)
+	l.conn = nil
+	return true, nil
+}
+
+// Rollback discards the transaction and gives the connection up; a no-op once it ended.
+func (l *leaseTx) Rollback(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == nil {
+		return nil
+	}
+	if err := l.end(ctx); err != nil {
+		return l.q.errorf("rollback", err)
+	}
+	return nil
+}
+
+// end rolls back and gives the connection up: to the pool, or closed when the rollback
+// failed. The caller holds mu.
+func (l *leaseTx) end(ctx context.Context) error {
+	if l.conn == nil {
+		return nil
+	}
+	err := rollbackConn(ctx, l.conn, l.tx)
+	l.conn = nil
+	return err
 }

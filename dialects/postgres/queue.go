@@ -26,6 +26,9 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 		dest:       spec.DeadLetterGroup,
 		hasAttempt: t.Attempt != "",
 		hasHeaders: t.Headers != "",
+
+		transactional: spec.Transactional,
+		txOptions:     txOptions(t.Isolation),
 	}
 	var (
 		q     dialects.Queue
@@ -36,6 +39,9 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 		base.settle = buildSettle(spec, dialects.FormLease)
 		lq := newLeaseQueue(base, t)
 		q, stmts = lq, append(lq.settle.all(), lq.claim, lq.extend)
+		if spec.Transactional {
+			q = &txLeaseQueue{lq}
+		}
 	case dialects.FormAdvisory:
 		base.settle = buildSettle(spec, dialects.FormAdvisory)
 		aq, err := newAdvisoryQueue(base, t)
@@ -63,6 +69,11 @@ type queue struct {
 	hasAttempt bool
 	hasHeaders bool
 	settle     settleSQL
+
+	// transactional lends each delivery a transaction, opened with txOptions (the
+	// table's isolation level; the row lock claim transaction opens with it too).
+	transactional bool
+	txOptions     pgx.TxOptions
 }
 
 // Close has nothing to release: pgx prepares and caches statements per connection.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -18,7 +19,6 @@ const endTimeout = 5 * time.Second
 
 type rowLockQueue struct {
 	queue
-	begin string
 	claim stmt
 }
 
@@ -29,24 +29,26 @@ func newRowLockQueue(base queue, t dialects.Table) *rowLockQueue {
 	w.w("SELECT ", rowColumns(t, "", quote(t.Attempt)), " FROM ", quote(t.Name),
 		" WHERE ", claimable(&w, t, "", false),
 		" ORDER BY ", quote(t.ID), " LIMIT 1 FOR UPDATE SKIP LOCKED")
-	return &rowLockQueue{queue: base, begin: beginText(t.Isolation), claim: w.stmt()}
+	return &rowLockQueue{queue: base, claim: w.stmt()}
 }
 
 // ClaimLocked opens the claim transaction on a pool connection of its own and locks the
 // first due row. The connection stays with the claim until Settle or Rollback ends it.
+// A transactional subscription's claim is a dialects.TxLockedClaim lending its pgx.Tx.
 func (q *rowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (dialects.LockedClaim, bool, error) {
 	conn, err := q.d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, q.errorf("claim", err)
 	}
-	c := &lockedClaim{q: q, conn: conn}
-	if _, err := conn.Exec(ctx, q.begin); err != nil {
-		c.end(ctx)
+	tx, err := conn.BeginTx(ctx, q.txOptions)
+	if err != nil {
+		endConn(conn, err) // the connection's state is unknown: closed
 		return nil, false, q.errorf("claim", err)
 	}
+	c := &lockedClaim{q: q, conn: conn, tx: tx}
 	b := q.bind()
 	b.now = now
-	rows, err := conn.Query(ctx, q.claim.text, q.claim.args(&b)...)
+	rows, err := tx.Query(ctx, q.claim.text, q.claim.args(&b)...)
 	if err != nil {
 		c.end(ctx)
 		return nil, false, q.errorf("claim", err)
@@ -69,6 +71,9 @@ func (q *rowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (dialects
 		}
 		return nil, false, nil
 	}
+	if q.transactional {
+		return &txLockedClaim{c}, true, nil
+	}
 	return c, true, nil
 }
 
@@ -76,6 +81,7 @@ func (q *rowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (dialects
 type lockedClaim struct {
 	q   *rowLockQueue
 	row dialects.Row
+	tx  pgx.Tx // the claim transaction, set once
 
 	// mu serialises Settle and Rollback: a connection runs one statement at a time, and
 	// the first of them to end the transaction releases the connection.
@@ -90,7 +96,9 @@ var errClaimEnded = errors.New("the claim transaction has already ended")
 func (c *lockedClaim) Row() dialects.Row { return c.row }
 
 // Settle runs the step's statement in the claim transaction and commits; a step with
-// nothing to write (Retry without an attempt column, Release) rolls back instead.
+// nothing to write (Retry without an attempt column, Release) rolls back instead. In a
+// transactional claim the commit carries the handler's writes too (those a
+// RollbackToSavepoint left).
 func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -129,22 +137,26 @@ func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
 		}
 		return nil
 	}
-	b := q.bind()
-	b.id, b.now, b.at = c.row.ID, step.Now, step.At
-	if _, err := c.conn.Exec(ctx, st.text, st.args(&b)...); err != nil {
+	if err := inTx(c.conn); err != nil {
+		// The handler ended the transaction itself: the row lock went with it, so the
+		// settlement no longer holds the row.
 		c.end(ctx)
 		return q.errorf(op, err)
 	}
-	tag, err := c.conn.Exec(ctx, "COMMIT")
-	if err == nil && tag.String() != "COMMIT" {
-		// The server answers ROLLBACK to a COMMIT of a failed transaction.
-		err = fmt.Errorf("the server rolled the transaction back (%s)", tag.String())
+	b := q.bind()
+	b.id, b.now, b.at = c.row.ID, step.Now, step.At
+	if _, err := c.tx.Exec(ctx, st.text, st.args(&b)...); err != nil {
+		c.end(ctx)
+		return q.errorf(op, err)
 	}
-	if err != nil {
+	// pgx reports ErrTxCommitRollback when the server answers ROLLBACK to the COMMIT of a
+	// failed transaction.
+	if err := c.tx.Commit(ctx); err != nil {
 		c.end(ctx)
 		return q.errorf(op+" commit", err)
 	}
-	c.releaseConn()
+	endConn(c.conn, nil)
+	c.conn = nil
 	return nil
 }
 
@@ -168,23 +180,52 @@ func (c *lockedClaim) end(ctx context.Context) error {
 	if c.conn == nil {
 		return nil
 	}
-	// The rollback runs even when ctx is what ended the claim.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
-	defer cancel()
-	if _, err := c.conn.Exec(rctx, "ROLLBACK"); err != nil {
-		closeConn(c.conn)
-		c.conn = nil
-		return err
-	}
-	c.releaseConn()
-	return nil
+	err := rollbackConn(ctx, c.conn, c.tx)
+	c.conn = nil
+	return err
 }
 
-// releaseConn returns the connection to the pool. pgxpool destroys a connection released
-// with a transaction still open, so an unended transaction never reaches another user.
-func (c *lockedClaim) releaseConn() {
-	c.conn.Release()
-	c.conn = nil
+// txLockedClaim is a transactional subscription's claim: it lends the claim transaction
+// to the handler, with a savepoint to discard the handler's writes and keep the row.
+type txLockedClaim struct {
+	*lockedClaim
+}
+
+var _ dialects.TxLockedClaim = (*txLockedClaim)(nil)
+
+// savepoint is set right after the claim; a retry rolls back to it.
+const savepoint = "rowactor_claim"
+
+// Tx returns the claim's pgx.Tx. The handler runs its queries on it and never ends it:
+// Settle commits it, Rollback and the other steps roll it back.
+func (c *txLockedClaim) Tx() any { return c.tx }
+
+// Savepoint sets the savepoint rowactor_claim.
+func (c *txLockedClaim) Savepoint(ctx context.Context) error {
+	return c.run(ctx, "savepoint", "SAVEPOINT "+savepoint)
+}
+
+// RollbackToSavepoint discards the handler's writes (and clears a failed statement's
+// error) and keeps the row locked; the savepoint stays for another rollback.
+func (c *txLockedClaim) RollbackToSavepoint(ctx context.Context) error {
+	return c.run(ctx, "rollback to savepoint", "ROLLBACK TO SAVEPOINT "+savepoint)
+}
+
+// run runs a statement in the open claim transaction. A failure leaves the claim open:
+// the caller ends it with Rollback (a failed statement has spoilt the transaction).
+func (c *txLockedClaim) run(ctx context.Context, op, text string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		return c.q.errorf(op, errClaimEnded)
+	}
+	if err := inTx(c.conn); err != nil {
+		return c.q.errorf(op, err)
+	}
+	if _, err := c.tx.Exec(ctx, text); err != nil {
+		return c.q.errorf(op, err)
+	}
+	return nil
 }
 
 // closeConn takes a connection out of its pool and closes it: the server ends its

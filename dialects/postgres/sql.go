@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/rowactor/rowactor/dialects"
 )
 
@@ -190,16 +192,16 @@ func copyColumns(t dialects.Table) []dialects.NamedColumn {
 	return out
 }
 
-// beginText is the claim transaction's BEGIN at a declared isolation level; plain BEGIN
-// (the server's default) when none is declared. Read uncommitted is refused by Open.
-func beginText(level dialects.Isolation) string {
+// txOptions opens a transaction at a declared isolation level; plain BEGIN (the server's
+// default) when none is declared. Read uncommitted is refused by Open.
+func txOptions(level dialects.Isolation) pgx.TxOptions {
 	switch level {
 	case dialects.ReadCommitted:
-		return "BEGIN ISOLATION LEVEL READ COMMITTED"
+		return pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 	case dialects.RepeatableRead:
-		return "BEGIN ISOLATION LEVEL REPEATABLE READ"
+		return pgx.TxOptions{IsoLevel: pgx.RepeatableRead}
 	case dialects.Serializable:
-		return "BEGIN ISOLATION LEVEL SERIALIZABLE"
+		return pgx.TxOptions{IsoLevel: pgx.Serializable}
 	}
-	return "BEGIN"
+	return pgx.TxOptions{}
 }

@@ -154,6 +154,28 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) error 
 			Reason: "PostgreSQL runs read uncommitted as read committed, so it cannot open the level declared",
 			Fix:    "declare ReadCommitted (or leave Isolation empty for the server's default)"}
 	}
+	if spec.Transactional && t.Form() == dialects.FormLease &&
+		(t.Isolation == dialects.RepeatableRead || t.Isolation == dialects.Serializable) {
+		return &dialects.ConfigError{Table: t.Name, Option: "Table.Isolation",
+			Reason: fmt.Sprintf("a transactional lease delivery's transaction at %s reads one snapshot, which would not see "+
+				"the renewer's extended lease: a handler outliving half its lease would lose a lease it still holds, "+
+				"and its writes would roll back", t.Isolation),
+			Fix: "declare ReadCommitted or no isolation level for a transactional lease table, or drop Transactional"}
+	}
+	if spec.Transactional && t.Form() == dialects.FormLease && t.Isolation == "" {
+		// Plain BEGIN opens at the server's default, which may be a snapshot level too.
+		var level string
+		if err := d.pool.QueryRow(ctx, "SHOW default_transaction_isolation").Scan(&level); err != nil {
+			return fmt.Errorf("postgres: read the default isolation level for table %s: %w", t.Name, err)
+		}
+		if level == string(dialects.RepeatableRead) || level == string(dialects.Serializable) {
+			return &dialects.ConfigError{Table: t.Name, Option: "Table.Isolation",
+				Reason: fmt.Sprintf("the server's default isolation level (default_transaction_isolation) is %s, at which a "+
+					"transactional lease delivery's transaction reads one snapshot, which would not see the renewer's extended "+
+					"lease: a handler outliving half its lease would lose a lease it still holds, and its writes would roll back", level),
+				Fix: "declare ReadCommitted on the table, or drop Transactional"}
+		}
+	}
 	if t.Mode != "" {
 		return &dialects.ConfigError{Table: t.Name, Option: "Table.Mode",
 			Reason: fmt.Sprintf("Mode %q is how SQLite begins transactions; PostgreSQL has no such mode", t.Mode),
