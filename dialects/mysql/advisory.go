@@ -34,6 +34,10 @@ type advisoryQueue struct {
 	// lock and unlock take the key text lockArgs times.
 	lock, unlock string
 	lockArgs     int
+	// level is the table's isolation level, for transactional sessions.
+	level sql.IsolationLevel
+	// transactional: sessions lend a transaction to the handler (txSession).
+	transactional bool
 }
 
 var _ dialects.AdvisoryQueue = (*advisoryQueue)(nil)
@@ -50,6 +54,7 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 		cl:    cl,
 		candidates: "SELECT " + id + ", " + key + " FROM " + tq + " WHERE " + cl.where +
 			" AND IS_USED_LOCK(" + lockNameExpr(key) + ") IS NULL ORDER BY " + id + " LIMIT ?",
+		level: isolation(t.Isolation),
 	}
 	if t.Attempt != "" {
 		at := quote(t.Attempt)
@@ -106,7 +111,11 @@ func (q *advisoryQueue) Session(ctx context.Context) (dialects.Session, error) {
 	if err != nil {
 		return nil, q.errorf("advisory session", err)
 	}
-	return &session{q: q, conn: conn}, nil
+	s := &session{q: q, conn: conn}
+	if q.transactional {
+		return txSession{s}, nil
+	}
+	return s, nil
 }
 
 // session is a dedicated connection holding at most one key. Its statements run in
@@ -123,9 +132,22 @@ type session struct {
 	// dirty says the connection may hold state the pool must not get back: a lock whose
 	// GET_LOCK failed midway, or a transaction whose end failed.
 	dirty bool
+
+	// A transactional session's transaction (txSession): tx is open from Begin until
+	// Commit or Rollback; stopTx ends its context. txLeft says a transaction may still be
+	// open on the server (its end failed): the key is then never released by statement,
+	// the connection is closed instead. txFailed is the error of a settlement that rolled
+	// the transaction back, which a later Commit reports.
+	tx       *sql.Tx
+	stopTx   context.CancelFunc
+	txLeft   bool
+	txFailed error
 }
 
-var errSessionEnded = errors.New("the advisory session has ended")
+var (
+	errSessionEnded = errors.New("the advisory session has ended")
+	errTxLeft       = errors.New("the session's transaction did not end cleanly, and may still be open")
+)
 
 func (s *session) lockArgs() []any {
 	args := make([]any, s.q.lockArgs)
@@ -194,7 +216,8 @@ func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.R
 
 // Settle runs the step's statement on the session, in autocommit; a dead letter into a
 // table moves the row in a transaction on the session. A statement that changes no row
-// still settles: the key kept every other delivery away.
+// still settles: the key kept every other delivery away. While a transactional session's
+// transaction is open, the statement runs inside it instead (see settleTx).
 func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -206,6 +229,14 @@ func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) erro
 	text, args, move, err := q.settle.statement(step, id)
 	if err != nil {
 		return q.errorf(op, err)
+	}
+	if s.tx != nil {
+		return s.settleTx(ctx, op, id, text, args, move)
+	}
+	if s.txLeft {
+		// A statement now might run inside a transaction the server still holds open,
+		// and never commit.
+		return q.errorf(op, errTxLeft)
 	}
 	if move {
 		if _, err := withRetry(ctx, func() (bool, error) { return s.move(ctx, args) }); err != nil {
@@ -247,7 +278,9 @@ func (s *session) move(ctx context.Context, args []any) (bool, error) {
 
 // Unlock releases the key and ends the session. The connection returns to the pool only
 // when RELEASE_LOCK answers 1; otherwise (0: held by another session, NULL: not held, or
-// an error) it is closed, which ends the server session and any lock it still held.
+// an error) it is closed, which ends the server session and any lock it still held. A
+// transaction still open is rolled back first; when that fails the key is not released by
+// statement but with the connection, which is closed.
 func (s *session) Unlock(ctx context.Context) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -256,6 +289,21 @@ func (s *session) Unlock(ctx context.Context) (bool, error) {
 	}
 	conn := s.conn
 	s.conn = nil
+	var rerr error
+	if s.tx != nil {
+		// The key is released only once the transaction ended.
+		rerr = s.rollbackTx()
+	}
+	if s.txLeft {
+		// A transaction may still be open: closing the connection ends it, and the key
+		// with the server session.
+		s.held = false
+		discard(conn)
+		if rerr != nil {
+			return true, s.q.errorf("unlock", fmt.Errorf("roll back the open transaction (the connection was closed instead): %w", rerr))
+		}
+		return true, nil
+	}
 	if !s.held {
 		if s.dirty {
 			discard(conn)
@@ -279,7 +327,8 @@ func (s *session) Unlock(ctx context.Context) (bool, error) {
 }
 
 // Abort releases the key if it can and always closes the connection: whatever state the
-// session was in (a statement cut off, a transaction open), the server forgets it.
+// session was in (a statement cut off, a transaction open), the server forgets it. An open
+// transaction is rolled back before the key is released.
 func (s *session) Abort(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -288,9 +337,15 @@ func (s *session) Abort(ctx context.Context) error {
 	}
 	conn := s.conn
 	s.conn = nil
+	if s.tx != nil {
+		// Rolled back first, so the key is released only once the transaction ended; a
+		// failed rollback leaves the release to the connection's close.
+		_ = s.rollbackTx()
+	}
 	var err error
-	if s.held {
-		s.held = false
+	held := s.held
+	s.held = false
+	if held && !s.txLeft {
 		// Released first so the key is free when Abort returns; the server would free it
 		// when the connection closes, but not necessarily before another claim looks.
 		rctx, cancel := cleanupCtx(ctx)
@@ -303,4 +358,133 @@ func (s *session) Abort(ctx context.Context) error {
 		return s.q.errorf("abort", fmt.Errorf("release the key (the connection was closed instead): %w", err))
 	}
 	return nil
+}
+
+// txSession is a session of a transactional subscription: after the take it opens a
+// transaction on the connection holding the key, lent to the handler; Settle runs inside
+// it while it is open. GET_LOCK locks belong to the server session, not the transaction:
+// the key outlives COMMIT and ROLLBACK until Unlock.
+//
+// Statements inside the transaction are never retried after a deadlock or a lock wait
+// timeout: the handler's writes cannot be replayed.
+type txSession struct{ *session }
+
+var _ dialects.TxSession = txSession{}
+
+// Tx is the open transaction, a *sql.Tx; nil before Begin and after the transaction ended.
+func (s txSession) Tx() any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tx == nil {
+		return nil
+	}
+	return s.tx
+}
+
+// Begin opens the transaction on the session's connection at the table's isolation level
+// (READ COMMITTED when none is declared).
+func (s txSession) Begin(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.q
+	switch {
+	case s.conn == nil:
+		return q.errorf("begin", errSessionEnded)
+	case s.tx != nil:
+		return q.errorf("begin", errors.New("the session's transaction is open already"))
+	case s.txLeft:
+		return q.errorf("begin", errTxLeft)
+	}
+	tx, stop, err := beginTx(ctx, s.conn, q.level)
+	if err != nil {
+		s.dirty = true
+		return q.errorf("begin", err)
+	}
+	s.tx, s.stopTx, s.txFailed = tx, stop, nil
+	return nil
+}
+
+// Commit commits the handler's writes with the settlement's. It is a no-op once the
+// transaction ended, except after a settlement that failed and rolled it back, whose
+// error it reports: nothing was committed. A failed commit closes the connection at
+// Unlock rather than pooling it, and the key goes with it.
+func (s txSession) Commit(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tx == nil {
+		if s.txFailed != nil {
+			return s.q.errorf("commit", fmt.Errorf("the transaction was rolled back: %w", s.txFailed))
+		}
+		return nil
+	}
+	err := s.tx.Commit()
+	s.endTx(err)
+	if err != nil {
+		return s.q.errorf("commit", err)
+	}
+	return nil
+}
+
+// Rollback discards the transaction (a no-op once it ended).
+func (s txSession) Rollback(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tx == nil {
+		return nil
+	}
+	if err := s.rollbackTx(); err != nil {
+		return s.q.errorf("rollback", err)
+	}
+	return nil
+}
+
+// settleTx runs a settlement inside the open transaction. A failed statement, or a move
+// whose copy or delete matched no row, rolls the transaction back (a deadlock has rolled
+// all of it back already, a lock wait timeout only the statement) and returns the error:
+// the handler's writes are never replayed, nor committed without the settlement.
+func (s *session) settleTx(ctx context.Context, op string, id int64, text string, args []any, move bool) error {
+	var err error
+	switch {
+	case move:
+		op = "dead-letter move"
+		var moved bool
+		moved, err = s.q.move(ctx, s.tx, args)
+		if err == nil && !moved {
+			err = fmt.Errorf("row %d was not moved: the copy or the delete changed no row", id)
+		}
+	case text == "":
+		// Retry: the take counted the attempt; the unlock returns the row.
+		return nil
+	default:
+		_, err = s.tx.ExecContext(ctx, text, args...)
+	}
+	if err != nil {
+		s.txFailed = err
+		return s.q.errorf(op, errors.Join(err, s.rollbackTx()))
+	}
+	return nil
+}
+
+// rollbackTx rolls the open transaction back and forgets it. When the rollback fails, or
+// the transaction had ended already by its context (database/sql rolled it back, with an
+// outcome unknown), a transaction may be left open: txLeft, and the connection is closed
+// at Unlock or Abort.
+func (s *session) rollbackTx() error {
+	err := s.tx.Rollback()
+	if errors.Is(err, sql.ErrTxDone) {
+		s.endTx(err)
+		return nil
+	}
+	s.endTx(err)
+	return err
+}
+
+// endTx forgets the transaction once its COMMIT or ROLLBACK returned err.
+func (s *session) endTx(err error) {
+	s.stopTx()
+	s.tx, s.stopTx = nil, nil
+	if err != nil {
+		s.txLeft = true
+		s.dirty = true
+	}
 }

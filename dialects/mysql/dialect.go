@@ -13,6 +13,19 @@
 //   - Advisory lock: GET_LOCK on a dedicated connection per key, named after the lower-cased
 //     database name and the key (SHA-256 hex when longer than 64 characters); see LockName.
 //
+// Transactional mode (QueueSpec.Transactional) lends each delivery a *sql.Tx, which
+// PublishTx accepts: the row lock claim's own transaction, with SAVEPOINT rowactor_claim
+// set after the claim (dialects.TxLockedClaim); in the lease form a transaction per
+// delivery on a pool connection of its own (dialects.TxLeaseQueue); in the advisory form a
+// transaction on the connection holding the key, whose GET_LOCK outlives it
+// (dialects.TxSession). Each opens at the table's isolation level, READ COMMITTED when
+// none is declared; all four levels serve, since InnoDB's UPDATE and DELETE read the
+// latest row version at any level. A statement inside a lent transaction is never retried
+// after a deadlock (1213) or a lock wait timeout (1205), unlike the claims: the handler's
+// writes cannot be replayed. The settlement rolls back and returns the error. On MariaDB a
+// deadlock ends the transaction, and later statements on the same *sql.Tx run in
+// autocommit: a handler must return its statements' errors rather than go on.
+//
 // Time columns (retry_after, processed_at, locked_until) are DATETIME(6) holding UTC. The
 // pool must scan DATETIME into time.Time in UTC: its DSN needs parseTime=true and loc=UTC
 // (the driver's default loc). Open adds both when the DSN leaves them out; a pool handed to

@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/bits"
 	"strings"
@@ -79,6 +80,9 @@ type leaseQueue struct {
 	holding inList
 	// extend moves leases: until, (id, token) pairs.
 	extend inList
+	// level is the table's isolation level, for transactional deliveries (claims run at
+	// READ COMMITTED whatever the table declares).
+	level sql.IsolationLevel
 
 	sem chan struct{}
 }
@@ -103,7 +107,8 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 			suffix: ") AND " + lu + " = ?"},
 		extend: inList{prefix: "UPDATE " + tq + " SET " + lu + " = ? WHERE (" + id + ", " + lu + ") IN (", item: "(?,?)",
 			suffix: ")"},
-		sem: make(chan struct{}, 1),
+		level: isolation(t.Isolation),
+		sem:   make(chan struct{}, 1),
 	}
 }
 
@@ -349,4 +354,108 @@ func (q *leaseQueue) moveLeased(ctx context.Context, args []any) (bool, error) {
 		return false, q.errorf(op, err)
 	}
 	return moved, nil
+}
+
+// txLeaseQueue is the lease queue of a transactional subscription: each delivery's handler
+// gets a transaction of its own, opened after the claim committed.
+type txLeaseQueue struct{ *leaseQueue }
+
+var _ dialects.TxLeaseQueue = txLeaseQueue{}
+
+// BeginDelivery opens a transaction at the table's isolation level (READ COMMITTED when
+// none is declared) on a pool connection of its own, held until the transaction ends. Any
+// level serves: the fenced settlement is an UPDATE or DELETE, which InnoDB runs against
+// the latest committed row version (a locking read) whatever the transaction's snapshot,
+// so it sees the renewer's extensions.
+func (q txLeaseQueue) BeginDelivery(ctx context.Context) (dialects.LeaseTx, error) {
+	x, err := q.d.begin(ctx, q.level)
+	if err != nil {
+		return nil, q.errorf("begin delivery", err)
+	}
+	return &leaseTx{q: q.leaseQueue, x: x}, nil
+}
+
+// leaseTx is a lease-form delivery's transaction.
+//
+// Its settlement is never retried after a deadlock or a lock wait timeout, unlike the
+// settlements outside it: the handler's writes cannot be replayed, and a deadlock has
+// rolled them back already. The settlement then rolls back and returns the error.
+type leaseTx struct {
+	q *leaseQueue
+	x *txn
+
+	mu    sync.Mutex
+	ended bool
+}
+
+var _ dialects.LeaseTx = (*leaseTx)(nil)
+
+var errDeliveryEnded = errors.New("the delivery's transaction has ended")
+
+// Tx is the delivery's transaction, a *sql.Tx. It ends with SettleLease or Rollback.
+func (t *leaseTx) Tx() any { return t.x.tx }
+
+// SettleLease runs the step fenced by the token inside the transaction (a dead letter into
+// a table as its copy and delete), and commits when it changed the row: the handler's
+// writes commit with it. When the row no longer holds the token (or the move's copy or
+// delete matched no row) it rolls everything back and reports false; a failed statement
+// rolls back too, and returns its error. Either way the transaction is over, and a
+// connection whose COMMIT or ROLLBACK failed is closed rather than pooled.
+func (t *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q := t.q
+	op := step.Kind.String()
+	if t.ended {
+		return false, q.errorf(op, errDeliveryEnded)
+	}
+	t.ended = true
+	text, args, move, err := q.settle.statement(step, held.ID, dbTime(held.Token))
+	if err != nil {
+		return false, q.errorf(op, errors.Join(err, t.x.rollback()))
+	}
+	var changed bool
+	switch {
+	case move:
+		op = "dead-letter move"
+		changed, err = q.move(ctx, t.x.tx, args)
+	case text == "":
+		err = fmt.Errorf("no statement for step %v", step.Kind)
+	default:
+		var s *sql.Stmt
+		if s, err = q.d.stmt(ctx, text); err == nil {
+			var n int64
+			n, err = affected(t.x.tx.StmtContext(ctx, s).ExecContext(ctx, args...))
+			// Every lease statement deletes the row or clears its lease: a row that held
+			// the token is a changed row.
+			changed = n > 0
+		}
+	}
+	if err != nil {
+		return false, q.errorf(op, errors.Join(err, t.x.rollback()))
+	}
+	if !changed {
+		if err := t.x.rollback(); err != nil {
+			return false, q.errorf(op+" rollback", err)
+		}
+		return false, nil
+	}
+	if err := t.x.commit(); err != nil {
+		return false, q.errorf(op+" commit", err)
+	}
+	return true, nil
+}
+
+// Rollback discards the transaction, the handler's writes with it; a no-op once it ended.
+func (t *leaseTx) Rollback(ctx context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ended {
+		return nil
+	}
+	t.ended = true
+	if err := t.x.rollback(); err != nil {
+		return t.q.errorf("rollback", err)
+	}
+	return nil
 }

@@ -35,18 +35,27 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 		q     dialects.Queue
 		texts []string
 	)
+	// A transactional subscription's queue (or its claims, or its sessions) also serves
+	// the form's transactional interface; any declared isolation level is allowed, since
+	// InnoDB's UPDATE and DELETE read the latest row version at every level, so the fenced
+	// settlements see the renewer's extensions.
 	switch form {
 	case dialects.FormLease:
 		lq := newLeaseQueue(base, t)
 		q, texts = lq, lq.texts()
+		if spec.Transactional {
+			q = txLeaseQueue{lq}
+		}
 	case dialects.FormAdvisory:
 		aq, err := newAdvisoryQueue(base, t)
 		if err != nil {
 			return nil, err // CheckDescription has already refused a malformed template
 		}
+		aq.transactional = spec.Transactional
 		q, texts = aq, aq.texts()
 	default:
 		rq := newRowLockQueue(base, t)
+		rq.transactional = spec.Transactional
 		q, texts = rq, rq.texts()
 	}
 	if err := d.prepareAll(ctx, append(texts, base.settle.texts()...)...); err != nil {
@@ -251,31 +260,41 @@ type txn struct {
 	once sync.Once
 }
 
-// begin opens a transaction at level. The transaction's context is ctx's values without
-// its end: the transaction lives until commit or rollback; ctx ends only the opening.
-// database/sql's BeginTx with an isolation level makes the driver send SET TRANSACTION
-// ISOLATION LEVEL (next transaction only) before START TRANSACTION.
+// begin opens a transaction at level on a pool connection of its own (see beginTx).
 func (d *Dialect) begin(ctx context.Context, level sql.IsolationLevel) (*txn, error) {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	txCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	// While opening, ctx's end still cancels: the driver then closes the connection.
-	unhook := context.AfterFunc(ctx, stop)
-	tx, err := conn.BeginTx(txCtx, &sql.TxOptions{Isolation: level})
-	unhook()
-	if err == nil && txCtx.Err() != nil {
-		// ctx ended just as the transaction opened.
-		_ = tx.Rollback()
-		err = txCtx.Err()
-	}
+	tx, stop, err := beginTx(ctx, conn, level)
 	if err != nil {
-		stop()
 		discard(conn)
 		return nil, err
 	}
 	return &txn{conn: conn, tx: tx, stop: stop}, nil
+}
+
+// beginTx opens a transaction at level on conn. The transaction's context is ctx's values
+// without its end: the transaction lives until commit or rollback (or stop); ctx ends only
+// the opening. database/sql's BeginTx with an isolation level makes the driver send SET
+// TRANSACTION ISOLATION LEVEL (next transaction only) before START TRANSACTION. On an
+// error the connection's state is unknown: the caller closes it.
+func beginTx(ctx context.Context, conn *sql.Conn, level sql.IsolationLevel) (*sql.Tx, context.CancelFunc, error) {
+	txCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	// While opening, ctx's end still cancels: the driver then closes the connection.
+	unhook := context.AfterFunc(ctx, stop)
+	tx, err := conn.BeginTx(txCtx, &sql.TxOptions{Isolation: level})
+	if !unhook() && err == nil {
+		// ctx ended just as the transaction opened: stop has run or is about to, and
+		// would end the transaction under its user.
+		_ = tx.Rollback()
+		err = ctx.Err()
+	}
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return tx, stop, nil
 }
 
 // commit commits and frees the connection; it closes the connection when the commit

@@ -18,6 +18,8 @@ type rowLockQueue struct {
 	cl    claimable
 	claim string
 	level sql.IsolationLevel
+	// transactional: claims lend their transaction to the handler (txClaim).
+	transactional bool
 }
 
 var _ dialects.RowLockQueue = (*rowLockQueue)(nil)
@@ -45,6 +47,9 @@ func (q *rowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (dialects
 	}
 	if c == nil {
 		return nil, false, nil
+	}
+	if q.transactional {
+		return txClaim{c}, true, nil
 	}
 	return c, true, nil
 }
@@ -146,6 +151,53 @@ func (c *lockedClaim) Rollback(ctx context.Context) error {
 	c.ended = true
 	if err := c.x.rollback(); err != nil {
 		return c.q.errorf("rollback", err)
+	}
+	return nil
+}
+
+// savepoint is set right after a transactional claim, so a settlement other than Ack can
+// discard the handler's writes and still count the attempt in the claim transaction.
+const savepoint = "rowactor_claim"
+
+// txClaim is the claim of a transactional subscription: its transaction is lent to the
+// handler, whose writes commit with the settlement (Settle, as lockedClaim's).
+//
+// Settle is never retried after a deadlock or a lock wait timeout: the handler's writes
+// cannot be replayed. A deadlock has rolled the whole transaction back (the row lock
+// included), so a deadlocked settlement returns its error after the rollback.
+type txClaim struct{ *lockedClaim }
+
+var _ dialects.TxLockedClaim = txClaim{}
+
+// Tx is the claim transaction, a *sql.Tx. It ends with the claim's Settle or Rollback.
+func (c txClaim) Tx() any { return c.x.tx }
+
+// Savepoint sets the claim's savepoint (SAVEPOINT rowactor_claim).
+func (c txClaim) Savepoint(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return c.q.errorf("savepoint", errEnded)
+	}
+	if _, err := c.x.tx.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
+		return c.q.errorf("savepoint", err)
+	}
+	return nil
+}
+
+// RollbackToSavepoint discards the handler's writes and keeps the row locked (InnoDB keeps
+// the locks taken before the savepoint). When it fails (the savepoint is gone: a deadlock
+// in the handler rolled the transaction back) the whole transaction is rolled back and the
+// claim ends, so that no later Settle can commit the handler's writes.
+func (c txClaim) RollbackToSavepoint(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return c.q.errorf("rollback to savepoint", errEnded)
+	}
+	if _, err := c.x.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); err != nil {
+		c.ended = true
+		return c.q.errorf("rollback to savepoint", errors.Join(err, c.x.rollback()))
 	}
 	return nil
 }

@@ -1,0 +1,199 @@
+package rowactor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor"
+)
+
+// side is a table of the scenario's own that transactional handlers write to, so the
+// suite can tell which writes committed.
+func (h *harness) side() rowactor.Table {
+	h.t.Helper()
+	s := rowactor.Table{Name: h.table.Name + "_side", ID: "id", Payload: "payload"}
+	h.createTable(s)
+	return s
+}
+
+func (h *harness) sideRows(s rowactor.Table, note string) int {
+	h.t.Helper()
+	return h.drv.count(h.t, h.d, fmt.Sprintf("SELECT COUNT(*) FROM %s WHERE payload = ?", s.Name), []byte(note))
+}
+
+// write inserts a note into the side table through the delivery's transaction.
+func (h *harness) write(ctx context.Context, d *rowactor.Delivery, s rowactor.Table, note string) {
+	if d.Tx() == nil {
+		panic("a transactional delivery has no transaction")
+	}
+	if err := h.drv.txExec(ctx, d.Tx(), fmt.Sprintf("INSERT INTO %s (payload) VALUES (?)", s.Name), []byte(note)); err != nil {
+		panic(fmt.Sprintf("write through the delivery's transaction: %v", err))
+	}
+}
+
+// transactionalScenarios run with Transactional() over every (database, form).
+var transactionalScenarios = []scenario{
+	{name: "ack commits the handler's writes with the settlement", run: func(t *testing.T, h *harness, _ rowactor.Form) {
+		s := h.side()
+		b := h.broker()
+		h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			h.write(ctx, d, s, fmt.Sprint("done-", d.ID()))
+			return rowactor.Ack()
+		}, rowactor.Transactional(), rowactor.Workers(2))
+		ids := h.publish(b, 3)
+		for _, st := range h.waitSettled(3) {
+			if st.Err != nil || st.Step != "ack" {
+				t.Fatalf("settlement %+v", st)
+			}
+		}
+		for _, id := range ids {
+			if h.row(id).exists || h.sideRows(s, fmt.Sprint("done-", id)) != 1 {
+				t.Fatalf("row %d: queue row exists=%v, handler writes=%d", id, h.row(id).exists, h.sideRows(s, fmt.Sprint("done-", id)))
+			}
+		}
+	}},
+	{name: "retry rolls the handler's writes back and counts the attempt", shapes: []tableShape{withProcessedAt}, run: func(t *testing.T, h *harness, form rowactor.Form) {
+		s := h.side()
+		b := h.broker()
+		h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			h.write(ctx, d, s, fmt.Sprint("attempt-", d.Attempt()))
+			if d.Attempt() == 1 {
+				return rowactor.Retry()
+			}
+			return rowactor.Ack()
+		}, rowactor.Transactional())
+		id := h.publish(b, 1)[0]
+		got := h.waitSettled(2)
+		if got[0].Step != "retry" || got[1].Step != "ack" || got[1].Attempt != 2 || got[1].Err != nil {
+			t.Fatalf("settlements %+v", got)
+		}
+		if h.sideRows(s, "attempt-1") != 0 || h.sideRows(s, "attempt-2") != 1 {
+			t.Fatalf("handler writes: attempt 1 kept %d, attempt 2 kept %d; want 0 and 1", h.sideRows(s, "attempt-1"), h.sideRows(s, "attempt-2"))
+		}
+		if st := h.row(id); st.processedAt == nil || st.attempt != attemptColumn(form, 2, 1) {
+			t.Fatalf("row %+v", st)
+		}
+	}},
+	{name: "a panic rolls the handler's writes back and releases the row", run: func(t *testing.T, h *harness, form rowactor.Form) {
+		s := h.side()
+		b := h.broker()
+		var deliveries atomic.Int64
+		h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			n := deliveries.Add(1)
+			h.write(ctx, d, s, fmt.Sprint("delivery-", n))
+			if n == 1 {
+				panic("boom")
+			}
+			return rowactor.Ack()
+		}, append(leaseOptions(h.table.Form(), time.Hour), rowactor.Transactional())...)
+		h.publish(b, 1)
+		got := h.waitSettled(2)
+		if got[0].Panic == nil || !got[0].Released || got[1].Err != nil || got[1].Step != "ack" {
+			t.Fatalf("settlements %+v", got)
+		}
+		// The release spends an attempt where the claim counts it, and none in the row lock form.
+		if got[1].Attempt != attemptColumn(form, 1, 0) {
+			t.Fatalf("redelivered with attempt %d", got[1].Attempt)
+		}
+		if h.sideRows(s, "delivery-1") != 0 || h.sideRows(s, "delivery-2") != 1 {
+			t.Fatal("a panicking handler's writes were kept")
+		}
+	}},
+	{name: "a lost lease rolls back the handler's writes and the ack", forms: []rowactor.Form{rowactor.FormLease}, run: func(t *testing.T, h *harness, _ rowactor.Form) {
+		s := h.side()
+		b := h.broker()
+		other := time.Now().Add(time.Hour).Truncate(time.Second)
+		h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			// Another claim takes the row before the handler writes.
+			h.exec(fmt.Sprintf("UPDATE %s SET locked_until = ? WHERE id = ?", h.table.Name), h.drv.timeValue(other), d.ID())
+			h.write(ctx, d, s, "lost")
+			return rowactor.Ack()
+		}, rowactor.Transactional())
+		id := h.publish(b, 1)[0]
+		st := h.waitSettled(1)[0]
+		if !errors.Is(st.Err, rowactor.ErrLeaseLost) {
+			t.Fatalf("settlement error %v, want ErrLeaseLost", st.Err)
+		}
+		if h.sideRows(s, "lost") != 0 {
+			t.Fatal("a lost lease's handler writes were committed")
+		}
+		if row := h.row(id); !row.exists || row.lockedUntil == nil || !row.lockedUntil.Equal(other) {
+			t.Fatalf("row %+v", row)
+		}
+	}},
+	{name: "rows published through the delivery's transaction commit with the ack and wake subscribers", run: func(t *testing.T, h *harness, _ rowactor.Form) {
+		b := h.broker()
+		h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			if _, err := b.PublishTx(ctx, d.Tx(), h.table, "next", []byte("chained")); err != nil {
+				panic(err)
+			}
+			if d.Attempt() == 1 {
+				return rowactor.Retry() // rolled back: nothing published
+			}
+			return rowactor.Ack()
+		}, rowactor.Transactional())
+		next := make(chan *rowactor.Delivery, 4)
+		if _, err := b.Subscribe(context.Background(), h.table, "next", func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			next <- d
+			return rowactor.Ack()
+		}, rowactor.PollInterval(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // both subscriptions' first claims pass
+		h.publish(b, 1)
+		select {
+		case d := <-next:
+			if string(d.Payload()) != "chained" {
+				t.Fatalf("payload %q", d.Payload())
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("the row published with the ack never woke its subscriber (an hour's poll)")
+		}
+		select {
+		case d := <-next:
+			t.Fatalf("a second chained row %d: the retried delivery's publish was kept", d.ID())
+		case <-time.After(300 * time.Millisecond):
+		}
+	}},
+	{name: "a row published in the caller's transaction wakes subscribers once it commits", run: func(t *testing.T, h *harness, _ rowactor.Form) {
+		b := h.broker()
+		h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }, rowactor.PollInterval(time.Hour))
+		time.Sleep(200 * time.Millisecond) // the first (empty) claim passes
+		tx, commit, _ := h.drv.begin(t, h.d)
+		id, err := b.PublishTx(context.Background(), tx, h.table, h.queue, []byte("outbox"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.quiet(300 * time.Millisecond)
+		if err := commit(); err != nil {
+			t.Fatal(err)
+		}
+		if !h.drv.notifies {
+			b.Wake(h.table, h.queue) // without NOTIFY the caller wakes its subscribers
+		}
+		if st := h.waitSettled(1)[0]; st.ID != id {
+			t.Fatalf("settled row %d, want %d", st.ID, id)
+		}
+	}},
+}
+
+func TestTransactionalConformance(t *testing.T) {
+	for _, drv := range drivers {
+		for _, form := range drv.forms {
+			for _, sc := range transactionalScenarios {
+				if sc.forms != nil && !hasForm(sc.forms, form) {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/%s/%s", drv.name, form, sc.name), func(t *testing.T) {
+					t.Parallel()
+					h := newHarness(t, drv, form, sc.shapes...)
+					sc.run(t, h, form)
+				})
+			}
+		}
+	}
+}
