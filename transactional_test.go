@@ -78,6 +78,21 @@ var transactionalScenarios = []scenario{
 			t.Fatalf("row %+v", st)
 		}
 	}},
+	{name: "drop discards the handler's writes yet ends the row", run: func(t *testing.T, h *harness, _ rowactor.Form) {
+		s := h.side()
+		b := h.broker()
+		h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			h.write(ctx, d, s, "dropped")
+			return rowactor.Drop()
+		}, rowactor.Transactional())
+		id := h.publish(b, 1)[0]
+		if st := h.waitSettled(1)[0]; st.Err != nil || st.Outcome.String() != "drop" {
+			t.Fatalf("settlement %+v", st)
+		}
+		if h.row(id).exists || h.sideRows(s, "dropped") != 0 {
+			t.Fatalf("after a drop: row exists=%v, handler writes kept=%d; want false, 0", h.row(id).exists, h.sideRows(s, "dropped"))
+		}
+	}},
 	{name: "a panic rolls the handler's writes back and releases the row", run: func(t *testing.T, h *harness, form rowactor.Form) {
 		s := h.side()
 		b := h.broker()

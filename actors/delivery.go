@@ -191,7 +191,7 @@ func (d *delivery) settle() Result {
 			cfg.Log.Debug("rowactor: settling a lease the renewer found lost", slog.Int64("id", row.ID))
 		}
 		held := dialects.Lease{ID: row.ID, Token: token}
-		if d.leaseTx != nil && step.Kind == dialects.StepAck {
+		if d.leaseTx != nil && d.outcome.KeepsWrites() {
 			r.Err = settler.LeaseTx(ctx, d.leaseTx, step, held)
 			break
 		}
@@ -199,13 +199,13 @@ func (d *delivery) settle() Result {
 		r.Err = settler.Lease(ctx, cfg.Queue.(dialects.LeaseQueue), step, held)
 	case dialects.FormAdvisory:
 		if cfg.Transactional {
-			r.Closed, r.Err = settler.AdvisoryTx(ctx, d.claim.Session.(dialects.TxSession), step, row.ID)
+			r.Closed, r.Err = settler.AdvisoryTx(ctx, d.claim.Session.(dialects.TxSession), step, row.ID, d.outcome.KeepsWrites())
 			break
 		}
 		r.Closed, r.Err = settler.Advisory(ctx, d.claim.Session, step, row.ID)
 	case dialects.FormRowLock:
 		if cfg.Transactional {
-			r.Err = settler.RowLockTx(ctx, d.claim.Locked.(dialects.TxLockedClaim), step, row.ID)
+			r.Err = settler.RowLockTx(ctx, d.claim.Locked.(dialects.TxLockedClaim), step, row.ID, d.outcome.KeepsWrites())
 			break
 		}
 		r.Err = settler.RowLock(ctx, d.claim.Locked, step, row.ID)

@@ -145,11 +145,15 @@ func RowLock(ctx context.Context, c dialects.LockedClaim, step dialects.Step, id
 	return nil
 }
 
-// RowLockTx settles a transactional row-lock delivery: Ack commits the handler's writes
-// with the settlement; any other step first rolls back to the savepoint set after the
-// claim, discarding the handler's writes, then settles in the same transaction.
-func RowLockTx(ctx context.Context, c dialects.TxLockedClaim, step dialects.Step, id int64) error {
-	if step.Kind != dialects.StepAck {
+// KeepsWrites says whether an outcome commits a transactional handler's writes: only Ack
+// does. Drop ends the row like Ack, but discards the handler's writes first.
+func (o Outcome) KeepsWrites() bool { return o.Verdict == Ack }
+
+// RowLockTx settles a transactional row-lock delivery: with keep (Ack) the handler's
+// writes commit with the settlement; otherwise the transaction first rolls back to the
+// savepoint set after the claim, discarding them, then settles in the same transaction.
+func RowLockTx(ctx context.Context, c dialects.TxLockedClaim, step dialects.Step, id int64, keep bool) error {
+	if !keep {
 		if err := c.RollbackToSavepoint(ctx); err != nil {
 			_ = c.Rollback(ctx)
 			return fmt.Errorf("roll back the handler's writes of row %d: %w", id, err)
@@ -174,10 +178,11 @@ func LeaseTx(ctx context.Context, tx dialects.LeaseTx, step dialects.Step, held 
 }
 
 // AdvisoryTx settles a transactional advisory delivery on the session holding its key:
-// Ack settles inside the transaction and commits; any other step rolls back first, then
-// settles as outside transactional mode. The key is unlocked after the transaction ended.
-func AdvisoryTx(ctx context.Context, s dialects.TxSession, step dialects.Step, id int64) (closed bool, err error) {
-	if step.Kind == dialects.StepAck {
+// with keep (Ack) it settles inside the transaction and commits; otherwise it rolls back
+// first, then settles as outside transactional mode. The key is unlocked after the
+// transaction ended.
+func AdvisoryTx(ctx context.Context, s dialects.TxSession, step dialects.Step, id int64, keep bool) (closed bool, err error) {
+	if keep {
 		if err = s.Settle(ctx, step, id); err == nil {
 			if err = s.Commit(ctx); err != nil {
 				err = fmt.Errorf("commit the settlement of row %d: %w", id, err)
