@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel"
 
 	"github.com/rowactor/rowactor/actors"
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/telemetry"
 	"github.com/rowactor/rowactor/supervision"
 )
 
@@ -34,6 +36,7 @@ type Broker struct {
 	pubs   map[Table]dialects.Publisher
 
 	dispatcher    *actors.Dispatcher
+	tel           *telemetry.Telemetry
 	stopListening context.CancelFunc
 	listening     chan struct{} // closed when the listener returned
 }
@@ -59,6 +62,17 @@ func New(d dialects.Dialect, opts ...Option) (*Broker, error) {
 	if b.log == nil {
 		b.log = slog.New(warnOnly{slog.Default().Handler()})
 	}
+	if cfg.tracers == nil {
+		cfg.tracers = otel.GetTracerProvider()
+	}
+	if cfg.meters == nil {
+		cfg.meters = otel.GetMeterProvider()
+	}
+	tel, err := telemetry.New(cfg.tracers, cfg.meters, d.Name())
+	if err != nil {
+		return nil, fmt.Errorf("rowactor: telemetry: %w", err)
+	}
+	b.tel = tel
 	b.sys = cfg.system
 	if b.sys == nil {
 		b.sys, b.ownsSys = actors.NewSystem(b.log), true

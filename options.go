@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Option configures a Broker.
@@ -17,6 +19,22 @@ type brokerConfig struct {
 	onSettled func(Settlement)
 	now       func() time.Time
 	pollOnly  bool
+	tracers   trace.TracerProvider
+	meters    metric.MeterProvider
+}
+
+// WithTracerProvider makes spans through tp: a producer span per publish, whose context
+// rides in the headers column, and a consumer span per delivery with its settlement as a
+// child. Defaults to the otel global provider; rowactor never sets a global.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *brokerConfig) { c.tracers = tp }
+}
+
+// WithMeterProvider records metrics through mp: deliveries by outcome, handler and claim
+// durations, rows per claim, rows in work, time from publish to claim, lease extensions and
+// leases lost, dead letters, restarts. Defaults to the otel global provider.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *brokerConfig) { c.meters = mp }
 }
 
 // WithLogger sends rowactor's logs to l. Without it rowactor logs warnings and errors

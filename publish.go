@@ -4,35 +4,42 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/telemetry"
 )
 
 // PublishOption configures one publish.
-type PublishOption func(*dialects.Message) error
+type PublishOption func(*publishing)
 
-// WithHeaders stores headers in the table's headers column as a JSON object.
+// publishing is a message being built by its options.
+type publishing struct {
+	headers   map[string]string
+	notBefore time.Time
+}
+
+// WithHeaders stores headers in the table's headers column as a JSON object. rowactor adds
+// the W3C traceparent (and tracestate) of the publishing span, and the publish time.
 func WithHeaders(h map[string]string) PublishOption {
-	return func(m *dialects.Message) error {
-		if len(h) == 0 {
-			return nil
+	return func(p *publishing) {
+		for k, v := range h {
+			if p.headers == nil {
+				p.headers = make(map[string]string, len(h)+3)
+			}
+			p.headers[k] = v
 		}
-		b, err := json.Marshal(h)
-		if err != nil {
-			return err
-		}
-		m.Headers = b
-		return nil
 	}
 }
 
 // After makes the row due only after d (needs the table's retry_after column).
 func After(d time.Duration) PublishOption {
-	return func(m *dialects.Message) error {
-		m.NotBefore = time.Now().Add(d)
-		return nil
-	}
+	return func(p *publishing) { p.notBefore = time.Now().Add(d) }
 }
 
 // Publish inserts a row into table t for queue (its group, in a table with groups) and
@@ -67,7 +74,9 @@ func (b *Broker) PublishTx(ctx context.Context, tx any, t Table, queue string, p
 // committing a transaction that published with PublishTx.
 func (b *Broker) Wake(t Table, queue string) { b.wake(t, queue) }
 
-func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, payload []byte, opts []PublishOption) (int64, error) {
+// publish inserts the row inside a producer span whose context, with the publish time,
+// rides in the headers column to the consumer.
+func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, payload []byte, opts []PublishOption) (id int64, err error) {
 	if b.closed.Load() {
 		return 0, ErrClosed
 	}
@@ -75,22 +84,47 @@ func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, pay
 	if err != nil {
 		return 0, err
 	}
-	m := dialects.Message{Payload: payload}
+	var pub publishing
+	for _, o := range opts {
+		o(&pub)
+	}
+	if !pub.notBefore.IsZero() && t.RetryAfter == "" {
+		return 0, &ConfigError{Table: t.Name, Option: "After", Reason: "a delayed publish needs the table's retry_after column", Fix: "set Table.RetryAfter, or publish without After"}
+	}
+	ctx, span := b.tel.Tracer.Start(ctx, "publish "+t.Name, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(telemetry.System.String("rowactor"), telemetry.DBSystem.String(b.tel.DB()),
+			telemetry.Destination.String(t.Name), telemetry.Queue.String(queue),
+			telemetry.OperationType.String("send"), telemetry.OperationName.String("publish")))
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		} else {
+			span.SetAttributes(telemetry.MessageID.String(strconv.FormatInt(id, 10)))
+		}
+		span.End()
+	}()
+	m := dialects.Message{Payload: payload, NotBefore: pub.notBefore}
 	if t.Group != "" {
 		m.Group = queue // without groups the queue name is only a label
 	}
-	for _, o := range opts {
-		if err := o(&m); err != nil {
-			return 0, fmt.Errorf("rowactor: publish to %s: %w", t.Name, err)
+	if t.Headers != "" {
+		if pub.headers == nil {
+			pub.headers = make(map[string]string, 3)
+		}
+		b.tel.Propagator.Inject(ctx, propagation.MapCarrier(pub.headers))
+		pub.headers[telemetry.PublishedAtHeader] = time.Now().UTC().Format(time.RFC3339Nano)
+	}
+	if len(pub.headers) > 0 {
+		if m.Headers, err = json.Marshal(pub.headers); err != nil {
+			return 0, fmt.Errorf("rowactor: publish to %s: headers: %w", t.Name, err)
 		}
 	}
-	if !m.NotBefore.IsZero() && t.RetryAfter == "" {
-		return 0, &ConfigError{Table: t.Name, Option: "After", Reason: "a delayed publish needs the table's retry_after column", Fix: "set Table.RetryAfter, or publish without After"}
-	}
-	id, err := p.Publish(ctx, tx, m)
+	id, err = p.Publish(ctx, tx, m)
 	if err != nil {
 		return 0, fmt.Errorf("rowactor: publish to %s: %w", t.Name, err)
 	}
+	b.tel.Published(ctx, t.Name, queue)
 	return id, nil
 }
 

@@ -90,6 +90,7 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 		Handler: wrap(h, t.Name, queue),
 		Now:     b.now, Log: b.log, Policy: defaultPolicy, Limits: b.d.Limits(), Dispatcher: b.dispatcher,
 		Transactional: cfg.transactional,
+		Telemetry:     b.tel.Subscription(t.Name, queue, t.Form().String()),
 		OnSettled:     b.settledHook(t.Name, queue),
 	})
 	if err != nil {

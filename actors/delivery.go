@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rowactor/rowactor/claimer"
 	"github.com/rowactor/rowactor/dialects"
@@ -53,6 +54,10 @@ type delivery struct {
 	// not be opened (the handler then never ran).
 	leaseTx  dialects.LeaseTx
 	beginErr error
+	// span is the delivery's consumer span, started with the actor; spanCtx carries it.
+	span        trace.Span
+	spanCtx     context.Context
+	handlerTook time.Duration
 }
 
 // handledMsg tells the delivery actor its handler returned.
@@ -70,11 +75,13 @@ func (settledMsg) IgnoreDeadLetterLogging() {}
 func (d *delivery) Receive(c actor.Context) {
 	switch c.Message().(type) {
 	case *actor.Started:
+		d.startSpan()
 		sys, self := c.ActorSystem(), c.Self()
 		d.sub.cfg.Dispatcher.Schedule(func() { d.run(sys, self) })
 	case handledMsg:
-		r := d.settle()
+		r := d.settleTraced()
 		d.settled = true
+		d.finishSpan(r)
 		d.sub.report(r)
 		d.end(c, r)
 		c.Stop(c.Self())
@@ -85,11 +92,14 @@ func (d *delivery) Receive(c actor.Context) {
 		d.settled = true
 		// Stopped before settling: the handler still runs, or its outcome came too late.
 		if d.state.CompareAndSwap(running, released) {
-			d.end(c, d.release(settler.Outcome{}))
+			r := d.release(settler.Outcome{})
+			d.finishSpan(Result{Step: r.Step, Err: settler.ErrClosed})
+			d.end(c, r)
 			return
 		}
 		r := d.release(d.outcome)
 		r.Err = settler.ErrClosed
+		d.finishSpan(r)
 		d.sub.report(r)
 		d.end(c, r)
 	}
@@ -111,7 +121,9 @@ func (d *delivery) end(c actor.Context, r Result) {
 // run calls the handler on its own goroutine. A panic is an unsettled delivery.
 func (d *delivery) run(sys *actor.ActorSystem, self *actor.PID) {
 	if tx, ok := d.begin(); ok {
-		d.outcome, d.tag, d.panic = d.sub.call(d.claim.Row, tx)
+		start := time.Now()
+		d.outcome, d.tag, d.panic = d.sub.call(trace.ContextWithSpan(d.sub.handlerCtx, d.span), d.claim.Row, tx)
+		d.handlerTook = time.Since(start)
 	}
 	if d.state.CompareAndSwap(running, handled) {
 		sys.Root.Send(self, handledMsg{})

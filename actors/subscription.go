@@ -11,6 +11,7 @@ import (
 
 	"github.com/rowactor/rowactor/claimer"
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/telemetry"
 	"github.com/rowactor/rowactor/leaserenewer"
 	"github.com/rowactor/rowactor/settler"
 	"github.com/rowactor/rowactor/supervision"
@@ -46,6 +47,8 @@ type Config struct {
 	Dispatcher *Dispatcher
 	// Transactional lends each delivery a transaction.
 	Transactional bool
+	// Telemetry records the subscription's spans and metrics.
+	Telemetry *telemetry.Sub
 
 	// Ctx bounds the subscription's statements; Book holds its leases. Start sets both.
 	Ctx  context.Context
@@ -138,8 +141,8 @@ func (s *Subscription) Released() (rows, connections int) {
 	return int(s.released.Load()), int(s.closed.Load())
 }
 
-func (s *Subscription) call(row dialects.Row, tx any) (settler.Outcome, any, any) {
-	return callHandler(s.handlerCtx, s.cfg.Handler, row, tx, s.cfg.Log, s.cfg.Table)
+func (s *Subscription) call(ctx context.Context, row dialects.Row, tx any) (settler.Outcome, any, any) {
+	return callHandler(ctx, s.cfg.Handler, row, tx, s.cfg.Log, s.cfg.Table)
 }
 
 func (s *Subscription) report(r Result) {
@@ -189,7 +192,8 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		if cfg.Form == dialects.FormLease {
 			a.renewer = c.Spawn(leaserenewer.Props(leaserenewer.Config{
 				Queue: cfg.Queue.(dialects.LeaseQueue), Book: cfg.Book, Lease: cfg.Lease, Now: cfg.Now, Log: cfg.Log, Ctx: cfg.Ctx,
-				Dispatcher: cfg.Dispatcher}))
+				Dispatcher: cfg.Dispatcher,
+				OnRound:    func(extended, lost int, _ error) { cfg.Telemetry.Renewed(cfg.Ctx, extended, lost) }}))
 		}
 		a.due, a.probing = true, true
 		a.arm(c)
@@ -208,6 +212,7 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 	case *claimer.Claimed:
 		a.inFlight--
 		a.asked -= m.Limit
+		cfg.Telemetry.Claimed(cfg.Ctx, m.Took, len(m.Claims))
 		for _, cl := range m.Claims {
 			a.spawn(c, cl)
 		}
@@ -356,6 +361,7 @@ func (a *subscriptionActor) decide(child *actor.PID, _ any) supervision.Decision
 }
 
 func (a *subscriptionActor) onRestart(child *actor.PID, reason any, failures int, delay time.Duration) {
+	a.s.cfg.Telemetry.Restarted(a.s.cfg.Ctx)
 	a.s.cfg.Log.Debug("rowactor: restarting after a failure", slog.String("actor", child.Id),
 		slog.Int("failures", failures), slog.Duration("delay", delay), slog.Any("reason", reason))
 }

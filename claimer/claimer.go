@@ -42,6 +42,8 @@ type Claimed struct {
 	Limit  int
 	Claims []Claim
 	Err    error
+	// Took is how long the claim took.
+	Took time.Duration
 }
 
 // IgnoreDeadLetterLogging: the parent may have stopped meanwhile.
@@ -76,11 +78,12 @@ func (c *claimer) Receive(ctx actor.Context) {
 	if !ok {
 		return
 	}
+	start := time.Now()
 	claims, err := c.claim(req.Limit)
 	if err != nil && c.cfg.Ctx.Err() != nil {
 		err = nil // torn down: not a failure
 	}
-	ctx.Request(ctx.Parent(), &Claimed{Limit: req.Limit, Claims: claims, Err: err})
+	ctx.Request(ctx.Parent(), &Claimed{Limit: req.Limit, Claims: claims, Err: err, Took: time.Since(start)})
 	if err != nil {
 		panic(err) // the supervisor restarts this claimer after its backoff
 	}

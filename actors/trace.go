@@ -1,0 +1,87 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/telemetry"
+	"github.com/rowactor/rowactor/settler"
+)
+
+// startSpan opens the delivery's consumer span when its actor starts. The publisher's span
+// context rides in the headers column: the first delivery is its child; a redelivery
+// starts a trace of its own, linked to it, so retries do not stretch the publisher's trace.
+func (d *delivery) startSpan() {
+	tel := d.sub.cfg.Telemetry
+	row := d.claim.Row
+	var headers map[string]string
+	if len(row.Headers) > 0 {
+		_ = json.Unmarshal(row.Headers, &headers) // a malformed headers column carries no context
+	}
+	first := row.Attempt <= 1
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(tel.SpanAttributes()...),
+		trace.WithAttributes(telemetry.MessageID.String(strconv.FormatInt(row.ID, 10)), telemetry.DeliveryAttempt.Int(row.Attempt)),
+	}
+	base := context.Background()
+	if headers != nil {
+		parent := tel.Propagator().Extract(base, propagation.MapCarrier(headers))
+		if psc := trace.SpanContextFromContext(parent); psc.IsValid() {
+			if first {
+				base = parent
+			} else {
+				opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: psc}))
+			}
+		}
+		if at, err := time.Parse(time.RFC3339Nano, headers[telemetry.PublishedAtHeader]); err == nil && first {
+			tel.Waited(base, time.Since(at))
+		}
+	}
+	d.spanCtx, d.span = tel.Tracer().Start(base, "process "+tel.Table(), opts...)
+	d.span.AddEvent("claimed")
+}
+
+// settleTraced runs the settlement in a child span of the delivery's.
+func (d *delivery) settleTraced() Result {
+	_, span := d.sub.cfg.Telemetry.Tracer().Start(d.spanCtx, "settle "+d.sub.cfg.Telemetry.Table())
+	r := d.settle()
+	span.SetAttributes(telemetry.Step.String(r.Step.String()))
+	if r.Err != nil {
+		span.RecordError(r.Err)
+		span.SetStatus(codes.Error, r.Err.Error())
+	}
+	span.End()
+	return r
+}
+
+// finishSpan records what became of the delivery on its span and in the metrics, and ends
+// the span.
+func (d *delivery) finishSpan(r Result) {
+	tel := d.sub.cfg.Telemetry
+	outcome := r.Outcome.Verdict.String()
+	d.span.SetAttributes(telemetry.Outcome.String(outcome), telemetry.Step.String(r.Step.String()))
+	switch {
+	case r.Panic != nil:
+		err := fmt.Errorf("handler panicked: %v", r.Panic)
+		d.span.RecordError(err)
+		d.span.SetStatus(codes.Error, err.Error())
+	case r.Err != nil:
+		d.span.RecordError(r.Err)
+		d.span.SetStatus(codes.Error, r.Err.Error())
+	}
+	if errors.Is(r.Err, settler.ErrLeaseLost) {
+		tel.LeaseLost(d.spanCtx)
+	}
+	tel.Settled(d.spanCtx, outcome, d.handlerTook, r.Step == dialects.StepDeadLetter && r.Err == nil)
+	d.span.End()
+}

@@ -1,0 +1,195 @@
+// Package telemetry is rowactor's OpenTelemetry: a producer span per publish, a consumer
+// span per delivery with its settlement as a child, and metrics per table and queue.
+//
+// Everything goes through the caller's TracerProvider and MeterProvider (the otel globals
+// when none is given); rowactor never sets a global. Metric attributes have low
+// cardinality only (table, queue, form, outcome); ids go on spans.
+package telemetry
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Scope is the instrumentation scope name of rowactor's spans and metrics.
+const Scope = "github.com/rowactor/rowactor"
+
+// PublishedAtHeader carries the publish time (RFC 3339, nanoseconds) in a row's headers,
+// so the wait in the table can be measured when the row is claimed.
+const PublishedAtHeader = "rowactor-published-at"
+
+// Attribute keys, after the OpenTelemetry messaging semantic conventions where they have
+// one.
+const (
+	System          = attribute.Key("messaging.system")
+	Destination     = attribute.Key("messaging.destination.name")
+	ConsumerGroup   = attribute.Key("messaging.consumer.group.name")
+	OperationType   = attribute.Key("messaging.operation.type")
+	OperationName   = attribute.Key("messaging.operation.name")
+	MessageID       = attribute.Key("messaging.message.id")
+	DeliveryAttempt = attribute.Key("rowactor.delivery.attempt")
+	Queue           = attribute.Key("rowactor.queue")
+	Form            = attribute.Key("rowactor.claim.form")
+	Outcome         = attribute.Key("rowactor.outcome")
+	Step            = attribute.Key("rowactor.settlement.step")
+	DBSystem        = attribute.Key("db.system.name")
+)
+
+// Telemetry holds a broker's tracer and instruments.
+type Telemetry struct {
+	Tracer     trace.Tracer
+	Propagator propagation.TextMapPropagator
+
+	deliveries  metric.Int64Counter
+	handlerDur  metric.Float64Histogram
+	claimDur    metric.Float64Histogram
+	claimRows   metric.Int64Histogram
+	inWork      metric.Int64UpDownCounter
+	queueWait   metric.Float64Histogram
+	extensions  metric.Int64Counter
+	leasesLost  metric.Int64Counter
+	deadLetters metric.Int64Counter
+	restarts    metric.Int64Counter
+	published   metric.Int64Counter
+
+	db string
+}
+
+// New creates the tracer and instruments for a broker on database db.
+func New(tp trace.TracerProvider, mp metric.MeterProvider, db string) (*Telemetry, error) {
+	m := mp.Meter(Scope)
+	t := &Telemetry{Tracer: tp.Tracer(Scope), Propagator: propagation.TraceContext{}, db: db}
+	var err error
+	seconds := metric.WithUnit("s")
+	if t.deliveries, err = m.Int64Counter("rowactor.deliveries", metric.WithDescription("Deliveries settled, by outcome.")); err != nil {
+		return nil, err
+	}
+	if t.handlerDur, err = m.Float64Histogram("rowactor.handler.duration", seconds, metric.WithDescription("How long handlers ran.")); err != nil {
+		return nil, err
+	}
+	if t.claimDur, err = m.Float64Histogram("rowactor.claim.duration", seconds, metric.WithDescription("How long claims took.")); err != nil {
+		return nil, err
+	}
+	if t.claimRows, err = m.Int64Histogram("rowactor.claim.rows", metric.WithDescription("Rows taken per claim.")); err != nil {
+		return nil, err
+	}
+	if t.inWork, err = m.Int64UpDownCounter("rowactor.deliveries.in_work", metric.WithDescription("Deliveries claimed and not yet settled.")); err != nil {
+		return nil, err
+	}
+	if t.queueWait, err = m.Float64Histogram("rowactor.queue.wait", seconds, metric.WithDescription("Time from publish to claim, when the publish time is known.")); err != nil {
+		return nil, err
+	}
+	if t.extensions, err = m.Int64Counter("rowactor.lease.extensions", metric.WithDescription("Leases extended by the renewer.")); err != nil {
+		return nil, err
+	}
+	if t.leasesLost, err = m.Int64Counter("rowactor.leases.lost", metric.WithDescription("Leases found held by another token.")); err != nil {
+		return nil, err
+	}
+	if t.deadLetters, err = m.Int64Counter("rowactor.dead_letters", metric.WithDescription("Rows moved to their dead letter.")); err != nil {
+		return nil, err
+	}
+	if t.restarts, err = m.Int64Counter("rowactor.restarts", metric.WithDescription("Claimers and renewers restarted after a failure.")); err != nil {
+		return nil, err
+	}
+	if t.published, err = m.Int64Counter("rowactor.published", metric.WithDescription("Rows published.")); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Sub is one subscription's view: its attributes are computed once, so recording costs
+// no allocation for them.
+type Sub struct {
+	t     *Telemetry
+	table string
+	queue string
+	form  string
+	base  attribute.Set
+	spanA []attribute.KeyValue
+	// byOutcome caches the attribute set per outcome name.
+	byOutcome map[string]metric.MeasurementOption
+}
+
+// Subscription returns the view of a subscription to table's queue in the given form.
+func (t *Telemetry) Subscription(table, queue, form string) *Sub {
+	s := &Sub{t: t, table: table, queue: queue, form: form, byOutcome: map[string]metric.MeasurementOption{}}
+	s.base = attribute.NewSet(Destination.String(table), Queue.String(queue), Form.String(form))
+	for _, o := range []string{"ack", "drop", "retry", "retry_after", "unsettled"} {
+		s.byOutcome[o] = metric.WithAttributeSet(attribute.NewSet(Destination.String(table), Queue.String(queue), Form.String(form), Outcome.String(o)))
+	}
+	s.spanA = []attribute.KeyValue{System.String("rowactor"), DBSystem.String(t.db), Destination.String(table),
+		Queue.String(queue), ConsumerGroup.String(queue), Form.String(form),
+		OperationType.String("process"), OperationName.String("process")}
+	return s
+}
+
+func (s *Sub) opt() metric.MeasurementOption { return metric.WithAttributeSet(s.base) }
+
+// Claimed records one claim.
+func (s *Sub) Claimed(ctx context.Context, took time.Duration, rows int) {
+	s.t.claimDur.Record(ctx, took.Seconds(), s.opt())
+	s.t.claimRows.Record(ctx, int64(rows), s.opt())
+	if rows > 0 {
+		s.t.inWork.Add(ctx, int64(rows), s.opt())
+	}
+}
+
+// Waited records the time a row waited in the table, from publish to claim.
+func (s *Sub) Waited(ctx context.Context, d time.Duration) {
+	s.t.queueWait.Record(ctx, d.Seconds(), s.opt())
+}
+
+// Settled records a delivery's end.
+func (s *Sub) Settled(ctx context.Context, outcome string, handler time.Duration, deadLetter bool) {
+	o, ok := s.byOutcome[outcome]
+	if !ok {
+		o = metric.WithAttributes(Destination.String(s.table), Queue.String(s.queue), Form.String(s.form), Outcome.String(outcome))
+	}
+	s.t.deliveries.Add(ctx, 1, o)
+	s.t.handlerDur.Record(ctx, handler.Seconds(), s.opt())
+	s.t.inWork.Add(ctx, -1, s.opt())
+	if deadLetter {
+		s.t.deadLetters.Add(ctx, 1, s.opt())
+	}
+}
+
+// Renewed records a lease renewal round.
+func (s *Sub) Renewed(ctx context.Context, extended, lost int) {
+	if extended > 0 {
+		s.t.extensions.Add(ctx, int64(extended), s.opt())
+	}
+	if lost > 0 {
+		s.t.leasesLost.Add(ctx, int64(lost), s.opt())
+	}
+}
+
+// LeaseLost records a settlement that found its lease gone.
+func (s *Sub) LeaseLost(ctx context.Context) { s.t.leasesLost.Add(ctx, 1, s.opt()) }
+
+// Restarted records a claimer or renewer restart.
+func (s *Sub) Restarted(ctx context.Context) { s.t.restarts.Add(ctx, 1, s.opt()) }
+
+// SpanAttributes are the consumer span's fixed attributes.
+func (s *Sub) SpanAttributes() []attribute.KeyValue { return s.spanA }
+
+// Published records a publish into table's queue.
+func (t *Telemetry) Published(ctx context.Context, table, queue string) {
+	t.published.Add(ctx, 1, metric.WithAttributes(Destination.String(table), Queue.String(queue)))
+}
+
+// DB is the database's name, for span attributes.
+func (t *Telemetry) DB() string { return t.db }
+
+// Tracer is the subscription's tracer.
+func (s *Sub) Tracer() trace.Tracer { return s.t.Tracer }
+
+// Propagator is how span contexts travel in the headers column.
+func (s *Sub) Propagator() propagation.TextMapPropagator { return s.t.Propagator }
+
+// Table is the subscription's table.
+func (s *Sub) Table() string { return s.table }
