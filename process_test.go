@@ -8,9 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/rowactor/rowactor"
 )
@@ -25,6 +29,9 @@ type childJob struct {
 	Out   string
 	// Hold makes the child report each row it claims and never settle it, until killed.
 	Hold bool
+	// Trace makes the child record its spans and report each delivery span's trace and
+	// parent at the end.
+	Trace bool
 }
 
 // runChild is a consumer OS process: it drains the table until it has seen nothing for a
@@ -45,7 +52,9 @@ func runChild(spec string) int {
 	var mu sync.Mutex
 	last := time.Now()
 	ctx := context.Background()
-	b, err := rowactor.Open(ctx, job.URL, rowactor.WithOnSettled(func(s rowactor.Settlement) {
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	b, err := rowactor.Open(ctx, job.URL, rowactor.WithTracerProvider(tp), rowactor.WithOnSettled(func(s rowactor.Settlement) {
 		mu.Lock()
 		defer mu.Unlock()
 		last = time.Now()
@@ -95,6 +104,13 @@ func runChild(spec string) int {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	if job.Trace {
+		for _, s := range spans.Ended() {
+			if strings.HasPrefix(s.Name(), "process ") {
+				fmt.Fprintf(w, "# span %s %s\n", s.SpanContext().TraceID(), s.Parent().SpanID())
+			}
+		}
+	}
 	if err := w.Flush(); err != nil {
 		return 1
 	}
@@ -240,5 +256,52 @@ func TestKilledConsumerRowsReturn(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestTraceCrossesProcesses publishes inside a span in this process and consumes in
+// another: the consumer's delivery span belongs to the publisher's trace, as the child of
+// its producer span.
+func TestTraceCrossesProcesses(t *testing.T) {
+	for _, drv := range drivers {
+		if drv.url == nil {
+			continue
+		}
+		t.Run(drv.name, func(t *testing.T) {
+			t.Parallel()
+			form := drv.forms[len(drv.forms)-1]
+			h := newHarness(t, drv, form)
+			tel := newTelemetry(t)
+			b := h.broker(tel.options()...)
+			ctx, request := tel.tp.Tracer("service").Start(context.Background(), "http request")
+			if _, err := b.Publish(ctx, h.table, h.queue, []byte("traced")); err != nil {
+				t.Fatal(err)
+			}
+			request.End()
+			producer := tel.named("publish ")
+			if len(producer) != 1 {
+				t.Fatalf("%d producer spans", len(producer))
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			job := childJob{URL: drv.url(t, h.d), Table: h.table, Queue: h.queue, Out: filepath.Join(t.TempDir(), "trace.txt"), Trace: true}
+			spec, _ := json.Marshal(job)
+			cmd := exec.Command(exe, "-test.run=^$")
+			cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
+			cmd.Stderr = os.Stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("child: %v", err)
+			}
+			data, err := os.ReadFile(job.Out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := fmt.Sprintf("# span %s %s", request.SpanContext().TraceID(), producer[0].SpanContext().SpanID())
+			if !strings.Contains(string(data), want) {
+				t.Fatalf("the consumer process's span is not the producer's child in its trace:\nwant %q\ngot:\n%s", want, data)
+			}
+		})
 	}
 }
