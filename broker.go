@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,8 +47,9 @@ var brokerSeq atomic.Int64
 // New returns a broker over a dialect (sqlite.New(db), and later postgres and mysql).
 // The caller keeps ownership of the dialect's pool.
 func New(d dialects.Dialect, opts ...Option) (*Broker, error) {
-	if d == nil {
-		return nil, errors.New("rowactor: New needs a dialect, e.g. sqlite.New(db)")
+	if d == nil || isNilPointer(d) {
+		// A nil *Dialect in the interface is what a dialect's Open returns beside its error.
+		return nil, errors.New("rowactor: New needs a dialect, e.g. sqlite.New(db); got nil (was an Open error ignored?)")
 	}
 	cfg := brokerConfig{now: time.Now}
 	for _, o := range opts {
@@ -216,3 +218,9 @@ func (w warnOnly) WithGroup(n string) slog.Handler      { return warnOnly{w.Hand
 
 // defaultPolicy is the claimer's restart backoff.
 var defaultPolicy = supervision.DefaultPolicy
+
+// isNilPointer reports whether d holds a nil pointer.
+func isNilPointer(d dialects.Dialect) bool {
+	v := reflect.ValueOf(d)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}

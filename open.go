@@ -3,6 +3,7 @@ package rowactor
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -60,8 +61,13 @@ func openDialect[D dialects.Dialect](d D, err error) (dialects.Dialect, error) {
 	return d, nil
 }
 
+// passwordParam matches a password given as a parameter: ?password=… in a URL, or
+// password=… in a key/value connection string.
+var passwordParam = regexp.MustCompile(`(?i)((?:ssl)?password)=([^&\s]*)`)
+
 // redact hides a password in a URL or DSN before it reaches an error message.
 func redact(url string) string {
+	url = passwordParam.ReplaceAllString(url, "${1}=xxxxx")
 	at := strings.LastIndex(url, "@")
 	if at < 0 {
 		return url

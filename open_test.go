@@ -8,10 +8,12 @@ import (
 
 func TestRedactHidesPasswords(t *testing.T) {
 	cases := map[string]string{
-		"postgres://app:s3cret@db:5432/x":       "postgres://app:xxxxx@db:5432/x",
-		"mysql://root:pw@tcp(127.0.0.1:3306)/x": "mysql://root:xxxxx@tcp(127.0.0.1:3306)/x",
-		"postgres://app@db/x":                   "postgres://app@db/x",
-		"sqlite:/tmp/a.db":                      "sqlite:/tmp/a.db",
+		"postgres://app:s3cret@db:5432/x":                     "postgres://app:xxxxx@db:5432/x",
+		"mysql://root:pw@tcp(127.0.0.1:3306)/x":               "mysql://root:xxxxx@tcp(127.0.0.1:3306)/x",
+		"postgres://app@db/x":                                 "postgres://app@db/x",
+		"sqlite:/tmp/a.db":                                    "sqlite:/tmp/a.db",
+		"postgres://app@db/x?password=s3cret&sslmode=disable": "postgres://app@db/x?password=xxxxx&sslmode=disable",
+		"postgres:host=db password=s3cret sslpassword=k":      "postgres:host=db password=xxxxx sslpassword=xxxxx",
 	}
 	for in, want := range cases {
 		if got := redact(in); got != want {

@@ -1,0 +1,180 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// unquoteFuzz undoes a quoting that wraps text in q and doubles q inside it. ok is false
+// when the text is not so wrapped or holds a lone q: a quote the parser would read as the
+// end of the identifier or literal.
+func unquoteFuzz(quoted string, q byte) (string, bool) {
+	if len(quoted) < 2 || quoted[0] != q || quoted[len(quoted)-1] != q {
+		return "", false
+	}
+	inner := quoted[1 : len(quoted)-1]
+	var b strings.Builder
+	for i := 0; i < len(inner); i++ {
+		if inner[i] == q {
+			if i+1 >= len(inner) || inner[i+1] != q {
+				return "", false
+			}
+			i++
+		}
+		b.WriteByte(inner[i])
+	}
+	return b.String(), true
+}
+
+// FuzzQuote: any identifier is quoted between backticks with every backtick inside
+// doubled, so the quoted form has no lone backtick and unquotes to the identifier: a name
+// with quotes, backticks, semicolons or unicode cannot end the identifier early. Literals
+// (advisory key text) are likewise single-quoted with doubled single quotes.
+func FuzzQuote(f *testing.F) {
+	f.Add("jobs")
+	f.Add("a`b")
+	f.Add(`a"b;--`)
+	f.Fuzz(func(t *testing.T, name string) {
+		q := quote(name)
+		got, ok := unquoteFuzz(q, '`')
+		if !ok {
+			t.Fatalf("quote(%q) = %q: not one backtick-quoted identifier", name, q)
+		}
+		if got != name {
+			t.Fatalf("quote(%q) = %q, which unquotes to %q", name, q, got)
+		}
+		l := literal(name)
+		got, ok = unquoteFuzz(l, '\'')
+		if !ok || got != name {
+			t.Fatalf("literal(%q) = %q, which unquotes to %q (ok %v)", name, l, got, ok)
+		}
+	})
+}
+
+// FuzzLeaseRoundTrip creates a table whose name, payload column and payload are the
+// fuzzed identifier (written with SQLite's double quotes, not the dialect's backticks),
+// describes it, opens a lease queue on it, publishes a row, claims it and acks it. SQLite
+// refusing the CREATE TABLE (a reserved name, a NUL byte, a duplicate column) skips the
+// input; a table SQLite made must then work end to end, or be refused by the description
+// check with a *ConfigError. Whatever happens, the sentinel table beside it keeps its row
+// and no other table appears or goes.
+func FuzzLeaseRoundTrip(f *testing.F) {
+	f.Add("jobs")
+	f.Add("x`); DROP TABLE zz_sentinel; --")
+	f.Add("表 naïve 🚀")
+	ctx := context.Background()
+	owner, err := Open(ctx, filepath.Join(f.TempDir(), "fuzz.db"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { owner.Close() })
+	db := owner.DB()
+	for _, s := range []string{
+		// AUTOINCREMENT makes sqlite_sequence now, so the fuzzed tables' own never shows as
+		// a new table.
+		`CREATE TABLE zz_sentinel (id INTEGER PRIMARY KEY AUTOINCREMENT, v TEXT NOT NULL)`,
+		`INSERT INTO zz_sentinel (id, v) VALUES (1, 'keep me')`,
+	} {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			f.Fatal(err)
+		}
+	}
+	tables := func(t *testing.T) string {
+		t.Helper()
+		rows, err := db.QueryContext(ctx, "SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var names []string
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, n)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(names, "\x00")
+	}
+	dq := func(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+	f.Fuzz(func(t *testing.T, ident string) {
+		if strings.IndexByte(ident, 0) >= 0 {
+			t.Skip("SQLite reads SQL text up to a NUL byte")
+		}
+		before := tables(t)
+		group := ident + "#g"
+		ddl := "CREATE TABLE " + dq(ident) + " (id INTEGER PRIMARY KEY AUTOINCREMENT, " + dq(ident) + " BLOB NOT NULL, " +
+			dq(group) + " TEXT NOT NULL DEFAULT '', attempt INTEGER NOT NULL DEFAULT 1, locked_until TEXT)"
+		if _, err := db.ExecContext(ctx, ddl); err != nil {
+			if tables(t) != before {
+				t.Fatalf("a refused CREATE TABLE changed the schema")
+			}
+			t.Skipf("SQLite refuses the name: %v", err)
+		}
+		defer func() {
+			if _, err := db.ExecContext(ctx, "DROP TABLE "+dq(ident)); err != nil {
+				t.Errorf("drop %q: %v", ident, err)
+			}
+			if after := tables(t); after != before {
+				t.Errorf("tables before %q, after %q", before, after)
+			}
+			var v string
+			if err := db.QueryRowContext(ctx, "SELECT group_concat(id || '=' || v) FROM zz_sentinel").Scan(&v); err != nil || v != "1=keep me" {
+				t.Errorf("the sentinel table changed: %q %v", v, err)
+			}
+		}()
+
+		d := New(db) // a Dialect of its own, so no prepared statement outlives the table
+		defer d.Close()
+		tbl := dialects.Table{Name: ident, ID: "id", Payload: ident, Group: group, Attempt: "attempt", LockedUntil: "locked_until"}
+		spec := dialects.QueueSpec{Table: tbl, Group: "g'`\";--"}
+		q, err := d.Open(ctx, spec)
+		if err != nil {
+			var ce *dialects.ConfigError
+			if errors.As(err, &ce) && dialects.CheckDescription(tbl) != nil {
+				return // refused before any SQL names it (a dot in the name)
+			}
+			t.Fatalf("Open on table %q that SQLite created: %v", ident, err)
+		}
+		defer q.Close()
+		lq, ok := q.(dialects.LeaseQueue)
+		if !ok {
+			t.Fatalf("Open returned %T, not a LeaseQueue", q)
+		}
+		p, err := d.Publisher(ctx, tbl)
+		if err != nil {
+			t.Fatalf("Publisher on table %q: %v", ident, err)
+		}
+		id, err := p.Publish(ctx, nil, dialects.Message{Group: spec.Group, Payload: []byte(ident)})
+		if err != nil {
+			t.Fatalf("Publish into %q: %v", ident, err)
+		}
+		now := time.Now()
+		rows, err := lq.ClaimLeases(ctx, now, now.Add(time.Minute), 10)
+		if err != nil {
+			t.Fatalf("claim from %q: %v", ident, err)
+		}
+		if len(rows) != 1 || rows[0].ID != id || !bytes.Equal(rows[0].Payload, []byte(ident)) || rows[0].Attempt != 1 {
+			t.Fatalf("claim from %q: got %+v, want row %d with payload %q at attempt 1", ident, rows, id, ident)
+		}
+		settled, err := lq.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck, Now: now}, dialects.Lease{ID: id, Token: rows[0].Token})
+		if err != nil || !settled {
+			t.Fatalf("ack in %q: %v %v", ident, settled, err)
+		}
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+dq(ident)).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("table %q after the ack holds %d rows (%v)", ident, n, err)
+		}
+	})
+}
