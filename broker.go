@@ -200,8 +200,10 @@ type Settlement struct {
 	Step string
 	// Released reports a row given back unsettled.
 	Released bool
-	// Err is nil when the settlement took effect: otherwise ErrLeaseLost (a later claim
-	// owns the row), ErrClosed (Shutdown released the row first) or a database error.
+	// Err is nil when the settlement took effect; ErrLeaseLost when a later claim owns the
+	// row (nothing changed); ErrClosed when Shutdown released the row first (nothing
+	// changed). A database error means the outcome is unknown: a connection lost during
+	// COMMIT may have committed (MariaDB often does), so handlers must stay idempotent.
 	Err error
 	// Panic is the handler's panic value, if it panicked.
 	Panic any

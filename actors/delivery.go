@@ -211,10 +211,14 @@ func (d *delivery) settle() Result {
 		r.Err = settler.Lease(ctx, cfg.Queue.(dialects.LeaseQueue), step, held)
 	case dialects.FormAdvisory:
 		if cfg.Transactional {
-			r.Closed, r.Err = settler.AdvisoryTx(ctx, d.claim.Session.(dialects.TxSession), step, row.ID, d.outcome.KeepsWrites())
+			var unlockErr error
+			r.Closed, r.Err, unlockErr = settler.AdvisoryTx(ctx, d.claim.Session.(dialects.TxSession), step, row.ID, d.outcome.KeepsWrites())
+			d.warnUnlock(unlockErr)
 			break
 		}
-		r.Closed, r.Err = settler.Advisory(ctx, d.claim.Session, step, row.ID)
+		var unlockErr error
+		r.Closed, r.Err, unlockErr = settler.Advisory(ctx, d.claim.Session, step, row.ID)
+		d.warnUnlock(unlockErr)
 	case dialects.FormRowLock:
 		if cfg.Transactional {
 			r.Err = settler.RowLockTx(ctx, d.claim.Locked.(dialects.TxLockedClaim), step, row.ID, d.outcome.KeepsWrites())
@@ -223,6 +227,15 @@ func (d *delivery) settle() Result {
 		r.Err = settler.RowLock(ctx, d.claim.Locked, step, row.ID)
 	}
 	return r
+}
+
+// warnUnlock logs an unlock that failed after the settlement: the settlement stands, and
+// the session was closed, which ends its lock.
+func (d *delivery) warnUnlock(err error) {
+	if err != nil {
+		d.sub.cfg.Log.Warn("rowactor: a key's unlock failed after its settlement; its connection was closed",
+			slog.String("table", d.sub.cfg.Table), slog.Int64("id", d.claim.Row.ID), slog.Any("error", err))
+	}
 }
 
 // rollbackLeaseTx discards a transactional lease delivery's transaction, if it has one.
@@ -266,7 +279,7 @@ func (d *delivery) release(o settler.Outcome) Result {
 				slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Any("error", err))
 		}
 	case dialects.FormAdvisory:
-		r.Closed = true
+		r.Closed = cfg.Limits.SessionConnections
 		if err := d.claim.Session.Abort(ctx); err != nil {
 			r.Err = err
 			cfg.Log.Warn("rowactor: could not unlock a key cleanly; its connection was dropped",

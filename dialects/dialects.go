@@ -57,6 +57,9 @@ type Limits struct {
 	// ClaimsInFlight is how many claims of one subscription may run at once; 0 means one
 	// per free worker. SQLite has one writer, so concurrent claims only collide: 1.
 	ClaimsInFlight int
+	// SessionConnections says an advisory session holds a connection of its own, which
+	// Session.Abort closes (PostgreSQL, MySQL); SQLite keeps keys in the process.
+	SessionConnections bool
 }
 
 // Notifier is a dialect that can wake subscriptions in other processes (PostgreSQL's

@@ -122,8 +122,10 @@ func Lease(ctx context.Context, q dialects.LeaseQueue, step dialects.Step, held 
 // Advisory runs an advisory-form step on the session that holds the row's key, then
 // unlocks the key, never before the statement returned. A failed statement still
 // unlocks: the row returns as it was. closed reports that the session's connection was
-// closed because the database did not confirm the unlock.
-func Advisory(ctx context.Context, s dialects.Session, step dialects.Step, id int64) (closed bool, err error) {
+// closed because the database did not confirm the unlock. err is the settlement's own
+// error only: an unlock that fails after the statement took effect does not undo it (the
+// connection is closed, which ends the lock), so it comes back as unlockErr.
+func Advisory(ctx context.Context, s dialects.Session, step dialects.Step, id int64) (closed bool, err, unlockErr error) {
 	if step.Kind != dialects.StepRelease {
 		if serr := s.Settle(ctx, step, id); serr != nil {
 			err = fmt.Errorf("settle %s of row %d: %w", step.Kind, id, serr)
@@ -131,9 +133,9 @@ func Advisory(ctx context.Context, s dialects.Session, step dialects.Step, id in
 	}
 	closed, uerr := s.Unlock(ctx)
 	if uerr != nil {
-		err = errors.Join(err, fmt.Errorf("unlock key of row %d: %w", id, uerr))
+		unlockErr = fmt.Errorf("unlock key of row %d: %w", id, uerr)
 	}
-	return closed, err
+	return closed, err, unlockErr
 }
 
 // RowLock runs a row-lock step in the claim transaction and ends it: the COMMIT is the
@@ -181,7 +183,7 @@ func LeaseTx(ctx context.Context, tx dialects.LeaseTx, step dialects.Step, held 
 // with keep (Ack) it settles inside the transaction and commits; otherwise it rolls back
 // first, then settles as outside transactional mode. The key is unlocked after the
 // transaction ended.
-func AdvisoryTx(ctx context.Context, s dialects.TxSession, step dialects.Step, id int64, keep bool) (closed bool, err error) {
+func AdvisoryTx(ctx context.Context, s dialects.TxSession, step dialects.Step, id int64, keep bool) (closed bool, err, unlockErr error) {
 	if keep {
 		if err = s.Settle(ctx, step, id); err == nil {
 			if err = s.Commit(ctx); err != nil {
@@ -192,18 +194,16 @@ func AdvisoryTx(ctx context.Context, s dialects.TxSession, step dialects.Step, i
 		}
 		if err != nil {
 			_ = s.Rollback(ctx)
-			closed, uerr := s.Unlock(ctx)
-			return closed, errors.Join(err, uerr)
 		}
 		closed, uerr := s.Unlock(ctx)
 		if uerr != nil {
-			return closed, fmt.Errorf("unlock key of row %d: %w", id, uerr)
+			unlockErr = fmt.Errorf("unlock key of row %d: %w", id, uerr)
 		}
-		return closed, nil
+		return closed, err, unlockErr
 	}
 	if rerr := s.Rollback(ctx); rerr != nil {
 		err = fmt.Errorf("roll back the handler's writes of row %d: %w", id, rerr)
 	}
-	closed, aerr := Advisory(ctx, s, step, id)
-	return closed, errors.Join(err, aerr)
+	closed, aerr, unlockErr := Advisory(ctx, s, step, id)
+	return closed, errors.Join(err, aerr), unlockErr
 }

@@ -40,6 +40,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"regexp"
@@ -134,14 +135,18 @@ func (d *Dialect) Limits() dialects.Limits {
 		// A pool of one still lets a subscription work one row (0 would mean no limit).
 		conns = max(n-1, 1)
 	}
-	return dialects.Limits{Connections: conns, ClaimsInFlight: 0}
+	return dialects.Limits{Connections: conns, ClaimsInFlight: 0, SessionConnections: true}
 }
 
 // Close releases the dialect's prepared statements, and closes the pool if Open made it.
 func (d *Dialect) Close() error {
 	err := d.closeStmts()
 	if d.owned {
-		err = errors.Join(err, d.db.Close())
+		// Closing a connection the server already killed reports an error that matters to
+		// nobody: the connection is gone either way.
+		if cerr := d.db.Close(); cerr != nil && !errors.Is(cerr, driver.ErrBadConn) && !errors.Is(cerr, mysql.ErrInvalidConn) {
+			err = errors.Join(err, cerr)
+		}
 	}
 	return err
 }

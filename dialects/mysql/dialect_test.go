@@ -139,15 +139,15 @@ func TestNewLeavesThePoolToTheCaller(t *testing.T) {
 	}
 	defer db.Close()
 	d := New(db)
-	if d.DB() != db || d.Name() != "mysql" || d.Limits() != (dialects.Limits{}) {
+	if d.DB() != db || d.Name() != "mysql" || d.Limits() != (dialects.Limits{SessionConnections: true}) {
 		t.Fatalf("accessors: %+v", d.Limits())
 	}
 	db.SetMaxOpenConns(8)
-	if got := d.Limits(); got != (dialects.Limits{Connections: 7}) {
+	if got := d.Limits(); got != (dialects.Limits{Connections: 7, SessionConnections: true}) {
 		t.Errorf("limits with 8 connections: %+v", got)
 	}
 	db.SetMaxOpenConns(1)
-	if got := d.Limits(); got != (dialects.Limits{Connections: 1}) {
+	if got := d.Limits(); got != (dialects.Limits{Connections: 1, SessionConnections: true}) {
 		t.Errorf("limits with 1 connection: %+v", got)
 	}
 	db.SetMaxOpenConns(0)

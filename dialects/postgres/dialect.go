@@ -129,7 +129,7 @@ func (d *Dialect) Limits() dialects.Limits {
 	if n < 1 {
 		n = 1
 	}
-	return dialects.Limits{Connections: n, ClaimsInFlight: 0}
+	return dialects.Limits{Connections: n, ClaimsInFlight: 0, SessionConnections: true}
 }
 
 // Close closes the pool if Open made it. Closing waits for every acquired connection to
