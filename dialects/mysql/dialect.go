@@ -52,6 +52,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/sqlstmt"
 )
 
 // Dialect is MySQL or MariaDB behind rowactor.
@@ -64,9 +65,7 @@ type Dialect struct {
 	checkMu sync.Mutex
 	checked bool
 
-	stmtMu sync.Mutex
-	stmts  map[string]*sql.Stmt
-	closed bool
+	stmts sqlstmt.Cache
 }
 
 var _ dialects.Dialect = (*Dialect)(nil)
@@ -75,7 +74,7 @@ var _ dialects.Dialect = (*Dialect)(nil)
 // Close does not close it. Its DSN must set parseTime=true and keep loc=UTC (the default);
 // the first Open or Publisher checks both, with the server's version.
 func New(db *sql.DB) *Dialect {
-	return &Dialect{db: db}
+	return &Dialect{db: db, stmts: sqlstmt.Cache{DB: db}}
 }
 
 // Open opens a pool on dsn (the driver's DSN format, e.g.
@@ -105,7 +104,7 @@ func Open(ctx context.Context, dsn string) (*Dialect, error) {
 	// per row in work.
 	db.SetMaxOpenConns(OpenPoolSize)
 	db.SetMaxIdleConns(OpenPoolSize)
-	d := &Dialect{db: db, owned: true}
+	d := &Dialect{db: db, owned: true, stmts: sqlstmt.Cache{DB: db}}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("mysql: open %s: %w", cfg.Addr, err)

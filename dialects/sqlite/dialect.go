@@ -52,6 +52,7 @@ import (
 	"sync"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/sqlstmt"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -64,9 +65,7 @@ type Dialect struct {
 	mu   sync.Mutex
 	file *file // resolved on first use, then fixed
 
-	stmtMu sync.Mutex
-	stmts  map[string]*sql.Stmt
-	closed bool
+	stmts sqlstmt.Cache
 }
 
 var _ dialects.Dialect = (*Dialect)(nil)
@@ -75,7 +74,7 @@ var _ dialects.Dialect = (*Dialect)(nil)
 // it: Close does not close it. The pool should have a busy_timeout set (Open's DSN shows
 // how), or writers in other processes fail at once with SQLITE_BUSY.
 func New(db *sql.DB) *Dialect {
-	return &Dialect{db: db}
+	return &Dialect{db: db, stmts: sqlstmt.Cache{DB: db}}
 }
 
 // Open opens (creating it if missing) the database file at path in WAL mode with a
@@ -94,7 +93,7 @@ func Open(ctx context.Context, path string) (*Dialect, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
 	}
-	d := &Dialect{db: db, owned: true}
+	d := &Dialect{db: db, owned: true, stmts: sqlstmt.Cache{DB: db}}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: open %q: %w", path, err)
