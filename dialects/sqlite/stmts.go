@@ -3,11 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-
-	"github.com/rowactor/rowactor/dialects/sqlstmt"
 )
-
-var errClosed = sqlstmt.ErrClosed
 
 // stmt returns the prepared statement for text, prepared once per Dialect.
 func (d *Dialect) stmt(ctx context.Context, text string) (*sql.Stmt, error) {
