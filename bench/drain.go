@@ -2,15 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rowactor/rowactor"
 	"github.com/rowactor/rowactor/dialects"
-	"github.com/rowactor/rowactor/dialects/sqlite"
 	"github.com/rowactor/rowactor/leaserenewer"
 )
 
@@ -22,26 +24,79 @@ const (
 
 // A contender drains a filled table with n workers.
 type contender struct {
-	name  string
-	drain func(ctx context.Context, d *sqlite.Dialect, workers, rows int) (result, error)
+	name    string
+	tracing bool // rowactor with an SDK tracer and meter provider
+	drain   func(ctx context.Context, tg *target, t tableDesc, workers, rows int, tracing bool) (result, error)
 }
 
-var contenders = []contender{{"rowactor", drainRowactor}, {"raw", drainRaw}}
+// key tells the two rowactor contenders apart.
+func (c contender) key() string {
+	if c.name == "rowactor" {
+		return c.name + "/" + onOff(c.tracing)
+	}
+	return c.name
+}
 
-// result is one drain: the timed window and the allocations around the drain.
+// result is one drain: the timed window and what was counted around the drain.
 type result struct {
 	rows    int
 	took    time.Duration
 	mallocs uint64
+	// cpu is the process's CPU time (user + system) over the same span as mallocs: the
+	// client side's cost, whatever the other tenants of the machine do to the clock.
+	cpu time.Duration
+	// stmts is the statement count and stmtsBy how it was counted ("driver",
+	// "construction"; "" for none).
+	stmts   int64
+	stmtsBy string
+	// spans is the number of spans the exporter received (tracing on).
+	spans int64
+	// note holds what else the drain saw, for the progress line.
+	note string
 }
 
 func (r result) rate() float64         { return float64(r.rows) / r.took.Seconds() }
 func (r result) allocsPerMsg() float64 { return float64(r.mallocs) / float64(r.rows) }
+func (r result) stmtsPerMsg() float64  { return float64(r.stmts) / float64(r.rows) }
+func (r result) spansPerMsg() float64  { return float64(r.spans) / float64(r.rows) }
+func (r result) cpuPerMsg() float64    { return float64(r.cpu.Microseconds()) / float64(r.rows) }
+
+func (r result) notes() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%.0f µs CPU/msg ", r.cpuPerMsg())
+	if r.stmtsBy != "" {
+		fmt.Fprintf(&b, "%.2f stmts/msg (%s) ", r.stmtsPerMsg(), r.stmtsBy)
+	}
+	if r.spans > 0 {
+		fmt.Fprintf(&b, "%.2f spans/msg ", r.spansPerMsg())
+	}
+	if r.note != "" {
+		b.WriteString(r.note + " ")
+	}
+	return b.String()
+}
 
 func mallocs() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.Mallocs
+}
+
+// cpuTime is the process's CPU time so far, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// stmtCount reads the driver's statement counter, 0 where there is none.
+func (tg *target) stmtCount() int64 {
+	if tg.driverStmts == nil {
+		return 0
+	}
+	return tg.driverStmts.Load()
 }
 
 // latch counts settlements down. The window opens when the first row is in hand and
@@ -86,18 +141,28 @@ func (l *latch) wait(ctx context.Context) (time.Duration, error) {
 	}
 }
 
-// drainRowactor runs a broker on the shared pool; its handler acks at once.
-func drainRowactor(ctx context.Context, d *sqlite.Dialect, workers, rows int) (result, error) {
+// drainRowactor runs a broker on the shared dialect; its handler acks at once. With
+// tracing, the broker gets an SDK tracer provider (always sampling, batching to an
+// exporter that discards) and an SDK meter provider (a manual reader); without, it gets
+// neither option and so otel's global providers, which are no-ops unless a program sets
+// them, as here it does not.
+func drainRowactor(ctx context.Context, tg *target, t tableDesc, workers, rows int, tracing bool) (result, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	l := newLatch(rows)
-	b, err := rowactor.New(d, rowactor.WithOnSettled(func(s rowactor.Settlement) {
+	opts := []rowactor.Option{rowactor.WithOnSettled(func(s rowactor.Settlement) {
 		if s.Err != nil || s.Step != "ack" {
 			l.fail(fmt.Errorf("row %d: step %s: %v", s.ID, s.Step, s.Err))
 			return
 		}
 		l.settled()
-	}))
+	})}
+	var tel *telemetryOn
+	if tracing {
+		tel = newTelemetry()
+		opts = append(opts, tel.options()...)
+	}
+	b, err := rowactor.New(tg.d, opts...)
 	if err != nil {
 		return result{}, err
 	}
@@ -105,15 +170,36 @@ func drainRowactor(ctx context.Context, d *sqlite.Dialect, workers, rows int) (r
 		l.begin()
 		return rowactor.Ack()
 	}
-	before := mallocs()
-	_, err = b.Subscribe(ctx, table, "bench", handler,
-		rowactor.Workers(workers), rowactor.Lease(lease), rowactor.PollInterval(poll))
+	sopts := []rowactor.SubscribeOption{rowactor.Workers(workers), rowactor.PollInterval(poll)}
+	if t.Form() == dialects.FormLease {
+		sopts = append(sopts, rowactor.Lease(lease))
+	}
+	before, cpuBefore, stmtsBefore := mallocs(), cpuTime(), tg.stmtCount()
+	_, err = b.Subscribe(ctx, t.Table, "bench", handler, sopts...)
 	var took time.Duration
 	if err == nil {
 		took, err = l.wait(ctx)
 	}
-	allocs := mallocs() - before
+	allocs, cpu, stmts := mallocs()-before, cpuTime()-cpuBefore, tg.stmtCount()-stmtsBefore
 	rep, serr := b.Shutdown(ctx)
+	r := result{rows: rows, took: took, mallocs: allocs, cpu: cpu}
+	if tg.driverStmts != nil {
+		r.stmts, r.stmtsBy = stmts, "driver"
+	}
+	if tel != nil {
+		o, terr := tel.finish(ctx)
+		if terr != nil && err == nil {
+			err = fmt.Errorf("telemetry: %w", terr)
+		}
+		r.spans = o.spans
+		if o.deliveries != int64(rows) && err == nil {
+			err = fmt.Errorf("telemetry: the rowactor.deliveries counter reads %d, want %d", o.deliveries, rows)
+		}
+		if o.claims > 0 {
+			r.note = fmt.Sprintf("%d claims, %.2f rows and %.2f ms each", o.claims,
+				float64(o.claimedRows)/float64(o.claims), 1000*o.claimTime/float64(o.claims))
+		}
+	}
 	if err != nil {
 		return result{}, err
 	}
@@ -123,28 +209,69 @@ func drainRowactor(ctx context.Context, d *sqlite.Dialect, workers, rows int) (r
 	if !rep.Drained || rep.Released != 0 {
 		return result{}, fmt.Errorf("shutdown: %+v", rep)
 	}
-	return result{rows: rows, took: took, mallocs: allocs}, nil
+	if rep.ConnectionsClosed > 0 {
+		r.note = strings.TrimPrefix(r.note+fmt.Sprintf(", %d session connections closed", rep.ConnectionsClosed), ", ")
+	}
+	return r, nil
 }
 
-// drainRaw runs the dialect's own claim and settlement statements by hand: n goroutines
-// each claim one row and ack it, until no row is left to claim.
-func drainRaw(ctx context.Context, d *sqlite.Dialect, workers, rows int) (result, error) {
+// tally is what one raw worker ran: statements by construction (see costs), and the
+// advisory claims that lost their key or row to another worker.
+type tally struct {
+	stmts              int64
+	lockMiss, takeMiss int64
+	connsClosed        int64
+}
+
+func (t *tally) add(o tally) {
+	t.stmts += o.stmts
+	t.lockMiss += o.lockMiss
+	t.takeMiss += o.takeMiss
+	t.connsClosed += o.connsClosed
+}
+
+// drainRaw runs the dialect's own claim and settlement statements by hand, through the
+// dialect's interfaces: n goroutines each claim one row and ack it, until a claim finds no
+// row left to claim.
+func drainRaw(ctx context.Context, tg *target, t tableDesc, workers, rows int, _ bool) (result, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	l := newLatch(rows)
-	before := mallocs()
-	q, err := d.Open(ctx, dialects.QueueSpec{Table: table})
+	before, cpuBefore, stmtsBefore := mallocs(), cpuTime(), tg.stmtCount()
+	q, err := tg.d.Open(ctx, dialects.QueueSpec{Table: t.Table})
 	if err != nil {
 		return result{}, err
 	}
 	defer q.Close()
-	lq := q.(dialects.LeaseQueue)
-	var wg sync.WaitGroup
+	var work func(context.Context, *latch) (tally, error)
+	switch t.Form() {
+	case dialects.FormLease:
+		work = func(ctx context.Context, l *latch) (tally, error) {
+			return rawLease(ctx, q.(dialects.LeaseQueue), tg.costs, l)
+		}
+	case dialects.FormRowLock:
+		work = func(ctx context.Context, l *latch) (tally, error) {
+			return rawRowLock(ctx, q.(dialects.RowLockQueue), tg.costs, l)
+		}
+	case dialects.FormAdvisory:
+		work = func(ctx context.Context, l *latch) (tally, error) {
+			return rawAdvisory(ctx, q.(dialects.AdvisoryQueue), tg.costs, l)
+		}
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total tally
+	)
 	for range workers {
 		wg.Go(func() {
-			if err := rawWorker(ctx, lq, l); err != nil {
+			tl, err := work(ctx, l)
+			if err != nil {
 				l.fail(err)
 			}
+			mu.Lock()
+			total.add(tl)
+			mu.Unlock()
 		})
 	}
 	took, err := l.wait(ctx)
@@ -152,32 +279,144 @@ func drainRaw(ctx context.Context, d *sqlite.Dialect, workers, rows int) (result
 		cancel()
 	}
 	wg.Wait()
-	allocs := mallocs() - before
+	allocs, cpu, driver := mallocs()-before, cpuTime()-cpuBefore, tg.stmtCount()-stmtsBefore
 	if err != nil {
 		return result{}, err
 	}
-	return result{rows: rows, took: took, mallocs: allocs}, nil
+	r := result{rows: rows, took: took, mallocs: allocs, cpu: cpu, stmts: total.stmts, stmtsBy: "construction"}
+	var notes []string
+	if tg.driverStmts != nil {
+		r.stmts, r.stmtsBy = driver, "driver"
+		// The construction's count leaves out d.Open's checks; a gap beyond them means
+		// the table in costs.go is wrong.
+		if gap := driver - total.stmts; gap < 0 || gap > 50 {
+			notes = append(notes, fmt.Sprintf("WARNING: the driver counted %d statements, the construction %d", driver, total.stmts))
+		}
+	}
+	if total.lockMiss+total.takeMiss > 0 {
+		notes = append(notes, fmt.Sprintf("%d keys held elsewhere, %d rows gone", total.lockMiss, total.takeMiss))
+	}
+	if total.connsClosed > 0 {
+		notes = append(notes, fmt.Sprintf("%d session connections closed", total.connsClosed))
+	}
+	r.note = strings.Join(notes, ", ")
+	return r, nil
 }
 
-func rawWorker(ctx context.Context, q dialects.LeaseQueue, l *latch) error {
+func ack() dialects.Step { return dialects.Step{Kind: dialects.StepAck, Now: time.Now()} }
+
+// rawLease: ClaimLeases(limit 1), then SettleLease(ack) fenced by the token, as rowactor's
+// claimer computes it.
+func rawLease(ctx context.Context, q dialects.LeaseQueue, c costs, l *latch) (tl tally, _ error) {
 	for {
 		now := time.Now()
 		claimed, err := q.ClaimLeases(ctx, now, leaserenewer.Expiry(now, lease), 1)
 		if err != nil {
-			return err
+			return tl, err
 		}
 		if len(claimed) == 0 {
-			return nil // empty, or its last rows are in other workers' hands
+			tl.stmts += int64(c.claimLeaseEmpty)
+			return tl, nil // empty, or its last rows are in other workers' hands
 		}
+		tl.stmts += int64(c.claimLease)
 		r := claimed[0]
 		l.begin()
-		ok, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck, Now: time.Now()}, dialects.Lease{ID: r.ID, Token: r.Token})
+		ok, err := q.SettleLease(ctx, ack(), dialects.Lease{ID: r.ID, Token: r.Token})
+		tl.stmts += int64(c.settleLease)
 		if err != nil {
-			return err
+			return tl, err
 		}
 		if !ok {
-			return fmt.Errorf("row %d: lease lost", r.ID)
+			return tl, fmt.Errorf("row %d: lease lost", r.ID)
 		}
 		l.settled()
 	}
+}
+
+// rawRowLock: ClaimLocked, then Settle(ack) in the claim transaction.
+func rawRowLock(ctx context.Context, q dialects.RowLockQueue, c costs, l *latch) (tl tally, _ error) {
+	for {
+		lc, ok, err := q.ClaimLocked(ctx, time.Now())
+		if err != nil {
+			return tl, err
+		}
+		if !ok {
+			tl.stmts += int64(c.claimLockedEmpty)
+			return tl, nil // empty, or its last rows are locked by other workers
+		}
+		tl.stmts += int64(c.claimLocked)
+		l.begin()
+		err = lc.Settle(ctx, ack())
+		tl.stmts += int64(c.settleLocked)
+		if err != nil {
+			return tl, err
+		}
+		l.settled()
+	}
+}
+
+// rawAdvisory: Candidates(limit 1), then on a session of its own TryLock the key, Take the
+// row, Settle(ack) and Unlock. A key held elsewhere or a row gone meanwhile sends the
+// worker back to Candidates.
+func rawAdvisory(ctx context.Context, q dialects.AdvisoryQueue, c costs, l *latch) (tl tally, _ error) {
+	for {
+		now := time.Now()
+		cands, err := q.Candidates(ctx, now, 1)
+		tl.stmts += int64(c.candidates)
+		if err != nil {
+			return tl, err
+		}
+		if len(cands) == 0 {
+			return tl, nil // empty, or its last keys are held by other workers
+		}
+		cand := cands[0]
+		s, err := q.Session(ctx)
+		if err != nil {
+			return tl, err
+		}
+		locked, err := s.TryLock(ctx, cand.Key)
+		tl.stmts += int64(c.tryLock)
+		if err != nil {
+			return tl, errors.Join(err, s.Abort(ctx))
+		}
+		if !locked {
+			tl.lockMiss++
+			tl.stmts += int64(c.unlockNotHeld)
+			if err := unlock(ctx, s, &tl); err != nil {
+				return tl, err
+			}
+			continue
+		}
+		row, ok, err := s.Take(ctx, cand.ID, now)
+		if err != nil {
+			return tl, errors.Join(err, s.Abort(ctx))
+		}
+		if !ok {
+			tl.takeMiss++
+			tl.stmts += int64(c.takeMissed + c.unlockHeld)
+			if err := unlock(ctx, s, &tl); err != nil {
+				return tl, err
+			}
+			continue
+		}
+		tl.stmts += int64(c.take)
+		l.begin()
+		err = s.Settle(ctx, ack(), row.ID)
+		tl.stmts += int64(c.settleSession + c.unlockHeld)
+		if err != nil {
+			return tl, errors.Join(err, s.Abort(ctx))
+		}
+		if err := unlock(ctx, s, &tl); err != nil {
+			return tl, err
+		}
+		l.settled()
+	}
+}
+
+func unlock(ctx context.Context, s dialects.Session, tl *tally) error {
+	closed, err := s.Unlock(ctx)
+	if closed {
+		tl.connsClosed++
+	}
+	return err
 }

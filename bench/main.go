@@ -2,11 +2,14 @@
 // runs the very same SQL by hand, so the difference is the runtime's overhead.
 //
 //	go run ./bench -db sqlite -form lease -workers 1,8 -rows 20000 -rounds 3
+//	go run ./bench -db postgres -form lease,rowlock,advisory -workers 1,8 -tracing both
+//	go run ./bench -db mysql -form lease,rowlock -workers 1,8 -rows 10000
 //
-// For each worker count and round it fills a fresh table outside the timed window, lets
-// each contender drain it (their order alternates from round to round), and after the
-// rounds prints one JSON line per contender and one with the ratio of the two.
-// docs/benchmarks.md describes the method and the numbers.
+// For each database, form and worker count, and for each round, it fills a fresh table
+// outside the timed window, lets each contender drain it (their order rotates from round
+// to round), and drops the table. After the rounds it prints one JSON line per contender,
+// one with the ratio of rowactor to the raw loop, and with -tracing both one with the cost
+// of tracing. docs/benchmarks.md describes the method and the numbers.
 package main
 
 import (
@@ -17,22 +20,28 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/rowactor/rowactor/dialects/sqlite"
+	"github.com/rowactor/rowactor/dialects"
 )
 
 type config struct {
-	db, form string
-	workers  []int
-	rows     int
-	rounds   int
-	dir      string
+	dbs        []string
+	forms      []dialects.Form
+	workers    []int
+	rows       int
+	rounds     int
+	tracing    string // off, on, both
+	dir        string
+	pgURL      string
+	mysqlDSN   string
+	cpuprofile string
+	memprofile string
 }
 
 func main() {
@@ -50,33 +59,72 @@ func main() {
 	}
 }
 
-// parseFlags reads the flags and refuses what this build cannot serve.
+// formsOf lists the forms each database serves.
+var formsOf = map[string][]dialects.Form{
+	"sqlite":   {dialects.FormLease, dialects.FormAdvisory},
+	"postgres": {dialects.FormRowLock, dialects.FormLease, dialects.FormAdvisory},
+	"mysql":    {dialects.FormRowLock, dialects.FormLease, dialects.FormAdvisory},
+}
+
+var formNames = map[string]dialects.Form{
+	"rowlock": dialects.FormRowLock, "lease": dialects.FormLease, "advisory": dialects.FormAdvisory,
+}
+
+// parseFlags reads the flags and refuses what cannot run, before anything is opened.
 func parseFlags(args []string) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.StringVar(&cfg.db, "db", "sqlite", "database: sqlite")
-	fs.StringVar(&cfg.form, "form", "lease", "claim form: lease")
-	workers := fs.String("workers", "1,8", "comma-separated worker counts")
+	dbs := fs.String("db", "sqlite", "databases, comma-separated: sqlite, postgres, mysql")
+	forms := fs.String("form", "lease", "claim forms, comma-separated: rowlock, lease, advisory")
+	workers := fs.String("workers", "1,8", "worker counts, comma-separated")
 	fs.IntVar(&cfg.rows, "rows", 20000, "rows per drain")
-	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds per worker count")
-	fs.StringVar(&cfg.dir, "dir", "", "directory for the database file (default: a fresh temporary one)")
+	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds per database, form and worker count")
+	fs.StringVar(&cfg.tracing, "tracing", "off", "rowactor's OpenTelemetry: off, on, or both (rowactor runs twice per round)")
+	fs.StringVar(&cfg.dir, "dir", "", "directory for the SQLite file (default: a fresh temporary one)")
+	fs.StringVar(&cfg.pgURL, "pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable&pool_max_conns=16", "PostgreSQL URL (pgx)")
+	fs.StringVar(&cfg.mysqlDSN, "mysql", "root@tcp(127.0.0.1:3306)/test", "MySQL/MariaDB DSN (go-sql-driver)")
+	fs.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (samples are labelled contender, tracing, db, form, workers)")
+	fs.StringVar(&cfg.memprofile, "memprofile", "", "record every allocation (slow: the rates are then meaningless) and write the heap profile to this file at the end")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
-	switch {
-	case fs.NArg() > 0:
+	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
-	case cfg.db == "postgres" || cfg.db == "mysql":
-		return cfg, fmt.Errorf("-db %s: not in this build yet (this build benchmarks sqlite)", cfg.db)
-	case cfg.db != "sqlite":
-		return cfg, fmt.Errorf("-db %q: unknown database (want sqlite)", cfg.db)
-	case cfg.form == "advisory":
-		return cfg, errors.New("-form advisory: not in this build yet (this build benchmarks the lease form)")
-	case cfg.form == "rowlock":
-		return cfg, errors.New("-form rowlock: SQLite has no row locks (want lease)")
-	case cfg.form != "lease":
-		return cfg, fmt.Errorf("-form %q: unknown form (want lease)", cfg.form)
-	case cfg.rows < 1 || cfg.rounds < 1:
+	}
+	for _, name := range splitList(*dbs) {
+		if _, ok := formsOf[name]; !ok {
+			return cfg, fmt.Errorf("-db %q: unknown database (want sqlite, postgres or mysql)", name)
+		}
+		if !slices.Contains(cfg.dbs, name) {
+			cfg.dbs = append(cfg.dbs, name)
+		}
+	}
+	for _, name := range splitList(*forms) {
+		f, ok := formNames[name]
+		if !ok {
+			return cfg, fmt.Errorf("-form %q: unknown form (want rowlock, lease or advisory)", name)
+		}
+		if !slices.Contains(cfg.forms, f) {
+			cfg.forms = append(cfg.forms, f)
+		}
+	}
+	if len(cfg.dbs) == 0 || len(cfg.forms) == 0 {
+		return cfg, errors.New("-db and -form each need at least one name")
+	}
+	for _, db := range cfg.dbs {
+		for _, f := range cfg.forms {
+			if !slices.Contains(formsOf[db], f) {
+				return cfg, fmt.Errorf("-db %s with -form %s: %s has no %s form (it serves %s); drop one of them",
+					db, f, displayNames[db], formDisplay(f), joinForms(formsOf[db]))
+			}
+		}
+	}
+	switch cfg.tracing {
+	case "off", "on", "both":
+	default:
+		return cfg, fmt.Errorf("-tracing %q: want off, on or both", cfg.tracing)
+	}
+	if cfg.rows < 1 || cfg.rounds < 1 {
 		return cfg, errors.New("-rows and -rounds must be at least 1")
 	}
 	for _, f := range strings.Split(*workers, ",") {
@@ -89,99 +137,245 @@ func parseFlags(args []string) (config, error) {
 	return cfg, nil
 }
 
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.ToLower(strings.TrimSpace(f)); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+var displayNames = map[string]string{"sqlite": "SQLite", "postgres": "PostgreSQL", "mysql": "MySQL/MariaDB"}
+
+func formDisplay(f dialects.Form) string {
+	if f == dialects.FormRowLock {
+		return "row lock"
+	}
+	return f.String()
+}
+
+func joinForms(fs []dialects.Form) string {
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		names[i] = formDisplay(f)
+	}
+	return strings.Join(names, " and ")
+}
+
+// contendersFor lists the contenders of a run: rowactor once or twice (tracing off, on),
+// and the raw loop.
+func contendersFor(tracing string) []contender {
+	var cs []contender
+	if tracing == "off" || tracing == "both" {
+		cs = append(cs, contender{name: "rowactor", tracing: false, drain: drainRowactor})
+	}
+	if tracing == "on" || tracing == "both" {
+		cs = append(cs, contender{name: "rowactor", tracing: true, drain: drainRowactor})
+	}
+	return append(cs, contender{name: "raw", drain: drainRaw})
+}
+
 func run(cfg config) error {
 	ctx := context.Background()
-	dir := cfg.dir
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "rowactor-bench-")
+	if cfg.cpuprofile != "" {
+		f, err := os.Create(cfg.cpuprofile)
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(tmp)
-		dir = tmp
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
-	path := filepath.Join(dir, "bench.db")
-	// One pool with sqlite.Open's pragmas (WAL, busy_timeout, synchronous=NORMAL), shared
-	// by both contenders.
-	d, err := sqlite.Open(ctx, path)
-	if err != nil {
-		return err
+	if cfg.memprofile != "" {
+		runtime.MemProfileRate = 1
+		defer func() {
+			f, err := os.Create(cfg.memprofile)
+			if err == nil {
+				err = errors.Join(pprof.Lookup("allocs").WriteTo(f, 0), f.Close())
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench: memprofile:", err)
+			}
+		}()
 	}
-	defer d.Close()
-	var version string
-	if err := d.DB().QueryRowContext(ctx, "select sqlite_version()").Scan(&version); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "bench: sqlite %s, %s, GOMAXPROCS=%d, load average %s, %s\n",
-		version, runtime.Version(), runtime.GOMAXPROCS(0), loadavg(), path)
+	fmt.Fprintf(os.Stderr, "bench: %s, GOMAXPROCS=%d, load average %s\n", runtime.Version(), runtime.GOMAXPROCS(0), loadavg())
 	defer func() { fmt.Fprintf(os.Stderr, "bench: load average %s at the end\n", loadavg()) }()
 
 	out := json.NewEncoder(os.Stdout)
-	for _, n := range cfg.workers {
-		results := make(map[string][]result)
-		for round := 1; round <= cfg.rounds; round++ {
-			order := slices.Clone(contenders)
-			if round%2 == 0 {
-				slices.Reverse(order)
-			}
-			for _, c := range order {
-				if err := refill(ctx, d, cfg.rows); err != nil {
-					return fmt.Errorf("fill for %s: %w", c.name, err)
-				}
-				r, err := c.drain(ctx, d, n, cfg.rows)
-				if err != nil {
-					return fmt.Errorf("%s, %d workers, round %d: %w", c.name, n, round, err)
-				}
-				if err := checkEmpty(ctx, d); err != nil {
-					return fmt.Errorf("%s, %d workers, round %d: %w", c.name, n, round, err)
-				}
-				results[c.name] = append(results[c.name], r)
-				fmt.Fprintf(os.Stderr, "bench: workers=%d round=%d %-8s %8.0f msgs/s %6.1f allocs/msg (%v, %d goroutines after)\n",
-					n, round, c.name, r.rate(), r.allocsPerMsg(), r.took.Round(time.Millisecond), runtime.NumGoroutine())
-			}
+	contenders := contendersFor(cfg.tracing)
+	for _, db := range cfg.dbs {
+		tg, err := openTarget(ctx, db, cfg)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", db, err)
 		}
-		for _, c := range contenders {
-			rs := results[c.name]
-			rates := mapSlice(rs, result.rate)
-			if err := out.Encode(summary{
-				DB: cfg.db, Form: cfg.form, Contender: c.name, Workers: n, Rows: cfg.rows, Rounds: cfg.rounds,
-				Median: roundTo(median(rates), 0), Min: roundTo(slices.Min(rates), 0), Max: roundTo(slices.Max(rates), 0),
-				Allocs: roundTo(median(mapSlice(rs, result.allocsPerMsg)), 1),
-			}); err != nil {
-				return err
-			}
-		}
-		// Rounds pair the contenders: the ratio is taken within each round, then its median.
-		ratios := make([]float64, cfg.rounds)
-		for i := range ratios {
-			ratios[i] = results["rowactor"][i].rate() / results["raw"][i].rate()
-		}
-		if err := out.Encode(ratioLine{DB: cfg.db, Form: cfg.form, Workers: n, Ratio: roundTo(median(ratios), 3)}); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %s %s\n", db, tg.version)
+		err = runTarget(ctx, cfg, tg, contenders, out)
+		tg.close()
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// summary is one contender's line for one worker count.
+func runTarget(ctx context.Context, cfg config, tg *target, contenders []contender, out *json.Encoder) error {
+	for _, form := range cfg.forms {
+		t := tableFor(form)
+		for _, n := range cfg.workers {
+			results := make(map[string][]result)
+			for round := 1; round <= cfg.rounds; round++ {
+				// The order rotates: with two contenders it alternates, with three each
+				// takes each place once in three rounds.
+				order := slices.Clone(contenders)
+				k := (round - 1) % len(order)
+				order = append(order[k:], order[:k]...)
+				for _, c := range order {
+					r, err := drainOnce(ctx, tg, t, c, n, cfg.rows)
+					if err != nil {
+						return fmt.Errorf("%s %s, %s, %d workers, round %d: %w", tg.db, form, c.key(), n, round, err)
+					}
+					results[c.key()] = append(results[c.key()], r)
+					fmt.Fprintf(os.Stderr, "bench: %s %s workers=%d round=%d %-12s %8.0f msgs/s %6.1f allocs/msg %s(%v, load %s)\n",
+						tg.db, form, n, round, c.key(), r.rate(), r.allocsPerMsg(), r.notes(), r.took.Round(time.Millisecond), loadavg())
+				}
+			}
+			if err := report(out, cfg, tg, form, n, contenders, results); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// drainOnce fills a fresh table, lets one contender drain it, checks it is empty and drops
+// it. Only the drain is timed. The CPU profile's samples of the drain carry labels.
+func drainOnce(ctx context.Context, tg *target, t tableDesc, c contender, workers, rows int) (result, error) {
+	if err := tg.refill(ctx, t.Table, rows); err != nil {
+		return result{}, fmt.Errorf("fill: %w", err)
+	}
+	defer tg.drop(ctx, t.Name)
+	runtime.GC()
+	lctx := pprof.WithLabels(ctx, pprof.Labels("contender", c.name, "tracing", onOff(c.tracing), "db", tg.db,
+		"form", t.Form().String(), "workers", strconv.Itoa(workers)))
+	pprof.SetGoroutineLabels(lctx)
+	r, err := c.drain(lctx, tg, t, workers, rows, c.tracing)
+	pprof.SetGoroutineLabels(ctx)
+	if err != nil {
+		return r, err
+	}
+	if left, err := tg.count(ctx, t.Name); err != nil {
+		return r, err
+	} else if left != 0 {
+		return r, fmt.Errorf("%d rows left in the table after the drain", left)
+	}
+	return r, nil
+}
+
+// report prints the lines of one database, form and worker count.
+func report(out *json.Encoder, cfg config, tg *target, form dialects.Form, n int, contenders []contender, results map[string][]result) error {
+	for _, c := range contenders {
+		rs := results[c.key()]
+		rates := mapSlice(rs, result.rate)
+		s := summary{
+			DB: tg.db, Form: form.String(), Contender: c.name, Tracing: onOff(c.tracing), Workers: n, Rows: cfg.rows, Rounds: cfg.rounds,
+			Median: roundTo(median(rates), 0), Min: roundTo(slices.Min(rates), 0), Max: roundTo(slices.Max(rates), 0),
+			Allocs: roundTo(median(mapSlice(rs, result.allocsPerMsg)), 1),
+			CPU:    roundTo(median(mapSlice(rs, result.cpuPerMsg)), 1),
+		}
+		if rs[0].stmtsBy != "" {
+			v := roundTo(median(mapSlice(rs, result.stmtsPerMsg)), 2)
+			s.Stmts, s.StmtsBy = &v, rs[0].stmtsBy
+		}
+		if c.tracing {
+			v := roundTo(median(mapSlice(rs, result.spansPerMsg)), 2)
+			s.Spans = &v
+		}
+		if err := out.Encode(s); err != nil {
+			return err
+		}
+	}
+	// Rounds pair the contenders: the ratio is taken within each round, then its median.
+	raw := results["raw"]
+	for _, c := range contenders {
+		if c.name != "rowactor" {
+			continue
+		}
+		rs := results[c.key()]
+		ratios := make([]float64, len(rs))
+		for i := range rs {
+			ratios[i] = rs[i].rate() / raw[i].rate()
+		}
+		if err := out.Encode(ratioLine{DB: tg.db, Form: form.String(), Tracing: onOff(c.tracing), Workers: n,
+			Ratio: roundTo(median(ratios), 3)}); err != nil {
+			return err
+		}
+	}
+	if cfg.tracing == "both" {
+		off, on := results["rowactor/off"], results["rowactor/on"]
+		perRound := make([]float64, len(on))
+		for i := range on {
+			perRound[i] = roundTo(1-on[i].rate()/off[i].rate(), 3)
+		}
+		cost := 1 - median(mapSlice(on, result.rate))/median(mapSlice(off, result.rate))
+		cpuOn, cpuOff := median(mapSlice(on, result.cpuPerMsg)), median(mapSlice(off, result.cpuPerMsg))
+		if err := out.Encode(tracingLine{DB: tg.db, Form: form.String(), Workers: n,
+			Cost: roundTo(cost, 3), PerRound: perRound,
+			CPU: roundTo(cpuOn-cpuOff, 1), CPUShare: roundTo(1-cpuOff/cpuOn, 3)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// summary is one contender's line for one database, form and worker count.
 type summary struct {
-	DB        string  `json:"db"`
-	Form      string  `json:"form"`
-	Contender string  `json:"contender"`
-	Workers   int     `json:"workers"`
-	Rows      int     `json:"rows"`
-	Rounds    int     `json:"rounds"`
-	Median    float64 `json:"msgs_per_s_median"`
-	Min       float64 `json:"msgs_per_s_min"`
-	Max       float64 `json:"msgs_per_s_max"`
-	Allocs    float64 `json:"allocs_per_msg"`
+	DB        string   `json:"db"`
+	Form      string   `json:"form"`
+	Contender string   `json:"contender"`
+	Tracing   string   `json:"tracing"`
+	Workers   int      `json:"workers"`
+	Rows      int      `json:"rows"`
+	Rounds    int      `json:"rounds"`
+	Median    float64  `json:"msgs_per_s_median"`
+	Min       float64  `json:"msgs_per_s_min"`
+	Max       float64  `json:"msgs_per_s_max"`
+	Allocs    float64  `json:"allocs_per_msg"`
+	CPU       float64  `json:"cpu_us_per_msg"`
+	Stmts     *float64 `json:"statements_per_msg,omitempty"`
+	StmtsBy   string   `json:"statements_counted_by,omitempty"`
+	Spans     *float64 `json:"spans_per_msg,omitempty"`
 }
 
 type ratioLine struct {
 	DB      string  `json:"db"`
 	Form    string  `json:"form"`
+	Tracing string  `json:"tracing"`
 	Workers int     `json:"workers"`
 	Ratio   float64 `json:"ratio_rowactor_over_raw"`
+}
+
+type tracingLine struct {
+	DB       string    `json:"db"`
+	Form     string    `json:"form"`
+	Workers  int       `json:"workers"`
+	Cost     float64   `json:"tracing_cost"`
+	PerRound []float64 `json:"tracing_cost_per_round"`
+	// CPU is what tracing adds to the process's CPU per message (median on - median
+	// off), and CPUShare that as a share of the traced run's CPU per message: the cost in
+	// throughput where the client's CPU is the bottleneck.
+	CPU      float64 `json:"tracing_cpu_us_per_msg"`
+	CPUShare float64 `json:"tracing_cpu_share"`
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }
 
 // loadavg reads the 1, 5 and 15 minute load averages: other work on the machine
