@@ -47,13 +47,13 @@ func (d *delivery) startSpan() {
 			tel.Waited(base, time.Since(at))
 		}
 	}
-	d.spanCtx, d.span = tel.Tracer().Start(base, "process "+tel.Table(), opts...)
+	d.spanCtx, d.span = tel.Tracer().Start(base, tel.ProcessName(), opts...)
 	d.span.AddEvent("claimed")
 }
 
 // settleTraced runs the settlement in a child span of the delivery's.
 func (d *delivery) settleTraced() Result {
-	_, span := d.sub.cfg.Telemetry.Tracer().Start(d.spanCtx, "settle "+d.sub.cfg.Telemetry.Table())
+	_, span := d.sub.cfg.Telemetry.Tracer().Start(d.spanCtx, d.sub.cfg.Telemetry.SettleName())
 	r := d.settle()
 	span.SetAttributes(telemetry.Step.String(r.Step.String()))
 	if r.Err != nil {

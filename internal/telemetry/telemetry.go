@@ -109,8 +109,10 @@ type Sub struct {
 	table string
 	queue string
 	form  string
-	base  attribute.Set
+	base  metric.MeasurementOption
 	spanA []attribute.KeyValue
+	// Span names, built once.
+	processName, settleName string
 	// byOutcome caches the attribute set per outcome name.
 	byOutcome map[string]metric.MeasurementOption
 }
@@ -118,7 +120,8 @@ type Sub struct {
 // Subscription returns the view of a subscription to table's queue in the given form.
 func (t *Telemetry) Subscription(table, queue, form string) *Sub {
 	s := &Sub{t: t, table: table, queue: queue, form: form, byOutcome: map[string]metric.MeasurementOption{}}
-	s.base = attribute.NewSet(Destination.String(table), Queue.String(queue), Form.String(form))
+	s.base = metric.WithAttributeSet(attribute.NewSet(Destination.String(table), Queue.String(queue), Form.String(form)))
+	s.processName, s.settleName = "process "+table, "settle "+table
 	for _, o := range []string{"ack", "drop", "retry", "retry_after", "unsettled"} {
 		s.byOutcome[o] = metric.WithAttributeSet(attribute.NewSet(Destination.String(table), Queue.String(queue), Form.String(form), Outcome.String(o)))
 	}
@@ -128,7 +131,7 @@ func (t *Telemetry) Subscription(table, queue, form string) *Sub {
 	return s
 }
 
-func (s *Sub) opt() metric.MeasurementOption { return metric.WithAttributeSet(s.base) }
+func (s *Sub) opt() metric.MeasurementOption { return s.base }
 
 // Claimed records one claim.
 func (s *Sub) Claimed(ctx context.Context, took time.Duration, rows int) {
@@ -193,3 +196,9 @@ func (s *Sub) Propagator() propagation.TextMapPropagator { return s.t.Propagator
 
 // Table is the subscription's table.
 func (s *Sub) Table() string { return s.table }
+
+// ProcessName and SettleName are the delivery and settlement span names.
+func (s *Sub) ProcessName() string { return s.processName }
+
+// SettleName is the settlement span's name.
+func (s *Sub) SettleName() string { return s.settleName }
