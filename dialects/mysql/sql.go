@@ -129,24 +129,8 @@ func (c claimable) args(dst []any, group string, now time.Time) []any {
 	return dst
 }
 
-// copyColumns lists every described column once (a key placeholder may name a role
-// column again), in description order; MySQL compares column names without case.
-func copyColumns(t dialects.Table) []dialects.NamedColumn {
-	var out []dialects.NamedColumn
-	for _, c := range t.Columns() {
-		dup := false
-		for _, o := range out {
-			if strings.EqualFold(o.Name, c.Name) {
-				dup = true
-				break
-			}
-		}
-		if !dup {
-			out = append(out, c)
-		}
-	}
-	return out
-}
+// copyColumns lists the columns a dead-letter move copies; names compare without case.
+func copyColumns(t dialects.Table) []dialects.NamedColumn { return t.DistinctColumns(true) }
 
 // rowColumns is the select list of a claimed row: id, payload[, attempt (less one when
 // the statement reads the row after counting)][, headers].

@@ -178,19 +178,9 @@ func rowColumns(t dialects.Table, alias, attempt string) string {
 	return s
 }
 
-// copyColumns lists every described column once (a key placeholder may name a role
-// column again), in description order. PostgreSQL compares quoted names with their case.
-func copyColumns(t dialects.Table) []dialects.NamedColumn {
-	var out []dialects.NamedColumn
-	seen := map[string]bool{}
-	for _, c := range t.Columns() {
-		if !seen[c.Name] {
-			seen[c.Name] = true
-			out = append(out, c)
-		}
-	}
-	return out
-}
+// copyColumns lists the columns a dead-letter move copies; PostgreSQL compares quoted
+// names with their case.
+func copyColumns(t dialects.Table) []dialects.NamedColumn { return t.DistinctColumns(false) }
 
 // txOptions opens a transaction at a declared isolation level; plain BEGIN (the server's
 // default) when none is declared. Read uncommitted is refused by Open.

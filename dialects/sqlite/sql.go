@@ -69,22 +69,5 @@ func claimable(t dialects.Table, lease bool) string {
 	return strings.Join(c, " AND ")
 }
 
-// copyColumns lists every described column once (a key placeholder may name a role
-// column again), in description order; SQLite folds ASCII case, so names are compared
-// without it.
-func copyColumns(t dialects.Table) []dialects.NamedColumn {
-	var out []dialects.NamedColumn
-	for _, c := range t.Columns() {
-		dup := false
-		for _, o := range out {
-			if strings.EqualFold(o.Name, c.Name) {
-				dup = true
-				break
-			}
-		}
-		if !dup {
-			out = append(out, c)
-		}
-	}
-	return out
-}
+// copyColumns lists the columns a dead-letter move copies; names compare without case.
+func copyColumns(t dialects.Table) []dialects.NamedColumn { return t.DistinctColumns(true) }

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/rowactor/rowactor/dialects"
 )
@@ -85,38 +84,12 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) error 
 // checkDeadLetterTable requires every described column in the dead-letter table, since
 // the move copies each of them.
 func (d *Dialect) checkDeadLetterTable(ctx context.Context, t dialects.Table, dest string) error {
-	if strings.Contains(dest, ".") {
-		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
-			Reason: fmt.Sprintf("dead-letter table %q: a table name is one identifier without a dot", dest),
-			Fix:    "name the dead-letter table alone"}
-	}
-	if strings.EqualFold(dest, t.Name) {
-		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
-			Reason: "the dead-letter table is the queue table itself",
-			Fix:    "name another table, or use a dead-letter group"}
+	if err := dialects.CheckDeadLetterName(t, dest); err != nil {
+		return err
 	}
 	have, err := d.columnsOf(ctx, dest)
 	if err != nil {
 		return err
 	}
-	if len(have) == 0 {
-		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
-			Reason: fmt.Sprintf("the dead-letter table %q does not exist", dest),
-			Fix:    "create it with the queue table's columns (rowactor.Schema renders them)"}
-	}
-	for _, c := range copyColumns(t) {
-		found := false
-		for _, h := range have {
-			if strings.EqualFold(h, c.Name) {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return &dialects.ConfigError{Table: t.Name, Column: c.Name, Option: "DeadLetterTable",
-				Reason: fmt.Sprintf("the dead-letter table %q has no column %q (Table.%s), which the move copies", dest, c.Name, c.Role),
-				Fix:    fmt.Sprintf("add column %q to table %q", c.Name, dest)}
-		}
-	}
-	return nil
+	return dialects.CheckDeadLetterColumns(t, dest, have, true)
 }
