@@ -89,6 +89,7 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 		Rules:   settler.Rules{MaxAttempts: cfg.maxAttempts, HasRetryAfter: t.RetryAfter != ""},
 		Handler: wrap(h, t.Name, queue),
 		Now:     b.now, Log: b.log, Policy: defaultPolicy, Limits: b.d.Limits(), Dispatcher: b.dispatcher,
+		Classify:      func(err error) dialects.Fault { return dialects.Classify(b.d, err) },
 		Transactional: cfg.transactional,
 		Telemetry:     b.tel.Subscription(t.Name, queue, t.Form().String()),
 		OnSettled:     b.settledHook(t.Name, queue),

@@ -3,6 +3,7 @@ package rowactor_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -85,26 +86,48 @@ func TestSubscribeTwiceIsRefused(t *testing.T) {
 }
 
 // TestClaimerRestartsWithBackoff breaks the table under a running subscription: claims
-// fail, the claimer is restarted with a growing delay rather than spinning, and once the
-// table is back the queue drains without restarting the broker.
+// fail with a schema fault, which is logged as an error naming the fault, and the claimer
+// is restarted with a growing delay rather than spinning; once the table is back the
+// queue drains without restarting the broker, and the log says claims succeed again.
 func TestClaimerRestartsWithBackoff(t *testing.T) {
-	h := newHarness(t, driverNamed(t, "sqlite"), rowactor.FormLease)
-	b := h.broker()
-	h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() },
-		rowactor.PollInterval(5*time.Millisecond))
-	h.exec("ALTER TABLE " + h.table.Name + " RENAME TO " + h.table.Name + "_away")
-	time.Sleep(1500 * time.Millisecond)
-	failures := strings.Count(h.logs.String(), "claim failed")
-	// Polling every 5 ms would fail about 300 times in 1.5 s; a backoff starting at
-	// 100 ms and doubling fails a handful of times.
-	if failures < 2 || failures > 10 {
-		t.Fatalf("%d failed claims in 1.5 s; want a few, spaced by the backoff", failures)
-	}
-	h.exec("ALTER TABLE " + h.table.Name + "_away RENAME TO " + h.table.Name)
-	h.publish(b, 3)
-	for _, s := range h.waitSettled(3) {
-		if s.Err != nil {
-			t.Fatalf("settlement after recovery: %+v", s)
-		}
+	for _, drv := range drivers {
+		t.Run(drv.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, drv, rowactor.FormLease)
+			logs := &syncBuffer{}
+			b := h.broker(rowactor.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
+			h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() },
+				rowactor.PollInterval(5*time.Millisecond))
+			h.exec("ALTER TABLE " + h.table.Name + " RENAME TO " + h.table.Name + "_away")
+			defer func() {
+				if t.Failed() {
+					t.Logf("logs:\n%s", logs)
+				}
+			}()
+			time.Sleep(3 * time.Second)
+			failed := logs.String()
+			failures := strings.Count(failed, "claim failed")
+			// Polling every 5 ms would fail about 600 times in 3 s; a schema fault's
+			// backoff starts at a second and doubles: two or three failures.
+			if failures < 2 || failures > 5 {
+				t.Fatalf("%d failed claims in 3 s; want a few, spaced by the schema backoff", failures)
+			}
+			if n := strings.Count(failed, "level=ERROR msg=\"rowactor: claim failed: the table, a column or a privilege is missing"); n != failures {
+				t.Fatalf("%d of %d failed claims logged as schema errors", n, failures)
+			}
+			if !strings.Contains(failed, "fault=schema") {
+				t.Fatalf("the log does not name the fault")
+			}
+			h.exec("ALTER TABLE " + h.table.Name + "_away RENAME TO " + h.table.Name)
+			h.publish(b, 3)
+			for _, s := range h.waitSettled(3) {
+				if s.Err != nil {
+					t.Fatalf("settlement after recovery: %+v", s)
+				}
+			}
+			if !strings.Contains(logs.String(), "claims succeed again") {
+				t.Fatalf("no log line says claims succeed again")
+			}
+		})
 	}
 }

@@ -39,6 +39,9 @@ type Config struct {
 	// OnSettled, if set, is told what became of every delivery.
 	OnSettled func(Result)
 	Policy    supervision.Policy
+	// Classify names the fault behind a claimer's or renewer's failure, which picks the
+	// restart policy and the log level; nil treats every failure as FaultUnknown.
+	Classify func(error) dialects.Fault
 	// SettleTimeout bounds each settlement and release statement.
 	SettleTimeout time.Duration
 	// Limits bounds the connections the subscription holds and its claims in flight.
@@ -182,13 +185,15 @@ type subscriptionActor struct {
 	draining chan struct{}
 	timer    *time.Timer
 	stopped  atomic.Bool
+	failing  int // claims failed in a row, for the log line when they succeed again
 }
 
 func (a *subscriptionActor) Receive(c actor.Context) {
 	cfg := &a.s.cfg
 	switch m := c.Message().(type) {
 	case *actor.Started:
-		a.backoff = &supervision.Backoff{Policy: cfg.Policy, Decide: a.decide, OnRestart: a.onRestart}
+		a.backoff = &supervision.Backoff{Policy: cfg.Policy, Decide: a.decide, OnRestart: a.onRestart,
+			PolicyFor: func(reason any) supervision.Policy { return cfg.Policy.ForFault(a.fault(reason)) }}
 		if cfg.Form == dialects.FormLease {
 			a.renewer = c.Spawn(leaserenewer.Props(leaserenewer.Config{
 				Queue: cfg.Queue.(dialects.LeaseQueue), Book: cfg.Book, Lease: cfg.Lease, Now: cfg.Now, Log: cfg.Log, Ctx: cfg.Ctx,
@@ -218,14 +223,15 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		}
 		switch {
 		case m.Err != nil:
-			cfg.Log.Warn("rowactor: claim failed; the claimer restarts after a backoff",
-				slog.String("table", cfg.Table), slog.String("queue", cfg.QueueName), slog.Any("error", m.Err))
+			a.claimFailed(m.Err)
 			// Requests to a failed claimer wait in its suspended mailbox until its restart:
 			// probing keeps one of them in flight.
 			a.due, a.probing = true, true
 		case len(m.Claims) < m.Limit:
+			a.claimSucceeded()
 			a.due, a.probing = false, true
 		default:
+			a.claimSucceeded()
 			a.probing = false
 		}
 		a.idle = append(a.idle, c.Sender())
@@ -361,7 +367,44 @@ func (a *subscriptionActor) decide(child *actor.PID, _ any) supervision.Decision
 }
 
 func (a *subscriptionActor) onRestart(child *actor.PID, reason any, failures int, delay time.Duration) {
-	a.s.cfg.Telemetry.Restarted(a.s.cfg.Ctx)
+	a.s.cfg.Telemetry.Restarted(a.s.cfg.Ctx, a.fault(reason).String())
 	a.s.cfg.Log.Debug("rowactor: restarting after a failure", slog.String("actor", child.Id),
 		slog.Int("failures", failures), slog.Duration("delay", delay), slog.Any("reason", reason))
+}
+
+// fault names the fault behind a child's failure (its panic value is the claim's error).
+func (a *subscriptionActor) fault(reason any) dialects.Fault {
+	err, ok := reason.(error)
+	if !ok || a.s.cfg.Classify == nil {
+		return dialects.FaultUnknown
+	}
+	return a.s.cfg.Classify(err)
+}
+
+// claimFailed logs a failed claim by its fault: an operator must fix a schema fault, so
+// it is an error that says where to look; the others clear by themselves.
+func (a *subscriptionActor) claimFailed(err error) {
+	cfg := &a.s.cfg
+	a.failing++
+	f := a.fault(err)
+	attrs := []any{slog.String("table", cfg.Table), slog.String("queue", cfg.QueueName),
+		slog.String("fault", f.String()), slog.Int("failures", a.failing), slog.Any("error", err)}
+	switch f {
+	case dialects.FaultSchema:
+		cfg.Log.Error("rowactor: claim failed: the table, a column or a privilege is missing; "+
+			"compare the table with rowactor.Schema and the role's grants. The claimer retries slowly", attrs...)
+	case dialects.FaultConnection:
+		cfg.Log.Warn("rowactor: claim failed: the database connection is lost; the claimer reconnects after a backoff", attrs...)
+	default:
+		cfg.Log.Warn("rowactor: claim failed; the claimer restarts after a backoff", attrs...)
+	}
+}
+
+func (a *subscriptionActor) claimSucceeded() {
+	if a.failing == 0 {
+		return
+	}
+	a.s.cfg.Log.Info("rowactor: claims succeed again", slog.String("table", a.s.cfg.Table),
+		slog.String("queue", a.s.cfg.QueueName), slog.Int("failures", a.failing))
+	a.failing = 0
 }

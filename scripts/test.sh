@@ -11,7 +11,8 @@
 #     password, and database "test" exists;
 # installing (apt-get) and starting either server when needed, and then runs
 #   go test -race -count=1 -timeout 15m ./... "$@"
-# from the repository root.
+# from the repository root, and then (without extra args) the server restart test, which
+# stops and starts both servers and so runs alone: -tags serverrestart -run TestServerRestart.
 #
 # Environment:
 #   ROWACTOR_POSTGRES_URL  default postgres://postgres@127.0.0.1:5432/test?sslmode=disable
@@ -241,4 +242,12 @@ fi
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 log "go test -race -count=1 -timeout 15m ./... $*"
-exec go test -race -count=1 -timeout 15m ./... "$@"
+go test -race -count=1 -timeout 15m ./... "$@"
+
+# The server restart test stops PostgreSQL and MariaDB under running subscriptions, so it
+# runs alone, after the suite, and only when the whole suite was asked for on the local
+# servers this script manages.
+if [ $# -eq 0 ] && [ "${ROWACTOR_SKIP_DB:-}" != 1 ]; then
+  log "go test -race -count=1 -tags serverrestart -run '^TestServerRestart\$' ."
+  go test -race -count=1 -timeout 5m -tags serverrestart -run '^TestServerRestart$' .
+fi

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/rowactor/rowactor/dialects"
 )
 
 // Policy is the restart delay rule: Initial doubles per consecutive failure up to Max; a
@@ -41,6 +43,21 @@ func (p Policy) Delay(n int) time.Duration {
 	return d
 }
 
+// ForFault derives the policy for one kind of failure from p. A lost connection backs off
+// as p says, growing while the server stays away. Contention (a deadlock, a lock wait, a
+// busy file) clears by itself: every restart waits p.Initial, without growing. A schema
+// fault (a missing table or column, a missing privilege) waits for an operator: the first
+// restart already waits ten times p.Initial (a second by default), growing to p.Max.
+func (p Policy) ForFault(f dialects.Fault) Policy {
+	switch f {
+	case dialects.FaultContention:
+		p.Max = p.Initial
+	case dialects.FaultSchema:
+		p.Initial = min(10*p.Initial, p.Max)
+	}
+	return p
+}
+
 // Jittered returns a delay drawn uniformly from [d/2, d].
 func Jittered(d time.Duration) time.Duration {
 	if d <= 1 {
@@ -66,6 +83,9 @@ type Backoff struct {
 	Policy Policy
 	// Decide picks the decision for a child's failure; nil restarts every child.
 	Decide func(child *actor.PID, reason any) Decision
+	// PolicyFor, if set, picks the policy for a failure's reason (the error a child
+	// panicked with); nil uses Policy for every failure.
+	PolicyFor func(reason any) Policy
 	// OnRestart, if set, is told of every scheduled restart (for logs and metrics).
 	OnRestart func(child *actor.PID, reason any, failures int, delay time.Duration)
 	// after schedules the restart; tests replace it.
@@ -83,7 +103,11 @@ func (b *Backoff) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, chil
 	}
 	rs.Fail()
 	n := rs.FailureCount()
-	d := Jittered(b.Policy.Delay(n))
+	p := b.Policy
+	if b.PolicyFor != nil {
+		p = b.PolicyFor(reason)
+	}
+	d := Jittered(p.Delay(n))
 	if b.OnRestart != nil {
 		b.OnRestart(child, reason, n, d)
 	}

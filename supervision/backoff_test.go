@@ -1,8 +1,13 @@
 package supervision
 
 import (
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/rowactor/rowactor/dialects"
 )
 
 func TestPolicyDoublesUpToItsCap(t *testing.T) {
@@ -30,5 +35,76 @@ func TestJitterStaysInTheUpperHalf(t *testing.T) {
 	}
 	if len(seen) < 100 {
 		t.Fatalf("only %d distinct delays in 1000 draws: no jitter", len(seen))
+	}
+}
+
+func TestPolicyForFault(t *testing.T) {
+	p := DefaultPolicy
+	cases := []struct {
+		fault dialects.Fault
+		want  []time.Duration // Delay(1), Delay(2), Delay(10)
+	}{
+		{dialects.FaultConnection, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 30 * time.Second}},
+		{dialects.FaultUnknown, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 30 * time.Second}},
+		{dialects.FaultContention, []time.Duration{100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}},
+		{dialects.FaultSchema, []time.Duration{time.Second, 2 * time.Second, 30 * time.Second}},
+	}
+	for _, c := range cases {
+		fp := p.ForFault(c.fault)
+		for i, n := range []int{1, 2, 10} {
+			if got := fp.Delay(n); got != c.want[i] {
+				t.Errorf("%v: Delay(%d) = %v, want %v", c.fault, n, got, c.want[i])
+			}
+		}
+	}
+}
+
+type restarts struct{ restarted, stopped int }
+
+func (*restarts) Children() []*actor.PID               { return nil }
+func (*restarts) EscalateFailure(any, any)             {}
+func (r *restarts) RestartChildren(pids ...*actor.PID) { r.restarted += len(pids) }
+func (r *restarts) StopChildren(pids ...*actor.PID)    { r.stopped += len(pids) }
+func (*restarts) ResumeChildren(...*actor.PID)         {}
+
+// TestBackoffPicksThePolicyByReason: the delay before each restart follows the policy
+// PolicyFor picks for the failure's reason, so contention never grows the delay while a
+// lost connection doubles it.
+func TestBackoffPicksThePolicyByReason(t *testing.T) {
+	contention := errors.New("deadlock")
+	faultOf := func(reason any) dialects.Fault {
+		if reason == contention {
+			return dialects.FaultContention
+		}
+		return dialects.FaultConnection
+	}
+	for _, c := range []struct {
+		reason error
+		max    time.Duration // the largest delay five failures in a row may wait
+	}{
+		{contention, 100 * time.Millisecond},
+		{errors.New("connection refused"), 1600 * time.Millisecond},
+	} {
+		var delays []time.Duration
+		sup := &restarts{}
+		b := &Backoff{
+			Policy:    DefaultPolicy,
+			PolicyFor: func(reason any) Policy { return DefaultPolicy.ForFault(faultOf(reason)) },
+			after: func(d time.Duration, f func()) *time.Timer {
+				delays = append(delays, d)
+				f()
+				return nil
+			},
+		}
+		rs := actor.NewRestartStatistics()
+		for range 5 {
+			b.HandleFailure(nil, sup, nil, rs, c.reason, nil)
+		}
+		if sup.restarted != 5 {
+			t.Fatalf("%v: %d restarts, want 5", c.reason, sup.restarted)
+		}
+		if last := delays[4]; last > c.max || last < c.max/2 {
+			t.Errorf("%v: fifth delay %v, want within [%v, %v]; all: %v", c.reason, last, c.max/2, c.max, delays)
+		}
 	}
 }

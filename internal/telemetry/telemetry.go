@@ -36,6 +36,7 @@ const (
 	Queue           = attribute.Key("rowactor.queue")
 	Form            = attribute.Key("rowactor.claim.form")
 	Outcome         = attribute.Key("rowactor.outcome")
+	Fault           = attribute.Key("rowactor.fault")
 	Step            = attribute.Key("rowactor.settlement.step")
 	DBSystem        = attribute.Key("db.system.name")
 )
@@ -174,8 +175,11 @@ func (s *Sub) Renewed(ctx context.Context, extended, lost int) {
 // LeaseLost records a settlement that found its lease gone.
 func (s *Sub) LeaseLost(ctx context.Context) { s.t.leasesLost.Add(ctx, 1, s.opt()) }
 
-// Restarted records a claimer or renewer restart.
-func (s *Sub) Restarted(ctx context.Context) { s.t.restarts.Add(ctx, 1, s.opt()) }
+// Restarted records a claimer or renewer restart, with the fault behind it ("connection",
+// "contention", "schema", "unknown": a closed set, so the attribute stays cheap).
+func (s *Sub) Restarted(ctx context.Context, fault string) {
+	s.t.restarts.Add(ctx, 1, metric.WithAttributes(Destination.String(s.table), Queue.String(s.queue), Form.String(s.form), Fault.String(fault)))
+}
 
 // SpanAttributes are the consumer span's fixed attributes.
 func (s *Sub) SpanAttributes() []attribute.KeyValue { return s.spanA }

@@ -1,0 +1,31 @@
+package sqlite
+
+import (
+	"errors"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// Classify names an error's fault by SQLite's primary result code.
+//
+// SQLite reports a missing table or column as the generic SQLITE_ERROR. rowactor's
+// statements are fixed and were checked against the file at Open, so SQLITE_ERROR from
+// one of them means the schema changed under it: FaultSchema.
+func (d *Dialect) Classify(err error) dialects.Fault {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return dialects.ClassifyNetwork(err)
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return dialects.FaultContention
+	case sqlite3.SQLITE_ERROR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_AUTH:
+		return dialects.FaultSchema
+	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_FULL:
+		return dialects.FaultConnection
+	}
+	return dialects.FaultUnknown
+}
