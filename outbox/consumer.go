@@ -87,7 +87,8 @@ func (o *Outbox) Handler(h rowactor.Handler) rowactor.Handler {
 			return rowactor.Ack()
 		}
 		out := h(ctx, d)
-		if out != rowactor.Ack() && out != rowactor.Drop() {
+		// By name: Outcome is not comparable, and only these two end the record.
+		if v := out.String(); v != "ack" && v != "drop" {
 			return out
 		}
 		if d.Tx() != nil {

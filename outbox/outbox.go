@@ -85,6 +85,7 @@ func FetchRetry(d time.Duration) Option { return func(c *config) { c.fetchRetry 
 // transactions, runs relays, and settles records for consumers. It is safe for concurrent
 // use.
 type Outbox struct {
+	d     dialects.Dialect
 	t     Table
 	store dialects.OutboxStore
 	cfg   config
@@ -123,7 +124,7 @@ func New(ctx context.Context, d dialects.Dialect, t Table, opts ...Option) (*Out
 	if err != nil {
 		return nil, err
 	}
-	return &Outbox{t: t, store: store, cfg: cfg, relays: make(map[*Relay]struct{}), pending: make(map[pendingKey]int64)}, nil
+	return &Outbox{d: d, t: t, store: store, cfg: cfg, relays: make(map[*Relay]struct{}), pending: make(map[pendingKey]int64)}, nil
 }
 
 // Table is the outbox's table description.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +28,7 @@ func TestOutbox(t *testing.T) {
 		{"RetriedRecordStaysUnprocessedUntilAcked", testRetried},
 		{"NoRecordLostAcrossRestartsOfEitherSide", testRestarts},
 		{"FailingSinkBacksOffAndRecovers", testBackoff},
+		{"FailingDatabaseBacksOffAndRecovers", testDatabaseFault},
 		{"RefusesATableItCannotServe", testRefuses},
 		{"DedupeOncePerRecord", testDedupe},
 	}
@@ -528,6 +531,81 @@ func testBackoff(t *testing.T, e *env) {
 	if err := r.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// failures counts the relay's failed rounds by fault, from its log.
+type failures struct {
+	slog.Handler
+	mu     sync.Mutex
+	faults map[string]int
+}
+
+func (f *failures) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "rowactor/outbox: relay round failed") {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "fault" {
+				f.mu.Lock()
+				f.faults[a.Value.String()+"/"+r.Level.String()]++
+				f.mu.Unlock()
+			}
+			return true
+		})
+	}
+	return f.Handler.Handle(ctx, r)
+}
+
+func (f *failures) count() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.faults)
+}
+
+// A relay whose outbox table goes missing (renamed away: the same statement fails on
+// every database as a schema fault) logs an error naming the fault, retries slowly rather
+// than in a loop, and sends the record once the table is back.
+func testDatabaseFault(t *testing.T, e *env) {
+	log := &failures{Handler: testLogger(t).Handler(), faults: map[string]int{}}
+	ob := e.newOutbox(outbox.WithLogger(slog.New(log)))
+	tb := ob.Table()
+	away := tb.Name + "_away"
+	if err := e.db.exec(e.obD, "ALTER TABLE "+tb.Name+" RENAME TO "+away); err != nil {
+		t.Fatal(err)
+	}
+	renamedBack := false
+	t.Cleanup(func() {
+		if !renamedBack {
+			_ = e.db.exec(e.obD, "DROP TABLE IF EXISTS "+away)
+		}
+	})
+	sink := &collect{}
+	r, err := ob.StartRelay(sink, outbox.PollInterval(10*time.Millisecond), outbox.Backoff(20*time.Millisecond, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopAtCleanup(t, r)
+	time.Sleep(time.Second)
+	got := log.count()
+	// A schema fault starts at ten times the initial delay (200 ms, the cap here): about
+	// six tries in a second. A relay retrying in a loop would make thousands.
+	if n := got["schema/ERROR"]; n < 2 || n > 12 || len(got) != 1 {
+		t.Fatalf("failed rounds by fault/level in a second: %v; want a few schema/ERROR", got)
+	}
+	tx, commit, rollback := e.db.begin(t, e.obD)
+	if err := e.db.txExec(context.Background(), tx, "INSERT INTO "+away+" (topic, payload) VALUES (?, ?)", "orders", []byte("late")); err != nil {
+		_ = rollback()
+		t.Fatal(err)
+	}
+	if err := commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.db.exec(e.obD, "ALTER TABLE "+away+" RENAME TO "+tb.Name); err != nil {
+		t.Fatal(err)
+	}
+	renamedBack = true
+	eventually(t, 5*time.Second, "the record is sent once the table is back", func() bool {
+		rows := e.rows(ob)
+		return len(rows) == 1 && rows[0].sent && len(sink.ids()) == 1
+	})
 }
 
 // A description the live table cannot serve is refused at New, naming the table, the

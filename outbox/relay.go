@@ -203,13 +203,15 @@ type relayActor struct {
 	after     int64
 	timer     *time.Timer
 	stopped   atomic.Bool
+	failing   int // rounds failed in a row, for the log line when one succeeds again
 }
 
 func (a *relayActor) Receive(c actor.Context) {
 	r := a.r
 	switch m := c.Message().(type) {
 	case *actor.Started:
-		a.backoff = &supervision.Backoff{Policy: r.cfg.policy, OnRestart: a.onRestart}
+		a.backoff = &supervision.Backoff{Policy: r.cfg.policy, OnRestart: a.onRestart,
+			PolicyFor: func(reason any) supervision.Policy { return r.cfg.policy.ForFault(a.fault(reason)) }}
 		a.worker = c.Spawn(actor.PropsFromProducer(func() actor.Actor { return &worker{r: r} }))
 		a.due, a.resending = true, true
 		a.arm(c)
@@ -228,11 +230,16 @@ func (a *relayActor) Receive(c actor.Context) {
 	case *roundDone:
 		a.busy = false
 		a.resending, a.after = m.resending, m.after
-		if m.err != nil {
-			r.o.cfg.log.Warn("rowactor/outbox: relay round failed; it is tried again after a backoff",
-				slog.String("outbox", r.o.t.Name), slog.Any("error", m.err))
+		switch {
+		case m.err != nil:
+			a.roundFailed(m.err)
 			a.due = true // waits in the failed worker's mailbox until its restart
-		} else if m.more {
+		case a.failing > 0:
+			r.o.cfg.log.Info("rowactor/outbox: relay rounds succeed again", slog.String("outbox", r.o.t.Name),
+				slog.Int("failures", a.failing))
+			a.failing = 0
+		}
+		if m.more {
 			a.due = true
 		}
 		a.round(c)
@@ -270,9 +277,39 @@ func (a *relayActor) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor,
 	a.backoff.HandleFailure(sys, sup, child, rs, reason, msg)
 }
 
+// fault names the fault behind a failed round (the worker panics with the round's error),
+// which picks the restart policy: a lost connection backs off growing, contention retries
+// soon, a missing table or column waits for an operator.
+func (a *relayActor) fault(reason any) dialects.Fault {
+	err, ok := reason.(error)
+	if !ok {
+		return dialects.FaultUnknown
+	}
+	return dialects.Classify(a.r.o.d, err)
+}
+
+// roundFailed logs a failed round by its fault: an operator must fix a schema fault, so
+// it is an error that says where to look; the others clear by themselves.
+func (a *relayActor) roundFailed(err error) {
+	a.failing++
+	f := a.fault(err)
+	attrs := []any{slog.String("outbox", a.r.o.t.Name), slog.String("fault", f.String()),
+		slog.Int("failures", a.failing), slog.Any("error", err)}
+	switch f {
+	case dialects.FaultSchema:
+		a.r.o.cfg.log.Error("rowactor/outbox: relay round failed: a table, a column or a privilege is missing; "+
+			"compare the outbox table with outbox.Schema (and the sink's table) and the role's grants. The relay retries slowly", attrs...)
+	case dialects.FaultConnection:
+		a.r.o.cfg.log.Warn("rowactor/outbox: relay round failed: the database connection is lost; the relay retries after a backoff", attrs...)
+	default:
+		a.r.o.cfg.log.Warn("rowactor/outbox: relay round failed; it is tried again after a backoff", attrs...)
+	}
+}
+
 func (a *relayActor) onRestart(child *actor.PID, reason any, failures int, delay time.Duration) {
 	a.r.o.cfg.log.Debug("rowactor/outbox: restarting the relay's worker after a failure", slog.String("outbox", a.r.o.t.Name),
-		slog.Int("failures", failures), slog.Duration("delay", delay), slog.Any("reason", reason))
+		slog.String("fault", a.fault(reason).String()), slog.Int("failures", failures), slog.Duration("delay", delay),
+		slog.Any("reason", reason))
 }
 
 // worker runs rounds. It keeps no state worth keeping across a restart: the relay actor
