@@ -195,9 +195,13 @@ type Settlement struct {
 	Attempt int
 	// Outcome is the handler's outcome (the zero Outcome when it panicked or never returned).
 	Outcome Outcome
-	// Step is the statement that ran: "ack", "retry", "retry_after", "dead_letter", or
-	// "release" for a row given back unsettled.
+	// Step is the statement that ran: "ack", "retry", "retry_after", "dead_letter",
+	// "custom" for an event of the handler's Custom, or "release" for a row given back
+	// unsettled.
 	Step string
+	// Event names the subscription's own event (OnEvent) that ran in place of the step's
+	// built-in statement; "" when none did.
+	Event string
 	// Released reports a row given back unsettled.
 	Released bool
 	// Err is nil when the settlement took effect; ErrLeaseLost when a later claim owns the

@@ -16,6 +16,10 @@ var (
 	// after its row was released by Shutdown.
 	ErrClosed = settler.ErrClosed
 
+	// ErrUnknownEvent reports a handler's Custom outcome naming an event the subscription
+	// was not given with OnEvent; the row was released unsettled.
+	ErrUnknownEvent = settler.ErrUnknownEvent
+
 	// ErrConfig matches every *ConfigError.
 	ErrConfig = dialects.ErrConfig
 

@@ -2,6 +2,7 @@ package rowactor
 
 import (
 	"fmt"
+	"github.com/rowactor/rowactor/dialects"
 	"log/slog"
 	"time"
 
@@ -70,6 +71,8 @@ type subscribeConfig struct {
 	deadLetterGroup string
 	deadLetterTable string
 	transactional   bool
+	events          map[string]string
+	eventErr        error
 }
 
 func defaultSubscribeConfig() subscribeConfig {
@@ -122,10 +125,52 @@ func DeadLetterTable(t string) SubscribeOption {
 // transactional delivery holds a pool connection while its handler runs.
 func Transactional() SubscribeOption { return func(c *subscribeConfig) { c.transactional = true } }
 
+// OnEvent gives the subscription an event of the service's own: sql runs in place of a
+// built-in settlement when name is one ("ack", "drop", "retry", "retry_after",
+// "dead_letter", and "extend" for the lease extension), or when a handler returns
+// Custom(name) for any other name.
+//
+// The SQL is the database's own dialect, with its values named in braces: {id} (which
+// every event must name), {now}, {group}, {attempt}, {error} (the text given with
+// Outcome.WithError), {at} (retry_after), {dead_letter} (the dead-letter group),
+// {arg1}, {arg2}, ... (Custom's values), and for extend {held} and {until}. Write a quote
+// inside a string literal doubled (''), not escaped with a backslash.
+//
+// It runs where the form runs a settlement: in the claim transaction (row lock), on the
+// connection holding the key (advisory), or, in the lease form, in a transaction that
+// first locks the row and confirms the delivery's lease (a delivery whose lease was lost
+// runs nothing and reports ErrLeaseLost). An event that ends the row must take it out of
+// the claimable rows (delete it, move it to another group, set processed_at), and a lease
+// form event that returns it should clear locked_until, or the row waits for its lease to
+// run out. An extend event must write {until} only where the lease is still {held}: its
+// row count says whether the lease was kept.
+func OnEvent(name, sql string) SubscribeOption {
+	return func(c *subscribeConfig) {
+		if c.events == nil {
+			c.events = map[string]string{}
+		}
+		if _, dup := c.events[name]; dup && c.eventErr == nil {
+			c.eventErr = &ConfigError{Option: fmt.Sprintf("OnEvent(%q)", name), Reason: "the event is given twice",
+				Fix: "give each event once"}
+		}
+		c.events[name] = sql
+	}
+}
+
 // check refuses an option set that cannot work for table t.
 func (c *subscribeConfig) check(t Table, queue string) error {
 	bad := func(option, reason, fix string) error {
 		return &ConfigError{Table: t.Name, Option: option, Reason: reason, Fix: fix}
+	}
+	if c.eventErr != nil {
+		err := *c.eventErr.(*ConfigError)
+		err.Table = t.Name
+		return &err
+	}
+	for name := range c.events {
+		if err := dialects.CheckEventName(t.Name, name); err != nil {
+			return err
+		}
 	}
 	switch {
 	case c.workers < 1:

@@ -28,7 +28,28 @@ func RetryAfter(d time.Duration) Outcome {
 	return Outcome{settler.Outcome{Verdict: settler.RetryAfter, Delay: d}}
 }
 
-// String names the outcome ("ack", "drop", "retry", "retry_after", "unsettled").
+// Custom settles the row with an event of the service's own: the SQL the subscription
+// gave for name with OnEvent, binding args to {arg1}, {arg2}, ... It runs where the form
+// runs a settlement, and in transactional mode it commits the handler's writes with it,
+// like Ack. A name the subscription has no event for releases the row unsettled, and the
+// settlement reports ErrUnknownEvent.
+func Custom(name string, args ...any) Outcome {
+	return Outcome{settler.Outcome{Verdict: settler.Custom, Event: name, Args: args}}
+}
+
+// WithError returns the outcome carrying err's text, which an event of the service's own
+// binds as {error} (a retry that records why, say). It changes nothing else.
+func (o Outcome) WithError(err error) Outcome {
+	if err != nil {
+		o.o.Error = err.Error()
+	}
+	return o
+}
+
+// Event is a Custom outcome's event name.
+func (o Outcome) Event() string { return o.o.Event }
+
+// String names the outcome ("ack", "drop", "retry", "retry_after", "custom", "unsettled").
 func (o Outcome) String() string { return o.o.Verdict.String() }
 
 // Delay is RetryAfter's delay.

@@ -53,7 +53,7 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 		return nil, err
 	}
 	spec := dialects.QueueSpec{Table: t, Group: queue, DeadLetterGroup: cfg.deadLetterGroup, DeadLetterTable: cfg.deadLetterTable,
-		Transactional: cfg.transactional}
+		Transactional: cfg.transactional, Events: cfg.events}
 	if t.Group == "" {
 		spec.Group = ""
 	}
@@ -86,7 +86,7 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 		Table: t.Name, QueueName: queue, DeadLetter: deadLetter,
 		Form: t.Form(), Queue: q,
 		Workers: cfg.workers, Lease: cfg.leaseLength(), Poll: cfg.poll,
-		Rules:   settler.Rules{MaxAttempts: cfg.maxAttempts, HasRetryAfter: t.RetryAfter != ""},
+		Rules:   settler.Rules{MaxAttempts: cfg.maxAttempts, HasRetryAfter: t.RetryAfter != "", Events: eventNames(cfg.events)},
 		Handler: wrap(h, t.Name, queue),
 		Now:     b.now, Log: b.log, Policy: defaultPolicy, Limits: b.d.Limits(), Dispatcher: b.dispatcher,
 		Classify:      func(err error) dialects.Fault { return dialects.Classify(b.d, err) },
@@ -140,7 +140,7 @@ func wrap(h Handler, table, queue string) actors.Handler {
 
 func (b *Broker) settledHook(table, queue string) func(actors.Result) {
 	return func(r actors.Result) {
-		if d, ok := r.Tag.(*Delivery); ok && r.Err == nil && r.Step == dialects.StepAck {
+		if d, ok := r.Tag.(*Delivery); ok && r.Err == nil && (r.Step == dialects.StepAck || r.Step == dialects.StepCustom) {
 			for _, w := range d.published() {
 				b.wake(w.table, w.queue)
 			}
@@ -150,7 +150,18 @@ func (b *Broker) settledHook(table, queue string) func(actors.Result) {
 		}
 		b.onSettled(Settlement{
 			Table: table, Queue: queue, ID: r.Row.ID, Attempt: r.Row.Attempt,
-			Outcome: Outcome{r.Outcome}, Step: r.Step.String(), Released: r.Released, Err: r.Err, Panic: r.Panic,
+			Outcome: Outcome{r.Outcome}, Step: r.Step.String(), Event: r.Event, Released: r.Released, Err: r.Err, Panic: r.Panic,
 		})
 	}
+}
+
+func eventNames(events map[string]string) map[string]bool {
+	if len(events) == 0 {
+		return nil
+	}
+	names := make(map[string]bool, len(events))
+	for n := range events {
+		names[n] = true
+	}
+	return names
 }

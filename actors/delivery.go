@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -22,6 +23,8 @@ type Result struct {
 	Outcome settler.Outcome
 	// Step is the statement that ran (StepRelease for a delivery released unsettled).
 	Step dialects.StepKind
+	// Event names the subscription's own event that ran in place of Step's statement.
+	Event string
 	// Err is nil when the settlement took effect; ErrLeaseLost, ErrClosed or a database
 	// error otherwise.
 	Err error
@@ -114,7 +117,9 @@ func (d *delivery) end(c actor.Context, r Result) {
 	if r.Closed {
 		d.sub.closed.Add(1)
 	}
-	freed := r.Step == dialects.StepRetry || r.Step == dialects.StepRelease || d.sub.cfg.Form == dialects.FormAdvisory
+	// A custom event may have returned its row or not: one claim finds out.
+	freed := r.Step == dialects.StepRetry || r.Step == dialects.StepRelease || r.Step == dialects.StepCustom ||
+		d.sub.cfg.Form == dialects.FormAdvisory
 	c.Send(c.Parent(), settledMsg{freed: freed})
 }
 
@@ -188,9 +193,18 @@ func (d *delivery) settle() Result {
 	if step.Kind == dialects.StepRelease {
 		return d.release(d.outcome)
 	}
+	if step.Kind == dialects.StepCustom && !cfg.Rules.Events[step.Event] {
+		r := d.release(d.outcome)
+		r.Tag = d.tag
+		r.Err = errors.Join(fmt.Errorf("rowactor: the handler settled row %d with Custom(%q), and the subscription to %s has no such event; "+
+			"register it with rowactor.OnEvent; the row was released: %w", row.ID, step.Event, cfg.Table, settler.ErrUnknownEvent), r.Err)
+		cfg.Log.Warn("rowactor: unknown custom event; the row is released", slog.String("table", cfg.Table),
+			slog.Int64("id", row.ID), slog.String("event", step.Event))
+		return r
+	}
 	ctx, cancel := context.WithTimeout(cfg.Ctx, cfg.SettleTimeout)
 	defer cancel()
-	r := Result{Row: row, Outcome: d.outcome, Step: step.Kind, Tag: d.tag}
+	r := Result{Row: row, Outcome: d.outcome, Step: step.Kind, Event: step.Event, Tag: d.tag}
 	switch cfg.Form {
 	case dialects.FormLease:
 		token, lost, ok := cfg.Book.Checkout(row.ID)

@@ -227,6 +227,9 @@ const (
 	StepDeadLetter
 	// StepRelease gives the row back unsettled (lease form: locked_until = NULL).
 	StepRelease
+	// StepCustom runs an event of the service's own (Step.Event), with no built-in
+	// statement behind it.
+	StepCustom
 )
 
 func (k StepKind) String() string {
@@ -241,6 +244,8 @@ func (k StepKind) String() string {
 		return "dead_letter"
 	case StepRelease:
 		return "release"
+	case StepCustom:
+		return "custom"
 	}
 	return "unknown"
 }
@@ -252,6 +257,22 @@ type Step struct {
 	Now time.Time
 	// At is when a StepRetryAfter row becomes due.
 	At time.Time
+
+	// Event, when set, names the event of QueueSpec.Events the dialect runs instead of
+	// the step's built-in statement (always set for StepCustom).
+	Event string
+	// Error is the text the handler gave with its outcome, for an event's {error}.
+	Error string
+	// Attempt is the attempt the delivery reported, for an event's {attempt}.
+	Attempt int
+	// Args are a custom event's {arg1}, {arg2}, ... values.
+	Args []any
+}
+
+// EventValues returns what a step's event binds, for the row id.
+func (s *Step) EventValues(id int64, group, deadLetter string) EventValues {
+	return EventValues{ID: id, Now: s.Now, At: s.At, Error: s.Error, Group: group, DeadLetter: deadLetter,
+		Attempt: s.Attempt, Args: s.Args}
 }
 
 // QueueSpec is what a subscription asks of a dialect.
@@ -264,6 +285,10 @@ type QueueSpec struct {
 	// DeadLetterTable is the table a spent row moves to (tables without groups); it must
 	// have the queue table's columns.
 	DeadLetterTable string
+	// Events are the subscription's own statements by event name (see CompileEvent):
+	// replacements of built-in settlements (EventAck, ...) and custom events. A dialect
+	// compiles them at Open and runs Step.Event's in place of the step's statement.
+	Events map[string]string
 	// Transactional asks for transactions lent to handlers (see TxLockedClaim,
 	// TxLeaseQueue, TxSession). A dialect refuses what it cannot open: on PostgreSQL a
 	// transactional lease table at repeatable read or serializable, whose snapshot would

@@ -22,6 +22,9 @@ var (
 	// ErrClosed reports work refused because the broker was shut down (and, for a
 	// delivery, that its row was released without its outcome).
 	ErrClosed = errors.New("rowactor: broker closed")
+	// ErrUnknownEvent reports a Custom outcome naming an event the subscription does not
+	// have; the row was released unsettled.
+	ErrUnknownEvent = errors.New("rowactor: unknown event")
 )
 
 // Verdict is what a handler decided.
@@ -35,6 +38,8 @@ const (
 	Drop
 	Retry
 	RetryAfter
+	// Custom runs an event of the service's own, named by Outcome.Event.
+	Custom
 )
 
 func (v Verdict) String() string {
@@ -47,6 +52,8 @@ func (v Verdict) String() string {
 		return "retry"
 	case RetryAfter:
 		return "retry_after"
+	case Custom:
+		return "custom"
 	}
 	return "unsettled"
 }
@@ -55,6 +62,11 @@ func (v Verdict) String() string {
 type Outcome struct {
 	Verdict Verdict
 	Delay   time.Duration
+	// Event names a Custom outcome's event; Args are its {arg1}, {arg2}, ... values.
+	Event string
+	Args  []any
+	// Error is the handler's reason, for an event's {error}.
+	Error string
 }
 
 // Rules are a subscription's settlement rules.
@@ -64,6 +76,10 @@ type Rules struct {
 	MaxAttempts int
 	// HasRetryAfter says the table can store a delay; without it RetryAfter is a Retry.
 	HasRetryAfter bool
+	// Events are the names of the subscription's own events (QueueSpec.Events): a step
+	// whose built-in name (ack, drop, retry, retry_after, dead_letter) is among them runs
+	// the event instead.
+	Events map[string]bool
 }
 
 // Note is a warning the plan wants logged.
@@ -78,7 +94,17 @@ const (
 )
 
 // Plan returns the step for an outcome of a delivery that reported attempt, as of now.
+// A step the subscription replaced with an event of its own names that event.
 func (r Rules) Plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note) {
+	step, note := r.plan(o, attempt, now)
+	step.Error, step.Attempt = o.Error, attempt
+	if name := builtinEvent(o.Verdict, step.Kind); name != "" && r.Events[name] {
+		step.Event = name
+	}
+	return step, note
+}
+
+func (r Rules) plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note) {
 	step := dialects.Step{Now: now}
 	switch o.Verdict {
 	case Ack, Drop:
@@ -93,17 +119,38 @@ func (r Rules) Plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note)
 			step.Kind = dialects.StepRetry
 			return step, NoNote
 		}
-		if !r.HasRetryAfter {
+		step.At = now.Add(max(o.Delay, 0))
+		if !r.HasRetryAfter && !r.Events[dialects.EventRetryAfter] {
 			step.Kind = dialects.StepRetry
 			return step, NoteNoRetryAfter
 		}
 		step.Kind = dialects.StepRetryAfter
-		step.At = now.Add(max(o.Delay, 0))
+		return step, NoNote
+	case Custom:
+		step.Kind, step.Event, step.Args = dialects.StepCustom, o.Event, o.Args
 		return step, NoNote
 	default:
 		step.Kind = dialects.StepRelease
 		return step, NoNote
 	}
+}
+
+// builtinEvent names the built-in settlement a step runs, as events replace them.
+func builtinEvent(v Verdict, k dialects.StepKind) string {
+	switch k {
+	case dialects.StepAck:
+		if v == Drop {
+			return dialects.EventDrop
+		}
+		return dialects.EventAck
+	case dialects.StepRetry:
+		return dialects.EventRetry
+	case dialects.StepRetryAfter:
+		return dialects.EventRetryAfter
+	case dialects.StepDeadLetter:
+		return dialects.EventDeadLetter
+	}
+	return ""
 }
 
 // Lease runs a lease-form step fenced by the delivery's token. It returns ErrLeaseLost,
@@ -147,9 +194,10 @@ func RowLock(ctx context.Context, c dialects.LockedClaim, step dialects.Step, id
 	return nil
 }
 
-// KeepsWrites says whether an outcome commits a transactional handler's writes: only Ack
-// does. Drop ends the row like Ack, but discards the handler's writes first.
-func (o Outcome) KeepsWrites() bool { return o.Verdict == Ack }
+// KeepsWrites says whether an outcome commits a transactional handler's writes: Ack and a
+// custom event do (the event is the service's own settlement, run in the same
+// transaction). Drop ends the row like Ack, but discards the handler's writes first.
+func (o Outcome) KeepsWrites() bool { return o.Verdict == Ack || o.Verdict == Custom }
 
 // RowLockTx settles a transactional row-lock delivery: with keep (Ack) the handler's
 // writes commit with the settlement; otherwise the transaction first rolls back to the

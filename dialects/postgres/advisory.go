@@ -196,6 +196,10 @@ func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) erro
 		}
 		db = s.tx
 	}
+	if step.Event != "" {
+		_, err := q.runEvent(ctx, db, step, id)
+		return err
+	}
 	st := &q.settle
 	b := q.bind()
 	b.id, b.now, b.at = id, step.Now, step.At

@@ -14,8 +14,9 @@ import (
 
 type leaseQueue struct {
 	queue
-	claim  stmt
-	extend stmt // $1 until, $2 ids, $3 tokens
+	claim   stmt
+	extend  stmt   // $1 until, $2 ids, $3 tokens
+	confirm string // $1 id, $2 token: locks the row if it holds the token
 }
 
 var _ dialects.LeaseQueue = (*leaseQueue)(nil)
@@ -37,8 +38,9 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 	w.w(" FROM c WHERE u.", id, " = c.", id, ") SELECT ", rowColumns(t, "c", "c."+quote(t.Attempt)),
 		" FROM c ORDER BY c.", id)
 	return &leaseQueue{
-		queue: base,
-		claim: w.stmt(),
+		queue:   base,
+		claim:   w.stmt(),
+		confirm: confirmText(t),
 		extend: stmt{text: "UPDATE " + tq + " AS u SET " + lu + " = $1 FROM unnest($2::bigint[], $3::timestamptz[]) AS h(id, held)" +
 			" WHERE u." + id + " = h.id AND u." + lu + " = h.held RETURNING u." + id},
 	}
@@ -76,6 +78,9 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 	if len(held) == 0 {
 		return nil, nil
 	}
+	if ev, own := q.events[dialects.EventExtend]; own {
+		return q.extendEach(ctx, ev, until, held)
+	}
 	ids := make([]int64, len(held))
 	tokens := make([]time.Time, len(held))
 	for i, l := range held {
@@ -103,6 +108,9 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 // SettleLease runs the step's statement fenced by the token; false when the row holds
 // another token (or is gone), with nothing changed.
 func (q *leaseQueue) SettleLease(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
+	if step.Event != "" {
+		return q.settleEvent(ctx, step, held)
+	}
 	return q.settleOn(ctx, q.d.pool, step, held)
 }
 
@@ -190,7 +198,15 @@ func (l *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 		l.end(ctx)
 		return false, q.errorf(op, err)
 	}
-	changed, err := q.settleOn(ctx, l.tx, step, held)
+	var (
+		changed bool
+		err     error
+	)
+	if step.Event != "" {
+		changed, err = q.leaseEvent(ctx, l.tx, step, held)
+	} else {
+		changed, err = q.settleOn(ctx, l.tx, step, held)
+	}
 	if err != nil {
 		l.end(ctx)
 		return false, err

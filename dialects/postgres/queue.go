@@ -30,6 +30,11 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 		transactional: spec.Transactional,
 		txOptions:     txOptions(t.Isolation),
 	}
+	events, err := d.compileEvents(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	base.events = events
 	var (
 		q     dialects.Queue
 		stmts []stmt
@@ -38,7 +43,7 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 	case dialects.FormLease:
 		base.settle = buildSettle(spec, dialects.FormLease)
 		lq := newLeaseQueue(base, t)
-		q, stmts = lq, append(lq.settle.all(), lq.claim, lq.extend)
+		q, stmts = lq, append(lq.settle.all(), lq.claim, lq.extend, stmt{text: lq.confirm})
 		if spec.Transactional {
 			q = &txLeaseQueue{lq}
 		}
@@ -69,6 +74,8 @@ type queue struct {
 	hasAttempt bool
 	hasHeaders bool
 	settle     settleSQL
+	// events are the subscription's own statements by name, in $n syntax.
+	events map[string]dialects.Event
 
 	// transactional lends each delivery a transaction, opened with txOptions (the
 	// table's isolation level; the row lock claim transaction opens with it too).

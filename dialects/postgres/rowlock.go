@@ -106,6 +106,9 @@ func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
 	if c.conn == nil {
 		return q.errorf(step.Kind.String(), errClaimEnded)
 	}
+	if step.Event != "" {
+		return c.settleEvent(ctx, step)
+	}
 	s := &q.settle
 	var st stmt
 	switch step.Kind {
@@ -151,6 +154,28 @@ func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
 	}
 	// pgx reports ErrTxCommitRollback when the server answers ROLLBACK to the COMMIT of a
 	// failed transaction.
+	if err := c.tx.Commit(ctx); err != nil {
+		c.end(ctx)
+		return q.errorf(op+" commit", err)
+	}
+	endConn(c.conn, nil)
+	c.conn = nil
+	return nil
+}
+
+// settleEvent runs the step's event in the claim transaction and commits. The caller
+// holds mu.
+func (c *lockedClaim) settleEvent(ctx context.Context, step dialects.Step) error {
+	q := c.q
+	op := "event " + step.Event
+	if err := inTx(c.conn); err != nil {
+		c.end(ctx)
+		return q.errorf(op, err)
+	}
+	if _, err := q.runEvent(ctx, c.tx, step, c.row.ID); err != nil {
+		c.end(ctx)
+		return err
+	}
 	if err := c.tx.Commit(ctx); err != nil {
 		c.end(ctx)
 		return q.errorf(op+" commit", err)
