@@ -455,7 +455,7 @@ func testRestarts(t *testing.T, e *env) {
 	}
 	cancel()
 	write(10) // sent into the queue with no consumer running
-	cons = startConsumer()
+	startConsumer() // shut down by the test's cleanup
 	write(10)
 	_ = relay.Stop(kill())
 	relay = startRelay(pub) // sends again whatever is unprocessed
