@@ -217,7 +217,9 @@ func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.R
 // Settle runs the step's statement on the session, in autocommit; a dead letter into a
 // table moves the row in a transaction on the session. A statement that changes no row
 // still settles: the key kept every other delivery away. While a transactional session's
-// transaction is open, the statement runs inside it instead (see settleTx).
+// transaction is open, the statement runs inside it instead (see settleTx). A step naming
+// an event of the subscription's runs the event in place of its statement, the same way
+// (a retry included, which otherwise writes nothing).
 func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -226,7 +228,7 @@ func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) erro
 	if s.conn == nil {
 		return q.errorf(op, errSessionEnded)
 	}
-	text, args, move, err := q.settle.statement(step, id)
+	op, text, args, move, err := q.statement(step, id)
 	if err != nil {
 		return q.errorf(op, err)
 	}

@@ -80,6 +80,8 @@ type leaseQueue struct {
 	holding inList
 	// extend moves leases: until, (id, token) pairs.
 	extend inList
+	// confirm locks a row if it holds a token, before an event runs: id, token.
+	confirm string
 	// level is the table's isolation level, for transactional deliveries (claims run at
 	// READ COMMITTED whatever the table declares).
 	level sql.IsolationLevel
@@ -107,14 +109,15 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 			suffix: ") AND " + lu + " = ?"},
 		extend: inList{prefix: "UPDATE " + tq + " SET " + lu + " = ? WHERE (" + id + ", " + lu + ") IN (", item: "(?,?)",
 			suffix: ")"},
-		level: isolation(t.Isolation),
-		sem:   make(chan struct{}, 1),
+		confirm: confirmText(t),
+		level:   isolation(t.Isolation),
+		sem:     make(chan struct{}, 1),
 	}
 }
 
 // texts lists the statements to prepare at Open (the list statements at one item).
 func (q *leaseQueue) texts() []string {
-	return []string{q.claim, q.stamp.text(0), q.holding.text(0), q.extend.text(0)}
+	return []string{q.claim, q.stamp.text(0), q.holding.text(0), q.extend.text(0), q.confirm}
 }
 
 func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limit int) ([]dialects.Row, error) {
@@ -245,6 +248,9 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 	if len(held) == 0 {
 		return nil, nil
 	}
+	if ev, own := q.events[dialects.EventExtend]; own {
+		return q.extendEach(ctx, ev, until, held)
+	}
 	var moved []int64
 	for start := 0; start < len(held); start += maxList {
 		chunk := held[start:min(start+maxList, len(held))]
@@ -306,7 +312,13 @@ func (q *leaseQueue) extendChunk(ctx context.Context, until time.Time, held []di
 	return moved, nil
 }
 
+// SettleLease runs the step's statement fenced by the token; false when the row holds
+// another token (or is gone), with nothing changed. A step naming an event runs it in a
+// transaction of its own that first confirms the token (settleEvent).
 func (q *leaseQueue) SettleLease(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
+	if step.Event != "" {
+		return q.settleEvent(ctx, step, held)
+	}
 	op := step.Kind.String()
 	text, args, move, err := q.settle.statement(step, held.ID, dbTime(held.Token))
 	if err != nil {
@@ -411,11 +423,15 @@ func (t *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 	}
 	t.ended = true
 	text, args, move, err := q.settle.statement(step, held.ID, dbTime(held.Token))
-	if err != nil {
+	if err != nil && step.Event == "" {
 		return false, q.errorf(op, errors.Join(err, t.x.rollback()))
 	}
 	var changed bool
 	switch {
+	case step.Event != "":
+		// The event runs after confirming the token, and settles whatever it changed.
+		op = "event " + step.Event
+		changed, err = q.leaseEvent(ctx, t.x.tx, step, held)
 	case move:
 		op = "dead-letter move"
 		changed, err = q.move(ctx, t.x.tx, args)

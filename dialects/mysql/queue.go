@@ -31,6 +31,11 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 		hasHeaders: t.Headers != "",
 		settle:     buildSettle(spec, form),
 	}
+	events, err := d.compileEvents(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	base.events = events
 	var (
 		q     dialects.Queue
 		texts []string
@@ -72,6 +77,8 @@ type queue struct {
 	hasAttempt bool
 	hasHeaders bool
 	settle     settleSQL
+	// events are the subscription's own statements by name (events.go).
+	events map[string]dialects.Event
 }
 
 // Close has nothing to release: the prepared statements belong to the Dialect, which

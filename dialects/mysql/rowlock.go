@@ -97,7 +97,7 @@ var errEnded = errors.New("the claim transaction has ended")
 
 // Settle runs the step's statement in the claim transaction and commits, or rolls back
 // when the step writes nothing (Retry without an attempt column, Release) or a statement
-// fails.
+// fails. A step naming an event of the subscription's runs the event instead, and commits.
 func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -107,7 +107,7 @@ func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
 		return q.errorf(op, errEnded)
 	}
 	c.ended = true
-	text, args, move, err := q.settle.statement(step, c.row.ID)
+	op, text, args, move, err := q.statement(step, c.row.ID)
 	if err != nil {
 		return q.errorf(op, errors.Join(err, c.x.rollback()))
 	}

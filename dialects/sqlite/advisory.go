@@ -176,8 +176,12 @@ func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) erro
 	return err
 }
 
-// advisorySettlement picks the step's statement, by id alone.
+// advisorySettlement picks the step's statement, by id alone: a step naming an event runs
+// the event instead (a retry included, which otherwise writes nothing).
 func (q *advisoryQueue) advisorySettlement(step dialects.Step, id int64) (settlement, error) {
+	if step.Event != "" {
+		return q.eventSettlement(step, id)
+	}
 	st := &q.settle
 	rid := sql.Named("id", id)
 	switch step.Kind {

@@ -24,6 +24,8 @@ const (
 type leaseQueue struct {
 	queue
 	claim string
+	// confirm confirms a row holds a token before an event runs (events.go).
+	confirm string
 
 	// extendPrefix and extendSuffix wrap the VALUES list of the extension.
 	extendPrefix string
@@ -58,13 +60,14 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 	return &leaseQueue{
 		queue:        base,
 		claim:        b.String(),
+		confirm:      confirmText(t),
 		extendPrefix: "UPDATE " + tq + " SET " + lu + " = ? WHERE (" + id + ", " + lu + ") IN (VALUES ",
 		extendSuffix: ") RETURNING " + id,
 	}
 }
 
 func (q *leaseQueue) prepare(ctx context.Context) error {
-	if err := q.d.prepareAll(ctx, append(q.settle.texts(), q.claim, q.extendText(0, 1))...); err != nil {
+	if err := q.d.prepareAll(ctx, append(q.settle.texts(), q.claim, q.extendText(0, 1), q.confirm)...); err != nil {
 		return q.errorf("prepare", err)
 	}
 	return nil
@@ -146,6 +149,9 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 	if len(held) == 0 {
 		return nil, nil
 	}
+	if ev, own := q.events[dialects.EventExtend]; own {
+		return q.extendEach(ctx, ev, until, held)
+	}
 	var moved []int64
 	for start := 0; start < len(held); start += maxExtend {
 		chunk := held[start:min(start+maxExtend, len(held))]
@@ -210,8 +216,12 @@ func (q *leaseQueue) SettleLease(ctx context.Context, step dialects.Step, held d
 	return q.run(ctx, st)
 }
 
-// leaseSettlement picks the step's statement, fenced by the token.
+// leaseSettlement picks the step's statement, fenced by the token; a step naming an event
+// runs the event once the token is confirmed.
 func (q *leaseQueue) leaseSettlement(step dialects.Step, held dialects.Lease) (settlement, error) {
+	if step.Event != "" {
+		return q.leaseEvent(step, held)
+	}
 	id := sql.Named("id", held.ID)
 	token := sql.Named("token", formatTime(held.Token))
 	s := &q.settle

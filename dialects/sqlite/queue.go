@@ -30,6 +30,9 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 		hasHeaders: t.Headers != "",
 		begin:      beginText(t.Mode),
 	}
+	if base.events, err = d.compileEvents(ctx, spec); err != nil {
+		return nil, err
+	}
 	if t.Form() == dialects.FormLease {
 		base.settle = buildSettle(spec, true)
 		lq := newLeaseQueue(base, t)
@@ -60,6 +63,8 @@ type queue struct {
 	settle     settleSQL
 	// begin opens a transactional delivery's transaction in the table's mode (txn.go).
 	begin string
+	// events are the subscription's own statements by name (events.go).
+	events map[string]dialects.Event
 }
 
 // Close has nothing to release: the prepared statements belong to the Dialect, which
@@ -140,12 +145,18 @@ type settlement struct {
 	text string
 	move bool
 	args []any
+	// confirm, for a lease-form event, first confirms that the row holds the delivery's
+	// token (with confirmArgs); when it changes no row, nothing else runs (events.go).
+	confirm     string
+	confirmArgs []any
 }
 
 // run runs a settlement on the pool, in this process's writer turn, and reports whether
 // it changed the row.
 func (q *queue) run(ctx context.Context, st settlement) (bool, error) {
 	switch {
+	case st.confirm != "":
+		return q.confirmed(ctx, st)
 	case st.move:
 		return q.move(ctx, st.args...)
 	case st.text == "":
@@ -177,11 +188,27 @@ func (q *queue) exec(ctx context.Context, op, query string, args ...any) (bool, 
 }
 
 // move copies the row into the dead-letter table and deletes it, in one transaction that
-// commits only if both statements changed the row. BEGIN IMMEDIATE takes the write lock
-// up front, where the busy handler can wait for it; a deferred transaction upgrading
-// from read to write would fail at once instead.
-func (q *queue) move(ctx context.Context, args ...any) (moved bool, err error) {
+// commits only if both statements changed the row.
+func (q *queue) move(ctx context.Context, args ...any) (bool, error) {
 	const op = "dead-letter move"
+	return q.immediate(ctx, op, func(conn *sql.Conn) (bool, error) {
+		copied, err := changed(conn.ExecContext(ctx, q.settle.moveInsert, args...))
+		if err != nil {
+			return false, q.errorf(op+" insert", err)
+		}
+		deleted, err := changed(conn.ExecContext(ctx, q.settle.moveDelete, args...))
+		if err != nil {
+			return false, q.errorf(op+" delete", err)
+		}
+		return copied == 1 && deleted == 1, nil
+	})
+}
+
+// immediate runs fn in one transaction on a connection of its own, in this process's
+// writer turn, and commits only when fn reports true (rolling back otherwise). BEGIN
+// IMMEDIATE takes the write lock up front, where the busy handler can wait for it; a
+// deferred transaction upgrading from read to write would fail at once instead.
+func (q *queue) immediate(ctx context.Context, op string, fn func(conn *sql.Conn) (bool, error)) (done bool, err error) {
 	if err := q.f.lockWriter(ctx); err != nil {
 		return false, q.errorf(op, err)
 	}
@@ -199,7 +226,7 @@ func (q *queue) move(ctx context.Context, args ...any) (moved bool, err error) {
 		if committed {
 			return
 		}
-		// The rollback must run even when ctx is what ended the move.
+		// The rollback must run even when ctx is what ended the transaction.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if _, rerr := conn.ExecContext(rctx, "ROLLBACK"); rerr != nil {
@@ -211,16 +238,8 @@ func (q *queue) move(ctx context.Context, args ...any) (moved bool, err error) {
 			}
 		}
 	}()
-	copied, err := changed(conn.ExecContext(ctx, q.settle.moveInsert, args...))
-	if err != nil {
-		return false, q.errorf(op+" insert", err)
-	}
-	deleted, err := changed(conn.ExecContext(ctx, q.settle.moveDelete, args...))
-	if err != nil {
-		return false, q.errorf(op+" delete", err)
-	}
-	if copied != 1 || deleted != 1 {
-		return false, nil
+	if ok, err := fn(conn); err != nil || !ok {
+		return false, err
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return false, q.errorf(op+" commit", err)

@@ -138,6 +138,15 @@ func (t *deliveryTx) run(ctx context.Context, st settlement) (bool, error) {
 	if err := t.inTx(ctx); err != nil {
 		return false, q.errorf(st.op, err)
 	}
+	if st.confirm != "" {
+		// A lease-form event: nothing runs unless the row holds the token.
+		n, err := t.exec(ctx, st.op+" confirm", st.confirm, st.confirmArgs)
+		if err != nil || n == 0 {
+			return false, err
+		}
+		_, err = t.exec(ctx, st.op, st.text, st.args)
+		return err == nil, err
+	}
 	if st.move {
 		copied, err := t.exec(ctx, st.op+" insert", q.settle.moveInsert, st.args)
 		if err != nil {
