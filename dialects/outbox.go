@@ -198,8 +198,9 @@ type OutboxStore interface {
 	Unprocessed(ctx context.Context, after int64, limit int) ([]OutboxRecord, error)
 	// MarkSent stamps the record's sent_at with now.
 	MarkSent(ctx context.Context, id int64, now time.Time) error
-	// MarkProcessed stamps processed_at with now unless it is set already; it reports
-	// whether it changed the row.
+	// MarkProcessed stamps processed_at with now unless it is set already, and sent_at
+	// with now if it is not set (the relay died between its send and its stamp); it
+	// reports whether it changed the row.
 	MarkProcessed(ctx context.Context, id int64, now time.Time) (bool, error)
 	// State reads the record's sent_at and processed_at.
 	State(ctx context.Context, id int64) (OutboxState, error)

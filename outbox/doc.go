@@ -22,8 +22,18 @@
 // The consumer settles the record by its handler's outcome: Outbox.Handler wraps a
 // rowactor.Handler so that Ack and Drop stamp the record's processed_at (in the outbox's
 // database), Retry and RetryAfter leave it unprocessed for the next relay start, and a
-// record already processed is acked without running the handler. NewQueueSink delivers
-// records into a rowactor queue table (on any database) through a *rowactor.Broker.
+// record already processed is acked without running the handler. A record is stamped only
+// once the handler's effect committed: at once outside transactional mode, after the
+// queue's settlement in a Transactional subscription, whose broker must then be given
+// rowactor.WithOnSettled(ob.Settled). NewQueueSink delivers records into a rowactor queue
+// table (on any database) through a *rowactor.Broker.
+//
+//	ob, err := outbox.New(ctx, ordersDialect, events)            // the outbox's database
+//	id, err := ob.Record(ctx, tx, "order.created", payload, nil)  // in the business tx
+//	// ... tx.Commit(); ob.Wake()
+//	relay, err := ob.StartRelay(sink)                            // one per outbox
+//	b, err := rowactor.New(shippingDialect, rowactor.WithOnSettled(ob.Settled))
+//	sub, err := b.Subscribe(ctx, jobs, "order.created", ob.Handler(handle), rowactor.Transactional())
 //
 // # Delivery guarantee
 //

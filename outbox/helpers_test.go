@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -29,10 +30,12 @@ import (
 // PostgreSQL's are renumbered.
 type database struct {
 	name string
-	// open returns a dialect on the outbox's database and one on the consumer's, each on a
-	// pool of its own, closed when the test ends. SQLite keeps them in two files: a
-	// transactional consumer's write lock would otherwise hold the outbox's stamps.
-	open func(t *testing.T) (outboxDB, consumerDB dialects.Dialect)
+	// places names where a test's outbox and consumer databases are: two SQLite files in
+	// the test's directory (a transactional consumer's write lock would otherwise hold the
+	// outbox's stamps), the servers' test database otherwise.
+	places func(t *testing.T) (outboxAt, consumerAt string)
+	// openAt opens a dialect on a place, on a pool of its own; the caller closes it.
+	openAt func(ctx context.Context, at string) (dialects.Dialect, error)
 	// begin opens a transaction of the dialect's type.
 	begin func(t *testing.T, d dialects.Dialect) (tx any, commit, rollback func() error)
 	// txExec runs a statement in a transaction of the dialect's type.
@@ -139,32 +142,22 @@ func sqlInts(t *testing.T, d dialects.Dialect, q string, args ...any) [][]int64 
 var databases = []database{
 	{
 		name: "sqlite",
-		open: func(t *testing.T) (dialects.Dialect, dialects.Dialect) {
+		places: func(t *testing.T) (string, string) {
 			dir := t.TempDir()
-			open := func(file string) dialects.Dialect {
-				d, err := sqlite.Open(context.Background(), filepath.Join(dir, file))
-				if err != nil {
-					t.Fatalf("sqlite.Open: %v", err)
-				}
-				t.Cleanup(func() { _ = d.Close() })
-				return d
-			}
-			return open("outbox.db"), open("consumer.db")
+			return filepath.Join(dir, "outbox.db"), filepath.Join(dir, "consumer.db")
 		},
-		begin: sqlBegin, txExec: sqlTxExec, exec: sqlExec, ints: sqlInts,
+		openAt: func(ctx context.Context, at string) (dialects.Dialect, error) { return sqlite.Open(ctx, at) },
+		begin:  sqlBegin, txExec: sqlTxExec, exec: sqlExec, ints: sqlInts,
 	},
 	{
-		name: "postgres",
-		open: func(t *testing.T) (dialects.Dialect, dialects.Dialect) {
-			open := func() dialects.Dialect {
-				d, err := postgres.Open(context.Background(), postgresURL())
-				if err != nil {
-					t.Fatalf("postgres.Open: PostgreSQL must be up at ROWACTOR_POSTGRES_URL (%s): %v", postgresURL(), err)
-				}
-				t.Cleanup(func() { _ = d.Close() })
-				return d
+		name:   "postgres",
+		places: func(*testing.T) (string, string) { return postgresURL(), postgresURL() },
+		openAt: func(ctx context.Context, at string) (dialects.Dialect, error) {
+			d, err := postgres.Open(ctx, at)
+			if err != nil {
+				return nil, fmt.Errorf("PostgreSQL must be up at ROWACTOR_POSTGRES_URL (%s): %w", at, err)
 			}
-			return open(), open()
+			return d, nil
 		},
 		begin: func(t *testing.T, d dialects.Dialect) (any, func() error, func() error) {
 			ctx := context.Background()
@@ -208,17 +201,14 @@ var databases = []database{
 		},
 	},
 	{
-		name: "mysql",
-		open: func(t *testing.T) (dialects.Dialect, dialects.Dialect) {
-			open := func() dialects.Dialect {
-				d, err := mysql.Open(context.Background(), mysqlDSN())
-				if err != nil {
-					t.Fatalf("mysql.Open: MySQL/MariaDB must be up at ROWACTOR_MYSQL_DSN: %v", err)
-				}
-				t.Cleanup(func() { _ = d.Close() })
-				return d
+		name:   "mysql",
+		places: func(*testing.T) (string, string) { return mysqlDSN(), mysqlDSN() },
+		openAt: func(ctx context.Context, at string) (dialects.Dialect, error) {
+			d, err := mysql.Open(ctx, at)
+			if err != nil {
+				return nil, fmt.Errorf("MySQL/MariaDB must be up at ROWACTOR_MYSQL_DSN: %w", err)
 			}
-			return open(), open()
+			return d, nil
 		},
 		begin: sqlBegin, txExec: sqlTxExec, exec: sqlExec, ints: sqlInts,
 	},
@@ -230,6 +220,8 @@ type env struct {
 	db   database
 	obD  dialects.Dialect // the outbox's database
 	conD dialects.Dialect // the consumer's database
+	// obAt and conAt are where they are, for a child process to open them too.
+	obAt, conAt string
 
 	mu     sync.Mutex
 	tables map[dialects.Dialect][]string
@@ -237,7 +229,16 @@ type env struct {
 
 func newEnv(t *testing.T, db database) *env {
 	e := &env{t: t, db: db, tables: map[dialects.Dialect][]string{}}
-	e.obD, e.conD = db.open(t)
+	e.obAt, e.conAt = db.places(t)
+	open := func(at string) dialects.Dialect {
+		d, err := db.openAt(context.Background(), at)
+		if err != nil {
+			t.Fatalf("open %s: %v", db.name, err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		return d
+	}
+	e.obD, e.conD = open(e.obAt), open(e.conAt)
 	// Registered after the pools' Close and before any relay or broker, so it runs after
 	// those stopped and before the pools close.
 	t.Cleanup(func() {

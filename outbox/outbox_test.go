@@ -25,6 +25,7 @@ func TestOutbox(t *testing.T) {
 		{"RolledBackRecordIsNeverSent", testRolledBack},
 		{"WakeSendsAtOnce", testWake},
 		{"RelayKilledBetweenSendAndStampResendsAndDedupeSeesItOnce", testKilledRelay},
+		{"RelayProcessKilledBetweenSendAndStampResends", testProcessKilled},
 		{"RetriedRecordStaysUnprocessedUntilAcked", testRetried},
 		{"NoRecordLostAcrossRestartsOfEitherSide", testRestarts},
 		{"FailingSinkBacksOffAndRecovers", testBackoff},
@@ -454,7 +455,7 @@ func testRestarts(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	cancel()
-	write(10) // sent into the queue with no consumer running
+	write(10)       // sent into the queue with no consumer running
 	startConsumer() // shut down by the test's cleanup
 	write(10)
 	_ = relay.Stop(kill())

@@ -169,8 +169,9 @@ func (d *Dialect) OpenOutbox(ctx context.Context, t dialects.OutboxTable) (diale
 	s.unprocessed = "SELECT " + cols + " FROM " + tb + " WHERE " + quote(t.ProcessedAt) + " IS NULL AND " +
 		id + " > $1 ORDER BY " + id + " LIMIT $2"
 	s.markSent = "UPDATE " + tb + " SET " + quote(t.SentAt) + " = $1 WHERE " + id + " = $2"
-	s.markProcessed = "UPDATE " + tb + " SET " + quote(t.ProcessedAt) + " = $1 WHERE " + id + " = $2 AND " +
-		quote(t.ProcessedAt) + " IS NULL"
+	// A record processed was sent, though the relay may have died before its stamp.
+	s.markProcessed = "UPDATE " + tb + " SET " + quote(t.ProcessedAt) + " = $1, " + quote(t.SentAt) + " = COALESCE(" +
+		quote(t.SentAt) + ", $1) WHERE " + id + " = $2 AND " + quote(t.ProcessedAt) + " IS NULL"
 	s.state = "SELECT " + quote(t.SentAt) + ", " + quote(t.ProcessedAt) + " FROM " + tb + " WHERE " + id + " = $1"
 	// pgx prepares each text once per connection (its statement cache); this checks them
 	// all against the live table now rather than at the first record.

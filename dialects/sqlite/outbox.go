@@ -84,8 +84,9 @@ func (d *Dialect) OpenOutbox(ctx context.Context, t dialects.OutboxTable) (diale
 	s.unprocessed = "SELECT " + cols + " FROM " + tb + " WHERE " + quote(t.ProcessedAt) + " IS NULL AND " +
 		id + " > ? ORDER BY " + id + " LIMIT ?"
 	s.markSent = "UPDATE " + tb + " SET " + quote(t.SentAt) + " = ? WHERE " + id + " = ?"
-	s.markProcessed = "UPDATE " + tb + " SET " + quote(t.ProcessedAt) + " = ? WHERE " + id + " = ? AND " +
-		quote(t.ProcessedAt) + " IS NULL"
+	// A record processed was sent, though the relay may have died before its stamp.
+	s.markProcessed = "UPDATE " + tb + " SET " + quote(t.ProcessedAt) + " = ?, " + quote(t.SentAt) + " = COALESCE(" +
+		quote(t.SentAt) + ", ?) WHERE " + id + " = ? AND " + quote(t.ProcessedAt) + " IS NULL"
 	s.state = "SELECT " + quote(t.SentAt) + ", " + quote(t.ProcessedAt) + " FROM " + tb + " WHERE " + id + " = ?"
 	if err := d.prepareAll(ctx, s.record, s.recordHeaders, s.unsent, s.unprocessed, s.markSent, s.markProcessed, s.state); err != nil {
 		return nil, s.errorf("prepare", err)
@@ -201,7 +202,7 @@ func (s *outboxStore) MarkSent(ctx context.Context, id int64, now time.Time) err
 }
 
 func (s *outboxStore) MarkProcessed(ctx context.Context, id int64, now time.Time) (bool, error) {
-	n, err := s.write(ctx, "mark processed", s.markProcessed, formatTime(now), id)
+	n, err := s.write(ctx, "mark processed", s.markProcessed, formatTime(now), formatTime(now), id)
 	return n > 0, err
 }
 
