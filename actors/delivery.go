@@ -61,6 +61,8 @@ type delivery struct {
 	span        trace.Span
 	spanCtx     context.Context
 	handlerTook time.Duration
+	// workerFreed: the worker was given back before the settlement (workerFreeMsg).
+	workerFreed bool
 }
 
 // handledMsg tells the delivery actor its handler returned.
@@ -71,9 +73,20 @@ func (handledMsg) IgnoreDeadLetterLogging() {}
 // settledMsg tells the subscription actor a delivery ended. freed says the settlement
 // may have made a row claimable at once: a row returned to the queue, or (advisory form)
 // a key unlocked, behind which rows of the same key wait.
-type settledMsg struct{ freed bool }
+type settledMsg struct {
+	freed bool
+	// workerFreed says the delivery gave its worker back already (workerFreeMsg).
+	workerFreed bool
+}
 
 func (settledMsg) IgnoreDeadLetterLogging() {}
+
+// workerFreeMsg tells the subscription actor a delivery's handler returned and its
+// settlement waits for a batch: its worker may take the next row meanwhile. The row
+// stays in work (leased, its lease renewed) until the batch settled it.
+type workerFreeMsg struct{}
+
+func (workerFreeMsg) IgnoreDeadLetterLogging() {}
 
 func (d *delivery) Receive(c actor.Context) {
 	switch c.Message().(type) {
@@ -82,6 +95,10 @@ func (d *delivery) Receive(c actor.Context) {
 		sys, self := c.ActorSystem(), c.Self()
 		d.sub.cfg.Dispatcher.Schedule(func() { d.run(sys, self) })
 	case handledMsg:
+		if d.sub.batcher != nil {
+			c.Send(c.Parent(), workerFreeMsg{})
+			d.workerFreed = true
+		}
 		r := d.settleTraced()
 		d.settled = true
 		d.finishSpan(r)
@@ -120,7 +137,7 @@ func (d *delivery) end(c actor.Context, r Result) {
 	// A custom event may have returned its row or not: one claim finds out.
 	freed := r.Step == dialects.StepRetry || r.Step == dialects.StepRelease || r.Step == dialects.StepCustom ||
 		d.sub.cfg.Form == dialects.FormAdvisory
-	c.Send(c.Parent(), settledMsg{freed: freed})
+	c.Send(c.Parent(), settledMsg{freed: freed, workerFreed: d.workerFreed})
 }
 
 // run calls the handler on its own goroutine. A panic is an unsettled delivery.
@@ -222,7 +239,7 @@ func (d *delivery) settle() Result {
 			break
 		}
 		d.rollbackLeaseTx(ctx) // any other outcome discards the handler's writes first
-		r.Err = settler.Lease(ctx, cfg.Queue.(dialects.LeaseQueue), step, held)
+		r.Err = d.settleLease(ctx, step, held)
 	case dialects.FormAdvisory:
 		if cfg.Transactional {
 			var unlockErr error
@@ -241,6 +258,15 @@ func (d *delivery) settle() Result {
 		r.Err = settler.RowLock(ctx, d.claim.Locked, step, row.ID)
 	}
 	return r
+}
+
+// settleLease runs a lease-form step fenced by the token: with the next batch when the
+// subscription batches and the step can join one, else on its own.
+func (d *delivery) settleLease(ctx context.Context, step dialects.Step, held dialects.Lease) error {
+	if b := d.sub.batcher; b != nil && settler.Batchable(step) {
+		return b.Settle(ctx, step, held)
+	}
+	return settler.Lease(ctx, d.sub.cfg.Queue.(dialects.LeaseQueue), step, held)
 }
 
 // warnUnlock logs an unlock that failed after the settlement: the settlement stands, and
@@ -279,7 +305,7 @@ func (d *delivery) release(o settler.Outcome) Result {
 			r.Released = false
 			return r
 		}
-		if err := settler.Lease(ctx, cfg.Queue.(dialects.LeaseQueue), dialects.Step{Kind: dialects.StepRelease, Now: cfg.Now()},
+		if err := d.settleLease(ctx, dialects.Step{Kind: dialects.StepRelease, Now: cfg.Now()},
 			dialects.Lease{ID: row.ID, Token: token}); err != nil {
 			r.Released = false
 			r.Err = err

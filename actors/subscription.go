@@ -69,11 +69,22 @@ type Subscription struct {
 	handlerCtx     context.Context
 	stopHandlers   context.CancelFunc
 
+	// batcher gathers the lease form's acks and releases (nil when the queue cannot
+	// batch, and in transactional mode).
+	batcher *settler.Batcher
+
 	wakePending atomic.Bool
 	inWork      atomic.Int64
 	released    atomic.Int64
 	closed      atomic.Int64
 }
+
+// The lease form's settlement batches: two statements in flight at most, each for up to
+// 128 rows. Two runners let one batch gather while the other commits.
+const (
+	batchRunners = 2
+	batchMax     = 128
+)
 
 // Start spawns a subscription actor named name and its claimer (and renewer).
 func Start(sys *actor.ActorSystem, name string, cfg Config) (*Subscription, error) {
@@ -90,11 +101,17 @@ func Start(sys *actor.ActorSystem, name string, cfg Config) (*Subscription, erro
 		cfg.Book = leaserenewer.NewBook()
 	}
 	s.cfg = cfg
+	if bq, ok := cfg.Queue.(dialects.LeaseBatchQueue); ok && cfg.Form == dialects.FormLease && !cfg.Transactional {
+		s.batcher = settler.NewBatcher(bq, batchRunners, batchMax, cfg.SettleTimeout)
+	}
 	pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &subscriptionActor{s: s, workers: cfg.Workers} },
 		actor.WithDispatcher(cfg.Dispatcher)), name)
 	if err != nil {
 		s.stopStatements()
 		s.stopHandlers()
+		if s.batcher != nil {
+			s.batcher.Close()
+		}
 		return nil, err
 	}
 	s.pid = pid
@@ -179,6 +196,9 @@ type subscriptionActor struct {
 	backoff  *supervision.Backoff
 	workers  int
 	inFlight int // claims in flight
+	// busy counts deliveries that take a worker: spawned, and neither settled nor (lease
+	// form, batched) past their handler. inWork counts rows held until settled.
+	busy     int
 	asked    int // rows asked for by the claims in flight
 	due      bool
 	probing  bool
@@ -237,8 +257,14 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.idle = append(a.idle, c.Sender())
 		a.claim(c)
 		a.checkDrained()
+	case workerFreeMsg:
+		a.busy--
+		a.claim(c)
 	case settledMsg:
 		a.s.inWork.Add(-1)
+		if !m.workerFreed {
+			a.busy--
+		}
 		if m.freed {
 			a.due = true // one claim to find out; a short one clears it again
 		}
@@ -256,6 +282,10 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 			a.timer.Stop()
 		}
 	case *actor.Stopped:
+		// Every delivery actor stopped before this one: no settlement waits on the batcher.
+		if a.s.batcher != nil {
+			a.s.batcher.Close()
+		}
 		close(a.s.done)
 	}
 }
@@ -266,7 +296,7 @@ func (a *subscriptionActor) claim(c actor.Context) {
 	cfg := &a.s.cfg
 	for a.draining == nil && !a.stopped.Load() && a.due {
 		inWork := int(a.s.inWork.Load())
-		free := a.workers - inWork - a.asked
+		free := a.workers - a.busy - a.asked
 		if budget := cfg.Limits.Connections; budget > 0 {
 			held := a.inFlight // a claim holds a connection while it runs
 			if a.holdsConnections() {
@@ -284,6 +314,9 @@ func (a *subscriptionActor) claim(c actor.Context) {
 		if free <= 0 || a.inFlight >= maxInFlight {
 			return
 		}
+		if batch := a.claimBatch(); free < batch && a.busy+a.asked > 0 {
+			return // the settlements under way free more workers: claim them together
+		}
 		limit := free
 		if cfg.Form == dialects.FormRowLock {
 			limit = 1 // one transaction, one connection, one row
@@ -292,6 +325,25 @@ func (a *subscriptionActor) claim(c actor.Context) {
 		a.asked += limit
 		c.Send(a.claimerFor(c), &claimer.Request{Limit: limit})
 	}
+}
+
+// claimBatch is the fewest rows worth a claim while rows are in work. A lease claim is
+// one statement and one commit whatever its size, so while the queue is backed up (the
+// last claim came back full) it waits for half the workers to be free: claims come in
+// batches rather than one per settlement, and the database commits less per message.
+// When the queue ran short (probing), rows are claimed as soon as a worker is free, so a
+// trickle of rows sees no added latency. Other forms hold a connection per row and gain
+// nothing from waiting.
+func (a *subscriptionActor) claimBatch() int {
+	cfg := &a.s.cfg
+	if cfg.Form != dialects.FormLease || cfg.Transactional || a.probing {
+		return 1
+	}
+	batch := (a.workers + 1) / 2
+	if budget := cfg.Limits.Connections; budget > 0 {
+		batch = min(batch, budget) // a claim never asks for more than the budget allows
+	}
+	return max(batch, 1)
 }
 
 // holdsConnections says whether each delivery in work holds a pool connection: its claim
@@ -322,6 +374,7 @@ func (a *subscriptionActor) spawn(c actor.Context, cl claimer.Claim) {
 		cfg.Book.Add(cl.Row.ID, cl.Row.Token)
 	}
 	a.s.inWork.Add(1)
+	a.busy++
 	d := &delivery{sub: a.s, claim: cl}
 	c.Spawn(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithDispatcher(cfg.Dispatcher)))
 }

@@ -102,6 +102,18 @@ type LeaseQueue interface {
 	SettleLease(ctx context.Context, step Step, held Lease) (bool, error)
 }
 
+// LeaseBatchQueue is a lease queue that settles many rows of one kind in one statement and
+// one commit, each row fenced by its own token.
+type LeaseBatchQueue interface {
+	LeaseQueue
+
+	// SettleLeases runs kind's statement (StepAck: delete or set processed_at = now;
+	// StepRelease: clear the lease) for every lease in held whose row still holds its
+	// token, in one statement, and returns the ids it settled. An id missing from the
+	// result lost its lease and was left alone.
+	SettleLeases(ctx context.Context, kind StepKind, now time.Time, held []Lease) ([]int64, error)
+}
+
 // AdvisoryQueue serves the advisory lock form: candidates are selected with their keys,
 // each key is locked without waiting on a session of its own, and the row is taken (and
 // its attempt counted) only if it is still claimable.

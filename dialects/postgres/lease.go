@@ -17,6 +17,9 @@ type leaseQueue struct {
 	claim   stmt
 	extend  stmt   // $1 until, $2 ids, $3 tokens
 	confirm string // $1 id, $2 token: locks the row if it holds the token
+	batch   batchSQL
+
+	hasProcessedAt bool
 }
 
 var _ dialects.LeaseQueue = (*leaseQueue)(nil)
@@ -41,6 +44,9 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 		queue:   base,
 		claim:   w.stmt(),
 		confirm: confirmText(t),
+		batch:   buildBatch(t),
+
+		hasProcessedAt: t.ProcessedAt != "",
 		extend: stmt{text: "UPDATE " + tq + " AS u SET " + lu + " = $1 FROM unnest($2::bigint[], $3::timestamptz[]) AS h(id, held)" +
 			" WHERE u." + id + " = h.id AND u." + lu + " = h.held RETURNING u." + id},
 	}

@@ -43,7 +43,8 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 	case dialects.FormLease:
 		base.settle = buildSettle(spec, dialects.FormLease)
 		lq := newLeaseQueue(base, t)
-		q, stmts = lq, append(lq.settle.all(), lq.claim, lq.extend, stmt{text: lq.confirm})
+		q, stmts = lq, append(lq.settle.all(), lq.claim, lq.extend, stmt{text: lq.confirm},
+			stmt{text: lq.batch.ack}, stmt{text: lq.batch.release})
 		if spec.Transactional {
 			q = &txLeaseQueue{lq}
 		}
