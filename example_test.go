@@ -77,3 +77,48 @@ func ExampleConfigError() {
 	// Output:
 	// rowactor: table "jobs", column "attempts", Table.Attempt: the table has no such column (it has id, payload, locked_until); fix: add the column to the table, or correct Table.Attempt
 }
+
+// An audited ack: the service's own SQL moves a handled row to a "sent" group instead of
+// deleting it, and a retry records why it failed. Events run where the form runs its
+// settlement (here, a lease table: in a transaction that first confirms the lease).
+func ExampleOnEvent() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "rowactor-example-")
+	defer os.RemoveAll(dir)
+	acked := make(chan struct{})
+	b, _ := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"), rowactor.WithOnSettled(func(s rowactor.Settlement) {
+		if s.Event == "ack" && s.Err == nil {
+			close(acked)
+		}
+	}))
+	defer b.Shutdown(ctx)
+
+	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
+		Attempt: "attempt", LockedUntil: "locked_until"}
+	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
+	db := b.Dialect().(*sqlite.Dialect).DB()
+	_, _ = db.Exec(ddl)
+	_, _ = db.Exec("ALTER TABLE jobs ADD COLUMN last_error TEXT")
+
+	_, err := b.Subscribe(ctx, jobs, "emails", func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		if d.Attempt() == 1 {
+			return rowactor.Retry().WithError(fmt.Errorf("smtp: 451 try later"))
+		}
+		return rowactor.Ack()
+	},
+		rowactor.OnEvent("ack", "UPDATE jobs SET queue = 'sent', locked_until = NULL WHERE id = {id}"),
+		rowactor.OnEvent("retry", "UPDATE jobs SET last_error = {error}, locked_until = NULL WHERE id = {id}"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, _ = b.Publish(ctx, jobs, "emails", []byte("welcome@example.com"))
+	<-acked
+
+	var queue, lastError string
+	var attempt int
+	_ = db.QueryRow("SELECT queue, attempt, last_error FROM jobs").Scan(&queue, &attempt, &lastError)
+	fmt.Println(queue, attempt, lastError)
+	// Output:
+	// sent 3 smtp: 451 try later
+}

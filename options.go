@@ -134,7 +134,7 @@ func Transactional() SubscribeOption { return func(c *subscribeConfig) { c.trans
 // every event must name), {now}, {group}, {attempt}, {error} (the text given with
 // Outcome.WithError), {at} (retry_after), {dead_letter} (the dead-letter group),
 // {arg1}, {arg2}, ... (Custom's values), and for extend {held} and {until}. Write a quote
-// inside a string literal doubled (''), not escaped with a backslash.
+// inside a string literal doubled (”), not escaped with a backslash.
 //
 // It runs where the form runs a settlement: in the claim transaction (row lock), on the
 // connection holding the key (advisory), or, in the lease form, in a transaction that
