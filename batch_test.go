@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,6 +49,70 @@ var batchScenarios = []scenario{
 				case !stale(id) && st.exists:
 					t.Errorf("row %d still exists after its ack", id)
 				}
+			}
+		}},
+	{name: "prefetched rows wait for a worker and go back at shutdown", forms: []rowactor.Form{rowactor.FormLease},
+		run: func(t *testing.T, h *harness, form rowactor.Form) {
+			b := h.broker()
+			var inWork, peak, calls atomic.Int64
+			release := make(chan struct{})
+			h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+				calls.Add(1)
+				n := inWork.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				<-release
+				inWork.Add(-1)
+				return rowactor.Ack()
+			}, rowactor.Workers(2), rowactor.Prefetch(3), rowactor.Lease(time.Hour))
+			ids := h.publish(b, 8)
+			// Two rows in work, three more claimed and waiting: five leased, three due.
+			waitFor(t, func() bool {
+				return h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.Name+" WHERE locked_until IS NOT NULL") == 5
+			})
+			time.Sleep(200 * time.Millisecond)
+			if p, n := peak.Load(), h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.Name+" WHERE locked_until IS NOT NULL"); p != 2 || n != 5 {
+				t.Fatalf("peak %d handlers with Workers(2), %d rows leased with Prefetch(3); want 2 and 5", p, n)
+			}
+			// Shutdown lets the two in work settle and gives the waiting three back at once.
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				rep, err := b.Shutdown(ctx)
+				if err != nil || !rep.Drained || rep.Released != 3 {
+					t.Errorf("Shutdown: %+v, %v; want drained with the 3 waiting rows released", rep, err)
+				}
+			}()
+			var closed int
+			for _, s := range h.waitSettled(3) {
+				if !errors.Is(s.Err, rowactor.ErrClosed) || !s.Released {
+					t.Fatalf("waiting row %d: %+v, want released with ErrClosed", s.ID, s)
+				}
+				closed++
+			}
+			close(release)
+			for _, s := range h.waitSettled(2) {
+				if s.Err != nil || s.Step != "ack" {
+					t.Fatalf("row in work %d: %+v", s.ID, s)
+				}
+			}
+			<-done
+			if n := calls.Load(); n != 2 {
+				t.Fatalf("handler called %d times, want 2: waiting rows must not start after the drain began", n)
+			}
+			left := 0
+			for _, id := range ids {
+				if st := h.row(id); st.exists {
+					left++
+					if st.lockedUntil != nil {
+						t.Errorf("row %d still leased after shutdown: %+v", id, st)
+					}
+				}
+			}
+			if left != 6 {
+				t.Fatalf("%d rows left, want 6 (8 published, 2 acked)", left)
 			}
 		}},
 }

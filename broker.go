@@ -139,8 +139,11 @@ func (b *Broker) Shutdown(ctx context.Context) (ShutdownReport, error) {
 	b.subs = nil
 	b.mu.Unlock()
 
+	// Counted from before the drain: it gives back prefetched rows that never started.
+	relRows, relConns := make([]int, len(subs)), make([]int, len(subs))
 	drained := make([]<-chan struct{}, len(subs))
 	for i, s := range subs {
+		relRows[i], relConns[i] = s.run.Released()
 		drained[i] = s.run.Drain()
 	}
 	rep.Drained = true
@@ -155,8 +158,8 @@ func (b *Broker) Shutdown(ctx context.Context) (ShutdownReport, error) {
 		}
 	}
 	var errs []error
-	for _, s := range subs {
-		rows, conns := s.run.Released()
+	for i, s := range subs {
+		rows, conns := relRows[i], relConns[i]
 		// Releases are bounded by the settle timeout each; give them their own budget so a
 		// spent ctx still leaves no lock behind.
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)

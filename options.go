@@ -71,6 +71,7 @@ type subscribeConfig struct {
 	deadLetterGroup string
 	deadLetterTable string
 	transactional   bool
+	prefetch        int
 	events          map[string]string
 	eventErr        error
 }
@@ -82,6 +83,14 @@ func defaultSubscribeConfig() subscribeConfig {
 // Workers sets how many deliveries the subscription keeps in work at once. Change it
 // while running with Subscription.SetWorkers. Defaults to 1.
 func Workers(n int) SubscribeOption { return func(c *subscribeConfig) { c.workers = n } }
+
+// Prefetch lets a lease-form subscription hold up to n claimed rows beyond its Workers,
+// waiting for a worker. A claim then takes many rows in one statement even while every
+// worker is busy, so fast handlers need not wait for a claim's commit between rows; the
+// price is that up to n rows sit leased in this process (their leases renewed) where no
+// other consumer can take them. Shutdown gives back the rows still waiting. Defaults to 0;
+// the lease form only (a row lock or advisory row waiting would hold a connection).
+func Prefetch(n int) SubscribeOption { return func(c *subscribeConfig) { c.prefetch = n } }
 
 // Lease sets the lease length of a lease-form table, rounded up to whole seconds, at
 // least one. The renewer extends every lease in work each half lease, so a handler may
@@ -175,6 +184,11 @@ func (c *subscribeConfig) check(t Table, queue string) error {
 	switch {
 	case c.workers < 1:
 		return bad("Workers", fmt.Sprintf("Workers(%d) leaves nothing to do the work", c.workers), "use Workers(1) or more")
+	case c.prefetch < 0:
+		return bad("Prefetch", fmt.Sprintf("Prefetch(%d) is negative", c.prefetch), "use Prefetch(0) or more")
+	case c.prefetch > 0 && t.Form() != FormLease:
+		return bad("Prefetch", "Prefetch holds claimed rows waiting for a worker, and only a lease row costs nothing to hold (a row lock or advisory row holds a connection)",
+			"drop Prefetch, or use the lease form")
 	case c.poll <= 0:
 		return bad("PollInterval", fmt.Sprintf("PollInterval(%v) is not a positive interval", c.poll), "use a positive duration such as time.Second")
 	case c.leaseSet && t.Form() != FormLease:

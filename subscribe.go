@@ -85,7 +85,7 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 	run, err := actors.Start(b.sys, fmt.Sprintf("%s/%s/%s", b.name, t.Name, queue), actors.Config{
 		Table: t.Name, QueueName: queue, DeadLetter: deadLetter,
 		Form: t.Form(), Queue: q,
-		Workers: cfg.workers, Lease: cfg.leaseLength(), Poll: cfg.poll,
+		Workers: cfg.workers, Prefetch: cfg.prefetch, Lease: cfg.leaseLength(), Poll: cfg.poll,
 		Rules:   settler.Rules{MaxAttempts: cfg.maxAttempts, HasRetryAfter: t.RetryAfter != "", Events: eventNames(cfg.events)},
 		Handler: wrap(h, t.Name, queue),
 		Now:     b.now, Log: b.log, Policy: defaultPolicy, Limits: b.d.Limits(), Dispatcher: b.dispatcher,

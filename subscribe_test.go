@@ -40,6 +40,8 @@ func TestSubscribeRefusesWhatCannotWork(t *testing.T) {
 		{"lease and advisory key together", func(t *rowactor.Table) { t.AdvisoryKey = "k-{id}" }, nil, "AdvisoryKey"},
 		{"lease option on an advisory table", func(t *rowactor.Table) { t.LockedUntil = ""; t.AdvisoryKey = "k-{id}" }, []rowactor.SubscribeOption{rowactor.Lease(time.Minute)}, "Lease"},
 		{"no workers", nil, []rowactor.SubscribeOption{rowactor.Workers(0)}, "Workers"},
+		{"negative prefetch", nil, []rowactor.SubscribeOption{rowactor.Prefetch(-1)}, "Prefetch"},
+		{"prefetch outside the lease form", func(t *rowactor.Table) { t.LockedUntil = ""; t.AdvisoryKey = "k-{id}" }, []rowactor.SubscribeOption{rowactor.Prefetch(4)}, "Prefetch"},
 		{"a queue name is required with groups", nil, nil, "queue"},
 		{"payload required", func(t *rowactor.Table) { t.Payload = "" }, nil, "Payload"},
 	}

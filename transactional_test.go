@@ -37,6 +37,41 @@ func (h *harness) write(ctx context.Context, d *rowactor.Delivery, s rowactor.Ta
 
 // transactionalScenarios run with Transactional() over every (database, form).
 var transactionalScenarios = []scenario{
+	{name: "a shutdown that outlasts its deadline rolls back a running handler's transaction and releases its row", run: func(t *testing.T, h *harness, form rowactor.Form) {
+		s := h.side()
+		b := h.broker()
+		var calls atomic.Int64
+		h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			if calls.Add(1) > 1 {
+				return rowactor.Ack()
+			}
+			h.write(context.Background(), d, s, "abandoned")
+			<-ctx.Done() // the shutdown's deadline passed: the handler is told to stop
+			return rowactor.Ack()
+		}, append(leaseOptions(form, time.Hour), rowactor.Transactional())...)
+		id := h.publish(b, 1)[0]
+		waitFor(t, func() bool { return calls.Load() == 1 })
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		rep, err := b.Shutdown(ctx)
+		if err != nil || rep.Drained || rep.Released != 1 {
+			t.Fatalf("Shutdown: %+v, %v; want not drained, one row released, no error", rep, err)
+		}
+		if st := h.waitSettled(1)[0]; !errors.Is(st.Err, rowactor.ErrClosed) || !st.Released {
+			t.Fatalf("settlement %+v, want the row released with ErrClosed", st)
+		}
+		if n := h.sideRows(s, "abandoned"); n != 0 {
+			t.Fatalf("the abandoned handler's write committed (%d rows)", n)
+		}
+		if st := h.row(id); !st.exists || st.lockedUntil != nil {
+			t.Fatalf("row after shutdown: %+v", st)
+		}
+		// Nothing of the delivery is left holding the row: another broker takes it at once.
+		h.subscribe(h.second(), func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() })
+		if st := h.waitSettled(1)[0]; st.Err != nil || st.ID != id {
+			t.Fatalf("redelivery %+v", st)
+		}
+	}},
 	{name: "ack commits the handler's writes with the settlement", run: func(t *testing.T, h *harness, _ rowactor.Form) {
 		s := h.side()
 		b := h.broker()

@@ -63,6 +63,9 @@ type delivery struct {
 	handlerTook time.Duration
 	// workerFreed: the worker was given back before the settlement (workerFreeMsg).
 	workerFreed bool
+	// releaseOnly gives a prefetched row back without calling the handler (a drain began
+	// before a worker took it).
+	releaseOnly bool
 }
 
 // handledMsg tells the delivery actor its handler returned.
@@ -92,6 +95,16 @@ func (d *delivery) Receive(c actor.Context) {
 	switch c.Message().(type) {
 	case *actor.Started:
 		d.startSpan()
+		if d.releaseOnly {
+			r := d.release(settler.Outcome{})
+			r.Err = errors.Join(r.Err, settler.ErrClosed)
+			d.settled = true
+			d.finishSpan(r, 0)
+			d.sub.report(r)
+			d.end(c, r)
+			c.Stop(c.Self())
+			return
+		}
 		sys, self := c.ActorSystem(), c.Self()
 		d.sub.cfg.Dispatcher.Schedule(func() { d.run(sys, self) })
 	case handledMsg:
@@ -101,7 +114,7 @@ func (d *delivery) Receive(c actor.Context) {
 		}
 		r := d.settleTraced()
 		d.settled = true
-		d.finishSpan(r)
+		d.finishSpan(r, d.handlerTook)
 		d.sub.report(r)
 		d.end(c, r)
 		c.Stop(c.Self())
@@ -112,14 +125,23 @@ func (d *delivery) Receive(c actor.Context) {
 		d.settled = true
 		// Stopped before settling: the handler still runs, or its outcome came too late.
 		if d.state.CompareAndSwap(running, released) {
-			r := d.release(settler.Outcome{})
-			d.finishSpan(Result{Step: r.Step, Err: settler.ErrClosed})
-			d.end(c, r)
+			d.finishSpan(Result{Step: dialects.StepRelease, Err: settler.ErrClosed}, 0)
+			if d.sub.cfg.Transactional {
+				// The handler is using the delivery's transaction, which only its own
+				// goroutine may end: run releases the row once the handler returns, and
+				// Subscription.Stop waits for it.
+				d.sub.pending.Add(1)
+				d.end(c, Result{})
+				return
+			}
+			// Outside transactional mode the handler holds nothing of the row: it goes
+			// back now.
+			d.end(c, d.releaseOn(d.sub.cfg.Ctx, settler.Outcome{}, nil))
 			return
 		}
 		r := d.release(d.outcome)
 		r.Err = settler.ErrClosed
-		d.finishSpan(r)
+		d.finishSpan(r, d.handlerTook)
 		d.sub.report(r)
 		d.end(c, r)
 	}
@@ -152,7 +174,21 @@ func (d *delivery) run(sys *actor.ActorSystem, self *actor.PID) {
 		return
 	}
 	// The row was released (shutdown) while the handler ran: its outcome cannot settle.
-	d.sub.report(Result{Row: d.claim.Row, Outcome: d.outcome, Step: dialects.StepRelease, Err: settler.ErrClosed, Tag: d.tag})
+	r := Result{Row: d.claim.Row, Outcome: d.outcome, Step: dialects.StepRelease, Err: settler.ErrClosed, Tag: d.tag}
+	if d.sub.cfg.Transactional {
+		// The actor left the row to this goroutine (see Stopping): roll the handler's
+		// transaction back and give the row back, on statements the stop no longer bounds.
+		rr := d.releaseOn(context.WithoutCancel(d.sub.cfg.Ctx), d.outcome, d.tag)
+		if rr.Released {
+			d.sub.released.Add(1)
+		}
+		if rr.Closed {
+			d.sub.closed.Add(1)
+		}
+		r.Released, r.Closed, r.Err = rr.Released, rr.Closed, errors.Join(settler.ErrClosed, rr.Err)
+		defer d.sub.pending.Done()
+	}
+	d.sub.report(r)
 }
 
 // begin finds the transaction a transactional handler is lent: the claim's (row lock), the
@@ -291,11 +327,15 @@ func (d *delivery) rollbackLeaseTx(ctx context.Context) {
 
 // release gives the row back unsettled: the lease is cleared at once, or the key is
 // unlocked and its connection closed.
-func (d *delivery) release(o settler.Outcome) Result {
+func (d *delivery) release(o settler.Outcome) Result { return d.releaseOn(d.sub.cfg.Ctx, o, d.tag) }
+
+// releaseOn is release with the statements' base context and the handler's tag given:
+// while a handler still runs, the delivery may read neither its tag nor its transaction.
+func (d *delivery) releaseOn(base context.Context, o settler.Outcome, tag any) Result {
 	cfg := d.sub.cfg
 	row := d.claim.Row
-	r := Result{Row: row, Outcome: o, Step: dialects.StepRelease, Released: true, Tag: d.tag}
-	ctx, cancel := context.WithTimeout(cfg.Ctx, cfg.SettleTimeout)
+	r := Result{Row: row, Outcome: o, Step: dialects.StepRelease, Released: true, Tag: tag}
+	ctx, cancel := context.WithTimeout(base, cfg.SettleTimeout)
 	defer cancel()
 	switch cfg.Form {
 	case dialects.FormLease:

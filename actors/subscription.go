@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,12 +31,15 @@ type Config struct {
 	// Queue serves Form.
 	Queue   dialects.Queue
 	Workers int
-	Lease   time.Duration
-	Poll    time.Duration
-	Rules   settler.Rules
-	Handler Handler
-	Now     func() time.Time
-	Log     *slog.Logger
+	// Prefetch is how many claimed rows may wait for a worker beyond Workers (lease form;
+	// the root package refuses it elsewhere). Their leases are renewed while they wait.
+	Prefetch int
+	Lease    time.Duration
+	Poll     time.Duration
+	Rules    settler.Rules
+	Handler  Handler
+	Now      func() time.Time
+	Log      *slog.Logger
 	// OnSettled, if set, is told what became of every delivery.
 	OnSettled func(Result)
 	Policy    supervision.Policy
@@ -73,6 +77,10 @@ type Subscription struct {
 	// batch, and in transactional mode).
 	batcher *settler.Batcher
 
+	// pending counts transactional rows whose release waits for a handler still running
+	// at the stop (see delivery's Stopping).
+	pending sync.WaitGroup
+
 	wakePending atomic.Bool
 	inWork      atomic.Int64
 	released    atomic.Int64
@@ -82,7 +90,7 @@ type Subscription struct {
 // The lease form's settlement batches: two statements in flight at most, each for up to
 // 128 rows. Two runners let one batch gather while the other commits.
 const (
-	batchRunners = 2
+	batchRunners = 1
 	batchMax     = 128
 )
 
@@ -146,12 +154,22 @@ func (s *Subscription) Drain() <-chan struct{} {
 func (s *Subscription) Stop(ctx context.Context) error {
 	s.sys.Root.Stop(s.pid)
 	defer s.stopStatements()
-	defer s.stopHandlers()
 	select {
 	case <-s.done:
+	case <-ctx.Done():
+		s.stopHandlers()
+		return errors.Join(errors.New("rowactor: subscription did not stop in time"), ctx.Err())
+	}
+	// Transactional handlers still running end their own transactions and release their
+	// rows once they return: tell them to, and wait.
+	s.stopHandlers()
+	released := make(chan struct{})
+	go func() { s.pending.Wait(); close(released) }()
+	select {
+	case <-released:
 		return nil
 	case <-ctx.Done():
-		return errors.Join(errors.New("rowactor: subscription did not stop in time"), ctx.Err())
+		return errors.Join(errors.New("rowactor: a transactional handler did not return in time; its row is released when it does"), ctx.Err())
 	}
 }
 
@@ -198,7 +216,9 @@ type subscriptionActor struct {
 	inFlight int // claims in flight
 	// busy counts deliveries that take a worker: spawned, and neither settled nor (lease
 	// form, batched) past their handler. inWork counts rows held until settled.
-	busy     int
+	busy int
+	// backlog holds claimed rows waiting for a worker (Prefetch).
+	backlog  []claimer.Claim
 	asked    int // rows asked for by the claims in flight
 	due      bool
 	probing  bool
@@ -239,7 +259,7 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.asked -= m.Limit
 		cfg.Telemetry.Claimed(cfg.Ctx, m.Took, len(m.Claims))
 		for _, cl := range m.Claims {
-			a.spawn(c, cl)
+			a.hold(c, cl)
 		}
 		switch {
 		case m.Err != nil:
@@ -259,12 +279,14 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.checkDrained()
 	case workerFreeMsg:
 		a.busy--
+		a.startBacklog(c)
 		a.claim(c)
 	case settledMsg:
 		a.s.inWork.Add(-1)
 		if !m.workerFreed {
 			a.busy--
 		}
+		a.startBacklog(c)
 		if m.freed {
 			a.due = true // one claim to find out; a short one clears it again
 		}
@@ -272,12 +294,15 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.checkDrained()
 	case setWorkersMsg:
 		a.workers = max(m.n, 1)
+		a.startBacklog(c)
 		a.claim(c)
 	case *drainMsg:
 		a.draining = m.done
+		a.releaseBacklog(c)
 		a.checkDrained()
 	case *actor.Stopping:
 		a.stopped.Store(true)
+		a.releaseBacklogNow()
 		if a.timer != nil {
 			a.timer.Stop()
 		}
@@ -296,13 +321,15 @@ func (a *subscriptionActor) claim(c actor.Context) {
 	cfg := &a.s.cfg
 	for a.draining == nil && !a.stopped.Load() && a.due {
 		inWork := int(a.s.inWork.Load())
-		free := a.workers - a.busy - a.asked
+		free := a.workers + cfg.Prefetch - a.busy - len(a.backlog) - a.asked
 		if budget := cfg.Limits.Connections; budget > 0 {
-			held := a.inFlight // a claim holds a connection while it runs
 			if a.holdsConnections() {
-				held += inWork + a.asked - a.inFlight // and each row after it, until settled
+				// A claim holds a connection while it runs, and each row after it until
+				// settled: rows cost connections.
+				free = min(free, budget-(inWork+a.asked))
+			} else if a.inFlight >= budget {
+				return // each claim in flight holds one connection, whatever its rows
 			}
-			free = min(free, budget-held)
 		}
 		maxInFlight := cfg.Limits.ClaimsInFlight
 		if maxInFlight <= 0 {
@@ -339,11 +366,7 @@ func (a *subscriptionActor) claimBatch() int {
 	if cfg.Form != dialects.FormLease || cfg.Transactional || a.probing {
 		return 1
 	}
-	batch := (a.workers + 1) / 2
-	if budget := cfg.Limits.Connections; budget > 0 {
-		batch = min(batch, budget) // a claim never asks for more than the budget allows
-	}
-	return max(batch, 1)
+	return max((a.workers+cfg.Prefetch+1)/2, 1)
 }
 
 // holdsConnections says whether each delivery in work holds a pool connection: its claim
@@ -368,15 +391,70 @@ func (a *subscriptionActor) claimerFor(c actor.Context) *actor.PID {
 	return pid
 }
 
-func (a *subscriptionActor) spawn(c actor.Context, cl claimer.Claim) {
+// hold takes a claimed row into the subscription: its lease goes into the book (renewed
+// from now on), and it starts on a free worker or waits in the backlog for one.
+func (a *subscriptionActor) hold(c actor.Context, cl claimer.Claim) {
 	cfg := &a.s.cfg
 	if cfg.Form == dialects.FormLease {
 		cfg.Book.Add(cl.Row.ID, cl.Row.Token)
 	}
 	a.s.inWork.Add(1)
-	a.busy++
-	d := &delivery{sub: a.s, claim: cl}
+	switch {
+	case a.draining != nil:
+		a.start(c, cl, true) // claimed as the drain began: give it back
+	case a.busy < a.workers:
+		a.start(c, cl, false)
+	default:
+		a.backlog = append(a.backlog, cl)
+	}
+}
+
+// startBacklog starts waiting rows while workers are free.
+func (a *subscriptionActor) startBacklog(c actor.Context) {
+	for len(a.backlog) > 0 && a.busy < a.workers && a.draining == nil {
+		cl := a.backlog[0]
+		a.backlog[0] = claimer.Claim{}
+		a.backlog = a.backlog[1:]
+		a.start(c, cl, false)
+	}
+}
+
+// start spawns the delivery actor of a held row; releaseOnly gives the row back at once
+// without calling the handler.
+func (a *subscriptionActor) start(c actor.Context, cl claimer.Claim, releaseOnly bool) {
+	cfg := &a.s.cfg
+	d := &delivery{sub: a.s, claim: cl, releaseOnly: releaseOnly}
+	if releaseOnly {
+		d.workerFreed = true // it never took a worker
+	} else {
+		a.busy++
+	}
 	c.Spawn(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithDispatcher(cfg.Dispatcher)))
+}
+
+// releaseBacklog gives the rows waiting for a worker back when a drain begins: Shutdown
+// lets deliveries in work settle, and these never started.
+func (a *subscriptionActor) releaseBacklog(c actor.Context) {
+	for _, cl := range a.backlog {
+		a.start(c, cl, true)
+	}
+	a.backlog = nil
+}
+
+// releaseBacklogNow releases the backlog as the subscription stops without a drain: no
+// child can be spawned any more, so the releases run here, each bounded by the settle
+// timeout.
+func (a *subscriptionActor) releaseBacklogNow() {
+	for _, cl := range a.backlog {
+		d := &delivery{sub: a.s, claim: cl}
+		r := d.release(settler.Outcome{})
+		if r.Released {
+			a.s.released.Add(1)
+		}
+		a.s.report(r)
+		a.s.inWork.Add(-1)
+	}
+	a.backlog = nil
 }
 
 func (a *subscriptionActor) checkDrained() {

@@ -66,7 +66,7 @@ func (d *delivery) settleTraced() Result {
 
 // finishSpan records what became of the delivery on its span and in the metrics, and ends
 // the span.
-func (d *delivery) finishSpan(r Result) {
+func (d *delivery) finishSpan(r Result, handlerTook time.Duration) {
 	tel := d.sub.cfg.Telemetry
 	outcome := r.Outcome.Verdict.String()
 	d.span.SetAttributes(telemetry.Outcome.String(outcome), telemetry.Step.String(r.Step.String()))
@@ -82,6 +82,6 @@ func (d *delivery) finishSpan(r Result) {
 	if errors.Is(r.Err, settler.ErrLeaseLost) {
 		tel.LeaseLost(d.spanCtx)
 	}
-	tel.Settled(d.spanCtx, outcome, d.handlerTook, r.Step == dialects.StepDeadLetter && r.Err == nil)
+	tel.Settled(d.spanCtx, outcome, handlerTook, r.Step == dialects.StepDeadLetter && r.Err == nil)
 	d.span.End()
 }

@@ -7,10 +7,13 @@ package main
 // PREPARE and CLOSE around a MySQL statement run as text with arguments) does not.
 //
 // PostgreSQL's counts are also measured at the driver (a pgx tracer) and the harness
-// warns when the two disagree.
+// warns when the two disagree. The batched settlement (SettleLeases) is one statement on
+// PostgreSQL and SQLite; on MySQL a READ COMMITTED transaction (SET TRANSACTION, START
+// TRANSACTION), a SELECT … FOR UPDATE, the DELETE and the COMMIT.
 type costs struct {
 	claimLease, claimLeaseEmpty   int // ClaimLeases that returned a row / none
 	settleLease                   int // SettleLease
+	settleBatch                   int // SettleLeases (the batched raw loop)
 	claimLocked, claimLockedEmpty int // ClaimLocked that returned a claim / none
 	settleLocked                  int // LockedClaim.Settle(ack)
 	candidates                    int // Candidates
@@ -25,7 +28,7 @@ var (
 	// UPDATE … RETURNING; the advisory take an UPDATE … RETURNING, the table having an
 	// attempt column). Keys live in the process's registry: TryLock and Unlock run none.
 	sqliteCosts = costs{
-		claimLease: 1, claimLeaseEmpty: 1, settleLease: 1,
+		claimLease: 1, claimLeaseEmpty: 1, settleLease: 1, settleBatch: 1,
 		candidates: 1, tryLock: 0, take: 1, takeMissed: 1, settleSession: 1, unlockHeld: 0, unlockNotHeld: 0,
 	}
 	// PostgreSQL: the lease claim is one statement (a CTE that locks, stamps and
@@ -34,7 +37,7 @@ var (
 	// advisory session runs pg_try_advisory_lock, the take (UPDATE … RETURNING), the
 	// DELETE and pg_advisory_unlock, one statement each.
 	postgresCosts = costs{
-		claimLease: 1, claimLeaseEmpty: 1, settleLease: 1,
+		claimLease: 1, claimLeaseEmpty: 1, settleLease: 1, settleBatch: 1,
 		claimLocked: 2, claimLockedEmpty: 3, settleLocked: 2,
 		candidates: 1, tryLock: 1, take: 1, takeMissed: 1, settleSession: 1, unlockHeld: 1, unlockNotHeld: 0,
 	}
@@ -47,7 +50,7 @@ var (
 	// run when the UPDATE matched nothing), the DELETE and RELEASE_LOCK. Claims retried
 	// after a deadlock would run more; the loop cannot see those.
 	mysqlCosts = costs{
-		claimLease: 5, claimLeaseEmpty: 4, settleLease: 1,
+		claimLease: 5, claimLeaseEmpty: 4, settleLease: 1, settleBatch: 5,
 		claimLocked: 3, claimLockedEmpty: 4, settleLocked: 2,
 		candidates: 1, tryLock: 1, take: 2, takeMissed: 1, settleSession: 1, unlockHeld: 1, unlockNotHeld: 0,
 	}

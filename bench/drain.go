@@ -22,10 +22,14 @@ const (
 	timeout = 10 * time.Minute // for a whole drain; only a broken run comes near it
 )
 
+// prefetch is the -prefetch flag: rowactor's Prefetch(n) in the lease form.
+var prefetch int
+
 // A contender drains a filled table with n workers.
 type contender struct {
 	name    string
-	tracing bool // rowactor with an SDK tracer and meter provider
+	forms   []dialects.Form // the forms it drains; nil for every form
+	tracing bool            // rowactor with an SDK tracer and meter provider
 	drain   func(ctx context.Context, tg *target, t tableDesc, workers, rows int, tracing bool) (result, error)
 }
 
@@ -172,7 +176,7 @@ func drainRowactor(ctx context.Context, tg *target, t tableDesc, workers, rows i
 	}
 	sopts := []rowactor.SubscribeOption{rowactor.Workers(workers), rowactor.PollInterval(poll)}
 	if t.Form() == dialects.FormLease {
-		sopts = append(sopts, rowactor.Lease(lease))
+		sopts = append(sopts, rowactor.Lease(lease), rowactor.Prefetch(prefetch))
 	}
 	before, cpuBefore, stmtsBefore := mallocs(), cpuTime(), tg.stmtCount()
 	_, err = b.Subscribe(ctx, t.Table, "bench", handler, sopts...)

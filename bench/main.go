@@ -79,6 +79,7 @@ func parseFlags(args []string) (config, error) {
 	workers := fs.String("workers", "1,8", "worker counts, comma-separated")
 	fs.IntVar(&cfg.rows, "rows", 20000, "rows per drain")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds per database, form and worker count")
+	fs.IntVar(&prefetch, "prefetch", 0, "rowactor's Prefetch(n) in the lease form: claimed rows that may wait for a worker")
 	fs.StringVar(&cfg.tracing, "tracing", "off", "rowactor's OpenTelemetry: off, on, or both (rowactor runs twice per round)")
 	fs.StringVar(&cfg.dir, "dir", "", "directory for the SQLite file (default: a fresh temporary one)")
 	fs.StringVar(&cfg.pgURL, "pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable&pool_max_conns=16", "PostgreSQL URL (pgx)")
@@ -174,7 +175,19 @@ func contendersFor(tracing string) []contender {
 	if tracing == "on" || tracing == "both" {
 		cs = append(cs, contender{name: "rowactor", tracing: true, drain: drainRowactor})
 	}
-	return append(cs, contender{name: "raw", drain: drainRaw})
+	cs = append(cs, contender{name: "raw", drain: drainRaw})
+	return append(cs, contender{name: "raw-batch", forms: []dialects.Form{dialects.FormLease}, drain: drainRawBatch})
+}
+
+// serves lists the contenders that drain form.
+func serves(cs []contender, form dialects.Form) []contender {
+	var out []contender
+	for _, c := range cs {
+		if c.forms == nil || slices.Contains(c.forms, form) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func run(cfg config) error {
@@ -223,8 +236,10 @@ func run(cfg config) error {
 }
 
 func runTarget(ctx context.Context, cfg config, tg *target, contenders []contender, out *json.Encoder) error {
+	all := contenders
 	for _, form := range cfg.forms {
 		t := tableFor(form)
+		contenders := serves(all, form)
 		for _, n := range cfg.workers {
 			results := make(map[string][]result)
 			for round := 1; round <= cfg.rounds; round++ {
@@ -299,19 +314,24 @@ func report(out *json.Encoder, cfg config, tg *target, form dialects.Form, n int
 		}
 	}
 	// Rounds pair the contenders: the ratio is taken within each round, then its median.
-	raw := results["raw"]
-	for _, c := range contenders {
-		if c.name != "rowactor" {
+	for _, against := range []string{"raw", "raw-batch"} {
+		raw, ok := results[against]
+		if !ok {
 			continue
 		}
-		rs := results[c.key()]
-		ratios := make([]float64, len(rs))
-		for i := range rs {
-			ratios[i] = rs[i].rate() / raw[i].rate()
-		}
-		if err := out.Encode(ratioLine{DB: tg.db, Form: form.String(), Tracing: onOff(c.tracing), Workers: n,
-			Ratio: roundTo(median(ratios), 3)}); err != nil {
-			return err
+		for _, c := range contenders {
+			if c.name != "rowactor" {
+				continue
+			}
+			rs := results[c.key()]
+			ratios := make([]float64, len(rs))
+			for i := range rs {
+				ratios[i] = rs[i].rate() / raw[i].rate()
+			}
+			if err := out.Encode(ratioLine{DB: tg.db, Form: form.String(), Tracing: onOff(c.tracing), Workers: n,
+				Against: against, Ratio: roundTo(median(ratios), 3)}); err != nil {
+				return err
+			}
 		}
 	}
 	if cfg.tracing == "both" {
@@ -351,10 +371,13 @@ type summary struct {
 }
 
 type ratioLine struct {
-	DB      string  `json:"db"`
-	Form    string  `json:"form"`
-	Tracing string  `json:"tracing"`
-	Workers int     `json:"workers"`
+	DB      string `json:"db"`
+	Form    string `json:"form"`
+	Tracing string `json:"tracing"`
+	Workers int    `json:"workers"`
+	// Against names the loop compared with: "raw" (one row per claim and settlement) or
+	// "raw-batch" (32 rows per claim, one batched ack).
+	Against string  `json:"against"`
 	Ratio   float64 `json:"ratio_rowactor_over_raw"`
 }
 
