@@ -72,6 +72,8 @@ type subscribeConfig struct {
 	deadLetterTable string
 	transactional   bool
 	prefetch        int
+	keyOf           func(*Delivery) string
+	keyWorkers      bool
 	events          map[string]string
 	eventErr        error
 }
@@ -91,6 +93,18 @@ func Workers(n int) SubscribeOption { return func(c *subscribeConfig) { c.worker
 // other consumer can take them. Shutdown gives back the rows still waiting. Defaults to 0;
 // the lease form only (a row lock or advisory row waiting would hold a connection).
 func Prefetch(n int) SubscribeOption { return func(c *subscribeConfig) { c.prefetch = n } }
+
+// WorkersByKey runs n workers where rows of one partition key are handled one at a time,
+// in claim order, and rows of different keys side by side. key names a delivery's
+// partition key, from its payload or headers (d.Header("account"), say); it must be
+// quick and must not keep d. A row waits while an earlier row of its key is in work, and
+// rows of other keys claimed after it go first; up to n rows may wait so. The
+// subscription keeps one claim in flight, to keep claim order. A retried row goes back to
+// the queue, and later rows of its key may run before it comes back: for strict order
+// across retries and processes, declare the table's groups FIFO instead.
+func WorkersByKey(n int, key func(d *Delivery) string) SubscribeOption {
+	return func(c *subscribeConfig) { c.workers, c.keyOf, c.keyWorkers = n, key, true }
+}
 
 // Lease sets the lease length of a lease-form table, rounded up to whole seconds, at
 // least one. The renewer extends every lease in work each half lease, so a handler may
@@ -184,6 +198,8 @@ func (c *subscribeConfig) check(t Table, queue string) error {
 	switch {
 	case c.workers < 1:
 		return bad("Workers", fmt.Sprintf("Workers(%d) leaves nothing to do the work", c.workers), "use Workers(1) or more")
+	case c.keyWorkers && c.keyOf == nil:
+		return bad("WorkersByKey", "WorkersByKey needs a function that names each delivery's partition key", "pass a key function, e.g. func(d *rowactor.Delivery) string { return d.Header(\"account\") }")
 	case c.prefetch < 0:
 		return bad("Prefetch", fmt.Sprintf("Prefetch(%d) is negative", c.prefetch), "use Prefetch(0) or more")
 	case c.prefetch > 0 && t.Form() != FormLease:

@@ -31,6 +31,14 @@ func (s *Subscription) SetWorkers(n int) { s.run.SetWorkers(n) }
 // InWork is the number of deliveries in work.
 func (s *Subscription) InWork() int { return s.run.InWork() }
 
+// Pause stops claiming. Deliveries in work go on and settle as usual; rows claimed ahead
+// of a worker (Prefetch, WorkersByKey) go back to the queue at once. It returns once the
+// subscription stopped claiming: a claim already in flight may still deliver its rows.
+func (s *Subscription) Pause(ctx context.Context) error { return s.run.Pause(ctx) }
+
+// Resume claims again after Pause.
+func (s *Subscription) Resume(ctx context.Context) error { return s.run.Resume(ctx) }
+
 // Subscribe checks the table description and options against the live table and starts
 // claiming its queue: the group named queue in a table with groups, the whole table
 // otherwise (queue is then a free-form label). A description or option that cannot work
@@ -85,7 +93,7 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 	run, err := actors.Start(b.sys, fmt.Sprintf("%s/%s/%s", b.name, t.Name, queue), actors.Config{
 		Table: t.Name, QueueName: queue, DeadLetter: deadLetter,
 		Form: t.Form(), Queue: q,
-		Workers: cfg.workers, Prefetch: cfg.prefetch, Lease: cfg.leaseLength(), Poll: cfg.poll,
+		Workers: cfg.workers, Prefetch: cfg.prefetch, KeyOf: keyOf(cfg.keyOf, t.Name, queue), Lease: cfg.leaseLength(), Poll: cfg.poll,
 		Rules:   settler.Rules{MaxAttempts: cfg.maxAttempts, HasRetryAfter: t.RetryAfter != "", Events: eventNames(cfg.events)},
 		Handler: wrap(h, t.Name, queue),
 		Now:     b.now, Log: b.log, Policy: defaultPolicy, Limits: b.d.Limits(), Dispatcher: b.dispatcher,
@@ -164,4 +172,12 @@ func eventNames(events map[string]string) map[string]bool {
 		names[n] = true
 	}
 	return names
+}
+
+// keyOf adapts WorkersByKey's key function to the runtime's rows.
+func keyOf(key func(*Delivery) string, table, queue string) func(dialects.Row) string {
+	if key == nil {
+		return nil
+	}
+	return func(row dialects.Row) string { return key(&Delivery{row: row, table: table, queue: queue}) }
 }

@@ -78,6 +78,9 @@ func (handledMsg) IgnoreDeadLetterLogging() {}
 // a key unlocked, behind which rows of the same key wait.
 type settledMsg struct {
 	freed bool
+	// keyed says the row counted against its partition key, key.
+	keyed bool
+	key   string
 	// workerFreed says the delivery gave its worker back already (workerFreeMsg).
 	workerFreed bool
 }
@@ -159,7 +162,11 @@ func (d *delivery) end(c actor.Context, r Result) {
 	// A custom event may have returned its row or not: one claim finds out.
 	freed := r.Step == dialects.StepRetry || r.Step == dialects.StepRelease || r.Step == dialects.StepCustom ||
 		d.sub.cfg.Form == dialects.FormAdvisory
-	c.Send(c.Parent(), settledMsg{freed: freed, workerFreed: d.workerFreed})
+	m := settledMsg{freed: freed, workerFreed: d.workerFreed}
+	if keyOf := d.sub.cfg.KeyOf; keyOf != nil && !d.releaseOnly {
+		m.keyed, m.key = true, keyOf(d.claim.Row)
+	}
+	c.Send(c.Parent(), m)
 }
 
 // run calls the handler on its own goroutine. A panic is an unsettled delivery.

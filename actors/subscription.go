@@ -34,12 +34,15 @@ type Config struct {
 	// Prefetch is how many claimed rows may wait for a worker beyond Workers (lease form;
 	// the root package refuses it elsewhere). Their leases are renewed while they wait.
 	Prefetch int
-	Lease    time.Duration
-	Poll     time.Duration
-	Rules    settler.Rules
-	Handler  Handler
-	Now      func() time.Time
-	Log      *slog.Logger
+	// KeyOf, when set, names each row's partition key: rows of one key are handled one at
+	// a time in claim order, rows of different keys side by side (WorkersByKey).
+	KeyOf   func(dialects.Row) string
+	Lease   time.Duration
+	Poll    time.Duration
+	Rules   settler.Rules
+	Handler Handler
+	Now     func() time.Time
+	Log     *slog.Logger
 	// OnSettled, if set, is told what became of every delivery.
 	OnSettled func(Result)
 	Policy    supervision.Policy
@@ -137,6 +140,31 @@ func (s *Subscription) Wake() {
 // SetWorkers changes how many deliveries may be in work. Deliveries in work are kept.
 func (s *Subscription) SetWorkers(n int) { s.sys.Root.Send(s.pid, setWorkersMsg{n}) }
 
+// Pause stops claiming; deliveries in work go on and settle, and claimed rows that had
+// not started go back to the queue. It returns once the subscription stopped claiming
+// (a claim already in flight still delivers its rows).
+func (s *Subscription) Pause(ctx context.Context) error {
+	return s.ask(ctx, func(ch chan struct{}) any { return pauseMsg{ch} })
+}
+
+// Resume claims again after Pause.
+func (s *Subscription) Resume(ctx context.Context) error {
+	return s.ask(ctx, func(ch chan struct{}) any { return resumeMsg{ch} })
+}
+
+func (s *Subscription) ask(ctx context.Context, msg func(chan struct{}) any) error {
+	ch := make(chan struct{})
+	s.sys.Root.Send(s.pid, msg(ch))
+	select {
+	case <-ch:
+		return nil
+	case <-s.done:
+		return errors.New("rowactor: the subscription has stopped")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // InWork is the number of deliveries in work.
 func (s *Subscription) InWork() int { return int(s.inWork.Load()) }
 
@@ -194,12 +222,16 @@ type (
 	tickMsg       struct{}
 	setWorkersMsg struct{ n int }
 	drainMsg      struct{ done chan struct{} }
+	pauseMsg      struct{ done chan struct{} }
+	resumeMsg     struct{ done chan struct{} }
 )
 
 func (wakeMsg) IgnoreDeadLetterLogging()       {}
 func (tickMsg) IgnoreDeadLetterLogging()       {}
 func (setWorkersMsg) IgnoreDeadLetterLogging() {}
 func (*drainMsg) IgnoreDeadLetterLogging()     {}
+func (pauseMsg) IgnoreDeadLetterLogging()      {}
+func (resumeMsg) IgnoreDeadLetterLogging()     {}
 
 // subscriptionActor keeps up to workers deliveries in work. It keeps a claim in flight
 // for each free worker (as far as the dialect's limits allow), each on a claimer actor of
@@ -217,8 +249,12 @@ type subscriptionActor struct {
 	// busy counts deliveries that take a worker: spawned, and neither settled nor (lease
 	// form, batched) past their handler. inWork counts rows held until settled.
 	busy int
-	// backlog holds claimed rows waiting for a worker (Prefetch).
-	backlog  []claimer.Claim
+	// backlog holds claimed rows waiting for a worker (Prefetch) or, with KeyOf, for
+	// their key's previous row; in claim order.
+	backlog []claimer.Claim
+	// keys counts the deliveries in work per partition key (KeyOf).
+	keys     map[string]int
+	paused   bool
 	asked    int // rows asked for by the claims in flight
 	due      bool
 	probing  bool
@@ -286,6 +322,11 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		if !m.workerFreed {
 			a.busy--
 		}
+		if m.keyed {
+			if a.keys[m.key]--; a.keys[m.key] <= 0 {
+				delete(a.keys, m.key)
+			}
+		}
 		a.startBacklog(c)
 		if m.freed {
 			a.due = true // one claim to find out; a short one clears it again
@@ -296,6 +337,15 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.workers = max(m.n, 1)
 		a.startBacklog(c)
 		a.claim(c)
+	case pauseMsg:
+		a.paused = true
+		a.releaseBacklog(c) // rows that never started go back to the queue
+		close(m.done)
+	case resumeMsg:
+		a.paused = false
+		a.due, a.probing = true, true
+		a.claim(c)
+		close(m.done)
 	case *drainMsg:
 		a.draining = m.done
 		a.releaseBacklog(c)
@@ -319,9 +369,9 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 // allow another claim in flight and the connections it needs.
 func (a *subscriptionActor) claim(c actor.Context) {
 	cfg := &a.s.cfg
-	for a.draining == nil && !a.stopped.Load() && a.due {
+	for a.draining == nil && !a.paused && !a.stopped.Load() && a.due {
 		inWork := int(a.s.inWork.Load())
-		free := a.workers + cfg.Prefetch - a.busy - len(a.backlog) - a.asked
+		free := a.workers + a.waitRoom() - a.busy - len(a.backlog) - a.asked
 		if budget := cfg.Limits.Connections; budget > 0 {
 			if a.holdsConnections() {
 				// A claim holds a connection while it runs, and each row after it until
@@ -335,8 +385,8 @@ func (a *subscriptionActor) claim(c actor.Context) {
 		if maxInFlight <= 0 {
 			maxInFlight = a.workers
 		}
-		if a.probing {
-			maxInFlight = 1
+		if a.probing || cfg.KeyOf != nil {
+			maxInFlight = 1 // with partition keys, one claim at a time keeps claim order
 		}
 		if free <= 0 || a.inFlight >= maxInFlight {
 			return
@@ -366,7 +416,7 @@ func (a *subscriptionActor) claimBatch() int {
 	if cfg.Form != dialects.FormLease || cfg.Transactional || a.probing {
 		return 1
 	}
-	return max((a.workers+cfg.Prefetch+1)/2, 1)
+	return max((a.workers+a.waitRoom()+1)/2, 1)
 }
 
 // holdsConnections says whether each delivery in work holds a pool connection: its claim
@@ -399,24 +449,43 @@ func (a *subscriptionActor) hold(c actor.Context, cl claimer.Claim) {
 		cfg.Book.Add(cl.Row.ID, cl.Row.Token)
 	}
 	a.s.inWork.Add(1)
-	switch {
-	case a.draining != nil:
-		a.start(c, cl, true) // claimed as the drain began: give it back
-	case a.busy < a.workers:
-		a.start(c, cl, false)
-	default:
-		a.backlog = append(a.backlog, cl)
+	if a.draining != nil || a.paused {
+		a.start(c, cl, true) // claimed as a drain or a pause began: give it back
+		return
 	}
+	a.backlog = append(a.backlog, cl)
+	a.startBacklog(c)
 }
 
-// startBacklog starts waiting rows while workers are free.
+// startBacklog starts waiting rows, in claim order, while workers are free; with
+// partition keys a row whose key has a delivery in work keeps waiting, and rows of other
+// keys behind it go first.
 func (a *subscriptionActor) startBacklog(c actor.Context) {
-	for len(a.backlog) > 0 && a.busy < a.workers && a.draining == nil {
-		cl := a.backlog[0]
-		a.backlog[0] = claimer.Claim{}
-		a.backlog = a.backlog[1:]
+	if a.draining != nil || a.paused {
+		return
+	}
+	keyOf := a.s.cfg.KeyOf
+	kept := a.backlog[:0]
+	for i, cl := range a.backlog {
+		if a.busy >= a.workers {
+			kept = append(kept, a.backlog[i:]...)
+			break
+		}
+		if keyOf != nil {
+			k := keyOf(cl.Row)
+			if a.keys[k] > 0 {
+				kept = append(kept, cl)
+				continue
+			}
+			if a.keys == nil {
+				a.keys = map[string]int{}
+			}
+			a.keys[k]++
+		}
 		a.start(c, cl, false)
 	}
+	clear(a.backlog[len(kept):])
+	a.backlog = kept
 }
 
 // start spawns the delivery actor of a held row; releaseOnly gives the row back at once
@@ -432,8 +501,19 @@ func (a *subscriptionActor) start(c actor.Context, cl claimer.Claim, releaseOnly
 	c.Spawn(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithDispatcher(cfg.Dispatcher)))
 }
 
-// releaseBacklog gives the rows waiting for a worker back when a drain begins: Shutdown
-// lets deliveries in work settle, and these never started.
+// waitRoom is how many claimed rows may wait beyond the workers: Prefetch's, and with
+// partition keys as many again as there are workers, so that a key with several rows
+// does not stop the claims that find other keys.
+func (a *subscriptionActor) waitRoom() int {
+	room := a.s.cfg.Prefetch
+	if a.s.cfg.KeyOf != nil {
+		room += a.workers
+	}
+	return room
+}
+
+// releaseBacklog gives the rows waiting for a worker back when a drain begins (Shutdown
+// lets deliveries in work settle, and these never started) or the subscription pauses.
 func (a *subscriptionActor) releaseBacklog(c actor.Context) {
 	for _, cl := range a.backlog {
 		a.start(c, cl, true)

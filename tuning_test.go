@@ -1,0 +1,145 @@
+package rowactor_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor"
+)
+
+// Runtime tuning and per-key concurrency join the conformance table.
+func init() { scenarios = append(scenarios, tuningScenarios...) }
+
+// peak tracks the most calls in flight at once.
+type peak struct{ now, max atomic.Int64 }
+
+func (p *peak) enter() {
+	n := p.now.Add(1)
+	for m := p.max.Load(); n > m && !p.max.CompareAndSwap(m, n); m = p.max.Load() {
+	}
+}
+func (p *peak) leave() { p.now.Add(-1) }
+
+var tuningScenarios = []scenario{
+	{name: "pause stops claiming without dropping deliveries in work and resume claims again", run: func(t *testing.T, h *harness, form rowactor.Form) {
+		b := h.broker()
+		var calls atomic.Int64
+		release := make(chan struct{})
+		sub := h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			if calls.Add(1) <= 2 {
+				<-release
+			}
+			return rowactor.Ack()
+		}, rowactor.Workers(2), rowactor.PollInterval(20*time.Millisecond))
+		h.publish(b, 2)
+		waitFor(t, func() bool { return calls.Load() == 2 })
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := sub.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		later := h.publish(b, 3)
+		close(release)
+		for _, s := range h.waitSettled(2) {
+			if s.Err != nil || s.Step != "ack" {
+				t.Fatalf("a delivery in work at the pause: %+v", s)
+			}
+		}
+		h.quiet(400 * time.Millisecond)
+		for _, id := range later {
+			if st := h.row(id); !st.exists || st.lockedUntil != nil || st.attempt != 1 {
+				t.Fatalf("row %d touched while paused: %+v", id, st)
+			}
+		}
+		if err := sub.Resume(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range h.waitSettled(3) {
+			if s.Err != nil || !slices.Contains(later, s.ID) {
+				t.Fatalf("after resume: %+v", s)
+			}
+		}
+	}},
+	{name: "fewer workers keep the deliveries in work and bound the next ones", run: func(t *testing.T, h *harness, _ rowactor.Form) {
+		b := h.broker()
+		var p peak
+		var calls atomic.Int64
+		release := make(chan struct{})
+		sub := h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			p.enter()
+			defer p.leave()
+			if calls.Add(1) <= 3 {
+				<-release
+			} else {
+				time.Sleep(20 * time.Millisecond)
+			}
+			return rowactor.Ack()
+		}, rowactor.Workers(3))
+		h.publish(b, 3)
+		waitFor(t, func() bool { return calls.Load() == 3 })
+		sub.SetWorkers(1)
+		h.publish(b, 4)
+		time.Sleep(100 * time.Millisecond)
+		p.max.Store(0)
+		close(release)
+		for _, s := range h.waitSettled(7) {
+			if s.Err != nil {
+				t.Fatalf("settlement %+v", s)
+			}
+		}
+		if m := p.max.Load(); m > 1 {
+			t.Fatalf("%d deliveries at once after SetWorkers(1)", m)
+		}
+	}},
+	{name: "rows of one key are handled one at a time in claim order and keys side by side", run: func(t *testing.T, h *harness, _ rowactor.Form) {
+		b := h.broker()
+		var (
+			mu     sync.Mutex
+			order  = map[string][]int64{}
+			perKey = map[string]*peak{"a": {}, "b": {}, "c": {}}
+			all    peak
+		)
+		h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			k := d.Header("account")
+			perKey[k].enter()
+			all.enter()
+			mu.Lock()
+			order[k] = append(order[k], d.ID())
+			mu.Unlock()
+			time.Sleep(30 * time.Millisecond)
+			all.leave()
+			perKey[k].leave()
+			return rowactor.Ack()
+		}, rowactor.WorkersByKey(3, func(d *rowactor.Delivery) string { return d.Header("account") }))
+		published := map[string][]int64{}
+		for i := range 12 {
+			k := []string{"a", "a", "b", "a", "c", "b"}[i%6]
+			id, err := b.Publish(context.Background(), h.table, h.queue, []byte(fmt.Sprint(i)), rowactor.WithHeaders(map[string]string{"account": k}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			published[k] = append(published[k], id)
+		}
+		for _, s := range h.waitSettled(12) {
+			if s.Err != nil {
+				t.Fatalf("settlement %+v", s)
+			}
+		}
+		for k, p := range perKey {
+			if m := p.max.Load(); m != 1 {
+				t.Errorf("key %s: %d deliveries at once, want 1", k, m)
+			}
+			if !slices.Equal(order[k], published[k]) {
+				t.Errorf("key %s handled in order %v, published %v", k, order[k], published[k])
+			}
+		}
+		if m := all.max.Load(); m < 2 || m > 3 {
+			t.Errorf("%d deliveries at once across keys, want 2 or 3 with WorkersByKey(3)", m)
+		}
+	}},
+}
