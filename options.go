@@ -200,6 +200,10 @@ func (c *subscribeConfig) check(t Table, queue string) error {
 		return bad("Workers", fmt.Sprintf("Workers(%d) leaves nothing to do the work", c.workers), "use Workers(1) or more")
 	case c.keyWorkers && c.keyOf == nil:
 		return bad("WorkersByKey", "WorkersByKey needs a function that names each delivery's partition key", "pass a key function, e.g. func(d *rowactor.Delivery) string { return d.Header(\"account\") }")
+	case t.FIFO && c.prefetch > 0:
+		return bad("Prefetch", "a FIFO group is handled one row at a time, so no row can wait ahead of a worker", "drop Prefetch")
+	case t.FIFO && c.keyWorkers:
+		return bad("WorkersByKey", "a FIFO group is handled one row at a time in order already", "drop WorkersByKey, or FIFO")
 	case c.prefetch < 0:
 		return bad("Prefetch", fmt.Sprintf("Prefetch(%d) is negative", c.prefetch), "use Prefetch(0) or more")
 	case c.prefetch > 0 && t.Form() != FormLease:

@@ -73,6 +73,11 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 		_ = q.Close()
 		return nil, err
 	}
+	if _, ok := q.(dialects.FIFOQueue); t.FIFO && !ok {
+		_ = q.Close()
+		return nil, &ConfigError{Table: t.Name, Option: "Table.FIFO", Reason: fmt.Sprintf("the %s dialect does not serve FIFO groups in the %s form", b.d.Name(), t.Form()),
+			Fix: "drop FIFO, or use a form and database that serve it (row lock or lease)"}
+	}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -93,7 +98,7 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 	run, err := actors.Start(b.sys, fmt.Sprintf("%s/%s/%s", b.name, t.Name, queue), actors.Config{
 		Table: t.Name, QueueName: queue, DeadLetter: deadLetter,
 		Form: t.Form(), Queue: q,
-		Workers: cfg.workers, Prefetch: cfg.prefetch, KeyOf: keyOf(cfg.keyOf, t.Name, queue), Lease: cfg.leaseLength(), Poll: cfg.poll,
+		Workers: cfg.workers, Prefetch: cfg.prefetch, FIFO: t.FIFO, KeyOf: keyOf(cfg.keyOf, t.Name, queue), Lease: cfg.leaseLength(), Poll: cfg.poll,
 		Rules:   settler.Rules{MaxAttempts: cfg.maxAttempts, HasRetryAfter: t.RetryAfter != "", Events: eventNames(cfg.events)},
 		Handler: wrap(h, t.Name, queue),
 		Now:     b.now, Log: b.log, Policy: defaultPolicy, Limits: b.d.Limits(), Dispatcher: b.dispatcher,

@@ -34,6 +34,9 @@ type Config struct {
 	// Prefetch is how many claimed rows may wait for a worker beyond Workers (lease form;
 	// the root package refuses it elsewhere). Their leases are renewed while they wait.
 	Prefetch int
+	// FIFO: the table's groups are ordered, so a claim takes the group's head alone, one
+	// claim at a time.
+	FIFO bool
 	// KeyOf, when set, names each row's partition key: rows of one key are handled one at
 	// a time in claim order, rows of different keys side by side (WorkersByKey).
 	KeyOf   func(dialects.Row) string
@@ -385,8 +388,8 @@ func (a *subscriptionActor) claim(c actor.Context) {
 		if maxInFlight <= 0 {
 			maxInFlight = a.workers
 		}
-		if a.probing || cfg.KeyOf != nil {
-			maxInFlight = 1 // with partition keys, one claim at a time keeps claim order
+		if a.probing || cfg.KeyOf != nil || cfg.FIFO {
+			maxInFlight = 1 // with partition keys or FIFO groups, one claim at a time keeps claim order
 		}
 		if free <= 0 || a.inFlight >= maxInFlight {
 			return
@@ -395,8 +398,8 @@ func (a *subscriptionActor) claim(c actor.Context) {
 			return // the settlements under way free more workers: claim them together
 		}
 		limit := free
-		if cfg.Form == dialects.FormRowLock {
-			limit = 1 // one transaction, one connection, one row
+		if cfg.Form == dialects.FormRowLock || cfg.FIFO {
+			limit = 1 // row lock: one transaction, one connection, one row; FIFO: the head
 		}
 		a.inFlight++
 		a.asked += limit
@@ -413,7 +416,7 @@ func (a *subscriptionActor) claim(c actor.Context) {
 // nothing from waiting.
 func (a *subscriptionActor) claimBatch() int {
 	cfg := &a.s.cfg
-	if cfg.Form != dialects.FormLease || cfg.Transactional || a.probing {
+	if cfg.Form != dialects.FormLease || cfg.Transactional || a.probing || cfg.FIFO {
 		return 1
 	}
 	return max((a.workers+a.waitRoom()+1)/2, 1)

@@ -102,6 +102,15 @@ type LeaseQueue interface {
 	SettleLease(ctx context.Context, step Step, held Lease) (bool, error)
 }
 
+// FIFOQueue is a queue opened for a table with FIFO groups whose claims take only the
+// group's head, and only while no other row of the group is in work, across processes. A
+// dialect's Open returns one for a FIFO table it serves, and refuses the table otherwise.
+type FIFOQueue interface {
+	Queue
+	// ClaimsHeadsOnly is a marker: the queue's claims follow the FIFO rule.
+	ClaimsHeadsOnly()
+}
+
 // LeaseBatchQueue is a lease queue that settles many rows of one kind in one statement and
 // one commit, each row fenced by its own token.
 type LeaseBatchQueue interface {

@@ -44,6 +44,10 @@ type Table struct {
 	// DatabaseClock makes "now" the database's clock instead of the host's. The lease
 	// form refuses it: its tokens are computed on the host.
 	DatabaseClock bool
+	// FIFO declares each group ordered (row lock and lease forms; needs Group): a group's
+	// rows are handled one at a time in claim order (retry_after, then id) across every
+	// process, and a head in work, or not yet due, blocks its group and nothing else.
+	FIFO bool
 }
 
 // Form is how rows are claimed.
