@@ -58,7 +58,7 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 	default:
 		base.settle = buildSettle(spec, dialects.FormRowLock)
 		rq := newRowLockQueue(base, t)
-		q, stmts = rq, append(rq.settle.all(), rq.claim)
+		q, stmts = rq, append(rq.settle.all(), rq.claim, rq.claimN)
 	}
 	if err := d.prepare(ctx, t.Name, stmts); err != nil {
 		return nil, err

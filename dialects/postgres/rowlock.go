@@ -19,7 +19,8 @@ const endTimeout = 5 * time.Second
 
 type rowLockQueue struct {
 	queue
-	claim stmt
+	claim  stmt
+	claimN stmt // up to $limit rows, for batch handlers
 }
 
 var _ dialects.RowLockQueue = (*rowLockQueue)(nil)
@@ -29,7 +30,11 @@ func newRowLockQueue(base queue, t dialects.Table) *rowLockQueue {
 	w.w("SELECT ", rowColumns(t, "", quote(t.Attempt)), " FROM ", quote(t.Name),
 		" WHERE ", claimable(&w, t, "", false),
 		" ORDER BY ", quote(t.ID), " LIMIT 1 FOR UPDATE SKIP LOCKED")
-	return &rowLockQueue{queue: base, claim: w.stmt()}
+	var n builder
+	n.w("SELECT ", rowColumns(t, "", quote(t.Attempt)), " FROM ", quote(t.Name),
+		" WHERE ", claimable(&n, t, "", false),
+		" ORDER BY ", quote(t.ID), " LIMIT ", n.p(pLimit), " FOR UPDATE SKIP LOCKED")
+	return &rowLockQueue{queue: base, claim: w.stmt(), claimN: n.stmt()}
 }
 
 // ClaimLocked opens the claim transaction on a pool connection of its own and locks the
