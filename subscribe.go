@@ -44,11 +44,40 @@ func (s *Subscription) Resume(ctx context.Context) error { return s.run.Resume(c
 // otherwise (queue is then a free-form label). A description or option that cannot work
 // returns a *ConfigError, before any row is claimed.
 func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler, opts ...SubscribeOption) (*Subscription, error) {
-	if b.closed.Load() {
-		return nil, ErrClosed
-	}
 	if h == nil {
 		return nil, &ConfigError{Table: t.Name, Option: "handler", Reason: "the handler is nil", Fix: "pass a rowactor.Handler"}
+	}
+	return b.subscribe(ctx, t, queue, h, nil, 0, opts)
+}
+
+// BatchHandler handles a batch of deliveries and returns one outcome per delivery, in
+// order. A panic, or a slice of another length, releases the whole batch unsettled.
+type BatchHandler func(ctx context.Context, ds []*Delivery) []Outcome
+
+// SubscribeBatch subscribes a batch handler to a row lock table: each call gets up to
+// size due rows, claimed in one transaction, and their settlements (one per row, as the
+// outcomes say) commit together, in that transaction: one claim and one commit for size
+// rows. Workers(n) runs n batches at once, each holding one connection. A failed
+// settlement statement rolls back the whole batch, and every row returns as it was.
+// Batches cannot be transactional, and the other forms keep one row per delivery.
+func (b *Broker) SubscribeBatch(ctx context.Context, t Table, queue string, size int, h BatchHandler, opts ...SubscribeOption) (*Subscription, error) {
+	switch {
+	case h == nil:
+		return nil, &ConfigError{Table: t.Name, Option: "handler", Reason: "the batch handler is nil", Fix: "pass a rowactor.BatchHandler"}
+	case size < 1:
+		return nil, &ConfigError{Table: t.Name, Option: "SubscribeBatch size", Reason: fmt.Sprintf("a batch of %d rows holds nothing", size), Fix: "use a size of 1 or more"}
+	case t.Form() != FormRowLock:
+		return nil, &ConfigError{Table: t.Name, Option: "SubscribeBatch", Reason: fmt.Sprintf("batch handlers serve the row lock form, and the table is in the %s form", t.Form()),
+			Fix: "use Subscribe, or a table without LockedUntil and AdvisoryKey"}
+	case t.FIFO:
+		return nil, &ConfigError{Table: t.Name, Option: "SubscribeBatch", Reason: "a FIFO group is handled one row at a time", Fix: "use Subscribe"}
+	}
+	return b.subscribe(ctx, t, queue, nil, h, size, opts)
+}
+
+func (b *Broker) subscribe(ctx context.Context, t Table, queue string, h Handler, bh BatchHandler, size int, opts []SubscribeOption) (*Subscription, error) {
+	if b.closed.Load() {
+		return nil, ErrClosed
 	}
 	if err := dialects.CheckDescription(t); err != nil {
 		return nil, err
@@ -59,6 +88,15 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 	}
 	if err := cfg.check(t, queue); err != nil {
 		return nil, err
+	}
+	if bh != nil {
+		switch {
+		case cfg.transactional:
+			return nil, &ConfigError{Table: t.Name, Option: "Transactional", Reason: "batch handlers cannot be transactional: one transaction settles the whole batch",
+				Fix: "drop Transactional, or use Subscribe"}
+		case cfg.keyWorkers:
+			return nil, &ConfigError{Table: t.Name, Option: "WorkersByKey", Reason: "a batch mixes keys", Fix: "drop WorkersByKey, or use Subscribe"}
+		}
 	}
 	spec := dialects.QueueSpec{Table: t, Group: queue, DeadLetterGroup: cfg.deadLetterGroup, DeadLetterTable: cfg.deadLetterTable,
 		Transactional: cfg.transactional, Events: cfg.events}
@@ -72,6 +110,11 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 	if err := servesForm(b.d, q, t, cfg.transactional); err != nil {
 		_ = q.Close()
 		return nil, err
+	}
+	if _, ok := q.(dialects.RowLockBatchQueue); bh != nil && !ok {
+		_ = q.Close()
+		return nil, &ConfigError{Table: t.Name, Option: "SubscribeBatch", Reason: fmt.Sprintf("the %s dialect cannot claim rows in batches", b.d.Name()),
+			Fix: "use Subscribe"}
 	}
 	if _, ok := q.(dialects.FIFOQueue); t.FIFO && !ok {
 		_ = q.Close()
@@ -100,8 +143,8 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 		Form: t.Form(), Queue: q,
 		Workers: cfg.workers, Prefetch: cfg.prefetch, FIFO: t.FIFO, KeyOf: keyOf(cfg.keyOf, t.Name, queue), Lease: cfg.leaseLength(), Poll: cfg.poll,
 		Rules:   settler.Rules{MaxAttempts: cfg.maxAttempts, HasRetryAfter: t.RetryAfter != "", Events: eventNames(cfg.events)},
-		Handler: wrap(h, t.Name, queue),
-		Now:     b.now, Log: b.log, Policy: defaultPolicy, Limits: b.d.Limits(), Dispatcher: b.dispatcher,
+		Handler: wrap(h, t.Name, queue), BatchHandler: wrapBatch(bh, t.Name, queue), BatchSize: size,
+		Now: b.now, Log: b.log, Policy: defaultPolicy, Limits: b.d.Limits(), Dispatcher: b.dispatcher,
 		Classify:      func(err error) dialects.Fault { return dialects.Classify(b.d, err) },
 		Transactional: cfg.transactional,
 		Telemetry:     b.tel.Subscription(t.Name, queue, t.Form().String()),
@@ -148,6 +191,27 @@ func wrap(h Handler, table, queue string) actors.Handler {
 			ctx = context.WithValue(ctx, deliveryKey{}, d)
 		}
 		return h(ctx, d).o, d
+	}
+}
+
+// wrapBatch adapts a public batch handler to the runtime's.
+func wrapBatch(h BatchHandler, table, queue string) actors.BatchHandler {
+	if h == nil {
+		return nil
+	}
+	return func(ctx context.Context, rows []dialects.Row) ([]settler.Outcome, []any) {
+		ds := make([]*Delivery, len(rows))
+		tags := make([]any, len(rows))
+		for i, r := range rows {
+			ds[i] = &Delivery{row: r, table: table, queue: queue}
+			tags[i] = ds[i]
+		}
+		out := h(ctx, ds)
+		os := make([]settler.Outcome, len(out))
+		for i, o := range out {
+			os[i] = o.o
+		}
+		return os, tags
 	}
 }
 

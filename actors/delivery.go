@@ -78,6 +78,8 @@ func (handledMsg) IgnoreDeadLetterLogging() {}
 // a key unlocked, behind which rows of the same key wait.
 type settledMsg struct {
 	freed bool
+	// rows is how many rows the delivery held (a batch's); 0 means one.
+	rows int
 	// keyed says the row counted against its partition key, key.
 	keyed bool
 	key   string

@@ -34,6 +34,11 @@ type Config struct {
 	// Prefetch is how many claimed rows may wait for a worker beyond Workers (lease form;
 	// the root package refuses it elsewhere). Their leases are renewed while they wait.
 	Prefetch int
+	// BatchHandler, when set, makes each delivery a batch of up to BatchSize rows of the
+	// row lock form, claimed in one transaction and settled in one commit; each batch
+	// takes one worker. Handler is not used then.
+	BatchHandler BatchHandler
+	BatchSize    int
 	// FIFO: the table's groups are ordered, so a claim takes the group's head alone, one
 	// claim at a time.
 	FIFO bool
@@ -295,8 +300,17 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.claim(c)
 	case *claimer.Claimed:
 		a.inFlight--
-		a.asked -= m.Limit
-		cfg.Telemetry.Claimed(cfg.Ctx, m.Took, len(m.Claims))
+		got := len(m.Claims)
+		if cfg.BatchHandler != nil {
+			a.asked-- // a batch claim asks for one worker
+			if m.Batch != nil {
+				got = len(m.Batch.Rows())
+				a.startBatch(c, m.Batch)
+			}
+		} else {
+			a.asked -= m.Limit
+		}
+		cfg.Telemetry.Claimed(cfg.Ctx, m.Took, got)
 		for _, cl := range m.Claims {
 			a.hold(c, cl)
 		}
@@ -306,7 +320,7 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 			// Requests to a failed claimer wait in its suspended mailbox until its restart:
 			// probing keeps one of them in flight.
 			a.due, a.probing = true, true
-		case len(m.Claims) < m.Limit:
+		case got < m.Limit:
 			a.claimSucceeded()
 			a.due, a.probing = false, true
 		default:
@@ -321,7 +335,7 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.startBacklog(c)
 		a.claim(c)
 	case settledMsg:
-		a.s.inWork.Add(-1)
+		a.s.inWork.Add(-int64(max(m.rows, 1)))
 		if !m.workerFreed {
 			a.busy--
 		}
@@ -376,7 +390,10 @@ func (a *subscriptionActor) claim(c actor.Context) {
 		inWork := int(a.s.inWork.Load())
 		free := a.workers + a.waitRoom() - a.busy - len(a.backlog) - a.asked
 		if budget := cfg.Limits.Connections; budget > 0 {
-			if a.holdsConnections() {
+			if cfg.BatchHandler != nil {
+				// A batch holds one connection from its claim to its commit.
+				free = min(free, budget-(a.busy+a.asked))
+			} else if a.holdsConnections() {
 				// A claim holds a connection while it runs, and each row after it until
 				// settled: rows cost connections.
 				free = min(free, budget-(inWork+a.asked))
@@ -396,6 +413,12 @@ func (a *subscriptionActor) claim(c actor.Context) {
 		}
 		if batch := a.claimBatch(); free < batch && a.busy+a.asked > 0 {
 			return // the settlements under way free more workers: claim them together
+		}
+		if cfg.BatchHandler != nil {
+			a.inFlight++
+			a.asked++
+			c.Send(a.claimerFor(c), &claimer.Request{Limit: cfg.BatchSize, Batch: true})
+			continue
 		}
 		limit := free
 		if cfg.Form == dialects.FormRowLock || cfg.FIFO {

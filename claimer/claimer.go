@@ -20,8 +20,12 @@ import (
 	"github.com/rowactor/rowactor/leaserenewer"
 )
 
-// Request asks the claimer for up to Limit rows.
-type Request struct{ Limit int }
+// Request asks the claimer for up to Limit rows; with Batch, in one row lock claim
+// transaction (batch handlers).
+type Request struct {
+	Limit int
+	Batch bool
+}
 
 // IgnoreDeadLetterLogging: a request to a claimer that stopped is expected at shutdown.
 func (*Request) IgnoreDeadLetterLogging() {}
@@ -41,7 +45,9 @@ type Claim struct {
 type Claimed struct {
 	Limit  int
 	Claims []Claim
-	Err    error
+	// Batch is a batch request's claim transaction and its rows (Claims is empty).
+	Batch dialects.LockedBatch
+	Err   error
 	// Took is how long the claim took.
 	Took time.Duration
 }
@@ -79,11 +85,20 @@ func (c *claimer) Receive(ctx actor.Context) {
 		return
 	}
 	start := time.Now()
-	claims, err := c.claim(req.Limit)
+	var (
+		claims []Claim
+		batch  dialects.LockedBatch
+		err    error
+	)
+	if req.Batch {
+		batch, err = c.claimBatch(req.Limit)
+	} else {
+		claims, err = c.claim(req.Limit)
+	}
 	if err != nil && c.cfg.Ctx.Err() != nil {
 		err = nil // torn down: not a failure
 	}
-	ctx.Request(ctx.Parent(), &Claimed{Limit: req.Limit, Claims: claims, Err: err, Took: time.Since(start)})
+	ctx.Request(ctx.Parent(), &Claimed{Limit: req.Limit, Claims: claims, Batch: batch, Err: err, Took: time.Since(start)})
 	if err != nil {
 		panic(err) // the supervisor restarts this claimer after its backoff
 	}
@@ -115,6 +130,19 @@ func (c *claimer) claim(limit int) ([]Claim, error) {
 		return c.claimAdvisory(c.cfg.Queue.(dialects.AdvisoryQueue), now, limit)
 	}
 	return nil, fmt.Errorf("claimer: no claim for the %s form", c.cfg.Form)
+}
+
+// claimBatch claims up to limit rows in one row lock claim transaction.
+func (c *claimer) claimBatch(limit int) (dialects.LockedBatch, error) {
+	bq, ok := c.cfg.Queue.(dialects.RowLockBatchQueue)
+	if !ok {
+		return nil, errors.New("claim batch: the dialect's queue cannot claim rows in batches")
+	}
+	b, found, err := bq.ClaimLockedBatch(c.cfg.Ctx, c.cfg.Now(), limit)
+	if err != nil || !found {
+		return nil, wrapClaim(err)
+	}
+	return b, nil
 }
 
 func dispatch(d actor.Dispatcher) []actor.PropsOption {

@@ -173,6 +173,29 @@ type RowLockQueue interface {
 	ClaimLocked(ctx context.Context, now time.Time) (claim LockedClaim, ok bool, err error)
 }
 
+// RowLockBatchQueue serves batch handlers in the row lock form: one claim transaction
+// holds up to limit rows, and one COMMIT settles them all.
+type RowLockBatchQueue interface {
+	RowLockQueue
+
+	// ClaimLockedBatch opens a transaction at the table's isolation level and claims up
+	// to limit due rows in claim order with FOR UPDATE SKIP LOCKED; the transaction stays
+	// open. ok is false (and the transaction ended) when no row is due.
+	ClaimLockedBatch(ctx context.Context, now time.Time, limit int) (batch LockedBatch, ok bool, err error)
+}
+
+// LockedBatch is an open claim transaction holding several rows.
+type LockedBatch interface {
+	// Rows are the claimed rows, in claim order.
+	Rows() []Row
+	// Settle runs steps[i] for Rows()[i] (StepRelease runs nothing) in the claim
+	// transaction, then commits once. A failed statement rolls everything back: every
+	// row returns as it was.
+	Settle(ctx context.Context, steps []Step) error
+	// Rollback ends the transaction without a settlement; every row returns at once.
+	Rollback(ctx context.Context) error
+}
+
 // LockedClaim is an open claim transaction of the row lock form, holding one row.
 type LockedClaim interface {
 	// Row is the claimed row (Attempt as the column reads: the row lock form counts

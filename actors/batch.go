@@ -1,0 +1,210 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/rowactor/rowactor/claimer"
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/settler"
+)
+
+// BatchHandler handles the rows of one batch and returns one outcome per row, in order,
+// and a tag per row handed back in the Results.
+type BatchHandler func(ctx context.Context, rows []dialects.Row) ([]settler.Outcome, []any)
+
+// startBatch spawns the actor of a claimed batch: it takes one worker, and holds its rows
+// (and one connection) until its commit.
+func (a *subscriptionActor) startBatch(c actor.Context, b dialects.LockedBatch) {
+	cfg := &a.s.cfg
+	rows := b.Rows()
+	a.s.inWork.Add(int64(len(rows)))
+	d := &batchDelivery{sub: a.s, batch: b, rows: rows}
+	if a.draining != nil || a.paused {
+		d.releaseOnly = true
+	} else {
+		a.busy++
+	}
+	c.Spawn(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithDispatcher(cfg.Dispatcher)))
+}
+
+// batchDelivery is one batch in work: its handler runs on a goroutine of its own; its
+// settlement runs every row's step in the claim transaction and commits once.
+type batchDelivery struct {
+	sub   *Subscription
+	batch dialects.LockedBatch
+	rows  []dialects.Row
+	// spans holds a consumer span per row, each on a delivery of its own.
+	spans []*delivery
+
+	state       atomic.Uint32 // running, handled, released (as delivery's)
+	outcomes    []settler.Outcome
+	tags        []any
+	panic       any
+	took        time.Duration
+	settled     bool
+	releaseOnly bool // claimed as a drain or a pause began: roll back unhandled
+}
+
+func (d *batchDelivery) Receive(c actor.Context) {
+	switch c.Message().(type) {
+	case *actor.Started:
+		d.spans = make([]*delivery, len(d.rows))
+		for i, r := range d.rows {
+			d.spans[i] = &delivery{sub: d.sub, claim: claimer.Claim{Row: r}}
+			d.spans[i].startSpan()
+		}
+		if d.releaseOnly {
+			d.finish(c, d.release(settler.ErrClosed), false, true)
+			return
+		}
+		sys, self := c.ActorSystem(), c.Self()
+		d.sub.cfg.Dispatcher.Schedule(func() { d.run(sys, self) })
+	case handledMsg:
+		d.finish(c, d.settle(), true, true)
+	case *actor.Stopping:
+		if d.settled {
+			return
+		}
+		if d.state.CompareAndSwap(running, released) {
+			// The handler still runs; batches are never transactional, so the handler holds
+			// nothing of the claim transaction: the rows go back now, and run reports them
+			// when the handler returns.
+			d.finish(c, d.release(settler.ErrClosed), true, false)
+			return
+		}
+		d.finish(c, d.release(settler.ErrClosed), true, true)
+	}
+}
+
+func (d *batchDelivery) run(sys *actor.ActorSystem, self *actor.PID) {
+	start := time.Now()
+	d.outcomes, d.tags, d.panic = callBatch(d.sub.handlerCtx, d.sub.cfg.BatchHandler, d.rows, d.sub.cfg.Log, d.sub.cfg.Table)
+	d.took = time.Since(start)
+	if d.state.CompareAndSwap(running, handled) {
+		sys.Root.Send(self, handledMsg{})
+		return
+	}
+	for i, r := range d.rows {
+		res := Result{Row: r, Step: dialects.StepRelease, Released: true, Err: settler.ErrClosed, Panic: d.panic, Tag: d.tag(i)}
+		if i < len(d.outcomes) {
+			res.Outcome = d.outcomes[i]
+		}
+		d.sub.report(res)
+	}
+}
+
+// settle plans each row's step and runs them all in the claim transaction.
+func (d *batchDelivery) settle() []Result {
+	cfg := d.sub.cfg
+	if d.panic != nil {
+		return d.release(fmt.Errorf("batch handler panicked: %v", d.panic))
+	}
+	if len(d.outcomes) != len(d.rows) {
+		return d.release(fmt.Errorf("rowactor: the batch handler returned %d outcomes for %d rows; the rows were released", len(d.outcomes), len(d.rows)))
+	}
+	now := cfg.Now()
+	steps := make([]dialects.Step, len(d.rows))
+	results := make([]Result, len(d.rows))
+	for i, row := range d.rows {
+		step, note := cfg.Rules.Plan(d.outcomes[i], row.Attempt, now)
+		if note == settler.NoteAttemptsSpent {
+			cfg.Log.Warn("rowactor: attempts are spent; moving the row to its dead letter",
+				slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Int("attempt", row.Attempt))
+		}
+		results[i] = Result{Row: row, Outcome: d.outcomes[i], Step: step.Kind, Event: step.Event, Tag: d.tag(i)}
+		if step.Kind == dialects.StepCustom && !cfg.Rules.Events[step.Event] {
+			step = dialects.Step{Kind: dialects.StepRelease, Now: now} // commits nothing for the row: it returns
+			results[i].Step, results[i].Event, results[i].Released = dialects.StepRelease, "", true
+			results[i].Err = fmt.Errorf("rowactor: Custom(%q) names no event of the subscription: %w", d.outcomes[i].Event, settler.ErrUnknownEvent)
+		}
+		if step.Kind == dialects.StepRelease {
+			results[i].Step, results[i].Released = dialects.StepRelease, true
+		}
+		steps[i] = step
+	}
+	ctx, cancel := context.WithTimeout(cfg.Ctx, cfg.SettleTimeout)
+	defer cancel()
+	if err := d.batch.Settle(ctx, steps); err != nil {
+		err = fmt.Errorf("settle a batch of %d rows: %w", len(d.rows), err)
+		for i := range results {
+			results[i].Err = errors.Join(results[i].Err, err)
+		}
+	}
+	return results
+}
+
+// release rolls the claim transaction back: every row returns at once.
+func (d *batchDelivery) release(why error) []Result {
+	cfg := d.sub.cfg
+	ctx, cancel := context.WithTimeout(cfg.Ctx, cfg.SettleTimeout)
+	defer cancel()
+	err := d.batch.Rollback(ctx)
+	if err != nil {
+		cfg.Log.Warn("rowactor: could not roll a batch back cleanly; its connection was closed",
+			slog.String("table", cfg.Table), slog.Any("error", err))
+	}
+	results := make([]Result, len(d.rows))
+	for i, row := range d.rows {
+		results[i] = Result{Row: row, Step: dialects.StepRelease, Released: true, Err: errors.Join(why, err)}
+		if d.state.Load() == handled && i < len(d.outcomes) {
+			results[i].Outcome, results[i].Tag = d.outcomes[i], d.tag(i)
+		}
+		if d.panic != nil && d.state.Load() == handled {
+			results[i].Panic = d.panic
+		}
+	}
+	return results
+}
+
+func (d *batchDelivery) tag(i int) any {
+	if i < len(d.tags) {
+		return d.tags[i]
+	}
+	return nil
+}
+
+// finish reports every row (unless the handler's goroutine will), ends its span, and
+// frees the batch's worker.
+func (d *batchDelivery) finish(c actor.Context, results []Result, tookWorker, report bool) {
+	d.settled = true
+	took := time.Duration(0)
+	if d.state.Load() == handled {
+		took = d.took
+	}
+	for i, r := range results {
+		if r.Released {
+			d.sub.released.Add(1)
+		}
+		d.spans[i].finishSpan(r, took)
+		if report {
+			d.sub.report(r)
+		}
+	}
+	c.Send(c.Parent(), settledMsg{freed: true, rows: len(d.rows), workerFreed: !tookWorker})
+	if _, stopping := c.Message().(*actor.Stopping); !stopping {
+		c.Stop(c.Self())
+	}
+}
+
+// callBatch runs h and turns a panic into an unsettled batch.
+func callBatch(ctx context.Context, h BatchHandler, rows []dialects.Row, log *slog.Logger, table string) (o []settler.Outcome, tags []any, p any) {
+	defer func() {
+		if v := recover(); v != nil {
+			p = v
+			o = nil
+			log.Warn("rowactor: batch handler panicked; its rows are released unsettled",
+				slog.String("table", table), slog.Int("rows", len(rows)), slog.Any("panic", v),
+				slog.String("stack", string(debug.Stack())))
+		}
+	}()
+	o, tags = h(ctx, rows)
+	return o, tags, nil
+}
