@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/rowactor/rowactor"
@@ -121,4 +122,43 @@ func ExampleOnEvent() {
 	fmt.Println(queue, attempt, lastError)
 	// Output:
 	// sent 3 smtp: 451 try later
+}
+
+// Rows of one account are handled one at a time, in order; accounts side by side.
+func ExampleWorkersByKey() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "rowactor-example-")
+	defer os.RemoveAll(dir)
+	b, _ := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"))
+	defer b.Shutdown(ctx)
+	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Headers: "headers", LockedUntil: "locked_until"}
+	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
+	_, _ = b.Dialect().(*sqlite.Dialect).DB().Exec(ddl)
+
+	var mu sync.Mutex
+	seen := map[string][]string{}
+	done := make(chan struct{})
+	account := func(d *rowactor.Delivery) string { return d.Header("account") }
+	_, err := b.Subscribe(ctx, jobs, "", func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[account(d)] = append(seen[account(d)], string(d.Payload()))
+		if len(seen["alice"])+len(seen["bob"]) == 6 {
+			close(done)
+		}
+		return rowactor.Ack()
+	}, rowactor.WorkersByKey(4, account))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for i, acct := range []string{"alice", "bob", "alice", "bob", "alice", "bob"} {
+		_, _ = b.Publish(ctx, jobs, "", []byte(fmt.Sprint("op", i)), rowactor.WithHeaders(map[string]string{"account": acct}))
+	}
+	<-done
+	fmt.Println("alice:", seen["alice"])
+	fmt.Println("bob:", seen["bob"])
+	// Output:
+	// alice: [op0 op2 op4]
+	// bob: [op1 op3 op5]
 }
