@@ -181,3 +181,26 @@ func ParseKey(template string) ([]KeyPart, error) {
 	}
 	return parts, nil
 }
+
+// CheckFIFO refuses FIFO groups a description cannot have: a group needs a group column
+// to be a group, and the advisory lock form orders rows by key, not by group. Dialects
+// call it from Open, whatever else they serve.
+func CheckFIFO(t Table) error {
+	if !t.FIFO {
+		return nil
+	}
+	if t.Form() == FormAdvisory {
+		key := "{" + t.Group + "}"
+		if t.Group == "" {
+			key = "{<group column>}"
+		}
+		return &ConfigError{Table: t.Name, Option: "Table.FIFO",
+			Reason: "the advisory lock form works the rows of one key one at a time; it has no FIFO groups",
+			Fix:    "put the group into the advisory key (e.g. AdvisoryKey: \"" + t.Name + "-" + key + "\") and drop FIFO, or use the row lock or lease form"}
+	}
+	if t.Group == "" {
+		return &ConfigError{Table: t.Name, Option: "Table.FIFO", Reason: "FIFO orders each group, and the description names no group column",
+			Fix: "set Table.Group to the table's group column, or drop FIFO"}
+	}
+	return nil
+}

@@ -18,6 +18,7 @@ type leaseQueue struct {
 	extend  stmt   // $1 until, $2 ids, $3 tokens
 	confirm string // $1 id, $2 token: locks the row if it holds the token
 	batch   batchSQL
+	guard   stmt // FIFO tables: the group guard; claim is then the head claim (fifo.go)
 
 	hasProcessedAt bool
 }
@@ -55,6 +56,9 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limit int) ([]dialects.Row, error) {
 	if limit <= 0 {
 		return nil, nil
+	}
+	if q.guard.text != "" {
+		return q.claimHead(ctx, now, until)
 	}
 	b := q.bind()
 	b.now, b.until, b.limit = now, until, int64(limit)

@@ -43,10 +43,18 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 	case dialects.FormLease:
 		base.settle = buildSettle(spec, dialects.FormLease)
 		lq := newLeaseQueue(base, t)
-		q, stmts = lq, append(lq.settle.all(), lq.claim, lq.extend, stmt{text: lq.confirm},
+		if t.FIFO {
+			lq.claim, lq.guard = fifoLeaseClaim(t), guardSQL(t)
+		}
+		q, stmts = lq, append(lq.settle.all(), lq.claim, lq.guard, lq.extend, stmt{text: lq.confirm},
 			stmt{text: lq.batch.ack}, stmt{text: lq.batch.release})
-		if spec.Transactional {
+		switch {
+		case spec.Transactional && t.FIFO:
+			q = fifoTxLeaseQueue{&txLeaseQueue{lq}}
+		case spec.Transactional:
 			q = &txLeaseQueue{lq}
+		case t.FIFO:
+			q = fifoLeaseQueue{lq}
 		}
 	case dialects.FormAdvisory:
 		base.settle = buildSettle(spec, dialects.FormAdvisory)
@@ -57,6 +65,11 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 		q, stmts = aq, append(aq.settle.all(), aq.candidates, aq.take, stmt{text: lockText}, stmt{text: unlockText})
 	default:
 		base.settle = buildSettle(spec, dialects.FormRowLock)
+		if t.FIFO {
+			fq := newFIFORowLockQueue(base, t)
+			q, stmts = fq, fq.stmts()
+			break
+		}
 		rq := newRowLockQueue(base, t)
 		q, stmts = rq, append(rq.settle.all(), rq.claim, rq.claimN)
 	}

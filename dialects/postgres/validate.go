@@ -146,6 +146,9 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) error 
 	if err := dialects.CheckDescription(t); err != nil {
 		return err
 	}
+	if err := dialects.CheckFIFO(t); err != nil {
+		return err
+	}
 	if err := checkNames(t, spec.DeadLetterTable); err != nil {
 		return err
 	}

@@ -1,0 +1,227 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// FIFO groups (Table.FIFO), in the row lock and lease forms.
+//
+// A group's head is its first unfinished row by retry_after (NULL first: due now before
+// delayed) then id. A claim takes the head alone, only if it is due, and (lease form) only
+// while no row of the group holds an unexpired lease. The head subselect takes no lock, so
+// a head in work stays the head and the claim comes back empty rather than handing out the
+// row behind it.
+//
+// Every claim runs in a transaction whose first statement is the group guard, a
+// transaction-scoped advisory lock on hashtextextended('<table>:' || group, 0), taken
+// without waiting; a group held elsewhere ends the claim empty. In the row lock form the
+// claim transaction stays open until the settlement, so the guard holds the group for the
+// whole delivery (and keeps out a row published ahead of the head in work); in the lease
+// form it holds for the claim's transaction, and the lease itself holds the group after
+// it. Two groups whose hashes collide only wait for each other.
+
+// fifoRowLockQueue is the row lock form's FIFO queue: its claim takes the guard, then the
+// head. It serves single claims only (no batches: a group gives one row at a time).
+type fifoRowLockQueue struct {
+	q     *rowLockQueue // claim is the head claim
+	guard stmt
+}
+
+func (fifoRowLockQueue) ClaimsHeadsOnly() {}
+
+func (f fifoRowLockQueue) Close() error { return f.q.Close() }
+
+// fifoLeaseQueue and fifoTxLeaseQueue mark the lease form's FIFO queues, whose leaseQueue
+// has the head claim and the guard (ClaimLeases then runs claimHead).
+type fifoLeaseQueue struct{ *leaseQueue }
+
+func (fifoLeaseQueue) ClaimsHeadsOnly() {}
+
+type fifoTxLeaseQueue struct{ *txLeaseQueue }
+
+func (fifoTxLeaseQueue) ClaimsHeadsOnly() {}
+
+var (
+	_ dialects.FIFOQueue       = fifoRowLockQueue{}
+	_ dialects.RowLockQueue    = fifoRowLockQueue{}
+	_ dialects.FIFOQueue       = fifoLeaseQueue{}
+	_ dialects.LeaseBatchQueue = fifoLeaseQueue{}
+	_ dialects.FIFOQueue       = fifoTxLeaseQueue{}
+	_ dialects.TxLeaseQueue    = fifoTxLeaseQueue{}
+)
+
+// guardSQL is the group guard: true when this transaction now holds the group.
+func guardSQL(t dialects.Table) stmt {
+	var w builder
+	w.w("SELECT pg_try_advisory_xact_lock(hashtextextended(", literal(t.Name), " || ':' || ", w.p(pGroup), ", 0))")
+	return w.stmt()
+}
+
+// headCond writes the condition that the row (unaliased) is its group's head.
+func headCond(w *builder, t dialects.Table) {
+	order := "h." + quote(t.ID)
+	if t.RetryAfter != "" {
+		order = "h." + quote(t.RetryAfter) + " NULLS FIRST, " + order
+	}
+	w.w(quote(t.ID), " = (SELECT h.", quote(t.ID), " FROM ", quote(t.Name), " AS h WHERE h.", quote(t.Group), " = ", w.p(pGroup))
+	if t.ProcessedAt != "" {
+		w.w(" AND h.", quote(t.ProcessedAt), " IS NULL")
+	}
+	w.w(" ORDER BY ", order, " LIMIT 1)")
+}
+
+// newFIFORowLockQueue builds the row lock form's head claim and its guard.
+func newFIFORowLockQueue(base queue, t dialects.Table) fifoRowLockQueue {
+	var w builder
+	w.w("SELECT ", rowColumns(t, "", quote(t.Attempt)), " FROM ", quote(t.Name), " WHERE ")
+	headCond(&w, t)
+	w.w(" AND ", claimable(&w, t, "", false), " FOR UPDATE SKIP LOCKED")
+	return fifoRowLockQueue{q: &rowLockQueue{queue: base, claim: w.stmt()}, guard: guardSQL(t)}
+}
+
+// stmts are the statements Open prepares.
+func (f fifoRowLockQueue) stmts() []stmt { return append(f.q.settle.all(), f.q.claim, f.guard) }
+
+// ClaimLocked opens the claim transaction, takes the group guard and locks the head if it
+// is due. The transaction, and with it the guard, stays open until the settlement.
+func (f fifoRowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (dialects.LockedClaim, bool, error) {
+	q := f.q
+	conn, err := q.d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, q.errorf("claim", err)
+	}
+	tx, err := conn.BeginTx(ctx, q.txOptions)
+	if err != nil {
+		endConn(conn, err)
+		return nil, false, q.errorf("claim", err)
+	}
+	c := &lockedClaim{q: q, conn: conn, tx: tx}
+	held, err := q.takeGuard(ctx, tx, f.guard)
+	if err != nil || !held {
+		if rerr := c.end(ctx); err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return nil, false, q.errorf("claim", err)
+		}
+		return nil, false, nil // the group is in work elsewhere
+	}
+	b := q.bind()
+	b.now = now
+	rows, err := tx.Query(ctx, q.claim.text, q.claim.args(&b)...)
+	if err != nil {
+		c.end(ctx)
+		return nil, false, q.errorf("claim", err)
+	}
+	found := rows.Next()
+	if found {
+		c.row, err = q.scanRow(rows, false)
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		c.end(ctx)
+		return nil, false, q.errorf("claim", err)
+	}
+	if !found {
+		if rerr := c.end(ctx); rerr != nil {
+			return nil, false, q.errorf("claim", rerr)
+		}
+		return nil, false, nil
+	}
+	if q.transactional {
+		return &txLockedClaim{c}, true, nil
+	}
+	return c, true, nil
+}
+
+// fifoLeaseClaim builds the lease form's head claim: the head, if it is due, unleased,
+// and no other row of its group holds an unexpired lease; stamped and counted as the
+// other lease claims are.
+func fifoLeaseClaim(t dialects.Table) stmt {
+	tq, id, lu := quote(t.Name), quote(t.ID), quote(t.LockedUntil)
+	var w builder
+	w.w("WITH c AS (SELECT ", rowColumns(t, "", quote(t.Attempt)), " FROM ", tq, " WHERE ")
+	headCond(&w, t)
+	w.w(" AND ", claimable(&w, t, "", true), " AND NOT EXISTS (SELECT 1 FROM ", tq, " AS w WHERE w.", quote(t.Group), " = ", w.p(pGroup),
+		" AND w.", lu, " > ", w.p(pNow))
+	if t.ProcessedAt != "" {
+		w.w(" AND w.", quote(t.ProcessedAt), " IS NULL")
+	}
+	w.w(") FOR UPDATE SKIP LOCKED), s AS (UPDATE ", tq, " AS u SET ", lu, " = ", w.p(pUntil))
+	if t.Attempt != "" {
+		w.w(", ", quote(t.Attempt), " = u.", quote(t.Attempt), " + 1")
+	}
+	w.w(" FROM c WHERE u.", id, " = c.", id, ") SELECT ", rowColumns(t, "c", "c."+quote(t.Attempt)), " FROM c")
+	return w.stmt()
+}
+
+// takeGuard runs the group guard as the transaction's first statement.
+func (q *queue) takeGuard(ctx context.Context, tx pgx.Tx, guard stmt) (bool, error) {
+	b := q.bind()
+	var held bool
+	if err := tx.QueryRow(ctx, guard.text, guard.args(&b)...).Scan(&held); err != nil {
+		return false, err
+	}
+	return held, nil
+}
+
+// claimHead is ClaimLeases for a FIFO table: a read committed transaction on a connection
+// of its own takes the guard, claims the head and commits.
+func (q *leaseQueue) claimHead(ctx context.Context, now, until time.Time) ([]dialects.Row, error) {
+	conn, err := q.d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, q.errorf("claim", err)
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		endConn(conn, err)
+		return nil, q.errorf("claim", err)
+	}
+	held, err := q.takeGuard(ctx, tx, q.guard)
+	if err != nil || !held {
+		if rerr := rollbackConn(ctx, conn, tx); err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return nil, q.errorf("claim", err)
+		}
+		return nil, nil
+	}
+	b := q.bind()
+	b.now, b.until = now, until
+	rows, err := tx.Query(ctx, q.claim.text, q.claim.args(&b)...)
+	if err != nil {
+		_ = rollbackConn(ctx, conn, tx)
+		return nil, q.errorf("claim", err)
+	}
+	var out []dialects.Row
+	for rows.Next() {
+		r, err := q.scanRow(rows, false)
+		if err != nil {
+			rows.Close()
+			_ = rollbackConn(ctx, conn, tx)
+			return nil, q.errorf("claim", err)
+		}
+		r.Token = until
+		out = append(out, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		_ = rollbackConn(ctx, conn, tx)
+		return nil, q.errorf("claim", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		_ = rollbackConn(ctx, conn, tx)
+		return nil, q.errorf("claim commit", err)
+	}
+	endConn(conn, nil)
+	return out, nil
+}
