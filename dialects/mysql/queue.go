@@ -51,6 +51,15 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 		if spec.Transactional {
 			q = txLeaseQueue{lq}
 		}
+		if t.FIFO {
+			f := newFIFOLease(lq, t)
+			texts = append(texts, f.fifo.texts()...)
+			if spec.Transactional {
+				q = fifoTxLeaseQueue{txLeaseQueue{lq}, f}
+			} else {
+				q = fifoLeaseQueue{lq, f}
+			}
+		}
 	case dialects.FormAdvisory:
 		aq, err := newAdvisoryQueue(base, t)
 		if err != nil {
@@ -59,6 +68,12 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 		aq.transactional = spec.Transactional
 		q, texts = aq, aq.texts()
 	default:
+		if t.FIFO {
+			fq := newFIFORowLockQueue(base, t)
+			fq.q.transactional = spec.Transactional
+			q, texts = fq, fq.texts()
+			break
+		}
 		rq := newRowLockQueue(base, t)
 		rq.transactional = spec.Transactional
 		q, texts = rq, rq.texts()

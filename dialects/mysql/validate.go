@@ -96,6 +96,9 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) error 
 	if err := checkNames(t, spec.DeadLetterTable); err != nil {
 		return err
 	}
+	if err := checkFIFO(t); err != nil {
+		return err
+	}
 	if spec.DeadLetterGroup != "" && spec.DeadLetterTable != "" {
 		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
 			Reason: "a dead letter is a group or a table, not both",
