@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/telemetry"
+)
+
+var statsCommand = &command{
+	name:    "stats",
+	summary: "count a queue table's rows by group: due, delayed, in work, processed",
+	help: `Usage: rowactor stats [-dsn URL] [-json] [column flags] TABLE
+
+Counts the table's rows, one line per group (one line for a table without groups). Each
+row is counted once, in the first of:
+  PROCESSED   processed_at is set (n/a without -processed-at)
+  IN WORK     a delivery holds it: a lease not yet expired (lease form), or an advisory
+              key held by a session (advisory form, PostgreSQL and MySQL; rows waiting
+              behind the held key count too). n/a where the database cannot tell: the row
+              lock form, and SQLite's advisory keys, which live in the consuming process;
+              rows in work then count as due
+  DELAYED     retry_after is in the future (n/a without -retry-after)
+  DUE         the rest: claimable now
+OLDEST DUE is how long the due row the next claim takes (the lowest id) has waited: since
+the latest of its retry_after, its expired lease and its publish time (the
+rowactor-published-at header that Publish writes); "unknown" when the table keeps none.
+
+It reads the whole table in one statement and writes nothing. -json prints one JSON
+object per line instead, with null for what the table cannot tell.
+
+Examples:
+  rowactor stats -dsn sqlite:jobs.db -group queue -attempt attempt -retry-after retry_after \
+      -processed-at processed_at -locked-until locked_until -headers headers jobs
+  DATABASE_URL=postgres://app@db/app rowactor stats -group queue jobs
+  rowactor stats -dsn 'mysql://app:secret@tcp(db:3306)/app' -json -group queue jobs | jq .
+`,
+}
+
+func init() { statsCommand.run = runStats }
+
+func runStats(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(statsCommand)
+	dsnValue := dsnFlag(fs)
+	asJSON := fs.Bool("json", false, "print one JSON object per group and line")
+	var t rowactor.Table
+	addTableFlags(fs, &t)
+	rest, err := parse(e, statsCommand, fs, args)
+	if err != nil {
+		return err
+	}
+	if err := tableArg(rest, &t); err != nil {
+		return err
+	}
+	dsn, err := resolveDSN(e, *dsnValue)
+	if err != nil {
+		return err
+	}
+	admin, closeDB, err := openAdmin(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	now := time.Now()
+	groups, err := admin.Stats(ctx, t, now)
+	if err != nil {
+		return err
+	}
+	lines := make([]statsLine, len(groups))
+	for i, g := range groups {
+		lines[i] = newStatsLine(t, g, now)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		for _, l := range lines {
+			if err := enc.Encode(l); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return printStats(e.stdout, t, lines)
+}
+
+// statsLine is one group's counts as printed; nil is what the table cannot tell.
+type statsLine struct {
+	Table string `json:"table"`
+	// Group is nil for a table without groups.
+	Group     *string `json:"group"`
+	Due       int64   `json:"due"`
+	Delayed   *int64  `json:"delayed"`
+	InWork    *int64  `json:"in_work"`
+	Processed *int64  `json:"processed"`
+	// OldestDueID is the due row the next claim takes; nil when none is due.
+	OldestDueID *int64 `json:"oldest_due_id"`
+	// OldestDueAge is how long it has waited, in seconds; nil when unknown.
+	OldestDueAge *float64 `json:"oldest_due_age_seconds"`
+}
+
+func newStatsLine(t rowactor.Table, g dialects.GroupStats, now time.Time) statsLine {
+	l := statsLine{Table: t.Name, Due: g.Due}
+	if t.Group != "" {
+		l.Group = &g.Group
+	}
+	if t.RetryAfter != "" {
+		l.Delayed = &g.Delayed
+	}
+	if g.InWorkCounted {
+		l.InWork = &g.InWork
+	}
+	if t.ProcessedAt != "" {
+		l.Processed = &g.Processed
+	}
+	if g.Oldest.ID != 0 {
+		l.OldestDueID = &g.Oldest.ID
+		if since := dueSince(g.Oldest); !since.IsZero() {
+			age := max(now.Sub(since), 0).Seconds()
+			l.OldestDueAge = &age
+		}
+	}
+	return l
+}
+
+// dueSince is when a due row became due as far as it tells: the latest of its
+// retry_after, its expired lease and its publish time; zero when it keeps none.
+func dueSince(r dialects.DueRow) time.Time {
+	since := r.RetryAfter
+	if r.LockedUntil.After(since) {
+		since = r.LockedUntil
+	}
+	if len(r.Headers) > 0 {
+		var h map[string]string
+		if json.Unmarshal(r.Headers, &h) == nil {
+			if p, err := time.Parse(time.RFC3339Nano, h[telemetry.PublishedAtHeader]); err == nil && p.After(since) {
+				since = p
+			}
+		}
+	}
+	return since
+}
+
+// printStats prints the lines as a table.
+func printStats(w io.Writer, t rowactor.Table, lines []statsLine) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if t.Group != "" {
+		fmt.Fprint(tw, "GROUP\t")
+	}
+	fmt.Fprintln(tw, "DUE\tDELAYED\tIN WORK\tPROCESSED\tOLDEST DUE")
+	for _, l := range lines {
+		if l.Group != nil {
+			g := *l.Group
+			if g == "" {
+				g = "''"
+			}
+			fmt.Fprint(tw, g+"\t")
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", l.Due, count(l.Delayed), count(l.InWork), count(l.Processed), oldest(l))
+	}
+	if len(lines) == 0 {
+		fmt.Fprintln(tw, "(no rows)")
+	}
+	return tw.Flush()
+}
+
+func count(n *int64) string {
+	if n == nil {
+		return "n/a"
+	}
+	return strconv.FormatInt(*n, 10)
+}
+
+func oldest(l statsLine) string {
+	switch {
+	case l.OldestDueID == nil:
+		return "-"
+	case l.OldestDueAge == nil:
+		return fmt.Sprintf("unknown (id %d)", *l.OldestDueID)
+	}
+	return fmt.Sprintf("%s (id %d)", age(time.Duration(*l.OldestDueAge*float64(time.Second))), *l.OldestDueID)
+}
+
+// age prints a wait to a useful precision: tenths of a second under a minute, seconds
+// under a day, minutes beyond.
+func age(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < 24*time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Minute).String()
+}

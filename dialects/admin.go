@@ -1,0 +1,153 @@
+package dialects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Admin is a dialect that serves the operator's commands (cmd/rowactor): what a queue
+// table holds, group by group, and moving dead letters back into their queue. The command
+// line finds it by type assertion on the Dialect, as the runtime finds a queue's form; it
+// never switches on the database's name. Each method first checks the description against
+// the live table, as Open does, and refuses a mismatch with a *ConfigError.
+type Admin interface {
+	// Stats counts the table's rows as of now, one GroupStats per group in group order
+	// (one for a table without groups, even when it is empty). It reads the whole table
+	// in one statement and writes nothing.
+	Stats(ctx context.Context, t Table, now time.Time) ([]GroupStats, error)
+
+	// Requeue moves the dead letters spec names back into the queue, in one transaction:
+	// attempt back to 1, retry_after, locked_until and processed_at cleared (for the
+	// columns the table has). It reports how many rows moved, or with spec.DryRun how many
+	// would, changing nothing. progress, when not nil, is called after each chunk of
+	// spec.Chunk rows with the rows moved so far and the total, inside the transaction.
+	Requeue(ctx context.Context, spec RequeueSpec, progress func(done, total int)) (int, error)
+}
+
+// GroupStats counts one group's rows at one moment. Every row is in exactly one of
+// Processed, InWork, Delayed and Due, in that order of precedence.
+type GroupStats struct {
+	// Group is the group's value; "" for a table without groups.
+	Group string
+	// Due counts unfinished rows neither delayed nor known to be in work: claimable now.
+	// Where the database cannot tell a row in work (InWorkCounted false), rows in work
+	// read as due.
+	Due int64
+	// Delayed counts unfinished rows whose retry_after is in the future.
+	Delayed int64
+	// InWork counts unfinished rows a delivery holds: a lease not yet expired, or (on
+	// servers with session locks) an advisory key held, which also holds the rows
+	// waiting behind the delivery on that key.
+	InWork int64
+	// InWorkCounted says the database can tell rows in work: false in the row lock form,
+	// whose locks only an extension could list (pgrowlocks), and for SQLite's advisory
+	// keys, which live in the consuming process.
+	InWorkCounted bool
+	// Processed counts rows whose processed_at is set (0 without the column).
+	Processed int64
+	// Oldest is the due row the next claim takes (the lowest id); ID 0 when none is due.
+	Oldest DueRow
+}
+
+// DueRow is what a table tells about when a due row became due.
+type DueRow struct {
+	ID int64
+	// RetryAfter and LockedUntil are the row's columns; zero when NULL or not described.
+	RetryAfter  time.Time
+	LockedUntil time.Time
+	// Headers is the raw headers column (a JSON object), nil when NULL or not described.
+	Headers []byte
+}
+
+// RequeueSpec names the dead letters to move back into a queue: the rows of group
+// FromGroup of Table, moved to ToGroup, or the rows of table FromTable (which must have
+// every described column, as a dead-letter table does), moved into Table with their ids.
+// Exactly one of FromGroup and FromTable is set.
+type RequeueSpec struct {
+	Table     Table
+	FromGroup string
+	// ToGroup is the group the rows return to. It is always meant: "" is a group value
+	// like any other.
+	ToGroup   string
+	FromTable string
+	// DryRun counts the rows and changes nothing.
+	DryRun bool
+	// Chunk is how many rows one statement moves; 0 means DefaultRequeueChunk.
+	Chunk int
+}
+
+// DefaultRequeueChunk is how many rows one requeue statement moves unless told otherwise:
+// short statements keep the bind lists small and let progress be told.
+const DefaultRequeueChunk = 1000
+
+// CheckRequeue refuses a requeue no database could run: no source or two, a group move
+// on a table without groups, a move onto the source group itself, a dead-letter table
+// that is not one identifier or is the queue table.
+func CheckRequeue(spec RequeueSpec) error {
+	t := spec.Table
+	if err := CheckDescription(t); err != nil {
+		return err
+	}
+	switch {
+	case spec.FromGroup == "" && spec.FromTable == "":
+		return &ConfigError{Table: t.Name, Option: "requeue source",
+			Reason: "no dead letters named", Fix: "name a dead-letter group (FromGroup) or a dead-letter table (FromTable)"}
+	case spec.FromGroup != "" && spec.FromTable != "":
+		return &ConfigError{Table: t.Name, Option: "requeue source",
+			Reason: "dead letters come from a group or from a table, not both", Fix: "keep FromGroup or FromTable"}
+	case spec.FromGroup != "" && t.Group == "":
+		return &ConfigError{Table: t.Name, Option: "Table.Group",
+			Reason: "a dead-letter group needs the table's group column, and the description names none",
+			Fix:    "name the group column, or requeue from a dead-letter table"}
+	case spec.FromGroup != "" && spec.FromGroup == spec.ToGroup:
+		return &ConfigError{Table: t.Name, Option: "requeue destination",
+			Reason: fmt.Sprintf("the rows would move from group %q to itself", spec.FromGroup),
+			Fix:    "name the queue's group as the destination"}
+	case spec.FromTable != "" && spec.ToGroup != "":
+		return &ConfigError{Table: t.Name, Option: "requeue destination",
+			Reason: "rows moved from a dead-letter table keep their group",
+			Fix:    "drop the destination group"}
+	}
+	if spec.Chunk < 0 {
+		return &ConfigError{Table: t.Name, Option: "requeue chunk",
+			Reason: fmt.Sprintf("chunk %d is negative", spec.Chunk), Fix: "use a positive chunk, or 0 for the default"}
+	}
+	if spec.FromTable != "" {
+		return CheckDeadLetterName(t, spec.FromTable)
+	}
+	return nil
+}
+
+// ErrRequeueRace is a requeue chunk that changed another number of rows than it locked:
+// something moved them meanwhile. The transaction rolled back; nothing moved.
+var ErrRequeueRace = errors.New("rowactor: requeue: rows changed while they were being moved; nothing moved")
+
+// RequeueChunks runs move over ids in chunks of chunk (DefaultRequeueChunk when 0), in
+// order, and calls progress after each. move returns how many rows it moved; a chunk that
+// moved another number of rows fails with ErrRequeueRace, so the caller rolls back.
+func RequeueChunks(ctx context.Context, ids []int64, chunk int, move func(ctx context.Context, ids []int64) (int64, error), progress func(done, total int)) (int, error) {
+	if chunk <= 0 {
+		chunk = DefaultRequeueChunk
+	}
+	done := 0
+	for done < len(ids) {
+		if err := ctx.Err(); err != nil {
+			return done, err
+		}
+		part := ids[done:min(done+chunk, len(ids))]
+		n, err := move(ctx, part)
+		if err != nil {
+			return done, err
+		}
+		if n != int64(len(part)) {
+			return done, fmt.Errorf("%w (a chunk of %d rows from id %d moved %d)", ErrRequeueRace, len(part), part[0], n)
+		}
+		done += len(part)
+		if progress != nil {
+			progress(done, len(ids))
+		}
+	}
+	return done, nil
+}

@@ -1,0 +1,271 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// The operator's commands (dialects.Admin). Schema needs no database: cmd/rowactor renders
+// it on the zero Dialect (TestZeroDialectSchema keeps that so).
+
+var _ dialects.Admin = (*Dialect)(nil)
+
+// heldKeys lists the 64-bit advisory keys held in this database by any session, as the
+// advisory form locks them (pg_try_advisory_lock on one bigint: pg_locks shows its high
+// half in classid and its low half in objid, with objsubid 1). Only exclusive locks: the
+// shared ones are other consumers' candidate probes, gone a moment later.
+const heldKeys = "SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_locks AS l" +
+	" WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.mode = 'ExclusiveLock'" +
+	" AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+
+// statsState classifies a row for Stats, by precedence: processed, in work (a lease not
+// yet expired, or an advisory key some session holds), delayed, due. Each test is false on
+// NULL, so a NULL column never hides a row. The row lock form's locks cannot be listed
+// without the pgrowlocks extension, so its rows in work read as due.
+func statsState(t dialects.Table) (string, error) {
+	var b strings.Builder
+	b.WriteString("CASE")
+	if t.ProcessedAt != "" {
+		b.WriteString(" WHEN " + quote(t.ProcessedAt) + " IS NOT NULL THEN 0")
+	}
+	switch t.Form() {
+	case dialects.FormLease:
+		lu := quote(t.LockedUntil)
+		b.WriteString(" WHEN " + lu + " IS NOT NULL AND " + lu + " > $1 THEN 1")
+	case dialects.FormAdvisory:
+		key, err := keyExpr(t.AdvisoryKey)
+		if err != nil {
+			return "", err
+		}
+		// A hashed subplan: pg_locks is read once per statement.
+		b.WriteString(" WHEN hashtextextended(" + key + ", 0) IN (" + heldKeys + ") THEN 1")
+	}
+	if t.RetryAfter != "" {
+		ra := quote(t.RetryAfter)
+		b.WriteString(" WHEN " + ra + " IS NOT NULL AND " + ra + " > $1 THEN 2")
+	}
+	b.WriteString(" ELSE 3 END")
+	return b.String(), nil
+}
+
+// statsText counts the rows of each group by state in one scan ($1 is now), and joins the
+// due row with the lowest id (the next claim's) to read when it became due.
+func statsText(t dialects.Table) (string, error) {
+	state, err := statsState(t)
+	if err != nil {
+		return "", err
+	}
+	tq, id := quote(t.Name), quote(t.ID)
+	inner, g, groupBy := id+" AS i, "+state+" AS st", "''::text AS g", ""
+	if t.Group != "" {
+		inner, g, groupBy = quote(t.Group)+"::text AS g, "+inner, "g", " GROUP BY g"
+	}
+	s := "SELECT s.g, s.n_processed, s.n_in_work, s.n_delayed, s.n_due, s.oldest"
+	for _, c := range []string{t.RetryAfter, t.LockedUntil, t.Headers} {
+		if c != "" {
+			s += ", r." + quote(c)
+		}
+	}
+	return s + " FROM (SELECT " + g + ", count(*) FILTER (WHERE st = 0) AS n_processed, count(*) FILTER (WHERE st = 1) AS n_in_work," +
+		" count(*) FILTER (WHERE st = 2) AS n_delayed, count(*) FILTER (WHERE st = 3) AS n_due," +
+		" min(i) FILTER (WHERE st = 3) AS oldest" +
+		" FROM (SELECT " + inner + " FROM " + tq + ") AS c" + groupBy + ") AS s" +
+		" LEFT JOIN " + tq + " AS r ON r." + id + " = s.oldest ORDER BY s.g", nil
+}
+
+// Stats counts the table's rows by group and state, in one statement that reads the whole
+// table (and, for an advisory table, pg_locks once) and writes nothing. Rows in work are
+// counted in the lease form and, through pg_locks, in the advisory form.
+func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([]dialects.GroupStats, error) {
+	if err := d.checkTable(ctx, t); err != nil {
+		return nil, err
+	}
+	text, err := statsText(t)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := d.pool.Query(ctx, text, now)
+	if err != nil {
+		return nil, adminErr("stats", t.Name, err)
+	}
+	defer rows.Close()
+	var out []dialects.GroupStats
+	for rows.Next() {
+		var (
+			g             dialects.GroupStats
+			oldest        *int64
+			retry, locked *time.Time
+			headers       []byte
+		)
+		dest := []any{&g.Group, &g.Processed, &g.InWork, &g.Delayed, &g.Due, &oldest}
+		if t.RetryAfter != "" {
+			dest = append(dest, &retry)
+		}
+		if t.LockedUntil != "" {
+			dest = append(dest, &locked)
+		}
+		if t.Headers != "" {
+			dest = append(dest, &headers)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, adminErr("stats", t.Name, err)
+		}
+		g.InWorkCounted = t.Form() != dialects.FormRowLock
+		if oldest != nil {
+			g.Oldest.ID = *oldest
+		}
+		if retry != nil {
+			g.Oldest.RetryAfter = *retry
+		}
+		if locked != nil {
+			g.Oldest.LockedUntil = *locked
+		}
+		g.Oldest.Headers = headers
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, adminErr("stats", t.Name, err)
+	}
+	return out, nil
+}
+
+// requeueSQL holds one requeue's statements.
+type requeueSQL struct {
+	ids   string // the source rows' ids in id order, locked: [$1 from group]
+	count string // [$1 from group]
+	// move moves a chunk: group move $1 to group, $2 ids, $3 from group; table move $1 ids.
+	move string
+}
+
+// buildRequeue writes the statements of a requeue. A group move updates the rows in
+// place; a table move deletes the rows from the dead-letter table and inserts the
+// described columns into the queue table with their ids, in one statement (OVERRIDING
+// SYSTEM VALUE keeps the ids even where the id is GENERATED ALWAYS). Both reset the
+// attempt to 1 and clear retry_after, locked_until and processed_at.
+func buildRequeue(spec dialects.RequeueSpec) requeueSQL {
+	t := spec.Table
+	id := quote(t.ID)
+	if spec.FromGroup != "" {
+		tq, gq := quote(t.Name), quote(t.Group)
+		set := gq + " = $1"
+		for _, c := range copyColumns(t) {
+			if v := resetValue(c.Role); v != "" {
+				set += ", " + quote(c.Name) + " = " + v
+			}
+		}
+		return requeueSQL{
+			ids:   "SELECT " + id + " FROM " + tq + " WHERE " + gq + " = $1 ORDER BY " + id + " FOR UPDATE",
+			count: "SELECT count(*) FROM " + tq + " WHERE " + gq + " = $1",
+			move:  "UPDATE " + tq + " SET " + set + " WHERE " + id + " = ANY($2) AND " + gq + " = $3",
+		}
+	}
+	from := quote(spec.FromTable)
+	cols := copyColumns(t)
+	names, values := make([]string, len(cols)), make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = quote(c.Name)
+		values[i] = names[i]
+		if v := resetValue(c.Role); v != "" {
+			values[i] = v
+		}
+	}
+	list := strings.Join(names, ", ")
+	return requeueSQL{
+		ids:   "SELECT " + id + " FROM " + from + " ORDER BY " + id + " FOR UPDATE",
+		count: "SELECT count(*) FROM " + from,
+		move: "WITH moved AS (DELETE FROM " + from + " WHERE " + id + " = ANY($1) RETURNING " + list + ") INSERT INTO " +
+			quote(t.Name) + " (" + list + ") OVERRIDING SYSTEM VALUE SELECT " + strings.Join(values, ", ") + " FROM moved",
+	}
+}
+
+// resetValue is what a requeue writes into a column of the role: a fresh first attempt,
+// no delay, no lease, not processed; "" keeps the column's value.
+func resetValue(role string) string {
+	switch role {
+	case "Attempt":
+		return "1"
+	case "RetryAfter", "LockedUntil", "ProcessedAt":
+		return "NULL"
+	}
+	return ""
+}
+
+// Requeue moves the dead letters back in one read committed transaction: it locks the
+// source rows (FOR UPDATE, so a consumer of the dead-letter group holding one in a row
+// lock claim makes it wait), moves them in chunks, and commits; a failure or the end of
+// ctx rolls everything back. It checks the table (and the dead-letter table) first.
+func (d *Dialect) Requeue(ctx context.Context, spec dialects.RequeueSpec, progress func(done, total int)) (int, error) {
+	if err := dialects.CheckRequeue(spec); err != nil {
+		return 0, err
+	}
+	t := spec.Table
+	if err := d.checkTable(ctx, t); err != nil {
+		return 0, err
+	}
+	var fromArgs []any
+	if spec.FromTable != "" {
+		if err := d.checkDeadLetterTable(ctx, t, spec.FromTable); err != nil {
+			return 0, err
+		}
+	} else {
+		fromArgs = []any{spec.FromGroup}
+	}
+	s := buildRequeue(spec)
+	if spec.DryRun {
+		var n int
+		if err := d.pool.QueryRow(ctx, s.count, fromArgs...).Scan(&n); err != nil {
+			return 0, adminErr("requeue count", t.Name, err)
+		}
+		return n, nil
+	}
+	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return 0, adminErr("requeue begin", t.Name, err)
+	}
+	moved, err := requeue(ctx, tx, spec, s, fromArgs, progress)
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil {
+		// The rollback runs even when ctx is what ended the requeue; a rollback that
+		// fails closes the connection, and the server rolls back.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+		defer cancel()
+		if rerr := tx.Rollback(rctx); rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) {
+			err = errors.Join(err, rerr)
+		}
+		return 0, adminErr("requeue", t.Name, err)
+	}
+	return moved, nil
+}
+
+// requeue locks the source rows' ids and moves them chunk by chunk inside tx.
+func requeue(ctx context.Context, tx pgx.Tx, spec dialects.RequeueSpec, s requeueSQL, fromArgs []any, progress func(done, total int)) (int, error) {
+	rows, err := tx.Query(ctx, s.ids, fromArgs...)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, err
+	}
+	return dialects.RequeueChunks(ctx, ids, spec.Chunk, func(ctx context.Context, ids []int64) (int64, error) {
+		args := []any{ids}
+		if spec.FromGroup != "" {
+			args = []any{spec.ToGroup, ids, spec.FromGroup}
+		}
+		tag, err := tx.Exec(ctx, s.move, args...)
+		return tag.RowsAffected(), err
+	}, progress)
+}
+
+func adminErr(op, table string, err error) error {
+	return fmt.Errorf("postgres: %s on table %s: %w", op, table, err)
+}

@@ -1,0 +1,263 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// The operator's commands (dialects.Admin). Schema needs no database: cmd/rowactor renders
+// it on the zero Dialect (TestZeroDialectSchema keeps that so).
+
+var _ dialects.Admin = (*Dialect)(nil)
+
+// statsState classifies a row for Stats, by precedence: processed, in work (a lease not yet
+// expired), delayed, due. Each test is false on NULL, so a NULL column never hides a row.
+// SQLite's advisory keys live in the consuming process, so an advisory row in work reads
+// as due. Times are TimeLayout text: comparing the text compares the times.
+func statsState(t dialects.Table) string {
+	var b strings.Builder
+	b.WriteString("CASE")
+	if t.ProcessedAt != "" {
+		b.WriteString(" WHEN " + quote(t.ProcessedAt) + " IS NOT NULL THEN 0")
+	}
+	if t.Form() == dialects.FormLease {
+		lu := quote(t.LockedUntil)
+		b.WriteString(" WHEN " + lu + " IS NOT NULL AND " + lu + " > :now THEN 1")
+	}
+	if t.RetryAfter != "" {
+		ra := quote(t.RetryAfter)
+		b.WriteString(" WHEN " + ra + " IS NOT NULL AND " + ra + " > :now THEN 2")
+	}
+	b.WriteString(" ELSE 3 END")
+	return b.String()
+}
+
+// statsText counts the rows of each group by state in one scan, and joins the due row
+// with the lowest id (the next claim's) to read when it became due.
+func statsText(t dialects.Table) string {
+	tq, id := quote(t.Name), quote(t.ID)
+	group, groupBy := "''", ""
+	if t.Group != "" {
+		group, groupBy = quote(t.Group), " GROUP BY g"
+	}
+	s := "SELECT s.g, s.n_processed, s.n_in_work, s.n_delayed, s.n_due, s.oldest"
+	for _, c := range []string{t.RetryAfter, t.LockedUntil, t.Headers} {
+		if c != "" {
+			s += ", r." + quote(c)
+		}
+	}
+	return s + " FROM (SELECT g, count(CASE WHEN st = 0 THEN 1 END) AS n_processed, count(CASE WHEN st = 1 THEN 1 END) AS n_in_work," +
+		" count(CASE WHEN st = 2 THEN 1 END) AS n_delayed, count(CASE WHEN st = 3 THEN 1 END) AS n_due," +
+		" min(CASE WHEN st = 3 THEN i END) AS oldest" +
+		" FROM (SELECT " + group + " AS g, " + id + " AS i, " + statsState(t) + " AS st FROM " + tq + ")" + groupBy + ") AS s" +
+		" LEFT JOIN " + tq + " AS r ON r." + id + " = s.oldest ORDER BY s.g"
+}
+
+// Stats counts the table's rows by group and state, in one statement that reads the whole
+// table and writes nothing.
+func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([]dialects.GroupStats, error) {
+	if err := d.checkTable(ctx, t); err != nil {
+		return nil, err
+	}
+	rows, err := d.db.QueryContext(ctx, statsText(t), sql.Named("now", formatTime(now)))
+	if err != nil {
+		return nil, adminErr("stats", t.Name, err)
+	}
+	defer rows.Close()
+	var out []dialects.GroupStats
+	for rows.Next() {
+		var (
+			g             dialects.GroupStats
+			oldest        sql.NullInt64
+			retry, locked sql.NullString
+		)
+		dest := []any{&g.Group, &g.Processed, &g.InWork, &g.Delayed, &g.Due, &oldest}
+		if t.RetryAfter != "" {
+			dest = append(dest, &retry)
+		}
+		if t.LockedUntil != "" {
+			dest = append(dest, &locked)
+		}
+		if t.Headers != "" {
+			dest = append(dest, &g.Oldest.Headers)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, adminErr("stats", t.Name, err)
+		}
+		g.InWorkCounted = t.Form() == dialects.FormLease
+		g.Oldest.ID = oldest.Int64
+		g.Oldest.RetryAfter = statsTime(retry)
+		g.Oldest.LockedUntil = statsTime(locked)
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, adminErr("stats", t.Name, err)
+	}
+	return out, nil
+}
+
+// statsTime reads a time column; NULL, and text not in TimeLayout (written by other code),
+// read as unknown.
+func statsTime(s sql.NullString) time.Time {
+	if !s.Valid {
+		return time.Time{}
+	}
+	t, err := time.Parse(TimeLayout, s.String)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// requeueSQL holds one requeue's statements: the source's ids, and the move of a chunk of
+// them, whose IN list the chunk's size fills.
+type requeueSQL struct {
+	ids   string // the source rows' ids in id order: [from group]
+	count string // [from group]
+	// moveHead + placeholders + moveTail moves a chunk: [to group,] ids..., [from group]
+	moveHead, moveTail string
+	// deleteHead + placeholders + ")" deletes a chunk from the dead-letter table: ids...
+	deleteHead string
+}
+
+// buildRequeue writes the statements of a requeue. A group move updates the rows in
+// place; a table move copies the described columns into the queue table with their ids
+// and deletes them from the dead-letter table. Both reset the attempt to 1 and clear
+// retry_after, locked_until and processed_at.
+func buildRequeue(spec dialects.RequeueSpec) requeueSQL {
+	t := spec.Table
+	id := quote(t.ID)
+	if spec.FromGroup != "" {
+		tq, gq := quote(t.Name), quote(t.Group)
+		set := gq + " = ?"
+		for _, c := range copyColumns(t) {
+			if v := resetValue(c.Role); v != "" {
+				set += ", " + quote(c.Name) + " = " + v
+			}
+		}
+		return requeueSQL{
+			ids:      "SELECT " + id + " FROM " + tq + " WHERE " + gq + " = ? ORDER BY " + id,
+			count:    "SELECT count(*) FROM " + tq + " WHERE " + gq + " = ?",
+			moveHead: "UPDATE " + tq + " SET " + set + " WHERE " + id + " IN (",
+			moveTail: ") AND " + gq + " = ?",
+		}
+	}
+	from := quote(spec.FromTable)
+	cols := copyColumns(t)
+	names, values := make([]string, len(cols)), make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = quote(c.Name)
+		values[i] = names[i]
+		if v := resetValue(c.Role); v != "" {
+			values[i] = v
+		}
+	}
+	return requeueSQL{
+		ids:   "SELECT " + id + " FROM " + from + " ORDER BY " + id,
+		count: "SELECT count(*) FROM " + from,
+		moveHead: "INSERT INTO " + quote(t.Name) + " (" + strings.Join(names, ", ") + ") SELECT " +
+			strings.Join(values, ", ") + " FROM " + from + " WHERE " + id + " IN (",
+		moveTail:   ")",
+		deleteHead: "DELETE FROM " + from + " WHERE " + id + " IN (",
+	}
+}
+
+// resetValue is what a requeue writes into a column of the role: a fresh first attempt,
+// no delay, no lease, not processed; "" keeps the column's value.
+func resetValue(role string) string {
+	switch role {
+	case "Attempt":
+		return "1"
+	case "RetryAfter", "LockedUntil", "ProcessedAt":
+		return "NULL"
+	}
+	return ""
+}
+
+// Requeue moves the dead letters back in one BEGIN IMMEDIATE transaction, in this
+// process's writer turn: every other writer on the file waits until it commits, and a
+// reader sees the rows before or after, never half moved. It checks the table (and the
+// dead-letter table) first.
+func (d *Dialect) Requeue(ctx context.Context, spec dialects.RequeueSpec, progress func(done, total int)) (int, error) {
+	if err := dialects.CheckRequeue(spec); err != nil {
+		return 0, err
+	}
+	t := spec.Table
+	if err := d.checkTable(ctx, t); err != nil {
+		return 0, err
+	}
+	var fromArgs []any
+	if spec.FromTable != "" {
+		if err := d.checkDeadLetterTable(ctx, t, spec.FromTable); err != nil {
+			return 0, err
+		}
+	} else {
+		fromArgs = []any{spec.FromGroup}
+	}
+	s := buildRequeue(spec)
+	if spec.DryRun {
+		var n int
+		if err := d.db.QueryRowContext(ctx, s.count, fromArgs...).Scan(&n); err != nil {
+			return 0, adminErr("requeue count", t.Name, err)
+		}
+		return n, nil
+	}
+	f, err := d.fileEntry(ctx)
+	if err != nil {
+		return 0, err
+	}
+	q := &queue{d: d, f: f, name: t.Name}
+	moved := 0
+	_, err = q.immediate(ctx, "requeue", func(conn *sql.Conn) (bool, error) {
+		rows, err := conn.QueryContext(ctx, s.ids, fromArgs...)
+		if err != nil {
+			return false, q.errorf("requeue", err)
+		}
+		ids, err := scanIDs(rows)
+		if err != nil {
+			return false, q.errorf("requeue", err)
+		}
+		moved, err = dialects.RequeueChunks(ctx, ids, spec.Chunk, func(ctx context.Context, ids []int64) (int64, error) {
+			var args []any
+			if spec.FromGroup != "" {
+				args = append(args, spec.ToGroup)
+			}
+			for _, id := range ids {
+				args = append(args, id)
+			}
+			n, err := changed(conn.ExecContext(ctx, s.moveHead+inList(len(ids))+s.moveTail, append(args, fromArgs...)...))
+			if err != nil || s.deleteHead == "" {
+				return n, err
+			}
+			deleted, err := changed(conn.ExecContext(ctx, s.deleteHead+inList(len(ids))+")", args...))
+			if err == nil && deleted != n {
+				n = deleted // RequeueChunks reports the mismatch
+			}
+			return n, err
+		}, progress)
+		if err != nil {
+			return false, q.errorf("requeue", err)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return moved, nil
+}
+
+// inList renders n comma-separated "?".
+func inList(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strings.Repeat("?, ", n-1) + "?"
+}
+
+func adminErr(op, table string, err error) error {
+	return (&queue{name: table}).errorf(op, err)
+}
