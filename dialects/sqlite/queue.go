@@ -36,6 +36,13 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 	if t.Form() == dialects.FormLease {
 		base.settle = buildSettle(spec, true)
 		lq := newLeaseQueue(base, t)
+		if t.FIFO {
+			fq := newFIFOLeaseQueue(lq, t)
+			if err := fq.prepare(ctx); err != nil {
+				return nil, err
+			}
+			return fq, nil
+		}
 		if err := lq.prepare(ctx); err != nil {
 			return nil, err
 		}

@@ -53,6 +53,9 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) error 
 			Reason: "SQLite has no row locks, so it cannot serve the row lock form",
 			Fix:    "add a LockedUntil column for the lease form, or an AdvisoryKey for the advisory form"}
 	}
+	if err := dialects.CheckFIFO(t); err != nil {
+		return err
+	}
 	if t.Isolation != "" {
 		return &dialects.ConfigError{Table: t.Name, Option: "Table.Isolation",
 			Reason: fmt.Sprintf("SQLite has no isolation level %q to open (its transactions are serializable)", t.Isolation),
