@@ -336,3 +336,25 @@ func TestSchemaWithoutDatabase(t *testing.T) {
 		})
 	}
 }
+
+// TestStatsMinimalTable runs on every database: a table of an id and a payload alone (and
+// a key on SQLite, which has no row locks) has every row due, and nothing else to tell.
+func TestStatsMinimalTable(t *testing.T) {
+	for _, db := range databases {
+		t.Run(db.name, func(t *testing.T) {
+			f := newFixture(t, db)
+			tb := rowactor.Table{Name: f.tableName("ra_cli_"), ID: "id", Payload: "payload"}
+			if db.forms[0] != rowactor.FormRowLock {
+				tb.AdvisoryKey = tb.Name + "-{id}"
+			}
+			f.create(tb)
+			first := f.publish(tb, "", "a")
+			f.publish(tb, "", "b")
+			code, out, errOut := cli(append([]string{"stats", "-json", "-dsn", f.dsn}, append(columnFlags(tb), tb.Name)...)...)
+			want := fmt.Sprintf(`{"table":"%s","group":null,"due":2,"delayed":null,"in_work":null,"processed":null,"oldest_due_id":%d,"oldest_due_age_seconds":null}`+"\n", tb.Name, first)
+			if code != exitOK || out != want {
+				t.Errorf("stats: exit %d, stderr %q\ngot  %s\nwant %s", code, errOut, out, want)
+			}
+		})
+	}
+}

@@ -45,7 +45,13 @@ func statsState(t dialects.Table) (string, int, error) {
 		b.WriteString(" WHEN " + ra + " IS NOT NULL AND " + ra + " > ? THEN 2")
 		nows++
 	}
-	b.WriteString(" ELSE 3 END")
+	if b.Len() == len("CASE") {
+		// No column tells another state: every row is due.
+		b.Reset()
+		b.WriteString("3")
+	} else {
+		b.WriteString(" ELSE 3 END")
+	}
 	return b.String(), nows, nil
 }
 

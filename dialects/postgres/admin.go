@@ -28,8 +28,9 @@ const heldKeys = "SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_loc
 // statsState classifies a row for Stats, by precedence: processed, in work (a lease not
 // yet expired, or an advisory key some session holds), delayed, due. Each test is false on
 // NULL, so a NULL column never hides a row. The row lock form's locks cannot be listed
-// without the pgrowlocks extension, so its rows in work read as due.
-func statsState(t dialects.Table) (string, error) {
+// without the pgrowlocks extension, so its rows in work read as due. usesNow says the
+// text binds now as $1.
+func statsState(t dialects.Table) (text string, usesNow bool, err error) {
 	var b strings.Builder
 	b.WriteString("CASE")
 	if t.ProcessedAt != "" {
@@ -39,10 +40,11 @@ func statsState(t dialects.Table) (string, error) {
 	case dialects.FormLease:
 		lu := quote(t.LockedUntil)
 		b.WriteString(" WHEN " + lu + " IS NOT NULL AND " + lu + " > $1 THEN 1")
+		usesNow = true
 	case dialects.FormAdvisory:
 		key, err := keyExpr(t.AdvisoryKey)
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		// A hashed subplan: pg_locks is read once per statement.
 		b.WriteString(" WHEN hashtextextended(" + key + ", 0) IN (" + heldKeys + ") THEN 1")
@@ -50,17 +52,24 @@ func statsState(t dialects.Table) (string, error) {
 	if t.RetryAfter != "" {
 		ra := quote(t.RetryAfter)
 		b.WriteString(" WHEN " + ra + " IS NOT NULL AND " + ra + " > $1 THEN 2")
+		usesNow = true
 	}
-	b.WriteString(" ELSE 3 END")
-	return b.String(), nil
+	if b.Len() == len("CASE") {
+		// No column tells another state: every row is due.
+		b.Reset()
+		b.WriteString("3")
+	} else {
+		b.WriteString(" ELSE 3 END")
+	}
+	return b.String(), usesNow, nil
 }
 
-// statsText counts the rows of each group by state in one scan ($1 is now), and joins the
-// due row with the lowest id (the next claim's) to read when it became due.
-func statsText(t dialects.Table) (string, error) {
-	state, err := statsState(t)
+// statsText counts the rows of each group by state in one scan ($1 is now, when usesNow),
+// and joins the due row with the lowest id (the next claim's) to read when it became due.
+func statsText(t dialects.Table) (text string, usesNow bool, err error) {
+	state, usesNow, err := statsState(t)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	tq, id := quote(t.Name), quote(t.ID)
 	inner, g, groupBy := id+" AS i, "+state+" AS st", "''::text AS g", ""
@@ -77,7 +86,7 @@ func statsText(t dialects.Table) (string, error) {
 		" count(*) FILTER (WHERE st = 2) AS n_delayed, count(*) FILTER (WHERE st = 3) AS n_due," +
 		" min(i) FILTER (WHERE st = 3) AS oldest" +
 		" FROM (SELECT " + inner + " FROM " + tq + ") AS c" + groupBy + ") AS s" +
-		" LEFT JOIN " + tq + " AS r ON r." + id + " = s.oldest ORDER BY s.g", nil
+		" LEFT JOIN " + tq + " AS r ON r." + id + " = s.oldest ORDER BY s.g", usesNow, nil
 }
 
 // Stats counts the table's rows by group and state, in one statement that reads the whole
@@ -87,11 +96,15 @@ func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([
 	if err := d.checkTable(ctx, t); err != nil {
 		return nil, err
 	}
-	text, err := statsText(t)
+	text, usesNow, err := statsText(t)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := d.pool.Query(ctx, text, now)
+	var args []any
+	if usesNow {
+		args = append(args, now)
+	}
+	rows, err := d.pool.Query(ctx, text, args...)
 	if err != nil {
 		return nil, adminErr("stats", t.Name, err)
 	}

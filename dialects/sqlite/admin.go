@@ -17,8 +17,9 @@ var _ dialects.Admin = (*Dialect)(nil)
 // statsState classifies a row for Stats, by precedence: processed, in work (a lease not yet
 // expired), delayed, due. Each test is false on NULL, so a NULL column never hides a row.
 // SQLite's advisory keys live in the consuming process, so an advisory row in work reads
-// as due. Times are TimeLayout text: comparing the text compares the times.
-func statsState(t dialects.Table) string {
+// as due. Times are TimeLayout text: comparing the text compares the times. usesNow says
+// the text binds :now.
+func statsState(t dialects.Table) (text string, usesNow bool) {
 	var b strings.Builder
 	b.WriteString("CASE")
 	if t.ProcessedAt != "" {
@@ -27,22 +28,31 @@ func statsState(t dialects.Table) string {
 	if t.Form() == dialects.FormLease {
 		lu := quote(t.LockedUntil)
 		b.WriteString(" WHEN " + lu + " IS NOT NULL AND " + lu + " > :now THEN 1")
+		usesNow = true
 	}
 	if t.RetryAfter != "" {
 		ra := quote(t.RetryAfter)
 		b.WriteString(" WHEN " + ra + " IS NOT NULL AND " + ra + " > :now THEN 2")
+		usesNow = true
 	}
-	b.WriteString(" ELSE 3 END")
-	return b.String()
+	if b.Len() == len("CASE") {
+		// No column tells another state: every row is due.
+		b.Reset()
+		b.WriteString("3")
+	} else {
+		b.WriteString(" ELSE 3 END")
+	}
+	return b.String(), usesNow
 }
 
 // statsText counts the rows of each group by state in one scan, and joins the due row
 // with the lowest id (the next claim's) to read when it became due.
-func statsText(t dialects.Table) string {
+func statsText(t dialects.Table) (text string, usesNow bool) {
+	state, usesNow := statsState(t)
 	tq, id := quote(t.Name), quote(t.ID)
-	group, groupBy := "''", ""
+	inner, g, groupBy := id+" AS i, "+state+" AS st", "'' AS g", ""
 	if t.Group != "" {
-		group, groupBy = quote(t.Group), " GROUP BY g"
+		inner, g, groupBy = quote(t.Group)+" AS g, "+inner, "g", " GROUP BY g"
 	}
 	s := "SELECT s.g, s.n_processed, s.n_in_work, s.n_delayed, s.n_due, s.oldest"
 	for _, c := range []string{t.RetryAfter, t.LockedUntil, t.Headers} {
@@ -50,11 +60,11 @@ func statsText(t dialects.Table) string {
 			s += ", r." + quote(c)
 		}
 	}
-	return s + " FROM (SELECT g, count(CASE WHEN st = 0 THEN 1 END) AS n_processed, count(CASE WHEN st = 1 THEN 1 END) AS n_in_work," +
+	return s + " FROM (SELECT " + g + ", count(CASE WHEN st = 0 THEN 1 END) AS n_processed, count(CASE WHEN st = 1 THEN 1 END) AS n_in_work," +
 		" count(CASE WHEN st = 2 THEN 1 END) AS n_delayed, count(CASE WHEN st = 3 THEN 1 END) AS n_due," +
 		" min(CASE WHEN st = 3 THEN i END) AS oldest" +
-		" FROM (SELECT " + group + " AS g, " + id + " AS i, " + statsState(t) + " AS st FROM " + tq + ")" + groupBy + ") AS s" +
-		" LEFT JOIN " + tq + " AS r ON r." + id + " = s.oldest ORDER BY s.g"
+		" FROM (SELECT " + inner + " FROM " + tq + ")" + groupBy + ") AS s" +
+		" LEFT JOIN " + tq + " AS r ON r." + id + " = s.oldest ORDER BY s.g", usesNow
 }
 
 // Stats counts the table's rows by group and state, in one statement that reads the whole
@@ -63,7 +73,12 @@ func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([
 	if err := d.checkTable(ctx, t); err != nil {
 		return nil, err
 	}
-	rows, err := d.db.QueryContext(ctx, statsText(t), sql.Named("now", formatTime(now)))
+	text, usesNow := statsText(t)
+	var args []any
+	if usesNow {
+		args = append(args, sql.Named("now", formatTime(now)))
+	}
+	rows, err := d.db.QueryContext(ctx, text, args...)
 	if err != nil {
 		return nil, adminErr("stats", t.Name, err)
 	}
