@@ -97,6 +97,25 @@ var fifoScenarios = []scenario{
 				}
 			}
 		}},
+	{name: "fifo group rows are handled one at a time in id order in transactional mode", forms: fifoForms,
+		shapes: []tableShape{withFIFO, withProcessedAt},
+		run: func(t *testing.T, h *harness, form rowactor.Form) {
+			var r fifoRun
+			b := r.start(h, func(*rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }, rowactor.Transactional())
+			ids := h.publish(b, 6)
+			for _, s := range h.waitSettled(len(ids)) {
+				if s.Err != nil || s.Step != "ack" {
+					t.Fatalf("settlement %+v", s)
+				}
+			}
+			if m := r.p.max.Load(); m != 1 {
+				t.Fatalf("%d rows of one FIFO group handled at once, want 1", m)
+			}
+			if got := r.handled(); !slices.Equal(got, ids) {
+				t.Fatalf("handled in order %v, published %v", got, ids)
+			}
+			processedInOrder(t, h, ids)
+		}},
 	{name: "fifo row published ahead of the head in work waits for it", forms: fifoForms,
 		shapes: []tableShape{withFIFO, withProcessedAt},
 		run: func(t *testing.T, h *harness, _ rowactor.Form) {
