@@ -31,6 +31,9 @@ type Admin interface {
 type GroupStats struct {
 	// Group is the group's value; "" for a table without groups.
 	Group string
+	// NullGroup is the rows whose group is NULL (a table of the service's own that allows
+	// it): no subscription claims them.
+	NullGroup bool
 	// Due counts unfinished rows neither delayed nor known to be in work: claimable now.
 	// Where the database cannot tell a row in work (InWorkCounted false), rows in work
 	// read as due.

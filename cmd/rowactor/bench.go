@@ -9,11 +9,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // The benchmark harness is package main under bench/ (go run ./bench): it is not built
-// into this binary, and moving it would fork it. So bench runs the harness from the source
-// tree it finds around the working directory, with go run, and says so when there is none.
+// into this binary, and moving it would fork it. So bench builds the harness from the
+// source tree it finds around the working directory and runs it, and says so when there
+// is no tree.
 
 // modulePath is rowactor's module, whose source tree holds the harness.
 const modulePath = "github.com/rowactor/rowactor"
@@ -28,8 +30,9 @@ loop running the same SQL, and prints JSON lines (docs/benchmarks.md describes i
 
 The harness is package main in rowactor's source tree (bench/), not part of this binary:
 bench looks for the tree around the working directory (the directory holding go.mod of
-` + modulePath + `) and runs 'go run ./bench' there with the flags given, so it
-needs a checkout and the go command. Its exit status is the harness's.
+` + modulePath + `), builds the harness there with the go command (into a temporary
+directory, removed afterwards) and runs it here with the flags given. So it needs a
+checkout and the go command. Its exit status is the harness's.
 
 Examples (inside a checkout of ` + modulePath + `):
   rowactor bench -db sqlite -form lease -workers 1,8 -rows 20000 -rounds 3
@@ -60,8 +63,24 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("the harness is built with the go command, which is not on PATH: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, goTool, append([]string{"run", "./bench"}, args...)...)
-	cmd.Dir, cmd.Stdin, cmd.Stdout, cmd.Stderr = root, os.Stdin, e.stdout, e.stderr
+	dir, err := os.MkdirTemp("", "rowactor-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	// Built, then run here rather than with go run: the harness's exit status comes back
+	// as is, and its relative paths (-cpuprofile, -dir) are the caller's.
+	bin := filepath.Join(dir, "bench")
+	build := exec.CommandContext(ctx, goTool, "build", "-o", bin, "./bench")
+	build.Dir, build.Stdout, build.Stderr = root, e.stderr, e.stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build the harness in %s: %w", root, err)
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, e.stdout, e.stderr
+	// Ctrl-C interrupts the harness rather than killing it, so it can clean up.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 30 * time.Second
 	err = cmd.Run()
 	var x *exec.ExitError
 	if errors.As(err, &x) && x.ExitCode() > 0 {

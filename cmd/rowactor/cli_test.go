@@ -192,6 +192,15 @@ func TestBenchSourceTree(t *testing.T) {
 	if err != nil || root != filepath.Dir(filepath.Dir(wd)) {
 		t.Errorf("moduleRoot(%s) = %q, %v; want the module root", wd, root, err)
 	}
+	// In the tree: the harness's own help, and its exit status passed on.
+	code, _, errOut := cli("bench", "--", "-h")
+	if code != exitOK || !strings.Contains(errOut, "Usage of bench") {
+		t.Errorf("bench -- -h: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := cli("bench", "-no-such-flag"); code != exitUsage || !strings.Contains(errOut, "-no-such-flag") {
+		t.Errorf("bench -no-such-flag: exit %d, stderr %q; want the harness's 2", code, errOut)
+	}
+
 	t.Chdir(t.TempDir())
 	code, out, errOut := cli("bench", "-db", "sqlite")
 	if code != exitFailed || out != "" || !strings.Contains(errOut, "inside a checkout of github.com/rowactor/rowactor") {

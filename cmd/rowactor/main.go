@@ -134,7 +134,7 @@ func report(e *env, c *command, err error) int {
 	fmt.Fprintf(e.stderr, "%s %s: %v\n", programName, c.name, err)
 	if errors.As(err, &ce) {
 		if f := flagOf(ce.Option); f != "" && ce.Column != "" {
-			fmt.Fprintf(e.stderr, "(the column %q is the one -%s names)\n", ce.Column, f)
+			fmt.Fprintf(e.stderr, "(-%s names the column %q)\n", f, ce.Column)
 		}
 	}
 	return exitFailed

@@ -92,8 +92,10 @@ func runStats(ctx context.Context, e *env, args []string) error {
 // statsLine is one group's counts as printed; nil is what the table cannot tell.
 type statsLine struct {
 	Table string `json:"table"`
-	// Group is nil for a table without groups.
+	// Group is nil for a table without groups, and for the rows whose group is NULL
+	// (NullGroup), which no subscription claims.
 	Group     *string `json:"group"`
+	NullGroup bool    `json:"null_group,omitempty"`
 	Due       int64   `json:"due"`
 	Delayed   *int64  `json:"delayed"`
 	InWork    *int64  `json:"in_work"`
@@ -106,9 +108,10 @@ type statsLine struct {
 
 func newStatsLine(t rowactor.Table, g dialects.GroupStats, now time.Time) statsLine {
 	l := statsLine{Table: t.Name, Due: g.Due}
-	if t.Group != "" {
+	if t.Group != "" && !g.NullGroup {
 		l.Group = &g.Group
 	}
+	l.NullGroup = g.NullGroup
 	if t.RetryAfter != "" {
 		l.Delayed = &g.Delayed
 	}
@@ -154,12 +157,13 @@ func printStats(w io.Writer, t rowactor.Table, lines []statsLine) error {
 	}
 	fmt.Fprintln(tw, "DUE\tDELAYED\tIN WORK\tPROCESSED\tOLDEST DUE")
 	for _, l := range lines {
-		if l.Group != nil {
-			g := *l.Group
-			if g == "" {
-				g = "''"
-			}
-			fmt.Fprint(tw, g+"\t")
+		switch {
+		case l.NullGroup:
+			fmt.Fprint(tw, "NULL\t")
+		case l.Group != nil && *l.Group == "":
+			fmt.Fprint(tw, "''\t")
+		case l.Group != nil:
+			fmt.Fprint(tw, *l.Group+"\t")
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", l.Due, count(l.Delayed), count(l.InWork), count(l.Processed), oldest(l))
 	}

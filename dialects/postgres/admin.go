@@ -113,11 +113,12 @@ func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([
 	for rows.Next() {
 		var (
 			g             dialects.GroupStats
+			group         *string
 			oldest        *int64
 			retry, locked *time.Time
 			headers       []byte
 		)
-		dest := []any{&g.Group, &g.Processed, &g.InWork, &g.Delayed, &g.Due, &oldest}
+		dest := []any{&group, &g.Processed, &g.InWork, &g.Delayed, &g.Due, &oldest}
 		if t.RetryAfter != "" {
 			dest = append(dest, &retry)
 		}
@@ -129,6 +130,11 @@ func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, adminErr("stats", t.Name, err)
+		}
+		if group != nil {
+			g.Group = *group
+		} else {
+			g.NullGroup = true
 		}
 		g.InWorkCounted = t.Form() != dialects.FormRowLock
 		if oldest != nil {

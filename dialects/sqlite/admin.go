@@ -87,10 +87,11 @@ func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([
 	for rows.Next() {
 		var (
 			g             dialects.GroupStats
+			group         sql.NullString
 			oldest        sql.NullInt64
 			retry, locked sql.NullString
 		)
-		dest := []any{&g.Group, &g.Processed, &g.InWork, &g.Delayed, &g.Due, &oldest}
+		dest := []any{&group, &g.Processed, &g.InWork, &g.Delayed, &g.Due, &oldest}
 		if t.RetryAfter != "" {
 			dest = append(dest, &retry)
 		}
@@ -103,6 +104,7 @@ func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([
 		if err := rows.Scan(dest...); err != nil {
 			return nil, adminErr("stats", t.Name, err)
 		}
+		g.Group, g.NullGroup = group.String, !group.Valid
 		g.InWorkCounted = t.Form() == dialects.FormLease
 		g.Oldest.ID = oldest.Int64
 		g.Oldest.RetryAfter = statsTime(retry)
