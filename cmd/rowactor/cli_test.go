@@ -60,6 +60,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"schema", "-db", "postgres", "-locked-until", "lu", "-advisory-key", "k-{id}", "jobs"}, "not both"},
 		{[]string{"requeue", dsn, "-group", "queue", "jobs"}, "name the dead letters"},
 		{[]string{"requeue", dsn, "-group", "queue", "-from-group", "dead", "jobs"}, "-from-group needs -to-group"},
+		{[]string{"requeue", dsn, "jobs", "--group", "queue", "--from-group", "dead"}, "-from-group needs -to-group"},
 		{[]string{"requeue", dsn, "-group", "queue", "-from-group", "dead", "-from-table", "d", "jobs"}, "exclude each other"},
 		{[]string{"requeue", dsn, "-from-group", "dead", "-to-group", "q", "jobs"}, "-from-group needs -group"},
 		{[]string{"requeue", dsn, "-group", "queue", "-from-group", "q", "-to-group", "q", "jobs"}, "to itself"},

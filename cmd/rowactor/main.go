@@ -50,10 +50,12 @@ type env struct {
 type command struct {
 	name    string
 	summary string
-	// help is the text -h prints: usage, description and examples; the flags follow it.
+	// help is the text -h prints: usage, description and examples; the flags follow it
+	// (bench's are the harness's own).
 	help string
-	// run runs the command on its arguments (flags included); a nil flag set means the
-	// command parses its arguments itself (bench hands them on).
+	// run runs the command on its arguments, flags included. It returns errHelpShown
+	// after -h, a *usageError for a command line that cannot run, and any other error
+	// for a failure.
 	run func(ctx context.Context, e *env, args []string) error
 }
 
