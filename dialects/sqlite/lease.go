@@ -35,6 +35,8 @@ type leaseQueue struct {
 	// padded with its last lease (a repeated pair changes nothing), so a handful of
 	// texts serve every count.
 	extend [extendSlots]string
+	// batch are the batched acks and releases (batch.go).
+	batch *batchSQL
 }
 
 var _ dialects.LeaseQueue = (*leaseQueue)(nil)
@@ -63,11 +65,13 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 		confirm:      confirmText(t),
 		extendPrefix: "UPDATE " + tq + " SET " + lu + " = ? WHERE (" + id + ", " + lu + ") IN (VALUES ",
 		extendSuffix: ") RETURNING " + id,
+		batch:        newBatchSQL(t),
 	}
 }
 
 func (q *leaseQueue) prepare(ctx context.Context) error {
-	if err := q.d.prepareAll(ctx, append(q.settle.texts(), q.claim, q.extendText(0, 1), q.confirm)...); err != nil {
+	texts := append(q.settle.texts(), q.claim, q.extendText(0, 1), q.confirm)
+	if err := q.d.prepareAll(ctx, append(texts, q.batch.texts()...)...); err != nil {
 		return q.errorf("prepare", err)
 	}
 	return nil
