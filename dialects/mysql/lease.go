@@ -82,6 +82,8 @@ type leaseQueue struct {
 	extend inList
 	// confirm locks a row if it holds a token, before an event runs: id, token.
 	confirm string
+	// batch are the batched acks and releases (batch.go).
+	batch *batchSQL
 	// level is the table's isolation level, for transactional deliveries (claims run at
 	// READ COMMITTED whatever the table declares).
 	level sql.IsolationLevel
@@ -110,6 +112,7 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 		extend: inList{prefix: "UPDATE " + tq + " SET " + lu + " = ? WHERE (" + id + ", " + lu + ") IN (", item: "(?,?)",
 			suffix: ")"},
 		confirm: confirmText(t),
+		batch:   newBatchSQL(t),
 		level:   isolation(t.Isolation),
 		sem:     make(chan struct{}, 1),
 	}
@@ -117,7 +120,8 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 
 // texts lists the statements to prepare at Open (the list statements at one item).
 func (q *leaseQueue) texts() []string {
-	return []string{q.claim, q.stamp.text(0), q.holding.text(0), q.extend.text(0), q.confirm}
+	texts := []string{q.claim, q.stamp.text(0), q.holding.text(0), q.extend.text(0), q.confirm}
+	return append(texts, q.batch.texts()...)
 }
 
 func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limit int) ([]dialects.Row, error) {

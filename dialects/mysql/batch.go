@@ -1,0 +1,178 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+var _ dialects.LeaseBatchQueue = (*leaseQueue)(nil)
+
+// batchSQL are the lease form's batched settlements. Neither MySQL nor MariaDB can return
+// the rows an UPDATE changed (nor MySQL those a DELETE removed), so a batch is a READ
+// COMMITTED transaction: a locking read of the rows that still hold their tokens, the ack
+// or release of the ids it found, and a commit. The read's locks keep every row it found
+// on its token until the commit; the rows it did not find are not touched.
+type batchSQL struct {
+	// lock reads which rows hold their tokens, and locks them: (id, token) pairs.
+	lock inList
+	// ack mirrors the single-row ack: DELETE, or, with a processed_at column,
+	// processed_at = now and the lease cleared ([now,] ids).
+	ack    inList
+	ackNow bool
+	// release clears the lease: ids.
+	release inList
+}
+
+func newBatchSQL(t dialects.Table) *batchSQL {
+	tq, id, lu := quote(t.Name), quote(t.ID), quote(t.LockedUntil)
+	where := " WHERE " + id + " IN ("
+	b := &batchSQL{
+		lock: inList{prefix: "SELECT " + id + " FROM " + tq + " WHERE (" + id + ", " + lu + ") IN (", item: "(?,?)",
+			suffix: ") FOR UPDATE"},
+		release: inList{prefix: "UPDATE " + tq + " SET " + lu + " = NULL" + where, item: "?", suffix: ")"},
+	}
+	if t.ProcessedAt != "" {
+		b.ack = inList{prefix: "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?, " + lu + " = NULL" + where, item: "?", suffix: ")"}
+		b.ackNow = true
+	} else {
+		b.ack = inList{prefix: "DELETE FROM " + tq + where, item: "?", suffix: ")"}
+	}
+	return b
+}
+
+// texts lists the statements to prepare at Open (one item each).
+func (b *batchSQL) texts() []string {
+	return []string{b.lock.text(0), b.ack.text(0), b.release.text(0)}
+}
+
+// SettleLeases acks or releases every lease in held whose row still holds its token, in
+// one transaction (retried after a deadlock or a lock wait timeout, which rolled it back),
+// and returns the ids it settled. A row holding another token, or gone, is left alone and
+// missing from the result. A single lease runs SettleLease's one fenced statement instead.
+func (q *leaseQueue) SettleLeases(ctx context.Context, kind dialects.StepKind, now time.Time, held []dialects.Lease) ([]int64, error) {
+	if len(held) == 0 {
+		return nil, nil
+	}
+	var (
+		list  *inList
+		first []any
+	)
+	switch kind {
+	case dialects.StepAck:
+		list = &q.batch.ack
+		if q.batch.ackNow {
+			first = []any{dbTime(now)}
+		}
+	case dialects.StepRelease, dialects.StepRetry:
+		list = &q.batch.release
+	default:
+		return nil, q.errorf("settle batch", fmt.Errorf("a %v step cannot be batched", kind))
+	}
+	if len(held) == 1 {
+		return q.settleOne(ctx, kind, now, held[0])
+	}
+	settled, err := withRetry(ctx, func() ([]int64, error) { return q.settleOnce(ctx, list, first, held) })
+	if err != nil {
+		return nil, q.errorf(kind.String()+" batch", err)
+	}
+	return settled, nil
+}
+
+// settleOne settles a batch of one lease (every batch under light load) with the
+// single-row statement SettleLease runs, fenced by the token in its WHERE: one autocommit
+// statement rather than a transaction of five.
+func (q *leaseQueue) settleOne(ctx context.Context, kind dialects.StepKind, now time.Time, held dialects.Lease) ([]int64, error) {
+	step := dialects.Step{Kind: kind, Now: now}
+	ok, err := withRetry(ctx, func() (bool, error) { return q.SettleLease(ctx, step, held) })
+	if err != nil || !ok {
+		return nil, err
+	}
+	return []int64{held.ID}, nil
+}
+
+// settleOnce runs one batch transaction: the locking read of the rows holding their
+// tokens, then list's statement on the ids found (first binding before them).
+func (q *leaseQueue) settleOnce(ctx context.Context, list *inList, first []any, held []dialects.Lease) ([]int64, error) {
+	x, err := q.d.begin(ctx, sql.LevelReadCommitted)
+	if err != nil {
+		return nil, err
+	}
+	done := false
+	defer func() {
+		if !done {
+			_ = x.rollback()
+		}
+	}()
+	var found []int64
+	for start := 0; start < len(held); start += maxList {
+		ids, err := q.lockHolding(ctx, x.tx, held[start:min(start+maxList, len(held))])
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, ids...)
+	}
+	if len(found) == 0 {
+		done = true
+		return nil, x.rollback()
+	}
+	slices.Sort(found)
+	found = slices.Compact(found) // held may name a row twice, in two chunks
+	for start := 0; start < len(found); start += maxList {
+		ids := found[start:min(start+maxList, len(found))]
+		slot, n := slotOf(len(ids))
+		s, err := q.d.stmt(ctx, list.text(slot))
+		if err != nil {
+			return nil, err
+		}
+		args := make([]any, 0, len(first)+n)
+		args = idArgs(append(args, first...), ids, n)
+		changed, err := affected(x.tx.StmtContext(ctx, s).ExecContext(ctx, args...))
+		if err != nil {
+			return nil, err
+		}
+		// Every row found is locked on its token, and the statement deletes it or
+		// clears its lease: each one changes.
+		if changed != int64(len(ids)) {
+			return nil, fmt.Errorf("settled %d of the %d rows locked on their tokens", changed, len(ids))
+		}
+	}
+	done = true
+	if err := x.commit(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return found, nil
+}
+
+// lockHolding locks, in tx, the rows of held (at most maxList leases) that hold their
+// tokens, and returns their ids.
+func (q *leaseQueue) lockHolding(ctx context.Context, tx *sql.Tx, held []dialects.Lease) ([]int64, error) {
+	slot, n := slotOf(len(held))
+	s, err := q.d.stmt(ctx, q.batch.lock.text(slot))
+	if err != nil {
+		return nil, err
+	}
+	args := make([]any, 0, 2*n)
+	for i := range n {
+		l := held[min(i, len(held)-1)]
+		args = append(args, l.ID, dbTime(l.Token))
+	}
+	rs, err := tx.StmtContext(ctx, s).QueryContext(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	ids := make([]int64, 0, len(held))
+	for rs.Next() {
+		var id int64
+		if err := rs.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rs.Err()
+}

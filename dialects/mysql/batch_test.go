@@ -1,0 +1,353 @@
+package mysql
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// batchFixture is a fresh lease table of n rows in group "g", all claimed with the lease
+// until t0+30s.
+type batchFixture struct {
+	d     *Dialect
+	tbl   dialects.Table
+	q     *leaseQueue
+	held  []dialects.Lease
+	until time.Time
+}
+
+func newBatchFixture(t *testing.T, n int, processed bool) *batchFixture {
+	t.Helper()
+	d := newDialect(t)
+	shape := leaseTable
+	if processed {
+		shape = func(name string) dialects.Table {
+			tbl := leaseTable(name)
+			tbl.ProcessedAt = "processed_at"
+			return tbl
+		}
+	}
+	tbl := newTable(t, d, "batch", shape)
+	fill(t, d, tbl.Name, n, "g")
+	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
+	bq, ok := q.(dialects.LeaseBatchQueue)
+	if !ok {
+		t.Fatalf("%T is not a LeaseBatchQueue", q)
+	}
+	f := &batchFixture{d: d, tbl: tbl, q: bq.(*leaseQueue), until: t0.Add(30 * time.Second)}
+	for len(f.held) < n { // a claim takes at most maxList rows
+		rows, err := f.q.ClaimLeases(ctx, t0, f.until, n-len(f.held))
+		if err != nil || len(rows) == 0 {
+			t.Fatalf("claimed %d rows of %d: %v", len(f.held), n, err)
+		}
+		for _, r := range rows {
+			f.held = append(f.held, dialects.Lease{ID: r.ID, Token: r.Token})
+		}
+	}
+	return f
+}
+
+// moveToken gives row id's lease to another claim, as its token other.
+func (f *batchFixture) moveToken(t *testing.T, id int64, other time.Time) {
+	t.Helper()
+	mustExec(t, f.d.DB(), "UPDATE "+quote(f.tbl.Name)+" SET locked_until = ? WHERE id = ?", dbTime(other), id)
+}
+
+func (f *batchFixture) count(t *testing.T, where string, args ...any) int {
+	t.Helper()
+	return count(t, f.d.DB(), "SELECT COUNT(*) FROM "+quote(f.tbl.Name)+" WHERE "+where, args...)
+}
+
+func sorted(ids []int64) []int64 {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	return ids
+}
+
+func leaseIDs(held []dialects.Lease) []int64 {
+	out := make([]int64, len(held))
+	for i, l := range held {
+		out[i] = l.ID
+	}
+	return out
+}
+
+// TestSettleLeases settles many leases in one transaction: rows that still hold their
+// tokens are acked (deleted, or marked processed with the lease cleared) or released; a row
+// whose token moved on, or that is gone, is left as it is and missing from the result.
+func TestSettleLeases(t *testing.T) {
+	for _, processed := range []bool{false, true} {
+		name := "ack deletes"
+		if processed {
+			name = "ack marks processed"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newBatchFixture(t, 8, processed)
+			held := f.held
+			// Row 2's lease went to another claim; row 5 was deleted by someone else.
+			other := f.until.Add(time.Hour)
+			f.moveToken(t, held[2].ID, other)
+			mustExec(t, f.d.DB(), "DELETE FROM "+quote(f.tbl.Name)+" WHERE id = ?", held[5].ID)
+
+			now := t0.Add(time.Second)
+			acked, err := f.q.SettleLeases(ctx, dialects.StepAck, now, held[:3])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []int64{held[0].ID, held[1].ID}; !slices.Equal(sorted(acked), want) {
+				t.Fatalf("acked %v, want %v", acked, want)
+			}
+			released, err := f.q.SettleLeases(ctx, dialects.StepRelease, now, held[3:6])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []int64{held[3].ID, held[4].ID}; !slices.Equal(sorted(released), want) {
+				t.Fatalf("released %v, want %v", released, want)
+			}
+			// A retry clears the lease like a release (the claim counted the attempt).
+			retried, err := f.q.SettleLeases(ctx, dialects.StepRetry, now, held[6:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := leaseIDs(held[6:]); !slices.Equal(sorted(retried), want) {
+				t.Fatalf("retried %v, want %v", retried, want)
+			}
+			for i, l := range held {
+				s, exists := stateOf(t, f.d, f.tbl, l.ID)
+				switch {
+				case i < 2 && processed:
+					if !exists || s.LockedUntil != nil || s.Attempt != 2 {
+						t.Errorf("acked row %d: %+v (exists %v)", l.ID, s, exists)
+					} else {
+						sameTime(t, "processed_at", s.ProcessedAt, now)
+					}
+				case i < 2:
+					if exists {
+						t.Errorf("acked row %d still exists: %+v", l.ID, s)
+					}
+				case i == 2:
+					if !exists || s.ProcessedAt != nil || s.Attempt != 2 {
+						t.Errorf("the row another claim holds changed: %+v (exists %v)", s, exists)
+					} else {
+						sameTime(t, "the other claim's token", s.LockedUntil, other)
+					}
+				case i == 5:
+					if exists {
+						t.Errorf("the deleted row is back: %+v", s)
+					}
+				default:
+					if !exists || s.LockedUntil != nil || s.ProcessedAt != nil || s.Attempt != 2 {
+						t.Errorf("released row %d: %+v (exists %v)", l.ID, s, exists)
+					}
+				}
+			}
+			// Settled once, the rows hold no token: a second settlement finds none of them.
+			again, err := f.q.SettleLeases(ctx, dialects.StepAck, now, held)
+			if err != nil || len(again) != 0 {
+				t.Errorf("settling again: %v, %v; want none", again, err)
+			}
+		})
+	}
+}
+
+// TestSettleLeasesOne: a batch of one lease runs the single-row fenced statement, with the
+// same result as a longer batch.
+func TestSettleLeasesOne(t *testing.T) {
+	for _, processed := range []bool{false, true} {
+		f := newBatchFixture(t, 3, processed)
+		other := f.until.Add(time.Hour)
+		f.moveToken(t, f.held[1].ID, other)
+		now := t0.Add(time.Second)
+		for i, kind := range []dialects.StepKind{dialects.StepAck, dialects.StepAck, dialects.StepRelease} {
+			ids, err := f.q.SettleLeases(ctx, kind, now, f.held[i:i+1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lost := i == 1; lost != (len(ids) == 0) || !lost && !slices.Equal(ids, []int64{f.held[i].ID}) {
+				t.Errorf("%v of row %d (token moved on: %v): %v", kind, f.held[i].ID, lost, ids)
+			}
+		}
+		acked, ackedOK := stateOf(t, f.d, f.tbl, f.held[0].ID)
+		switch {
+		case processed && (!ackedOK || acked.LockedUntil != nil):
+			t.Errorf("acked row: %+v (exists %v)", acked, ackedOK)
+		case processed:
+			sameTime(t, "processed_at", acked.ProcessedAt, now)
+		case ackedOK:
+			t.Errorf("acked row still exists: %+v", acked)
+		}
+		if s, ok := stateOf(t, f.d, f.tbl, f.held[1].ID); !ok || s.ProcessedAt != nil {
+			t.Errorf("the row another claim holds changed: %+v (exists %v)", s, ok)
+		} else {
+			sameTime(t, "the other claim's token", s.LockedUntil, other)
+		}
+		if s, ok := stateOf(t, f.d, f.tbl, f.held[2].ID); !ok || s.LockedUntil != nil || s.ProcessedAt != nil {
+			t.Errorf("released row: %+v (exists %v)", s, ok)
+		}
+	}
+}
+
+// TestSettleLeasesEmpty: no leases, no statement; not even a connection is taken.
+func TestSettleLeasesEmpty(t *testing.T) {
+	f := newBatchFixture(t, 1, false)
+	c, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, kind := range []dialects.StepKind{dialects.StepAck, dialects.StepRelease} {
+		ids, err := f.q.SettleLeases(c, kind, t0, nil)
+		if ids != nil || err != nil {
+			t.Errorf("%v of no leases: %v, %v", kind, ids, err)
+		}
+	}
+	s, ok := stateOf(t, f.d, f.tbl, f.held[0].ID)
+	if !ok {
+		t.Fatal("row gone")
+	}
+	sameTime(t, "locked_until", s.LockedUntil, f.until)
+}
+
+// TestSettleLeasesFullBatch settles the runtime's largest batch, 128 rows, a few of them
+// lost, and then batches of every size up to 15: each text is built once per padded size.
+func TestSettleLeasesFullBatch(t *testing.T) {
+	f := newBatchFixture(t, 128+120, false)
+	batch, rest := f.held[:128], f.held[128:]
+	other := f.until.Add(time.Minute)
+	var lost []int64
+	for i := 0; i < len(batch); i += 17 {
+		lost = append(lost, batch[i].ID)
+		f.moveToken(t, batch[i].ID, other)
+	}
+	acked, err := f.q.SettleLeases(ctx, dialects.StepAck, t0, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acked) != len(batch)-len(lost) {
+		t.Fatalf("acked %d of %d, want %d", len(acked), len(batch), len(batch)-len(lost))
+	}
+	for _, id := range acked {
+		if slices.Contains(lost, id) {
+			t.Errorf("row %d, whose token moved on, was acked", id)
+		}
+	}
+	if n := f.count(t, "locked_until = ?", dbTime(other)); n != len(lost) {
+		t.Errorf("%d rows kept the other token, want %d", n, len(lost))
+	}
+	if n := f.count(t, "1 = 1"); n != len(lost)+len(rest) {
+		t.Errorf("%d rows left, want %d", n, len(lost)+len(rest))
+	}
+	// Batches of 1, 2, … 15 rows: 120 rows.
+	texts := map[string]bool{}
+	for size := 1; len(rest) > 0; size++ {
+		n := min(size, len(rest))
+		slot, _ := slotOf(n)
+		texts[f.q.batch.lock.text(slot)] = true
+		ids, err := f.q.SettleLeases(ctx, dialects.StepRelease, t0, rest[:n])
+		if err != nil || !slices.Equal(sorted(ids), leaseIDs(rest[:n])) {
+			t.Fatalf("release of %d: %v, %v", n, ids, err)
+		}
+		rest = rest[n:]
+	}
+	if len(texts) != 5 { // 1, 2, 4, 8, 16 pairs
+		t.Errorf("%d texts for batches of 1 to 15 rows, want 5", len(texts))
+	}
+	if n := f.count(t, "locked_until IS NULL"); n != 120 {
+		t.Errorf("%d rows released, want 120", n)
+	}
+}
+
+// TestSettleLeasesChunks: more leases than one statement names run in chunks, in one
+// transaction.
+func TestSettleLeasesChunks(t *testing.T) {
+	f := newBatchFixture(t, maxList+5, true)
+	lost := f.held[maxList+1].ID // in the second chunk
+	f.moveToken(t, lost, f.until.Add(time.Minute))
+	// The first lease twice, in both chunks: settled once, reported once.
+	held := append(slices.Clone(f.held), f.held[0])
+	acked, err := f.q.SettleLeases(ctx, dialects.StepAck, t0, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acked) != len(f.held)-1 || slices.Contains(acked, lost) {
+		t.Fatalf("acked %d of %d (lost row among them: %v)", len(acked), len(f.held), slices.Contains(acked, lost))
+	}
+	if n := f.count(t, "processed_at = ? AND locked_until IS NULL", dbTime(t0)); n != len(acked) {
+		t.Errorf("%d rows processed, want %d", n, len(acked))
+	}
+}
+
+// TestSettleLeasesWaitsForTheTokensWriter: a row whose token another transaction is
+// moving is read once that transaction ends, and the batch leaves it alone.
+func TestSettleLeasesWaitsForTheTokensWriter(t *testing.T) {
+	f := newBatchFixture(t, 3, false)
+	other := f.until.Add(time.Hour)
+	tx, err := f.d.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "UPDATE "+quote(f.tbl.Name)+" SET locked_until = ? WHERE id = ?",
+		dbTime(other), f.held[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		ids []int64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		ids, err := f.q.SettleLeases(c, dialects.StepAck, t0, f.held)
+		done <- result{ids, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("the batch did not wait for the row's writer: %v, %v", r.ids, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if want := []int64{f.held[0].ID, f.held[2].ID}; !slices.Equal(sorted(r.ids), want) {
+		t.Fatalf("acked %v, want %v", r.ids, want)
+	}
+	s, ok := stateOf(t, f.d, f.tbl, f.held[1].ID)
+	if !ok {
+		t.Fatal("the row the other transaction holds was acked")
+	}
+	sameTime(t, "locked_until", s.LockedUntil, other)
+}
+
+func TestSettleLeasesRefusesOtherSteps(t *testing.T) {
+	f := newBatchFixture(t, 1, false)
+	for _, kind := range []dialects.StepKind{dialects.StepRetryAfter, dialects.StepDeadLetter} {
+		if _, err := f.q.SettleLeases(ctx, kind, t0, f.held); err == nil {
+			t.Errorf("%v batched", kind)
+		}
+	}
+	s, ok := stateOf(t, f.d, f.tbl, f.held[0].ID)
+	if !ok {
+		t.Fatal("row gone")
+	}
+	sameTime(t, "locked_until", s.LockedUntil, f.until)
+}
+
+// TestSettleLeasesCanceled: a batch whose context ended changes nothing.
+func TestSettleLeasesCanceled(t *testing.T) {
+	f := newBatchFixture(t, 2, false)
+	c, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := f.q.SettleLeases(c, dialects.StepAck, t0, f.held); !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled batch: %v", err)
+	}
+	if n := f.count(t, "locked_until IS NOT NULL"); n != 2 {
+		t.Errorf("%d rows still leased, want 2", n)
+	}
+}
