@@ -44,6 +44,9 @@ func (s *Subscription) Resume(ctx context.Context) error { return s.run.Resume(c
 // otherwise (queue is then a free-form label). A description or option that cannot work
 // returns a *ConfigError, before any row is claimed.
 func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler, opts ...SubscribeOption) (*Subscription, error) {
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
 	if h == nil {
 		return nil, &ConfigError{Table: t.Name, Option: "handler", Reason: "the handler is nil", Fix: "pass a rowactor.Handler"}
 	}
@@ -62,6 +65,8 @@ type BatchHandler func(ctx context.Context, ds []*Delivery) []Outcome
 // Batches cannot be transactional, and the other forms keep one row per delivery.
 func (b *Broker) SubscribeBatch(ctx context.Context, t Table, queue string, size int, h BatchHandler, opts ...SubscribeOption) (*Subscription, error) {
 	switch {
+	case b.closed.Load():
+		return nil, ErrClosed
 	case h == nil:
 		return nil, &ConfigError{Table: t.Name, Option: "handler", Reason: "the batch handler is nil", Fix: "pass a rowactor.BatchHandler"}
 	case size < 1:
