@@ -81,6 +81,10 @@ func (q *rowactorQueue) check(ctx context.Context, _ int) error {
 }
 
 // drain runs a broker on the shared dialect, as bench/drain.go does with tracing off:
+// prefetch is the -prefetch flag: rowactor's Prefetch(n) in the lease form (0 by default,
+// the library's default).
+var prefetch int
+
 // Workers(n), PollInterval(10ms), Lease(30s) in the lease form, a handler that acks, and
 // the latch counted down by WithOnSettled.
 func (q *rowactorQueue) drain(ctx context.Context, workers, rows int) (result, error) {
@@ -105,7 +109,7 @@ func (q *rowactorQueue) drain(ctx context.Context, workers, rows int) (result, e
 	}
 	opts := []rowactor.SubscribeOption{rowactor.Workers(workers), rowactor.PollInterval(pollInterval)}
 	if q.t.Form() == dialects.FormLease {
-		opts = append(opts, rowactor.Lease(leaseLength))
+		opts = append(opts, rowactor.Lease(leaseLength), rowactor.Prefetch(prefetch))
 	}
 	m := startMeter(q.stmts)
 	_, err = b.Subscribe(ctx, q.t, "peers", handler, opts...)
