@@ -98,12 +98,8 @@ type Subscription struct {
 	closed      atomic.Int64
 }
 
-// The lease form's settlement batches: two statements in flight at most, each for up to
-// 128 rows. Two runners let one batch gather while the other commits.
-const (
-	batchRunners = 1
-	batchMax     = 128
-)
+// batchMax is the most rows one batched settlement statement writes.
+const batchMax = 128
 
 // Start spawns a subscription actor named name and its claimer (and renewer).
 func Start(sys *actor.ActorSystem, name string, cfg Config) (*Subscription, error) {
@@ -121,16 +117,13 @@ func Start(sys *actor.ActorSystem, name string, cfg Config) (*Subscription, erro
 	}
 	s.cfg = cfg
 	if bq, ok := cfg.Queue.(dialects.LeaseBatchQueue); ok && cfg.Form == dialects.FormLease && !cfg.Transactional {
-		s.batcher = settler.NewBatcher(bq, batchRunners, batchMax, cfg.SettleTimeout)
+		s.batcher = settler.NewBatcher(bq, batchMax, cfg.SettleTimeout)
 	}
 	pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &subscriptionActor{s: s, workers: cfg.Workers} },
 		actor.WithDispatcher(cfg.Dispatcher)), name)
 	if err != nil {
 		s.stopStatements()
 		s.stopHandlers()
-		if s.batcher != nil {
-			s.batcher.Close()
-		}
 		return nil, err
 	}
 	s.pid = pid
@@ -374,10 +367,6 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 			a.timer.Stop()
 		}
 	case *actor.Stopped:
-		// Every delivery actor stopped before this one: no settlement waits on the batcher.
-		if a.s.batcher != nil {
-			a.s.batcher.Close()
-		}
 		close(a.s.done)
 	}
 }

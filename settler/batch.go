@@ -11,26 +11,30 @@ import (
 )
 
 // Batcher gathers the lease form's acks and releases and writes them in one token-fenced
-// statement per kind: a group commit. It sets no timer: a settlement that finds no batch
-// running starts one at once, and the settlements that arrive while one runs go together
-// in the next. Under light load each settlement runs alone, as without a batcher; under
-// heavy load the batches grow with the database's latency, and the commits per message
-// fall. A row whose token no longer matches is reported ErrLeaseLost and left alone.
+// statement per kind: a group commit with no goroutine and no timer of its own. A
+// settlement that finds no batch running runs one at once, on its caller's goroutine
+// (the leader); those that arrive meanwhile queue, and when the leader's batch is done it
+// hands the lead to the first of them, which runs them all as the next batch. Under
+// light load each settlement runs alone, as without a batcher; under heavy load the
+// batches grow with the database's latency, and the commits per message fall. A row
+// whose token no longer matches is reported ErrLeaseLost and left alone.
 type Batcher struct {
 	q       dialects.LeaseBatchQueue
 	timeout time.Duration
 	max     int
 
-	reqs chan *batchReq
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	mu      sync.Mutex
+	pending []*batchReq
+	leading bool // a goroutine runs batches, or has been handed the lead
 }
 
 type batchReq struct {
 	kind dialects.StepKind
 	now  time.Time
 	held dialects.Lease
-	done chan error
+	err  error
+	done chan struct{} // closed once err is set
+	lead chan struct{} // signalled when this request's goroutine is to lead
 }
 
 // Batchable says whether a step can join a batch: acks, retries and releases (one
@@ -47,68 +51,87 @@ func Batchable(step dialects.Step) bool {
 	return false
 }
 
-// NewBatcher starts runners goroutines that settle batches of at most max rows, each
-// statement bounded by timeout. Close stops them.
-func NewBatcher(q dialects.LeaseBatchQueue, runners, max int, timeout time.Duration) *Batcher {
-	ctx, stop := context.WithCancel(context.Background())
-	b := &Batcher{q: q, timeout: timeout, max: max, reqs: make(chan *batchReq, max*runners), stop: stop}
-	for range runners {
-		b.wg.Add(1)
-		go b.run(ctx)
-	}
-	return b
+// NewBatcher returns a batcher whose batches hold at most max rows, each statement
+// bounded by timeout.
+func NewBatcher(q dialects.LeaseBatchQueue, max int, timeout time.Duration) *Batcher {
+	return &Batcher{q: q, timeout: timeout, max: max}
 }
 
 // Settle runs a batchable step for held with the next batch, and returns when that batch
-// ran: nil, ErrLeaseLost when the row held another token, or the batch's error. ctx
-// bounds the wait to join a batch; once joined, the batch's own timeout applies.
-func (b *Batcher) Settle(ctx context.Context, step dialects.Step, held dialects.Lease) error {
+// ran: nil, ErrLeaseLost when the row held another token, or the batch's error. The
+// batch's own timeout bounds its statement; ctx is not consulted once the step queued.
+func (b *Batcher) Settle(_ context.Context, step dialects.Step, held dialects.Lease) error {
 	kind := step.Kind
 	if kind == dialects.StepRetry {
 		kind = dialects.StepRelease // the lease form's retry clears the lease: the claim counted
 	}
-	r := &batchReq{kind: kind, now: step.Now, held: held, done: make(chan error, 1)}
-	select {
-	case b.reqs <- r:
-	case <-ctx.Done():
-		return fmt.Errorf("settle %s of row %d: %w", step.Kind, held.ID, ctx.Err())
+	r := &batchReq{kind: kind, now: step.Now, held: held, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	b.mu.Lock()
+	b.pending = append(b.pending, r)
+	if b.leading {
+		b.mu.Unlock()
+		select {
+		case <-r.done:
+			return wrapBatch(step, held, r.err)
+		case <-r.lead:
+		}
+	} else {
+		b.leading = true
+		b.mu.Unlock()
 	}
-	if err := <-r.done; err != nil {
+	b.lead(r)
+	<-r.done
+	return wrapBatch(step, held, r.err)
+}
+
+// lead runs batches until own has its answer, then hands the lead to the oldest request
+// still waiting, or gives it up when none is.
+func (b *Batcher) lead(own *batchReq) {
+	for {
+		b.mu.Lock()
+		n := min(len(b.pending), b.max)
+		batch := append([]*batchReq(nil), b.pending[:n]...)
+		clear(b.pending[:n])
+		b.pending = b.pending[n:]
+		b.mu.Unlock()
+
+		b.settle(batch)
+
+		b.mu.Lock()
+		answered := isDone(own)
+		switch {
+		case len(b.pending) == 0:
+			b.leading = false
+			b.mu.Unlock()
+			return
+		case answered:
+			next := b.pending[0]
+			b.mu.Unlock()
+			next.lead <- struct{}{}
+			return
+		}
+		b.mu.Unlock()
+	}
+}
+
+func isDone(r *batchReq) bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func wrapBatch(step dialects.Step, held dialects.Lease, err error) error {
+	if err != nil {
 		return fmt.Errorf("settle %s of row %d: %w", step.Kind, held.ID, err)
 	}
 	return nil
 }
 
-// Close stops the runners once the settlements already queued ran.
-func (b *Batcher) Close() {
-	close(b.reqs)
-	b.wg.Wait()
-	b.stop()
-}
-
-func (b *Batcher) run(ctx context.Context) {
-	defer b.wg.Done()
-	batch := make([]*batchReq, 0, b.max)
-	for first := range b.reqs {
-		batch = append(batch[:0], first)
-	gather:
-		for len(batch) < b.max {
-			select {
-			case r, ok := <-b.reqs:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, r)
-			default:
-				break gather
-			}
-		}
-		b.settle(ctx, batch)
-	}
-}
-
 // settle runs one statement per kind in batch and answers every request.
-func (b *Batcher) settle(ctx context.Context, batch []*batchReq) {
+func (b *Batcher) settle(batch []*batchReq) {
 	for _, kind := range []dialects.StepKind{dialects.StepAck, dialects.StepRelease} {
 		var (
 			held []dialects.Lease
@@ -123,22 +146,35 @@ func (b *Batcher) settle(ctx context.Context, batch []*batchReq) {
 		if len(held) == 0 {
 			continue
 		}
-		sctx, cancel := context.WithTimeout(ctx, b.timeout)
-		settled, err := b.q.SettleLeases(sctx, kind, now, held)
+		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+		settled, err := b.run(ctx, kind, now, held)
 		cancel()
 		slices.Sort(settled)
 		for _, r := range batch {
 			if r.kind != kind {
 				continue
 			}
-			switch _, found := slices.BinarySearch(settled, r.held.ID); {
+			_, found := slices.BinarySearch(settled, r.held.ID)
+			switch {
 			case err != nil:
-				r.done <- err
-			case found:
-				r.done <- nil
-			default:
-				r.done <- ErrLeaseLost
+				r.err = err
+			case !found:
+				r.err = ErrLeaseLost
 			}
+			close(r.done)
 		}
 	}
+}
+
+// run settles held: a lone row by the dialect's single-row statement (the batched shape,
+// a row-value list, costs more for one row on some databases), more in one batch.
+func (b *Batcher) run(ctx context.Context, kind dialects.StepKind, now time.Time, held []dialects.Lease) ([]int64, error) {
+	if len(held) > 1 {
+		return b.q.SettleLeases(ctx, kind, now, held)
+	}
+	ok, err := b.q.SettleLease(ctx, dialects.Step{Kind: kind, Now: now}, held[0])
+	if err != nil || !ok {
+		return nil, err
+	}
+	return []int64{held[0].ID}, nil
 }
