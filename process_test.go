@@ -2,12 +2,14 @@ package rowactor_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +34,9 @@ type childJob struct {
 	// Trace makes the child record its spans and report each delivery span's trace and
 	// parent at the end.
 	Trace bool
+	// Times makes the handler take 5 ms and report "times ID START END" (Unix ns) for each
+	// row it handled, so the parent can check that handlings never overlapped.
+	Times bool
 }
 
 // runChild is a consumer OS process: it drains the table until it has seen nothing for a
@@ -80,6 +85,14 @@ func runChild(spec string) int {
 			_ = out.Sync()
 			mu.Unlock()
 			select {} // until the parent kills this process
+		}
+		if job.Times {
+			start := time.Now().UnixNano()
+			time.Sleep(5 * time.Millisecond)
+			end := time.Now().UnixNano()
+			mu.Lock()
+			fmt.Fprintf(w, "times %d %d %d\n", d.ID(), start, end)
+			mu.Unlock()
 		}
 		return rowactor.Ack()
 	}, opts...)
@@ -303,5 +316,102 @@ func TestTraceCrossesProcesses(t *testing.T) {
 				t.Fatalf("the consumer process's span is not the producer's child in its trace:\nwant %q\ngot:\n%s", want, data)
 			}
 		})
+	}
+}
+
+// TestFIFOAcrossProcesses drains one FIFO group from two OS processes with four workers
+// each: every row is handled once, one at a time across both processes, in id order.
+func TestFIFOAcrossProcesses(t *testing.T) {
+	for _, drv := range drivers {
+		for _, form := range drv.forms {
+			if drv.url == nil || form == rowactor.FormAdvisory {
+				continue
+			}
+			t.Run(drv.name+"/"+form.String(), func(t *testing.T) {
+				t.Parallel()
+				const rows = 60
+				h := newHarness(t, drv, form, func(t *rowactor.Table) { t.FIFO = true })
+				b := h.broker()
+				ids := h.publish(b, rows)
+				exe, err := os.Executable()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var procs []*exec.Cmd
+				var outs []string
+				for i := range 2 {
+					job := childJob{URL: drv.url(t, h.d), Table: h.table, Queue: h.queue, Times: true,
+						Out: filepath.Join(t.TempDir(), fmt.Sprintf("child%d.txt", i))}
+					spec, _ := json.Marshal(job)
+					cmd := exec.Command(exe, "-test.run=^$")
+					cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
+					cmd.Stderr = os.Stderr
+					if err := cmd.Start(); err != nil {
+						t.Fatal(err)
+					}
+					procs = append(procs, cmd)
+					outs = append(outs, job.Out)
+				}
+				for _, cmd := range procs {
+					done := make(chan error, 1)
+					go func() { done <- cmd.Wait() }()
+					select {
+					case err := <-done:
+						if err != nil {
+							t.Fatalf("child: %v", err)
+						}
+					case <-time.After(90 * time.Second):
+						_ = cmd.Process.Kill()
+						t.Fatal("child did not finish in 90 s")
+					}
+				}
+				type handling struct{ id, start, end int64 }
+				var hs []handling
+				acked := map[int64]int{}
+				perChild := make([]int, len(outs))
+				for i, path := range outs {
+					data, err := os.ReadFile(path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+						var x handling
+						var id int64
+						switch {
+						case line == "":
+						case strings.HasPrefix(line, "times "):
+							if _, err := fmt.Sscanf(line, "times %d %d %d", &x.id, &x.start, &x.end); err != nil {
+								t.Fatalf("child %d reported %q", i, line)
+							}
+							hs = append(hs, x)
+							perChild[i]++
+						default:
+							if _, err := fmt.Sscanf(line, "%d", &id); err != nil {
+								t.Fatalf("child %d reported %q", i, line)
+							}
+							acked[id]++
+						}
+					}
+				}
+				slices.SortFunc(hs, func(a, b handling) int { return cmp.Compare(a.start, b.start) })
+				for i := 1; i < len(hs); i++ {
+					if hs[i].start < hs[i-1].end {
+						t.Fatalf("row %d started while row %d was in work", hs[i].id, hs[i-1].id)
+					}
+					if hs[i].id < hs[i-1].id {
+						t.Fatalf("row %d handled after row %d", hs[i].id, hs[i-1].id)
+					}
+				}
+				for _, id := range ids {
+					if acked[id] != 1 {
+						t.Errorf("row %d settled %d times", id, acked[id])
+					}
+				}
+				if len(hs) != rows {
+					t.Errorf("%d handlings for %d rows", len(hs), rows)
+				}
+				t.Logf("rows per process: %v", perChild)
+			})
+		}
 	}
 }
