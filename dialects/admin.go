@@ -123,6 +123,35 @@ func CheckRequeue(spec RequeueSpec) error {
 	return nil
 }
 
+// RequeueValue is what a requeue writes into a column of the role: a fresh first attempt,
+// no delay, no lease, not processed; "" keeps the column's value.
+func RequeueValue(role string) string {
+	switch role {
+	case "Attempt":
+		return "1"
+	case "RetryAfter", "LockedUntil", "ProcessedAt":
+		return "NULL"
+	}
+	return ""
+}
+
+// StartRequeue does what every dialect's Requeue does first: CheckRequeue, then the
+// dialect's checks of the live table and (when the rows come from one) the dead-letter
+// table. It returns the source's arguments: the group, or none for a table.
+func StartRequeue(ctx context.Context, spec RequeueSpec, checkTable func(context.Context, Table) error,
+	checkDeadLetterTable func(ctx context.Context, t Table, name string) error) ([]any, error) {
+	if err := CheckRequeue(spec); err != nil {
+		return nil, err
+	}
+	if err := checkTable(ctx, spec.Table); err != nil {
+		return nil, err
+	}
+	if spec.FromTable != "" {
+		return nil, checkDeadLetterTable(ctx, spec.Table, spec.FromTable)
+	}
+	return []any{spec.FromGroup}, nil
+}
+
 // ErrRequeueRace is a requeue chunk that changed another number of rows than it locked:
 // something moved them meanwhile. The transaction rolled back; nothing moved.
 var ErrRequeueRace = errors.New("rowactor: requeue: rows changed while they were being moved; nothing moved")

@@ -175,7 +175,7 @@ func buildRequeue(spec dialects.RequeueSpec) requeueSQL {
 		tq, gq := quote(t.Name), quote(t.Group)
 		set := gq + " = $1"
 		for _, c := range copyColumns(t) {
-			if v := resetValue(c.Role); v != "" {
+			if v := dialects.RequeueValue(c.Role); v != "" {
 				set += ", " + quote(c.Name) + " = " + v
 			}
 		}
@@ -191,7 +191,7 @@ func buildRequeue(spec dialects.RequeueSpec) requeueSQL {
 	for i, c := range cols {
 		names[i] = quote(c.Name)
 		values[i] = names[i]
-		if v := resetValue(c.Role); v != "" {
+		if v := dialects.RequeueValue(c.Role); v != "" {
 			values[i] = v
 		}
 	}
@@ -204,38 +204,16 @@ func buildRequeue(spec dialects.RequeueSpec) requeueSQL {
 	}
 }
 
-// resetValue is what a requeue writes into a column of the role: a fresh first attempt,
-// no delay, no lease, not processed; "" keeps the column's value.
-func resetValue(role string) string {
-	switch role {
-	case "Attempt":
-		return "1"
-	case "RetryAfter", "LockedUntil", "ProcessedAt":
-		return "NULL"
-	}
-	return ""
-}
-
 // Requeue moves the dead letters back in one read committed transaction: it locks the
 // source rows (FOR UPDATE, so a consumer of the dead-letter group holding one in a row
 // lock claim makes it wait), moves them in chunks, and commits; a failure or the end of
 // ctx rolls everything back. It checks the table (and the dead-letter table) first.
 func (d *Dialect) Requeue(ctx context.Context, spec dialects.RequeueSpec, progress func(done, total int)) (int, error) {
-	if err := dialects.CheckRequeue(spec); err != nil {
+	fromArgs, err := dialects.StartRequeue(ctx, spec, d.checkTable, d.checkDeadLetterTable)
+	if err != nil {
 		return 0, err
 	}
 	t := spec.Table
-	if err := d.checkTable(ctx, t); err != nil {
-		return 0, err
-	}
-	var fromArgs []any
-	if spec.FromTable != "" {
-		if err := d.checkDeadLetterTable(ctx, t, spec.FromTable); err != nil {
-			return 0, err
-		}
-	} else {
-		fromArgs = []any{spec.FromGroup}
-	}
 	s := buildRequeue(spec)
 	if spec.DryRun {
 		var n int

@@ -152,7 +152,7 @@ func buildRequeue(spec dialects.RequeueSpec) requeueSQL {
 		tq, gq := quote(t.Name), quote(t.Group)
 		set := gq + " = ?"
 		for _, c := range copyColumns(t) {
-			if v := resetValue(c.Role); v != "" {
+			if v := dialects.RequeueValue(c.Role); v != "" {
 				set += ", " + quote(c.Name) + " = " + v
 			}
 		}
@@ -169,7 +169,7 @@ func buildRequeue(spec dialects.RequeueSpec) requeueSQL {
 	for i, c := range cols {
 		names[i] = quote(c.Name)
 		values[i] = names[i]
-		if v := resetValue(c.Role); v != "" {
+		if v := dialects.RequeueValue(c.Role); v != "" {
 			values[i] = v
 		}
 	}
@@ -183,38 +183,16 @@ func buildRequeue(spec dialects.RequeueSpec) requeueSQL {
 	}
 }
 
-// resetValue is what a requeue writes into a column of the role: a fresh first attempt,
-// no delay, no lease, not processed; "" keeps the column's value.
-func resetValue(role string) string {
-	switch role {
-	case "Attempt":
-		return "1"
-	case "RetryAfter", "LockedUntil", "ProcessedAt":
-		return "NULL"
-	}
-	return ""
-}
-
 // Requeue moves the dead letters back in one BEGIN IMMEDIATE transaction, in this
 // process's writer turn: every other writer on the file waits until it commits, and a
 // reader sees the rows before or after, never half moved. It checks the table (and the
 // dead-letter table) first.
 func (d *Dialect) Requeue(ctx context.Context, spec dialects.RequeueSpec, progress func(done, total int)) (int, error) {
-	if err := dialects.CheckRequeue(spec); err != nil {
+	fromArgs, err := dialects.StartRequeue(ctx, spec, d.checkTable, d.checkDeadLetterTable)
+	if err != nil {
 		return 0, err
 	}
 	t := spec.Table
-	if err := d.checkTable(ctx, t); err != nil {
-		return 0, err
-	}
-	var fromArgs []any
-	if spec.FromTable != "" {
-		if err := d.checkDeadLetterTable(ctx, t, spec.FromTable); err != nil {
-			return 0, err
-		}
-	} else {
-		fromArgs = []any{spec.FromGroup}
-	}
 	s := buildRequeue(spec)
 	if spec.DryRun {
 		var n int
