@@ -262,27 +262,7 @@ func drainRaw(ctx context.Context, tg *target, t tableDesc, workers, rows int, _
 			return rawAdvisory(ctx, q.(dialects.AdvisoryQueue), tg.costs, l)
 		}
 	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		total tally
-	)
-	for range workers {
-		wg.Go(func() {
-			tl, err := work(ctx, l)
-			if err != nil {
-				l.fail(err)
-			}
-			mu.Lock()
-			total.add(tl)
-			mu.Unlock()
-		})
-	}
-	took, err := l.wait(ctx)
-	if err != nil {
-		cancel()
-	}
-	wg.Wait()
+	took, total, err := runLoops(ctx, cancel, l, workers, work)
 	allocs, cpu, driver := mallocs()-before, cpuTime()-cpuBefore, tg.stmtCount()-stmtsBefore
 	if err != nil {
 		return result{}, err
@@ -305,6 +285,33 @@ func drainRaw(ctx context.Context, tg *target, t tableDesc, workers, rows int, _
 	}
 	r.note = strings.Join(notes, ", ")
 	return r, nil
+}
+
+// runLoops runs work on n goroutines until the latch says every row settled (or one
+// failed), and adds up their tallies.
+func runLoops(ctx context.Context, cancel context.CancelFunc, l *latch, n int, work func(context.Context, *latch) (tally, error)) (time.Duration, tally, error) {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total tally
+	)
+	for range n {
+		wg.Go(func() {
+			tl, err := work(ctx, l)
+			if err != nil {
+				l.fail(err)
+			}
+			mu.Lock()
+			total.add(tl)
+			mu.Unlock()
+		})
+	}
+	took, err := l.wait(ctx)
+	if err != nil {
+		cancel()
+	}
+	wg.Wait()
+	return took, total, err
 }
 
 func ack() dialects.Step { return dialects.Step{Kind: dialects.StepAck, Now: time.Now()} }

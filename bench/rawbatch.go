@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -33,27 +32,9 @@ func drainRawBatch(ctx context.Context, tg *target, t tableDesc, workers, rows i
 	if !ok {
 		return result{}, fmt.Errorf("the %s dialect cannot settle leases in batches", tg.db)
 	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		total tally
-	)
-	for range workers {
-		wg.Go(func() {
-			tl, err := rawBatchLease(ctx, bq, tg.costs, l)
-			if err != nil {
-				l.fail(err)
-			}
-			mu.Lock()
-			total.add(tl)
-			mu.Unlock()
-		})
-	}
-	took, err := l.wait(ctx)
-	if err != nil {
-		cancel()
-	}
-	wg.Wait()
+	took, total, err := runLoops(ctx, cancel, l, workers, func(ctx context.Context, l *latch) (tally, error) {
+		return rawBatchLease(ctx, bq, tg.costs, l)
+	})
 	allocs, cpu, driver := mallocs()-before, cpuTime()-cpuBefore, tg.stmtCount()-stmtsBefore
 	if err != nil {
 		return result{}, err

@@ -91,17 +91,11 @@ func (f fifoRowLockQueue) stmts() []stmt { return append(f.q.settle.all(), f.q.c
 // is due. The transaction, and with it the guard, stays open until the settlement.
 func (f fifoRowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (dialects.LockedClaim, bool, error) {
 	q := f.q
-	conn, err := q.d.pool.Acquire(ctx)
+	c, err := q.begin(ctx)
 	if err != nil {
-		return nil, false, q.errorf("claim", err)
+		return nil, false, err
 	}
-	tx, err := conn.BeginTx(ctx, q.txOptions)
-	if err != nil {
-		endConn(conn, err)
-		return nil, false, q.errorf("claim", err)
-	}
-	c := &lockedClaim{q: q, conn: conn, tx: tx}
-	held, err := q.takeGuard(ctx, tx, f.guard)
+	held, err := q.takeGuard(ctx, c.tx, f.guard)
 	if err != nil || !held {
 		if rerr := c.end(ctx); err == nil {
 			err = rerr
@@ -111,35 +105,7 @@ func (f fifoRowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (diale
 		}
 		return nil, false, nil // the group is in work elsewhere
 	}
-	b := q.bind()
-	b.now = now
-	rows, err := tx.Query(ctx, q.claim.text, q.claim.args(&b)...)
-	if err != nil {
-		c.end(ctx)
-		return nil, false, q.errorf("claim", err)
-	}
-	found := rows.Next()
-	if found {
-		c.row, err = q.scanRow(rows, false)
-	}
-	rows.Close()
-	if err == nil {
-		err = rows.Err()
-	}
-	if err != nil {
-		c.end(ctx)
-		return nil, false, q.errorf("claim", err)
-	}
-	if !found {
-		if rerr := c.end(ctx); rerr != nil {
-			return nil, false, q.errorf("claim", rerr)
-		}
-		return nil, false, nil
-	}
-	if q.transactional {
-		return &txLockedClaim{c}, true, nil
-	}
-	return c, true, nil
+	return q.take(ctx, c, now)
 }
 
 // fifoLeaseClaim builds the lease form's head claim: the head, if it is due, unleased,

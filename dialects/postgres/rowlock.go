@@ -41,19 +41,33 @@ func newRowLockQueue(base queue, t dialects.Table) *rowLockQueue {
 // first due row. The connection stays with the claim until Settle or Rollback ends it.
 // A transactional subscription's claim is a dialects.TxLockedClaim lending its pgx.Tx.
 func (q *rowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (dialects.LockedClaim, bool, error) {
+	c, err := q.begin(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	return q.take(ctx, c, now)
+}
+
+// begin opens a claim transaction on a pool connection of its own.
+func (q *rowLockQueue) begin(ctx context.Context) (*lockedClaim, error) {
 	conn, err := q.d.pool.Acquire(ctx)
 	if err != nil {
-		return nil, false, q.errorf("claim", err)
+		return nil, q.errorf("claim", err)
 	}
 	tx, err := conn.BeginTx(ctx, q.txOptions)
 	if err != nil {
 		endConn(conn, err) // the connection's state is unknown: closed
-		return nil, false, q.errorf("claim", err)
+		return nil, q.errorf("claim", err)
 	}
-	c := &lockedClaim{q: q, conn: conn, tx: tx}
+	return &lockedClaim{q: q, conn: conn, tx: tx}, nil
+}
+
+// take runs the claim in c's transaction: the claim holds the row it found, or ends the
+// transaction when none is due.
+func (q *rowLockQueue) take(ctx context.Context, c *lockedClaim, now time.Time) (dialects.LockedClaim, bool, error) {
 	b := q.bind()
 	b.now = now
-	rows, err := tx.Query(ctx, q.claim.text, q.claim.args(&b)...)
+	rows, err := c.tx.Query(ctx, q.claim.text, q.claim.args(&b)...)
 	if err != nil {
 		c.end(ctx)
 		return nil, false, q.errorf("claim", err)
