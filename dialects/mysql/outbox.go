@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/sqlstmt"
 )
 
 var _ dialects.OutboxDialect = (*Dialect)(nil)
@@ -284,44 +285,14 @@ func (d *Dialect) OpenDedupe(ctx context.Context, t dialects.DedupeTable) (diale
 	// (ON DUPLICATE KEY UPDATE would report 1 under it). IGNORE also turns bad values into
 	// warnings, but the values bound here (an id, a UTC time) are never bad for the
 	// columns DedupeSchema renders.
-	s := &dedupeStore{name: t.Name, stamp: t.SeenAt != ""}
-	if s.stamp {
-		s.insert = "INSERT IGNORE INTO " + quote(t.Name) + " (" + quote(t.ID) + ", " + quote(t.SeenAt) + ") VALUES (?, ?)"
+	s := &sqlstmt.Dedupe{DB: "mysql", Table: t.Name, Stamp: t.SeenAt != "", Time: func(t time.Time) any { return dbTime(t) }}
+	if s.Stamp {
+		s.Insert = "INSERT IGNORE INTO " + quote(t.Name) + " (" + quote(t.ID) + ", " + quote(t.SeenAt) + ") VALUES (?, ?)"
 	} else {
-		s.insert = "INSERT IGNORE INTO " + quote(t.Name) + " (" + quote(t.ID) + ") VALUES (?)"
+		s.Insert = "INSERT IGNORE INTO " + quote(t.Name) + " (" + quote(t.ID) + ") VALUES (?)"
 	}
-	if err := d.prepareAll(ctx, s.insert); err != nil {
+	if err := d.prepareAll(ctx, s.Insert); err != nil {
 		return nil, fmt.Errorf("mysql: dedupe on table %s: prepare: %w", t.Name, err)
 	}
 	return s, nil
 }
-
-type dedupeStore struct {
-	name   string
-	stamp  bool
-	insert string
-}
-
-// Once inserts id in the caller's *sql.Tx (as text, as Record). InnoDB makes a second
-// transaction inserting the same id wait for the first one's end.
-func (s *dedupeStore) Once(ctx context.Context, tx any, id int64, now time.Time) (bool, error) {
-	x, ok := tx.(*sql.Tx)
-	if !ok || x == nil {
-		return false, fmt.Errorf("mysql: dedupe on table %s needs a *sql.Tx, got %T", s.name, tx)
-	}
-	args := []any{id}
-	if s.stamp {
-		args = append(args, dbTime(now))
-	}
-	res, err := x.ExecContext(ctx, s.insert, args...)
-	if err != nil {
-		return false, fmt.Errorf("mysql: dedupe on table %s: %w", s.name, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("mysql: dedupe on table %s: %w", s.name, err)
-	}
-	return n == 1, nil
-}
-
-func (s *dedupeStore) Close() error { return nil }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/sqlstmt"
 )
 
 var _ dialects.OutboxDialect = (*Dialect)(nil)
@@ -263,43 +264,14 @@ func (d *Dialect) OpenDedupe(ctx context.Context, t dialects.DedupeTable) (diale
 	}
 	// ON CONFLICT DO NOTHING rather than INSERT OR IGNORE: OR IGNORE would also swallow a
 	// NOT NULL or CHECK failure and report it as a record seen before.
-	s := &dedupeStore{name: t.Name, stamp: t.SeenAt != ""}
-	if s.stamp {
-		s.insert = "INSERT INTO " + quote(t.Name) + " (" + quote(t.ID) + ", " + quote(t.SeenAt) + ") VALUES (?, ?) ON CONFLICT DO NOTHING"
+	s := &sqlstmt.Dedupe{DB: "sqlite", Table: t.Name, Stamp: t.SeenAt != "", Time: func(t time.Time) any { return formatTime(t) }}
+	if s.Stamp {
+		s.Insert = "INSERT INTO " + quote(t.Name) + " (" + quote(t.ID) + ", " + quote(t.SeenAt) + ") VALUES (?, ?) ON CONFLICT DO NOTHING"
 	} else {
-		s.insert = "INSERT INTO " + quote(t.Name) + " (" + quote(t.ID) + ") VALUES (?) ON CONFLICT DO NOTHING"
+		s.Insert = "INSERT INTO " + quote(t.Name) + " (" + quote(t.ID) + ") VALUES (?) ON CONFLICT DO NOTHING"
 	}
-	if err := d.prepareAll(ctx, s.insert); err != nil {
+	if err := d.prepareAll(ctx, s.Insert); err != nil {
 		return nil, fmt.Errorf("sqlite: dedupe on table %s: prepare: %w", t.Name, err)
 	}
 	return s, nil
 }
-
-type dedupeStore struct {
-	name   string
-	stamp  bool
-	insert string
-}
-
-// Once inserts id in the caller's *sql.Tx (as text, outside the writer turn, as Record).
-func (s *dedupeStore) Once(ctx context.Context, tx any, id int64, now time.Time) (bool, error) {
-	x, ok := tx.(*sql.Tx)
-	if !ok || x == nil {
-		return false, fmt.Errorf("sqlite: dedupe on table %s needs a *sql.Tx, got %T", s.name, tx)
-	}
-	args := []any{id}
-	if s.stamp {
-		args = append(args, formatTime(now))
-	}
-	res, err := x.ExecContext(ctx, s.insert, args...)
-	if err != nil {
-		return false, fmt.Errorf("sqlite: dedupe on table %s: %w", s.name, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("sqlite: dedupe on table %s: %w", s.name, err)
-	}
-	return n == 1, nil
-}
-
-func (s *dedupeStore) Close() error { return nil }
