@@ -90,13 +90,19 @@ var batchHandlerScenarios = []scenario{
 		b := h.broker()
 		ids := h.publish(b, 3)
 		var calls atomic.Int64
-		h.subscribeBatch(b, 3, func(_ context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
+		checked := make(chan struct{})
+		h.subscribeBatch(b, 3, func(ctx context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
 			out := make([]rowactor.Outcome, len(ds))
 			for i := range ds {
 				out[i] = rowactor.Ack()
 			}
 			if calls.Add(1) == 1 {
 				out[1] = rowactor.Custom("set", "not a number") // the attempt column refuses it
+			} else {
+				select { // the rows are checked between the two batches
+				case <-checked:
+				case <-ctx.Done():
+				}
 			}
 			return out
 		}, rowactor.OnEvent("set", "UPDATE "+h.table.Name+" SET attempt = {arg1} WHERE id = {id}"))
@@ -105,10 +111,13 @@ var batchHandlerScenarios = []scenario{
 			if s.Err == nil {
 				t.Fatalf("first batch: %+v, want every row's settlement to fail", s)
 			}
-			if st := h.row(s.ID); !st.exists || st.attempt != 1 {
-				t.Fatalf("row %d after the failed batch: %+v", s.ID, st)
+		}
+		for _, id := range ids {
+			if st := h.row(id); !st.exists || st.attempt != 1 {
+				t.Fatalf("row %d after the failed batch: %+v", id, st)
 			}
 		}
+		close(checked)
 		for _, s := range h.waitSettled(3) {
 			if s.Err != nil || s.Step != "ack" {
 				t.Fatalf("second batch: %+v", s)
