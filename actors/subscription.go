@@ -413,9 +413,16 @@ func (a *subscriptionActor) claim(c actor.Context) {
 		if cfg.Form == dialects.FormRowLock || cfg.FIFO {
 			limit = 1 // row lock: one transaction, one connection, one row; FIFO: the head
 		}
+		req := &claimer.Request{Limit: limit}
+		if cfg.Form == dialects.FormAdvisory && maxInFlight > 1 {
+			// An advisory claim takes its rows one session at a time: claims of one row
+			// each, side by side, each reading every free worker's worth of candidates
+			// and starting at its own place in them.
+			req.Limit, req.Scan, req.Offset = 1, free, a.inFlight
+		}
 		a.inFlight++
-		a.asked += limit
-		c.Send(a.claimerFor(c), &claimer.Request{Limit: limit})
+		a.asked += req.Limit
+		c.Send(a.claimerFor(c), req)
 	}
 }
 

@@ -25,6 +25,10 @@ import (
 type Request struct {
 	Limit int
 	Batch bool
+	// Scan (advisory form) is how many candidates to read, at least Limit; Offset is where
+	// in them to start trying keys, so that concurrent claims of one subscription do not
+	// all reach for the same first row.
+	Scan, Offset int
 }
 
 // IgnoreDeadLetterLogging: a request to a claimer that stopped is expected at shutdown.
@@ -93,7 +97,7 @@ func (c *claimer) Receive(ctx actor.Context) {
 	if req.Batch {
 		batch, err = c.claimBatch(req.Limit)
 	} else {
-		claims, err = c.claim(req.Limit)
+		claims, err = c.claim(req)
 	}
 	if err != nil && c.cfg.Ctx.Err() != nil {
 		err = nil // torn down: not a failure
@@ -104,7 +108,8 @@ func (c *claimer) Receive(ctx actor.Context) {
 	}
 }
 
-func (c *claimer) claim(limit int) ([]Claim, error) {
+func (c *claimer) claim(req *Request) ([]Claim, error) {
+	limit := req.Limit
 	now := c.cfg.Now()
 	switch c.cfg.Form {
 	case dialects.FormRowLock:
@@ -127,7 +132,7 @@ func (c *claimer) claim(limit int) ([]Claim, error) {
 	case dialects.FormLease:
 		return c.claimLeases(c.cfg.Queue.(dialects.LeaseQueue), now, limit)
 	case dialects.FormAdvisory:
-		return c.claimAdvisory(c.cfg.Queue.(dialects.AdvisoryQueue), now, limit)
+		return c.claimAdvisory(c.cfg.Queue.(dialects.AdvisoryQueue), now, limit, max(req.Scan, limit), req.Offset)
 	}
 	return nil, fmt.Errorf("claimer: no claim for the %s form", c.cfg.Form)
 }
@@ -185,15 +190,21 @@ func (c *claimer) claimLeases(q dialects.LeaseQueue, now time.Time, limit int) (
 // claimAdvisory selects candidates, locks each key without waiting on a session of its
 // own, and takes the row only if it is still claimable. A key held elsewhere, or a row
 // settled meanwhile, is passed over and its session ended.
-func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit int) ([]Claim, error) {
+func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit, scan, offset int) ([]Claim, error) {
 	ctx := c.cfg.Ctx
-	cands, err := q.Candidates(ctx, now, limit)
+	cands, err := q.Candidates(ctx, now, scan)
 	if err != nil {
 		return nil, fmt.Errorf("advisory candidates: %w", err)
 	}
-	claims := make([]Claim, 0, len(cands))
+	if n := len(cands); n > 1 && offset%n != 0 {
+		cands = append(cands[offset%n:], cands[:offset%n]...)
+	}
+	claims := make([]Claim, 0, min(len(cands), limit))
 	taken := make(map[string]struct{}, len(cands))
 	for _, cand := range cands {
+		if len(claims) == limit {
+			break
+		}
 		if _, dup := taken[cand.Key]; dup {
 			continue
 		}
