@@ -90,7 +90,7 @@ var scenarios = []scenario{
 			return rowactor.Ack()
 		})
 		id := h.publish(b, 1)[0]
-		got := h.waitSettled(2)
+		got := h.waitDeliveries(2)
 		if got[0].Step != "retry" || got[1].Step != "ack" {
 			t.Fatalf("steps %s, %s", got[0].Step, got[1].Step)
 		}
@@ -135,7 +135,7 @@ var scenarios = []scenario{
 			return rowactor.Ack()
 		})
 		id := h.publish(b, 1)[0]
-		got := h.waitSettled(2)
+		got := h.waitDeliveries(2)
 		if got[0].Step != "retry" || got[1].Step != "ack" || got[1].Attempt != 2 {
 			t.Fatalf("settlements %+v", got)
 		}
@@ -152,7 +152,7 @@ var scenarios = []scenario{
 		h.subscribe(b, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome { c.add(d); return rowactor.Retry() },
 			rowactor.MaxAttempts(3), rowactor.DeadLetterGroup("dead"))
 		id := h.publish(b, 1)[0]
-		got := h.waitSettled(3)
+		got := h.waitDeliveries(3)
 		if got[2].Step != "dead_letter" || got[2].Err != nil || got[2].Attempt != 3 {
 			t.Fatalf("third settlement %+v", got[2])
 		}
@@ -188,7 +188,7 @@ var scenarios = []scenario{
 		h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Retry() },
 			rowactor.MaxAttempts(2), rowactor.DeadLetterTable(dead.Name))
 		id := h.publish(b, 1)[0]
-		if s := h.waitSettled(2)[1]; s.Step != "dead_letter" || s.Err != nil {
+		if s := h.waitDeliveries(2)[1]; s.Step != "dead_letter" || s.Err != nil {
 			t.Fatalf("settlement %+v", s)
 		}
 		if h.row(id).exists {

@@ -48,7 +48,7 @@ var transactionalEventScenarios = []scenario{
 			return rowactor.Ack()
 		}, rowactor.Transactional(), rowactor.OnEvent("retry", ownRetry(h, form)))
 		id := h.publish(b, 1)[0]
-		got := h.waitSettled(2)
+		got := h.waitDeliveries(2)
 		if got[0].Err != nil || got[0].Event != "retry" || got[1].Err != nil || got[1].Step != "ack" {
 			t.Fatalf("settlements %+v", got)
 		}
@@ -135,7 +135,7 @@ var eventScenarios = []scenario{
 			return rowactor.Ack()
 		}, rowactor.OnEvent("retry", ownRetry(h, form)))
 		id := h.publish(b, 1)[0]
-		got := h.waitSettled(2)
+		got := h.waitDeliveries(2)
 		if s := got[0]; s.Err != nil || s.Step != "retry" || s.Event != "retry" {
 			t.Fatalf("first settlement %+v", s)
 		}
@@ -177,7 +177,7 @@ var eventScenarios = []scenario{
 			return rowactor.Ack()
 		}, leaseOptions(form, time.Hour)...)
 		id := h.publish(b, 1)[0]
-		got := h.waitSettled(2)
+		got := h.waitDeliveries(2)
 		if got[0].Step == "ack" { // the release's report may arrive after the redelivery's
 			got[0], got[1] = got[1], got[0]
 		}

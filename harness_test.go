@@ -2,9 +2,11 @@ package rowactor_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,6 +181,16 @@ func (h *harness) waitSettled(n int) []rowactor.Settlement {
 			h.t.Fatalf("waited for %d settlements, saw %d: %+v\nlogs:\n%s", n, len(got), got, h.logs.String())
 		}
 	}
+	return got
+}
+
+// waitDeliveries waits for n settlements of one row's successive deliveries and returns
+// them by attempt: a settlement that freed the row (a retry, a release) may be reported
+// after the redelivery it made possible.
+func (h *harness) waitDeliveries(n int) []rowactor.Settlement {
+	h.t.Helper()
+	got := h.waitSettled(n)
+	slices.SortStableFunc(got, func(a, b rowactor.Settlement) int { return cmp.Compare(a.Attempt, b.Attempt) })
 	return got
 }
 

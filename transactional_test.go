@@ -102,7 +102,7 @@ var transactionalScenarios = []scenario{
 			return rowactor.Ack()
 		}, rowactor.Transactional())
 		id := h.publish(b, 1)[0]
-		got := h.waitSettled(2)
+		got := h.waitDeliveries(2)
 		if got[0].Step != "retry" || got[1].Step != "ack" || got[1].Attempt != 2 || got[1].Err != nil {
 			t.Fatalf("settlements %+v", got)
 		}
@@ -141,7 +141,7 @@ var transactionalScenarios = []scenario{
 			return rowactor.Ack()
 		}, append(leaseOptions(h.table.Form(), time.Hour), rowactor.Transactional())...)
 		h.publish(b, 1)
-		got := h.waitSettled(2)
+		got := h.waitDeliveries(2)
 		if got[0].Step == "ack" { // the release's report may arrive after the redelivery's
 			got[0], got[1] = got[1], got[0]
 		}
