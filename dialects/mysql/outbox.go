@@ -110,26 +110,14 @@ func (d *Dialect) OpenOutbox(ctx context.Context, t dialects.OutboxTable) (diale
 	if err := d.checkLive(ctx, t.Name, "outbox.Table.", "outbox.Schema", t.Columns()); err != nil {
 		return nil, err
 	}
-	tb, id := quote(t.Name), quote(t.ID)
-	cols := id + ", " + quote(t.Topic) + ", " + quote(t.Payload)
-	if t.Headers != "" {
-		cols += ", " + quote(t.Headers)
-	}
+	q := sqlstmt.NewOutboxSQL(t, quote)
 	s := &outboxStore{d: d, name: t.Name, hasHeaders: t.Headers != ""}
-	s.record = "INSERT INTO " + tb + " (" + quote(t.Topic) + ", " + quote(t.Payload) + ") VALUES (?, ?)"
+	s.record = q.Insert + ") VALUES (?, ?)"
 	s.recordHeaders = s.record
 	if t.Headers != "" {
-		s.recordHeaders = "INSERT INTO " + tb + " (" + quote(t.Topic) + ", " + quote(t.Payload) + ", " + quote(t.Headers) + ") VALUES (?, ?, ?)"
+		s.recordHeaders = q.Insert + ", " + quote(t.Headers) + ") VALUES (?, ?, ?)"
 	}
-	s.unsent = "SELECT " + cols + " FROM " + tb + " WHERE " + quote(t.SentAt) + " IS NULL AND " +
-		quote(t.ProcessedAt) + " IS NULL ORDER BY " + id + " LIMIT ?"
-	s.unprocessed = "SELECT " + cols + " FROM " + tb + " WHERE " + quote(t.ProcessedAt) + " IS NULL AND " +
-		id + " > ? ORDER BY " + id + " LIMIT ?"
-	s.markSent = "UPDATE " + tb + " SET " + quote(t.SentAt) + " = ? WHERE " + id + " = ?"
-	// A record processed was sent, though the relay may have died before its stamp.
-	s.markProcessed = "UPDATE " + tb + " SET " + quote(t.ProcessedAt) + " = ?, " + quote(t.SentAt) + " = COALESCE(" +
-		quote(t.SentAt) + ", ?) WHERE " + id + " = ? AND " + quote(t.ProcessedAt) + " IS NULL"
-	s.state = "SELECT " + quote(t.SentAt) + ", " + quote(t.ProcessedAt) + " FROM " + tb + " WHERE " + id + " = ?"
+	s.unsent, s.unprocessed, s.markSent, s.markProcessed, s.state = q.Unsent, q.Unprocessed, q.MarkSent, q.MarkProcessed, q.State
 	if err := d.prepareAll(ctx, s.record, s.recordHeaders, s.unsent, s.unprocessed, s.markSent, s.markProcessed, s.state); err != nil {
 		return nil, s.errorf("prepare", err)
 	}
