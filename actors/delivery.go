@@ -66,6 +66,9 @@ type delivery struct {
 	// releaseOnly gives a prefetched row back without calling the handler (a drain began
 	// before a worker took it).
 	releaseOnly bool
+	// keyed: the row counts against its partition key, key, until settled (WorkersByKey).
+	keyed bool
+	key   string
 }
 
 // handledMsg tells the delivery actor its handler returned.
@@ -164,11 +167,7 @@ func (d *delivery) end(c actor.Context, r Result) {
 	// A custom event may have returned its row or not: one claim finds out.
 	freed := r.Step == dialects.StepRetry || r.Step == dialects.StepRelease || r.Step == dialects.StepCustom ||
 		d.sub.cfg.Form == dialects.FormAdvisory
-	m := settledMsg{freed: freed, workerFreed: d.workerFreed}
-	if keyOf := d.sub.cfg.KeyOf; keyOf != nil && !d.releaseOnly {
-		m.keyed, m.key = true, keyOf(d.claim.Row)
-	}
-	c.Send(c.Parent(), m)
+	c.Send(c.Parent(), settledMsg{freed: freed, workerFreed: d.workerFreed, keyed: d.keyed, key: d.key})
 }
 
 // run calls the handler on its own goroutine. A panic is an unsettled delivery.

@@ -252,7 +252,7 @@ type subscriptionActor struct {
 	busy int
 	// backlog holds claimed rows waiting for a worker (Prefetch) or, with KeyOf, for
 	// their key's previous row; in claim order.
-	backlog []claimer.Claim
+	backlog []waiting
 	// keys counts the deliveries in work per partition key (KeyOf).
 	keys     map[string]int
 	paused   bool
@@ -475,7 +475,11 @@ func (a *subscriptionActor) hold(c actor.Context, cl claimer.Claim) {
 		a.start(c, cl, true) // claimed as a drain or a pause began: give it back
 		return
 	}
-	a.backlog = append(a.backlog, cl)
+	w := waiting{claim: cl}
+	if cfg.KeyOf != nil {
+		w.key = cfg.KeyOf(cl.Row)
+	}
+	a.backlog = append(a.backlog, w)
 	a.startBacklog(c)
 }
 
@@ -486,36 +490,50 @@ func (a *subscriptionActor) startBacklog(c actor.Context) {
 	if a.draining != nil || a.paused {
 		return
 	}
-	keyOf := a.s.cfg.KeyOf
+	keyed := a.s.cfg.KeyOf != nil
 	kept := a.backlog[:0]
-	for i, cl := range a.backlog {
+	for i, w := range a.backlog {
 		if a.busy >= a.workers {
 			kept = append(kept, a.backlog[i:]...)
 			break
 		}
-		if keyOf != nil {
-			k := keyOf(cl.Row)
-			if a.keys[k] > 0 {
-				kept = append(kept, cl)
+		if keyed {
+			if a.keys[w.key] > 0 {
+				kept = append(kept, w)
 				continue
 			}
 			if a.keys == nil {
 				a.keys = map[string]int{}
 			}
-			a.keys[k]++
+			a.keys[w.key]++
 		}
-		a.start(c, cl, false)
+		a.startKeyed(c, w)
 	}
 	clear(a.backlog[len(kept):])
 	a.backlog = kept
 }
 
+// waiting is a held row not yet started, with its partition key (WorkersByKey), read once.
+type waiting struct {
+	claim claimer.Claim
+	key   string
+}
+
+// startKeyed starts a waiting row on a worker; with WorkersByKey the row counts against
+// its key until settled.
+func (a *subscriptionActor) startKeyed(c actor.Context, w waiting) {
+	a.spawnDelivery(c, &delivery{sub: a.s, claim: w.claim, key: w.key, keyed: a.s.cfg.KeyOf != nil})
+}
+
 // start spawns the delivery actor of a held row; releaseOnly gives the row back at once
 // without calling the handler.
 func (a *subscriptionActor) start(c actor.Context, cl claimer.Claim, releaseOnly bool) {
+	a.spawnDelivery(c, &delivery{sub: a.s, claim: cl, releaseOnly: releaseOnly})
+}
+
+func (a *subscriptionActor) spawnDelivery(c actor.Context, d *delivery) {
 	cfg := &a.s.cfg
-	d := &delivery{sub: a.s, claim: cl, releaseOnly: releaseOnly}
-	if releaseOnly {
+	if d.releaseOnly {
 		d.workerFreed = true // it never took a worker
 	} else {
 		a.busy++
@@ -537,8 +555,8 @@ func (a *subscriptionActor) waitRoom() int {
 // releaseBacklog gives the rows waiting for a worker back when a drain begins (Shutdown
 // lets deliveries in work settle, and these never started) or the subscription pauses.
 func (a *subscriptionActor) releaseBacklog(c actor.Context) {
-	for _, cl := range a.backlog {
-		a.start(c, cl, true)
+	for _, w := range a.backlog {
+		a.start(c, w.claim, true)
 	}
 	a.backlog = nil
 }
@@ -547,8 +565,8 @@ func (a *subscriptionActor) releaseBacklog(c actor.Context) {
 // child can be spawned any more, so the releases run here, each bounded by the settle
 // timeout.
 func (a *subscriptionActor) releaseBacklogNow() {
-	for _, cl := range a.backlog {
-		d := &delivery{sub: a.s, claim: cl}
+	for _, w := range a.backlog {
+		d := &delivery{sub: a.s, claim: w.claim}
 		r := d.release(settler.Outcome{})
 		if r.Released {
 			a.s.released.Add(1)
