@@ -15,9 +15,10 @@ import (
 // of its own that holds one row under FOR UPDATE SKIP LOCKED until its settlement commits.
 type rowLockQueue struct {
 	queue
-	cl    claimable
-	claim string
-	level sql.IsolationLevel
+	cl     claimable
+	claim  string
+	claimN string // up to ? rows, for batch handlers
+	level  sql.IsolationLevel
 	// transactional: claims lend their transaction to the handler (txClaim).
 	transactional bool
 }
@@ -26,16 +27,17 @@ var _ dialects.RowLockQueue = (*rowLockQueue)(nil)
 
 func newRowLockQueue(base queue, t dialects.Table) *rowLockQueue {
 	cl := newClaimable(t, false)
+	sel := "SELECT " + rowColumns(t, false) + " FROM " + quote(t.Name) + " WHERE " + cl.where + " ORDER BY " + quote(t.ID)
 	return &rowLockQueue{
-		queue: base,
-		cl:    cl,
-		claim: "SELECT " + rowColumns(t, false) + " FROM " + quote(t.Name) + " WHERE " + cl.where +
-			" ORDER BY " + quote(t.ID) + " LIMIT 1 FOR UPDATE SKIP LOCKED",
-		level: isolation(t.Isolation),
+		queue:  base,
+		cl:     cl,
+		claim:  sel + " LIMIT 1 FOR UPDATE SKIP LOCKED",
+		claimN: sel + " LIMIT ? FOR UPDATE SKIP LOCKED",
+		level:  isolation(t.Isolation),
 	}
 }
 
-func (q *rowLockQueue) texts() []string { return []string{q.claim} }
+func (q *rowLockQueue) texts() []string { return []string{q.claim, q.claimN} }
 
 // ClaimLocked opens a transaction at the table's level (READ COMMITTED when none is
 // declared: REPEATABLE READ would gap-lock the index range the claim read, blocking

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,27 +12,13 @@ import (
 
 var _ dialects.RowLockBatchQueue = (*rowLockQueue)(nil)
 
-// batchClaimText is the row lock claim taking up to ? rows: the one-row claim with its
-// LIMIT bound.
-func batchClaimText(claim string) (string, bool) {
-	head, ok := strings.CutSuffix(claim, " LIMIT 1 FOR UPDATE SKIP LOCKED")
-	if !ok {
-		return "", false
-	}
-	return head + " LIMIT ? FOR UPDATE SKIP LOCKED", true
-}
-
 // ClaimLockedBatch opens a claim transaction at the table's level and locks up to limit
 // due rows; the transaction stays open until the batch's Settle or Rollback.
 func (q *rowLockQueue) ClaimLockedBatch(ctx context.Context, now time.Time, limit int) (dialects.LockedBatch, bool, error) {
 	if limit <= 0 {
 		return nil, false, nil
 	}
-	text, ok := batchClaimText(q.claim)
-	if !ok {
-		return nil, false, q.errorf("claim batch", errors.New("the table's claim cannot take several rows"))
-	}
-	b, err := withRetry(ctx, func() (*lockedBatch, error) { return q.claimBatchOnce(ctx, text, now, limit) })
+	b, err := withRetry(ctx, func() (*lockedBatch, error) { return q.claimBatchOnce(ctx, q.claimN, now, limit) })
 	if err != nil {
 		return nil, false, q.errorf("claim batch", err)
 	}
