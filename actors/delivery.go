@@ -14,6 +14,7 @@ import (
 
 	"github.com/rowactor/rowactor/claimer"
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/leaserenewer"
 	"github.com/rowactor/rowactor/settler"
 )
 
@@ -268,22 +269,19 @@ func (d *delivery) settle() Result {
 	r := Result{Row: row, Outcome: d.outcome, Step: step.Kind, Event: step.Event, Tag: d.tag}
 	switch cfg.Form {
 	case dialects.FormLease:
-		token, lost, ok := cfg.Book.Checkout(row.ID)
-		if !ok {
-			d.rollbackLeaseTx(ctx)
-			r.Err = fmt.Errorf("settle row %d: %w", row.ID, settler.ErrClosed)
-			return r
-		}
-		if lost {
-			cfg.Log.Debug("rowactor: settling a lease the renewer found lost", slog.Int64("id", row.ID))
-		}
-		held := dialects.Lease{ID: row.ID, Token: token}
 		if d.leaseTx != nil && d.outcome.KeepsWrites() {
+			held, err := pinLease(d.claim.Lease, step)
+			if err != nil {
+				d.rollbackLeaseTx(ctx)
+				r.Err = err
+				break
+			}
 			r.Err = settler.LeaseTx(ctx, d.leaseTx, step, held)
+			d.claim.Lease.Done()
 			break
 		}
 		d.rollbackLeaseTx(ctx) // any other outcome discards the handler's writes first
-		r.Err = d.settleLease(ctx, step, held)
+		r.Err = d.settleLease(ctx, step)
 	case dialects.FormAdvisory:
 		if cfg.Transactional {
 			var unlockErr error
@@ -304,13 +302,35 @@ func (d *delivery) settle() Result {
 	return r
 }
 
-// settleLease runs a lease-form step fenced by the token: with the next batch when the
-// subscription batches and the step can join one, else on its own.
-func (d *delivery) settleLease(ctx context.Context, step dialects.Step, held dialects.Lease) error {
+// settleLease runs a lease-form step fenced by the delivery's own token: with the next
+// batch when the subscription batches and the step can join one (the lease is renewed
+// while it waits), else on its own.
+func (d *delivery) settleLease(ctx context.Context, step dialects.Step) error {
+	lease := d.claim.Lease
 	if b := d.sub.batcher; b != nil && settler.Batchable(step) {
-		return b.Settle(ctx, step, held)
+		return b.Settle(ctx, step, lease)
 	}
+	held, err := pinLease(lease, step)
+	if err != nil {
+		return err
+	}
+	defer lease.Done()
 	return settler.Lease(ctx, d.sub.cfg.Queue.(dialects.LeaseQueue), step, held)
+}
+
+// pinLease reads the token a delivery settles with, stopping its renewal: ErrClosed when
+// the lease was settled or released already, ErrLeaseLost (and the lease out of the book)
+// when it is gone for good, so no statement runs.
+func pinLease(lease *leaserenewer.Held, step dialects.Step) (dialects.Lease, error) {
+	held, lost, ok := lease.Pin()
+	switch {
+	case !ok:
+		return held, fmt.Errorf("settle %s of row %d: %w", step.Kind, lease.ID(), settler.ErrClosed)
+	case lost:
+		lease.Done()
+		return held, fmt.Errorf("settle %s of row %d: %w", step.Kind, lease.ID(), settler.ErrLeaseLost)
+	}
+	return held, nil
 }
 
 // warnUnlock logs an unlock that failed after the settlement: the settlement stands, and
@@ -348,14 +368,11 @@ func (d *delivery) releaseOn(base context.Context, o settler.Outcome, tag any) R
 	switch cfg.Form {
 	case dialects.FormLease:
 		d.rollbackLeaseTx(ctx)
-		token, _, ok := cfg.Book.Checkout(row.ID)
-		if !ok {
+		if err := d.settleLease(ctx, dialects.Step{Kind: dialects.StepRelease, Now: cfg.Now()}); err != nil {
 			r.Released = false
-			return r
-		}
-		if err := d.settleLease(ctx, dialects.Step{Kind: dialects.StepRelease, Now: cfg.Now()},
-			dialects.Lease{ID: row.ID, Token: token}); err != nil {
-			r.Released = false
+			if errors.Is(err, settler.ErrClosed) {
+				return r // released or settled already
+			}
 			r.Err = err
 			cfg.Log.Warn("rowactor: could not release a lease; the row returns when it expires",
 				slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Any("error", err))

@@ -468,7 +468,7 @@ func (a *subscriptionActor) claimerFor(c actor.Context) *actor.PID {
 func (a *subscriptionActor) hold(c actor.Context, cl claimer.Claim) {
 	cfg := &a.s.cfg
 	if cfg.Form == dialects.FormLease {
-		cfg.Book.Add(cl.Row.ID, cl.Row.Token)
+		cl.Lease = cfg.Book.Add(cl.Row.ID, cl.Row.Token)
 	}
 	a.s.inWork.Add(1)
 	if a.draining != nil || a.paused {

@@ -40,6 +40,9 @@ type Claim struct {
 	Row     dialects.Row
 	Locked  dialects.LockedClaim
 	Session dialects.Session
+	// Lease is the claim's lease in its subscription's book (lease form), set when the
+	// subscription takes the row in.
+	Lease *leaserenewer.Held
 }
 
 // Claimed answers a Request, sent with the claimer as its sender: the rows taken (fewer

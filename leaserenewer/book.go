@@ -1,9 +1,15 @@
 // Package leaserenewer keeps the leases of a lease-form subscription alive.
 //
-// The Book records each lease in work and its current token. A renewer actor extends every
-// lease in the book each half lease, in one statement, and moves each token forward; a
-// delivery checks its lease out of the book to settle, waiting for an extension of its own
-// row that is in flight, so a settlement never races the renewer with a stale token.
+// The Book records each lease in work: one Held per claim, identified by its row and the
+// token its claim wrote, never by the row alone. A renewer actor extends every live lease
+// in the book each half lease, in one statement, and moves each token forward; a delivery
+// pins its lease to settle, waiting for an extension of it that is in flight, so a
+// settlement never races the renewer with a stale token.
+//
+// A row can be claimed again while a delivery of it still runs (its lease ran out: the
+// renewer lagged, the database was slow, the process paused). The new claim's lease
+// replaces the old one as the row's current lease, and the old one is lost for good: its
+// delivery settles with its own token, finds the row under another, and changes nothing.
 package leaserenewer
 
 import (
@@ -25,75 +31,120 @@ func Expiry(now time.Time, lease time.Duration) time.Time {
 
 // Book is the set of leases a subscription holds, with their current tokens.
 type Book struct {
-	mu     sync.Mutex
-	moved  sync.Cond // signalled when an extension round ends
-	leases map[int64]*entry
+	mu    sync.Mutex
+	moved sync.Cond // signalled when an extension round ends
+	// rows holds the newest lease of each row in work: the only one the renewer extends.
+	rows map[int64]*Held
 }
 
-type entry struct {
-	token     time.Time
-	extending bool // an extension round holds this lease's token in flight
-	lost      bool // the renewer found another token on the row
+// Held is one claim's lease: its row, and the token its claim wrote or its extensions
+// moved. A delivery holds it from the claim to the settlement.
+type Held struct {
+	book  *Book
+	id    int64
+	token time.Time
+	// extending: an extension round holds this lease's token in flight.
+	extending bool
+	// lost: the row is under another token (the renewer found it so, or a later claim of
+	// the row replaced this lease); it never comes back.
+	lost bool
+	// pinned: a settlement runs with the token; the renewer no longer moves it.
+	pinned bool
+	// done: the settlement ran; the lease is out of the book.
+	done bool
 }
 
 // NewBook returns an empty book.
 func NewBook() *Book {
-	b := &Book{leases: make(map[int64]*entry)}
+	b := &Book{rows: make(map[int64]*Held)}
 	b.moved.L = &b.mu
 	return b
 }
 
-// Add records a claimed lease.
-func (b *Book) Add(id int64, token time.Time) {
+// Add records a claimed lease and returns it. A lease of the same row still in the book
+// belongs to an earlier claim, whose lease ran out before this claim could take the row:
+// it is lost.
+func (b *Book) Add(id int64, token time.Time) *Held {
+	h := &Held{book: b, id: id, token: token}
 	b.mu.Lock()
-	b.leases[id] = &entry{token: token}
+	if old := b.rows[id]; old != nil {
+		old.lost = true
+	}
+	b.rows[id] = h
+	b.mu.Unlock()
+	return h
+}
+
+// ID is the lease's row.
+func (h *Held) ID() int64 { return h.id }
+
+// Pin stops the lease's renewal for its settlement and returns the lease with its current
+// token, waiting for an extension of it that is in flight. lost reports that the lease is
+// gone for good (the settlement would change nothing). ok is false when the lease was
+// pinned already: it has been (or is being) settled by its delivery.
+func (h *Held) Pin() (held dialects.Lease, lost, ok bool) {
+	b := h.book
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for h.extending {
+		b.moved.Wait()
+	}
+	if h.pinned || h.done {
+		return dialects.Lease{}, false, false
+	}
+	h.pinned = true
+	return dialects.Lease{ID: h.id, Token: h.token}, h.lost, true
+}
+
+// Done takes the lease out of the book once its settlement ran (whatever its result).
+func (h *Held) Done() {
+	b := h.book
+	b.mu.Lock()
+	h.pinned, h.done = true, true
+	if b.rows[h.id] == h {
+		delete(b.rows, h.id)
+	}
 	b.mu.Unlock()
 }
 
-// Checkout removes a lease from the book and returns its current token, waiting for an
-// extension of it that is in flight. lost reports that the renewer already found the row
-// under another lease. ok is false when the book does not hold the lease.
-func (b *Book) Checkout(id int64) (token time.Time, lost, ok bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for {
-		e, found := b.leases[id]
-		if !found {
-			return time.Time{}, false, false
-		}
-		if !e.extending {
-			delete(b.leases, id)
-			return e.token, e.lost, true
-		}
-		b.moved.Wait()
-	}
-}
-
-// Len is the number of leases in work.
+// Len is the number of rows in work under a lease.
 func (b *Book) Len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return len(b.leases)
+	return len(b.rows)
 }
 
-// begin marks every live lease as being extended and returns them.
-func (b *Book) begin() []dialects.Lease {
+// begin marks every live lease (the newest of its row, neither lost nor pinned) as being
+// extended and returns them: at most one per row, so a round's result names each by its
+// row alone.
+func (b *Book) begin() []*Held {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	held := make([]dialects.Lease, 0, len(b.leases))
-	for id, e := range b.leases {
-		if e.lost {
+	held := make([]*Held, 0, len(b.rows))
+	for _, h := range b.rows {
+		if h.lost || h.pinned {
 			continue
 		}
-		e.extending = true
-		held = append(held, dialects.Lease{ID: id, Token: e.token})
+		h.extending = true
+		held = append(held, h)
 	}
 	return held
 }
 
+// leases returns the (row, token) pairs of a round's leases.
+func leases(held []*Held) []dialects.Lease {
+	out := make([]dialects.Lease, len(held))
+	for i, h := range held {
+		out[i] = dialects.Lease{ID: h.id, Token: h.token}
+	}
+	return out
+}
+
 // end records a round's result: moved leases take the new token; the others lost theirs,
-// unless the round failed, in which case every lease keeps its token until the next round.
-func (b *Book) end(held []dialects.Lease, until time.Time, moved []int64, failed bool) (lost []int64) {
+// unless the round failed, in which case the leases it did not report moved keep their
+// tokens until the next round (a lease the failed round moved unseen is found lost then,
+// which is safe: its settlement changes nothing and the row returns when the lease ends).
+func (b *Book) end(held []*Held, until time.Time, moved []int64, failed bool) (lost []int64) {
 	set := make(map[int64]struct{}, len(moved))
 	for _, id := range moved {
 		set[id] = struct{}{}
@@ -101,19 +152,16 @@ func (b *Book) end(held []dialects.Lease, until time.Time, moved []int64, failed
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, h := range held {
-		e, ok := b.leases[h.ID]
-		if !ok {
+		h.extending = false
+		if _, ok := set[h.id]; ok {
+			if !h.lost {
+				h.token = until
+			}
 			continue
 		}
-		e.extending = false
-		if failed {
-			continue
-		}
-		if _, ok := set[h.ID]; ok {
-			e.token = until
-		} else {
-			e.lost = true
-			lost = append(lost, h.ID)
+		if !failed && !h.lost {
+			h.lost = true
+			lost = append(lost, h.id)
 		}
 	}
 	b.moved.Broadcast()

@@ -85,7 +85,7 @@ func (r *renewer) round() {
 	}
 	until := Expiry(r.cfg.Now(), r.cfg.Lease)
 	ctx, cancel := context.WithTimeout(r.cfg.Ctx, r.cfg.Lease/2)
-	moved, err := r.cfg.Queue.ExtendLeases(ctx, until, held)
+	moved, err := r.cfg.Queue.ExtendLeases(ctx, until, leases(held))
 	cancel()
 	lost := r.cfg.Book.end(held, until, moved, err != nil)
 	if err != nil {

@@ -29,12 +29,13 @@ type Batcher struct {
 }
 
 type batchReq struct {
-	kind dialects.StepKind
-	now  time.Time
-	held dialects.Lease
-	err  error
-	done chan struct{} // closed once err is set
-	lead chan struct{} // signalled when this request's goroutine is to lead
+	kind  dialects.StepKind
+	now   time.Time
+	lease HeldLease
+	held  dialects.Lease // the token, pinned when the request joins a batch
+	err   error
+	done  chan struct{} // closed once err is set
+	lead  chan struct{} // signalled when this request's goroutine is to lead
 }
 
 // Batchable says whether a step can join a batch: acks, retries and releases (one
@@ -57,22 +58,25 @@ func NewBatcher(q dialects.LeaseBatchQueue, max int, timeout time.Duration) *Bat
 	return &Batcher{q: q, timeout: timeout, max: max}
 }
 
-// Settle runs a batchable step for held with the next batch, and returns when that batch
+// Settle runs a batchable step for lease with the next batch, and returns when that batch
 // ran: nil, ErrLeaseLost when the row held another token, or the batch's error. The
-// batch's own timeout bounds its statement; ctx is not consulted once the step queued.
-func (b *Batcher) Settle(_ context.Context, step dialects.Step, held dialects.Lease) error {
+// lease stays in its book, renewed, while the step waits: its token is pinned only when
+// the batch that runs it is built. The batch's own timeout bounds its statement; ctx is
+// not consulted once the step queued.
+func (b *Batcher) Settle(_ context.Context, step dialects.Step, lease HeldLease) error {
 	kind := step.Kind
 	if kind == dialects.StepRetry {
 		kind = dialects.StepRelease // the lease form's retry clears the lease: the claim counted
 	}
-	r := &batchReq{kind: kind, now: step.Now, held: held, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	r := &batchReq{kind: kind, now: step.Now, lease: lease, held: dialects.Lease{ID: lease.ID()},
+		done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
 	if b.leading {
 		b.mu.Unlock()
 		select {
 		case <-r.done:
-			return wrapBatch(step, held, r.err)
+			return wrapBatch(step, r.held, r.err)
 		case <-r.lead:
 		}
 	} else {
@@ -81,7 +85,7 @@ func (b *Batcher) Settle(_ context.Context, step dialects.Step, held dialects.Le
 	}
 	b.lead(r)
 	<-r.done
-	return wrapBatch(step, held, r.err)
+	return wrapBatch(step, r.held, r.err)
 }
 
 // lead runs batches until own has its answer, then hands the lead to the oldest request
@@ -89,13 +93,10 @@ func (b *Batcher) Settle(_ context.Context, step dialects.Step, held dialects.Le
 func (b *Batcher) lead(own *batchReq) {
 	for {
 		b.mu.Lock()
-		n := min(len(b.pending), b.max)
-		batch := append([]*batchReq(nil), b.pending[:n]...)
-		clear(b.pending[:n])
-		b.pending = b.pending[n:]
+		batch := b.take()
 		b.mu.Unlock()
 
-		b.settle(batch)
+		b.settle(b.pin(batch))
 
 		b.mu.Lock()
 		answered := isDone(own)
@@ -112,6 +113,49 @@ func (b *Batcher) lead(own *batchReq) {
 		}
 		b.mu.Unlock()
 	}
+}
+
+// take removes the next batch from pending: up to max requests in arrival order, at most
+// one per row. A statement names each row once, so its result (the rows it settled)
+// answers each request exactly; a second request of a row (a stale delivery and the
+// current one) waits for the next batch.
+func (b *Batcher) take() []*batchReq {
+	batch := make([]*batchReq, 0, min(len(b.pending), b.max))
+	rows := make(map[int64]struct{}, cap(batch))
+	kept := b.pending[:0]
+	for _, r := range b.pending {
+		if _, dup := rows[r.held.ID]; dup || len(batch) == b.max {
+			kept = append(kept, r)
+			continue
+		}
+		rows[r.held.ID] = struct{}{}
+		batch = append(batch, r)
+	}
+	clear(b.pending[len(kept):])
+	b.pending = kept
+	return batch
+}
+
+// pin reads each request's current token, stopping its renewal, and answers at once the
+// requests whose lease is gone; it returns the others.
+func (b *Batcher) pin(batch []*batchReq) []*batchReq {
+	kept := batch[:0]
+	for _, r := range batch {
+		held, lost, ok := r.lease.Pin()
+		switch {
+		case !ok:
+			r.err = ErrClosed
+		case lost:
+			r.err = ErrLeaseLost
+		default:
+			r.held = held
+			kept = append(kept, r)
+			continue
+		}
+		r.lease.Done()
+		close(r.done)
+	}
+	return kept
 }
 
 func isDone(r *batchReq) bool {
@@ -161,6 +205,7 @@ func (b *Batcher) settle(batch []*batchReq) {
 			case !found:
 				r.err = ErrLeaseLost
 			}
+			r.lease.Done()
 			close(r.done)
 		}
 	}

@@ -153,6 +153,19 @@ func builtinEvent(v Verdict, k dialects.StepKind) string {
 	return ""
 }
 
+// HeldLease is a lease in work whose token its renewer may still move (a
+// leaserenewer.Held). A settlement pins it to read the token it runs with, and marks it
+// done once the statement ran.
+type HeldLease interface {
+	// ID is the lease's row.
+	ID() int64
+	// Pin stops the lease's renewal and returns its current token. lost reports a lease
+	// that is gone for good; ok is false for a lease pinned already (settled or released).
+	Pin() (held dialects.Lease, lost, ok bool)
+	// Done takes the lease out of its book.
+	Done()
+}
+
 // Lease runs a lease-form step fenced by the delivery's token. It returns ErrLeaseLost,
 // having changed nothing, when the row holds another token.
 func Lease(ctx context.Context, q dialects.LeaseQueue, step dialects.Step, held dialects.Lease) error {

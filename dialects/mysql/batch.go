@@ -47,7 +47,7 @@ func newBatchSQL(t dialects.Table) *batchSQL {
 
 // texts lists the statements to prepare at Open (one item each).
 func (b *batchSQL) texts() []string {
-	return []string{b.lock.text(0), b.ack.text(0), b.release.text(0)}
+	return []string{b.lock.text(1), b.ack.text(0), b.release.text(0)}
 }
 
 // SettleLeases acks or releases every lease in held whose row still holds its token, in
@@ -151,7 +151,7 @@ func (q *leaseQueue) settleOnce(ctx context.Context, list *inList, first []any, 
 // lockHolding locks, in tx, the rows of held (at most maxList leases) that hold their
 // tokens, and returns their ids.
 func (q *leaseQueue) lockHolding(ctx context.Context, tx *sql.Tx, held []dialects.Lease) ([]int64, error) {
-	slot, n := slotOf(len(held))
+	slot, n := pairSlotOf(len(held))
 	s, err := q.d.stmt(ctx, q.batch.lock.text(slot))
 	if err != nil {
 		return nil, err

@@ -36,6 +36,13 @@ func slotOf(n int) (slot, padded int) {
 	return slot, 1 << slot
 }
 
+// pairSlotOf is slotOf for a list of (id, token) pairs, padded to two pairs at least:
+// MariaDB reads a one-pair row-value IN, (id, t) IN ((?, ?)), by scanning the whole table,
+// locking every row it passes, so one lease's extension or settlement would wait for any
+// row another session holds. With two pairs (a repeated pair changes nothing) it reads
+// the primary key's range.
+func pairSlotOf(n int) (slot, padded int) { return slotOf(max(n, 2)) }
+
 func (l *inList) text(slot int) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -120,7 +127,7 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 
 // texts lists the statements to prepare at Open (the list statements at one item).
 func (q *leaseQueue) texts() []string {
-	texts := []string{q.claim, q.stamp.text(0), q.holding.text(0), q.extend.text(0), q.confirm}
+	texts := []string{q.claim, q.stamp.text(0), q.holding.text(0), q.extend.text(1), q.confirm}
 	return append(texts, q.batch.texts()...)
 }
 
@@ -279,7 +286,7 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 // releases the lease). A row settled between the UPDATE and the read-back is missing from
 // the result: its delivery has settled already.
 func (q *leaseQueue) extendChunk(ctx context.Context, until time.Time, held []dialects.Lease) ([]int64, error) {
-	slot, n := slotOf(len(held))
+	slot, n := pairSlotOf(len(held))
 	s, err := q.d.stmt(ctx, q.extend.text(slot))
 	if err != nil {
 		return nil, err

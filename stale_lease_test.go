@@ -1,0 +1,179 @@
+package rowactor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor"
+)
+
+// A lease is (row, token), never the row alone: a delivery whose lease ran out while it
+// ran, and whose row the same process claimed again, settles nothing, whatever it
+// answers and whenever it answers it.
+func init() {
+	for _, late := range []struct {
+		name     string
+		outcome  rowactor.Outcome
+		together bool // the stale delivery answers at the same moment as the current one
+	}{
+		{name: "ack", outcome: rowactor.Ack()},
+		{name: "retry", outcome: rowactor.Retry()},
+		{name: "ack beside the current delivery's ack", outcome: rowactor.Ack(), together: true},
+	} {
+		scenarios = append(scenarios, scenario{
+			name:  "a stale delivery's " + late.name + " after its row was claimed again in the same process changes nothing",
+			forms: []rowactor.Form{rowactor.FormLease},
+			run: func(t *testing.T, h *harness, _ rowactor.Form) {
+				staleLeaseScenario(t, h, late.outcome, late.together)
+			},
+		})
+	}
+}
+
+func staleLeaseScenario(t *testing.T, h *harness, late rowactor.Outcome, together bool) {
+	b := h.broker()
+	first, second := make(chan struct{}), make(chan struct{})
+	started := make(chan int, 4)
+	h.subscribe(b, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		started <- d.Attempt()
+		switch d.Attempt() {
+		case 1:
+			<-first
+			return late
+		case 2:
+			<-second
+			return rowactor.Ack()
+		}
+		return rowactor.Ack() // a third delivery: the stale settlement freed the row
+	}, rowactor.Workers(3))
+	id := h.publish(b, 1)[0]
+	if a := <-started; a != 1 {
+		t.Fatalf("first delivery attempt %d", a)
+	}
+	// The renewer lagged and the lease ran out: the row is claimable again, and this
+	// process claims it while the first delivery still runs.
+	h.exec(fmt.Sprintf("UPDATE %s SET locked_until = ? WHERE id = ?", h.table.Name), h.drv.timeValue(time.Now().Add(-time.Minute)), id)
+	select {
+	case a := <-started:
+		if a != 2 {
+			t.Fatalf("second delivery attempt %d, want 2", a)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the row was not claimed again after its lease ran out")
+	}
+	current := h.row(id)
+	if !current.exists || current.lockedUntil == nil || current.lockedUntil.Before(time.Now()) || current.attempt != 3 {
+		t.Fatalf("row under the second claim: %+v", current)
+	}
+	if together {
+		close(first)
+		close(second)
+		var stale, fresh *rowactor.Settlement
+		for _, s := range h.waitSettled(2) {
+			if s.Attempt == 1 {
+				stale = &s
+			} else {
+				fresh = &s
+			}
+		}
+		if stale == nil || fresh == nil {
+			t.Fatal("settlements not one per delivery")
+		}
+		if !errors.Is(stale.Err, rowactor.ErrLeaseLost) {
+			t.Fatalf("stale delivery's settlement: %+v, want ErrLeaseLost", *stale)
+		}
+		if fresh.Err != nil || fresh.Step != "ack" {
+			t.Fatalf("current delivery's settlement: %+v", *fresh)
+		}
+		if h.row(id).exists {
+			t.Fatal("the row outlived the current delivery's ack")
+		}
+		return
+	}
+	close(first)
+	s := h.waitSettled(1)[0]
+	if s.Attempt != 1 || !errors.Is(s.Err, rowactor.ErrLeaseLost) {
+		t.Fatalf("stale delivery's settlement %+v, want attempt 1 and ErrLeaseLost", s)
+	}
+	// The row still belongs to the second claim: same token, same attempt, and its lease
+	// is still renewed (the stale settlement must not have taken it out of the book).
+	if st := h.row(id); !st.exists || st.attempt != current.attempt || st.lockedUntil == nil || st.lockedUntil.Before(*current.lockedUntil) {
+		t.Fatalf("row after the stale settlement: %+v, want it held as %+v", st, current)
+	}
+	select {
+	case a := <-started:
+		t.Fatalf("a delivery of attempt %d ran beside the current one", a)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(second)
+	if s := h.waitSettled(1)[0]; s.Attempt != 2 || s.Err != nil || s.Step != "ack" {
+		t.Fatalf("current delivery's settlement %+v", s)
+	}
+	if h.row(id).exists {
+		t.Fatal("row still exists after the current delivery's ack")
+	}
+}
+
+func init() {
+	scenarios = append(scenarios, scenario{
+		name:  "a lease whose ack waits for a batch is renewed until the batch commits",
+		forms: []rowactor.Form{rowactor.FormLease},
+		run:   waitingAckRenewedScenario,
+	})
+}
+
+// waitingAckRenewedScenario: one batch of acks is held up by another session's row lock
+// for three leases; an ack that queued behind it must keep its lease all along, so that
+// another broker polling the table never gets its row.
+func waitingAckRenewedScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	if !hasForm(h.drv.forms, rowactor.FormRowLock) {
+		t.Skip("one writer per database: a session that holds up the batch holds up the renewer too")
+	}
+	b := h.broker()
+	ids := h.publish(b, 2)
+	blocked := ids[0] // ids[1] acks while blocked's batch waits
+	started, locked := make(chan struct{}), make(chan struct{})
+	h.subscribe(b, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		if d.ID() == blocked {
+			close(started)
+			<-locked
+		} else {
+			<-locked
+			time.Sleep(300 * time.Millisecond) // after the blocked batch began
+		}
+		return rowactor.Ack()
+	}, rowactor.Workers(2), rowactor.Lease(time.Second))
+	<-started
+	tx, commit, rollback := h.drv.begin(t, h.d)
+	defer func() { _ = rollback() }()
+	if err := h.drv.txExec(context.Background(), tx, fmt.Sprintf("UPDATE %s SET payload = payload WHERE id = ?", h.table.Name), blocked); err != nil {
+		t.Fatalf("lock the first row: %v", err)
+	}
+	var other atomic.Int64
+	h.subscribe(h.second(), func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		other.Add(1)
+		return rowactor.Ack()
+	}, rowactor.Lease(time.Second), rowactor.PollInterval(20*time.Millisecond))
+	close(locked)
+	time.Sleep(3 * time.Second) // three leases
+	if err := commit(); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	for _, s := range h.waitSettled(2) {
+		if s.Err != nil || s.Step != "ack" {
+			t.Fatalf("settlement %+v\nlogs:\n%s", s, h.logs.String())
+		}
+	}
+	if n := other.Load(); n != 0 {
+		t.Fatalf("the other broker handled %d rows held by acks in the batcher", n)
+	}
+	for _, id := range ids {
+		if h.row(id).exists {
+			t.Fatalf("row %d outlived its ack", id)
+		}
+	}
+}
