@@ -400,8 +400,11 @@ func (a *subscriptionActor) claim(c actor.Context) {
 		if free <= 0 || a.inFlight >= maxInFlight {
 			return
 		}
-		if batch := a.claimBatch(); free < batch && a.busy+a.asked > 0 {
-			return // the settlements under way free more workers: claim them together
+		if batch := a.claimBatch(); free < batch && a.inFlight > 0 {
+			// A claim is in flight: when it returns, its answer claims again for every
+			// worker freed meanwhile, in one claim. Waiting for anything else (more
+			// settlements, the poll) could leave a free worker idle while rows are due.
+			return
 		}
 		if cfg.BatchHandler != nil {
 			a.inFlight++
@@ -426,13 +429,15 @@ func (a *subscriptionActor) claim(c actor.Context) {
 	}
 }
 
-// claimBatch is the fewest rows worth a claim while rows are in work. A lease claim is
-// one statement and one commit whatever its size, so while the queue is backed up (the
-// last claim came back full) it waits for half the workers to be free: claims come in
-// batches rather than one per settlement, and the database commits less per message.
-// When the queue ran short (probing), rows are claimed as soon as a worker is free, so a
-// trickle of rows sees no added latency. Other forms hold a connection per row and gain
-// nothing from waiting.
+// claimBatch is the fewest rows worth a claim of its own while another claim is in
+// flight. A lease claim is one statement and one commit whatever its size, so while the
+// queue is backed up (the last claim came back full) workers freed during a claim wait
+// for it to return and are claimed for together: claims come in batches rather than one
+// per settlement, and the database commits less per message. A free worker never waits
+// longer than the claim in flight (invariant: a free worker gets a due row within a poll,
+// at once after the settlement that freed it). When the queue ran short (probing), rows
+// are claimed as soon as a worker is free. Other forms hold a connection per row and
+// gain nothing from waiting.
 func (a *subscriptionActor) claimBatch() int {
 	cfg := &a.s.cfg
 	if cfg.Form != dialects.FormLease || cfg.Transactional || a.probing || cfg.FIFO {
