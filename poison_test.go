@@ -47,11 +47,19 @@ func narrowAttempt(h *harness) int {
 	return 2147483647
 }
 
-// insertUnreadable inserts a row whose attempt column holds a REAL, which SQLite keeps in
-// an INTEGER column and which cannot be read back as an integer.
+// unreadableDBs are the databases where a row can hold a value rowactor cannot read.
+var unreadableDBs = []string{"sqlite", "mysql"}
+
+// insertUnreadable inserts a row whose attempt cannot be read as an integer: on SQLite a
+// REAL (SQLite keeps it in an INTEGER column), on MySQL an unsigned BIGINT beyond what an
+// int64 holds (the column is made BIGINT UNSIGNED first).
 func insertUnreadable(h *harness) int64 {
 	h.t.Helper()
 	cols, vals := "payload, attempt", "?, 2.5"
+	if h.drv.name == "mysql" {
+		h.exec(fmt.Sprintf("ALTER TABLE %s MODIFY attempt BIGINT UNSIGNED NOT NULL DEFAULT 1", h.table.Name))
+		vals = "?, 18446744073709551615"
+	}
 	args := []any{[]byte("unreadable")}
 	if h.table.Group != "" {
 		cols, vals = cols+", grp", vals+", ?"
@@ -104,8 +112,8 @@ func setAside(t *testing.T, h *harness, opts ...rowactor.SubscribeOption) int64 
 
 func parked(tm *time.Time) bool { return tm != nil && tm.Year() >= setAsideYear }
 
-// unreadableRow reads an unreadable (SQLite) row's state, leaving its attempt (which does
-// not read as an integer) out.
+// unreadableRow reads an unreadable row's state, leaving its attempt (which does not read
+// as an integer) out.
 func unreadableRow(t *testing.T, h *harness, tb rowactor.Table, id int64) rowState {
 	t.Helper()
 	col := func(name string) string {
@@ -114,20 +122,34 @@ func unreadableRow(t *testing.T, h *harness, tb rowactor.Table, id int64) rowSta
 		}
 		return "`" + name + "`"
 	}
+	query := "SELECT " + col(tb.Group) + ", " + col(tb.LockedUntil) + ", " + col(tb.RetryAfter) +
+		" FROM `" + tb.Name + "` WHERE `" + tb.ID + "` = ?"
 	var (
-		st                   rowState
-		group, locked, retry sql.NullString
+		st    rowState
+		group sql.NullString
+		err   error
 	)
-	err := sqliteDB(h.d).QueryRow("SELECT "+col(tb.Group)+", "+col(tb.LockedUntil)+", "+col(tb.RetryAfter)+
-		" FROM `"+tb.Name+"` WHERE `"+tb.ID+"` = ?", id).Scan(&group, &locked, &retry)
+	if h.drv.name == "mysql" {
+		var locked, retry sql.NullTime
+		err = mysqlDB(h.d).QueryRow(query, id).Scan(&group, &locked, &retry)
+		if locked.Valid {
+			st.lockedUntil = &locked.Time
+		}
+		if retry.Valid {
+			st.retryAfter = &retry.Time
+		}
+	} else {
+		var locked, retry sql.NullString
+		err = sqliteDB(h.d).QueryRow(query, id).Scan(&group, &locked, &retry)
+		st.lockedUntil, st.retryAfter = sqliteTime(t, locked), sqliteTime(t, retry)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
-		return st
+		return rowState{}
 	}
 	if err != nil {
 		t.Fatalf("row %d: %v", id, err)
 	}
 	st.exists, st.group = true, group.String
-	st.lockedUntil, st.retryAfter = sqliteTime(t, locked), sqliteTime(t, retry)
 	return st
 }
 
@@ -189,7 +211,7 @@ var poisonScenarios = []poisonScenario{
 			<-h.settled
 		}
 	}},
-	{name: "an unreadable row is parked in retry_after and the rows around it are delivered", dbs: []string{"sqlite"},
+	{name: "an unreadable row is parked in retry_after and the rows around it are delivered", dbs: unreadableDBs,
 		run: func(t *testing.T, h *harness, form rowactor.Form) {
 			bad := setAside(t, h)
 			st := unreadableRow(t, h, h.table, bad)
@@ -197,7 +219,7 @@ var poisonScenarios = []poisonScenario{
 				t.Fatalf("unreadable row %+v, want retry_after in %d and no lease", st, setAsideYear)
 			}
 		}},
-	{name: "an unreadable row without retry_after is skipped by later claims", dbs: []string{"sqlite"}, shapes: []tableShape{withoutRetryAfter},
+	{name: "an unreadable row without retry_after is skipped by later claims", dbs: unreadableDBs, shapes: []tableShape{withoutRetryAfter},
 		run: func(t *testing.T, h *harness, form rowactor.Form) {
 			bad := setAside(t, h)
 			st := unreadableRow(t, h, h.table, bad)
@@ -208,7 +230,7 @@ var poisonScenarios = []poisonScenario{
 				t.Fatalf("unreadable row %+v, want its lease until %d", st, setAsideYear)
 			}
 		}},
-	{name: "an unreadable row is moved to the dead-letter group", dbs: []string{"sqlite"}, run: func(t *testing.T, h *harness, form rowactor.Form) {
+	{name: "an unreadable row is moved to the dead-letter group", dbs: unreadableDBs, run: func(t *testing.T, h *harness, form rowactor.Form) {
 		bad := setAside(t, h, rowactor.MaxAttempts(3), rowactor.DeadLetterGroup("dead"))
 		if st := unreadableRow(t, h, h.table, bad); !st.exists || st.group != "dead" || st.lockedUntil != nil || st.retryAfter != nil {
 			t.Fatalf("unreadable row %+v, want it in group dead", st)
@@ -225,6 +247,37 @@ var poisonScenarios = []poisonScenario{
 			}
 			if st := unreadableRow(t, h, dead, bad); !st.exists || st.lockedUntil != nil {
 				t.Fatalf("dead-letter table row %+v", st)
+			}
+		}},
+	{name: "an unreadable row in a batch is set aside with the batch's commit", dbs: []string{"mysql"}, forms: rowLockOnly,
+		run: func(t *testing.T, h *harness, form rowactor.Form) {
+			b := h.broker()
+			healthy := h.publish(b, 3)
+			bad := insertUnreadable(h)
+			healthy = append(healthy, h.publish(b, 3)...)
+			c := newCalls()
+			h.subscribeBatch(b, 4, func(_ context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
+				out := make([]rowactor.Outcome, len(ds))
+				for i, d := range ds {
+					c.add(d)
+					out[i] = rowactor.Ack()
+				}
+				return out
+			})
+			for _, s := range h.waitSettled(len(healthy)) {
+				if s.Err != nil || s.Step != "ack" || s.ID == bad {
+					t.Fatalf("settlement %+v", s)
+				}
+			}
+			h.quiet(300 * time.Millisecond)
+			if got := c.of(bad); len(got) != 0 {
+				t.Fatalf("the unreadable row reached the handler: %v", got)
+			}
+			if st := unreadableRow(t, h, h.table, bad); !st.exists || !parked(st.retryAfter) {
+				t.Fatalf("unreadable row %+v, want retry_after in %d", st, setAsideYear)
+			}
+			if !strings.Contains(h.logs.String(), fmt.Sprintf("id=%d", bad)) {
+				t.Fatalf("no error logged:\n%s", h.logs.String())
 			}
 		}},
 	{name: "a row whose dead-letter move fails on its data is parked and the queue goes on", dbs: []string{"postgres", "mysql"},

@@ -121,6 +121,9 @@ func (p *Poison) tried(id int64, cause error, way Way) {
 		if len(p.suspects) >= maxSuspects {
 			return
 		}
+		if cause == nil {
+			cause = errSuspect
+		}
 		s = suspect{cause: cause, tried: map[Way]bool{}}
 	}
 	if way != NotSetAside {
@@ -149,17 +152,17 @@ func (p *Poison) settled(id int64, cause error, way Way) {
 	p.done(id, way)
 }
 
-// poisoned says whether a claimed row must be set aside, and why.
-func (p *Poison) poisoned(r dialects.Row) (error, bool) {
+// poisoned says why a claimed row must be set aside; nil when it must not.
+func (p *Poison) poisoned(r dialects.Row) error {
 	if r.Fault != nil {
-		return r.Fault, true
+		return r.Fault
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if s, ok := p.suspects[r.ID]; ok {
-		return s.cause, true
+		return s.cause
 	}
-	return nil, false
+	return nil
 }
 
 // ways lists the ways left to set row id aside in form, in order.
@@ -229,6 +232,7 @@ func (p *Poison) step(way Way, r dialects.Row, cause error, now time.Time) diale
 
 var (
 	errLeaseGone = errors.New("the row no longer holds the claim's lease")
+	errSuspect   = errors.New("the row's last settlement failed on its data")
 	errNoWay     = errors.New("the queue cannot skip rows, the subscription has no dead letter, and the table no retry_after column")
 )
 
@@ -240,8 +244,8 @@ func (c *claimer) setAside(sa SetAside) { c.aside = append(c.aside, sa) }
 // it runs out.
 func (c *claimer) asideLease(q dialects.LeaseQueue, r dialects.Row) bool {
 	p := c.cfg.Poison
-	cause, bad := p.poisoned(r)
-	if !bad {
+	cause := p.poisoned(r)
+	if cause == nil {
 		return false
 	}
 	ctx := c.cfg.Ctx
@@ -281,8 +285,8 @@ func (c *claimer) asideLease(q dialects.LeaseQueue, r dialects.Row) bool {
 // and reports whether it was poisoned; the key is unlocked either way.
 func (c *claimer) asideTaken(s dialects.Session, r dialects.Row) bool {
 	p := c.cfg.Poison
-	cause, bad := p.poisoned(r)
-	if !bad {
+	cause := p.poisoned(r)
+	if cause == nil {
 		return false
 	}
 	ctx := c.cfg.Ctx
@@ -316,8 +320,8 @@ func (c *claimer) asideTaken(s dialects.Session, r dialects.Row) bool {
 func (c *claimer) asideLocked(lc dialects.LockedClaim) bool {
 	p := c.cfg.Poison
 	r := lc.Row()
-	cause, bad := p.poisoned(r)
-	if !bad {
+	cause := p.poisoned(r)
+	if cause == nil {
 		return false
 	}
 	ctx := c.cfg.Ctx
@@ -361,8 +365,8 @@ func (c *claimer) asideBatch(b dialects.LockedBatch) (dialects.LockedBatch, erro
 	pb := &poisonedBatch{LockedBatch: b, p: p, all: len(rows)}
 	now := c.cfg.Now()
 	for i, r := range rows {
-		cause, bad := p.poisoned(r)
-		if !bad {
+		cause := p.poisoned(r)
+		if cause == nil {
 			pb.rows = append(pb.rows, r)
 			pb.index = append(pb.index, i)
 			continue
