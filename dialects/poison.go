@@ -33,6 +33,9 @@ const (
 // CountAttempt renders the saturating count of an attempt column (col, qualified as the
 // statement needs): col + 1 below max, col unchanged at max and above (and NULL stays
 // NULL). The sum is computed only below max, so it never overflows the column's type.
+// A statement that reads the counted value back less one (an UPDATE … RETURNING) cannot
+// tell a row it moved to max from one that was there: at the cap such a delivery reads
+// max - 1.
 func CountAttempt(col string, max int64) string {
 	return "CASE WHEN " + col + " < " + strconv.FormatInt(max, 10) + " THEN " + col + " + 1 ELSE " + col + " END"
 }
