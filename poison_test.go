@@ -154,7 +154,7 @@ func unreadableRow(t *testing.T, h *harness, tb rowactor.Table, id int64) rowSta
 }
 
 var poisonScenarios = []poisonScenario{
-	{name: "a row at the attempt cap never stops its queue", run: func(t *testing.T, h *harness, form rowactor.Form) {
+	{name: "a row at the attempt cap never stops its queue", shapes: []tableShape{withProcessedAt}, run: func(t *testing.T, h *harness, form rowactor.Form) {
 		max := narrowAttempt(h)
 		b := h.broker()
 		poison := h.publish(b, 2)
@@ -190,12 +190,12 @@ var poisonScenarios = []poisonScenario{
 			}
 		}
 		for _, id := range healthy {
-			if h.row(id).exists {
-				t.Fatalf("row %d still exists after its ack", id)
+			if st := h.row(id); !st.exists || st.processedAt == nil || st.lockedUntil != nil || st.attempt != attemptColumn(form, 1, 0) {
+				t.Fatalf("row %d after its ack: %+v", id, st)
 			}
 		}
 		for _, id := range poison {
-			if st := h.row(id); !st.exists || st.attempt != max {
+			if st := h.row(id); !st.exists || st.attempt != max || st.processedAt != nil || st.group != h.queue {
 				t.Fatalf("row %d at the cap: %+v, want attempt %d", id, st, max)
 			}
 		}
