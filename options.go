@@ -226,7 +226,7 @@ func (c *subscribeConfig) check(t Table, queue string) error {
 	case c.maxAttempts == 0 && (c.deadLetterGroup != "" || c.deadLetterTable != ""):
 		return bad("DeadLetterGroup/DeadLetterTable", "a dead letter without MaxAttempts is never used", "add MaxAttempts(n)")
 	case c.maxAttempts > 0 && t.Attempt == "":
-		return bad("MaxAttempts", "MaxAttempts counts deliveries in the attempt column, and the table names none", "set Table.Attempt to a SMALLINT/INTEGER column defaulting to 1")
+		return bad("MaxAttempts", "MaxAttempts counts deliveries in the attempt column, and the table names none", "set Table.Attempt to an INTEGER column defaulting to 1")
 	case c.deadLetterGroup != "" && t.Group == "":
 		return bad("DeadLetterGroup", "a dead-letter group needs the table's group column, and the table names none", "set Table.Group, or use DeadLetterTable")
 	case c.deadLetterGroup != "" && c.deadLetterGroup == queue:

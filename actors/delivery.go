@@ -122,6 +122,7 @@ func (d *delivery) Receive(c actor.Context) {
 			d.workerFreed = true
 		}
 		r := d.settleTraced()
+		d.sub.notePoison(r)
 		d.settled = true
 		d.finishSpan(r, d.handlerTook)
 		d.sub.report(r)

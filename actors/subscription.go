@@ -87,6 +87,8 @@ type Subscription struct {
 	// batcher gathers the lease form's acks and releases (nil when the queue cannot
 	// batch, and in transactional mode).
 	batcher *settler.Batcher
+	// poison is the record of rows set aside, shared by the claimers (poison.go).
+	poison *claimer.Poison
 
 	// pending counts transactional rows whose release waits for a handler still running
 	// at the stop (see delivery's Stopping).
@@ -109,7 +111,7 @@ func Start(sys *actor.ActorSystem, name string, cfg Config) (*Subscription, erro
 	if cfg.Dispatcher == nil {
 		return nil, errors.New("rowactor: a subscription needs a dispatcher")
 	}
-	s := &Subscription{sys: sys, done: make(chan struct{})}
+	s := &Subscription{sys: sys, done: make(chan struct{}), poison: newPoison(&cfg)}
 	cfg.Ctx, s.stopStatements = context.WithCancel(context.Background())
 	s.handlerCtx, s.stopHandlers = context.WithCancel(context.Background())
 	if cfg.Form == dialects.FormLease {
@@ -303,6 +305,7 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		} else {
 			a.asked -= m.Limit
 		}
+		got += a.setAside(m)
 		cfg.Telemetry.Claimed(cfg.Ctx, m.Took, got)
 		for _, cl := range m.Claims {
 			a.hold(c, cl)
@@ -463,7 +466,7 @@ func (a *subscriptionActor) claimerFor(c actor.Context) *actor.PID {
 	}
 	cfg := &a.s.cfg
 	pid := c.Spawn(claimer.Props(claimer.Config{Queue: cfg.Queue, Form: cfg.Form, Lease: cfg.Lease, Now: cfg.Now, Ctx: cfg.Ctx,
-		Dispatcher: cfg.Dispatcher, Transactional: cfg.Transactional}))
+		Dispatcher: cfg.Dispatcher, Transactional: cfg.Transactional, Poison: a.s.poison}))
 	a.claimers = append(a.claimers, pid)
 	return pid
 }
@@ -651,6 +654,9 @@ func (a *subscriptionActor) claimFailed(err error) {
 			"compare the table with rowactor.Schema and the role's grants. The claimer retries slowly", attrs...)
 	case dialects.FaultConnection:
 		cfg.Log.Warn("rowactor: claim failed: the database connection is lost; the claimer reconnects after a backoff", attrs...)
+	case dialects.FaultData:
+		cfg.Log.Error("rowactor: claim failed on a row's data (a value the claim's statement cannot take, or an id that "+
+			"cannot be read); correct or delete the row. The claimer restarts after a backoff", attrs...)
 	default:
 		cfg.Log.Warn("rowactor: claim failed; the claimer restarts after a backoff", attrs...)
 	}

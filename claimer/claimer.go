@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -57,6 +58,9 @@ type Claimed struct {
 	Err   error
 	// Took is how long the claim took.
 	Took time.Duration
+	// SetAside are the rows the claim took and set aside instead of delivering them
+	// (poison.go); Claims and Batch hold the others.
+	SetAside []SetAside
 }
 
 // IgnoreDeadLetterLogging: the parent may have stopped meanwhile.
@@ -77,14 +81,24 @@ type Config struct {
 	// Transactional sets the row lock claim's savepoint, and opens the advisory session's
 	// transaction, right after the claim.
 	Transactional bool
+	// Poison is the subscription's record of the rows it sets aside, shared by its
+	// claimers; nil sets rows aside without a dead letter or a retry_after column.
+	Poison *Poison
 }
 
 // Props returns the props of a claimer actor.
 func Props(cfg Config) *actor.Props {
+	if cfg.Poison == nil {
+		cfg.Poison = &Poison{}
+	}
 	return actor.PropsFromProducer(func() actor.Actor { return &claimer{cfg: cfg} }, dispatch(cfg.Dispatcher)...)
 }
 
-type claimer struct{ cfg Config }
+type claimer struct {
+	cfg Config
+	// aside collects the rows the claim in progress set aside.
+	aside []SetAside
+}
 
 func (c *claimer) Receive(ctx actor.Context) {
 	req, ok := ctx.Message().(*Request)
@@ -92,6 +106,7 @@ func (c *claimer) Receive(ctx actor.Context) {
 		return
 	}
 	start := time.Now()
+	c.aside = nil
 	var (
 		claims []Claim
 		batch  dialects.LockedBatch
@@ -105,7 +120,7 @@ func (c *claimer) Receive(ctx actor.Context) {
 	if err != nil && c.cfg.Ctx.Err() != nil {
 		err = nil // torn down: not a failure
 	}
-	ctx.Request(ctx.Parent(), &Claimed{Limit: req.Limit, Claims: claims, Batch: batch, Err: err, Took: time.Since(start)})
+	ctx.Request(ctx.Parent(), &Claimed{Limit: req.Limit, Claims: claims, Batch: batch, Err: err, Took: time.Since(start), SetAside: c.aside})
 	if err != nil {
 		panic(err) // the supervisor restarts this claimer after its backoff
 	}
@@ -119,6 +134,9 @@ func (c *claimer) claim(req *Request) ([]Claim, error) {
 		lc, ok, err := c.cfg.Queue.(dialects.RowLockQueue).ClaimLocked(c.cfg.Ctx, now)
 		if err != nil || !ok {
 			return nil, wrapClaim(err)
+		}
+		if c.asideLocked(lc) {
+			return nil, nil
 		}
 		if c.cfg.Transactional {
 			txc, isTx := lc.(dialects.TxLockedClaim)
@@ -150,7 +168,7 @@ func (c *claimer) claimBatch(limit int) (dialects.LockedBatch, error) {
 	if err != nil || !found {
 		return nil, wrapClaim(err)
 	}
-	return b, nil
+	return c.asideBatch(b)
 }
 
 func dispatch(d actor.Dispatcher) []actor.PropsOption {
@@ -183,9 +201,11 @@ func (c *claimer) claimLeases(q dialects.LeaseQueue, now time.Time, limit int) (
 	if err != nil {
 		return nil, fmt.Errorf("claim leases: %w", err)
 	}
-	claims := make([]Claim, len(rows))
-	for i, r := range rows {
-		claims[i].Row = r
+	claims := make([]Claim, 0, len(rows))
+	for _, r := range rows {
+		if !c.asideLease(q, r) {
+			claims = append(claims, Claim{Row: r})
+		}
 	}
 	return claims, nil
 }
@@ -195,10 +215,12 @@ func (c *claimer) claimLeases(q dialects.LeaseQueue, now time.Time, limit int) (
 // settled meanwhile, is passed over and its session ended.
 func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit, scan, offset int) ([]Claim, error) {
 	ctx := c.cfg.Ctx
-	cands, err := q.Candidates(ctx, now, scan)
+	// Rows set aside in memory are passed over: read as many more candidates.
+	cands, err := q.Candidates(ctx, now, scan+min(c.cfg.Poison.skips(), maxSkipScan))
 	if err != nil {
 		return nil, fmt.Errorf("advisory candidates: %w", err)
 	}
+	cands = slices.DeleteFunc(cands, func(cand dialects.Candidate) bool { return c.cfg.Poison.isSkipped(cand.ID) })
 	if n := len(cands); n > 1 && offset%n != 0 {
 		cands = append(cands[offset%n:], cands[:offset%n]...)
 	}
@@ -232,6 +254,9 @@ func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit, 
 			continue
 		}
 		row.Key = cand.Key
+		if c.asideTaken(s, row) {
+			continue
+		}
 		if c.cfg.Transactional {
 			if err := beginOn(ctx, s); err != nil {
 				_ = s.Abort(ctx)

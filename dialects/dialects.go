@@ -90,7 +90,8 @@ type LeaseQueue interface {
 	// ClaimLeases claims up to limit due rows in claim order, stamps each with the lease
 	// expiry until and counts its attempt, and returns the rows with Attempt as it stood
 	// before the count. now is read once by the caller: due-ness, lease expiry and the new
-	// lease all derive from it.
+	// lease all derive from it. A row whose data cannot be read is returned leased and
+	// flagged (Row.Fault), never failing the claim of the rows beside it.
 	ClaimLeases(ctx context.Context, now, until time.Time, limit int) ([]Row, error)
 
 	// ExtendLeases moves every lease in held that still holds its token to until, in one
@@ -144,7 +145,8 @@ type Session interface {
 	TryLock(ctx context.Context, key string) (bool, error)
 
 	// Take re-checks that the row is still claimable (as of now), counts its attempt and
-	// reads it. It reports false when the row was settled or taken meanwhile.
+	// reads it. It reports false when the row was settled or taken meanwhile. A row whose
+	// data cannot be read is taken and returned flagged (Row.Fault).
 	Take(ctx context.Context, id int64, now time.Time) (Row, bool, error)
 
 	// Settle runs the step's statement on the session.
@@ -169,7 +171,8 @@ type RowLockQueue interface {
 
 	// ClaimLocked opens a transaction at the table's isolation level and claims the first
 	// due row with FOR UPDATE SKIP LOCKED; the transaction stays open. ok is false (and
-	// the transaction ended) when no row is due.
+	// the transaction ended) when no row is due. A row whose data cannot be read is
+	// claimed and its Row flagged (Row.Fault).
 	ClaimLocked(ctx context.Context, now time.Time) (claim LockedClaim, ok bool, err error)
 }
 
@@ -186,7 +189,8 @@ type RowLockBatchQueue interface {
 
 // LockedBatch is an open claim transaction holding several rows.
 type LockedBatch interface {
-	// Rows are the claimed rows, in claim order.
+	// Rows are the claimed rows, in claim order; a row whose data cannot be read is among
+	// them, flagged (Row.Fault).
 	Rows() []Row
 	// Settle runs steps[i] for Rows()[i] (StepRelease runs nothing) in the claim
 	// transaction, then commits once. A failed statement rolls everything back: every
@@ -241,6 +245,11 @@ type Row struct {
 	Key string
 	// Token is the lease expiry the claim wrote (lease form only).
 	Token time.Time
+	// Fault, when set, says the claim took the row (its lease, lock or key is held as for
+	// any claimed row) but could not read its data (a *RowDataError): ID and Token are
+	// set, the other fields are not to be trusted. The runtime sets such a row aside
+	// instead of delivering it (see CountAttempt's file).
+	Fault error
 }
 
 // Lease names a row and the token its delivery holds.

@@ -28,6 +28,11 @@ const (
 	// FaultSchema is a missing table or column, or a privilege the statement lacks: only
 	// an operator can fix it, so the restart starts slow and the log says what is wrong.
 	FaultSchema
+	// FaultData is a value one row holds that a statement cannot take or a claim cannot
+	// read: out of range, of the wrong type, violating a constraint (SQLSTATE classes 22
+	// and 23, their MySQL numbers, SQLite's mismatch and constraint codes, ErrRowData).
+	// It is the row's fault, not the queue's: the runtime sets the row aside.
+	FaultData
 )
 
 func (f Fault) String() string {
@@ -38,6 +43,8 @@ func (f Fault) String() string {
 		return "contention"
 	case FaultSchema:
 		return "schema"
+	case FaultData:
+		return "data"
 	}
 	return "unknown"
 }
@@ -51,10 +58,14 @@ type FaultClassifier interface {
 
 // Classify asks d to classify err when it can, and otherwise recognizes what every Go
 // database driver shares: a dropped or refused network connection, database/sql's
-// driver.ErrBadConn, an EOF from a closed socket.
+// driver.ErrBadConn, an EOF from a closed socket. A row that cannot be read (ErrRowData)
+// is FaultData whatever the dialect.
 func Classify(d Dialect, err error) Fault {
 	if err == nil {
 		return FaultUnknown
+	}
+	if errors.Is(err, ErrRowData) {
+		return FaultData
 	}
 	if c, ok := d.(FaultClassifier); ok {
 		if f := c.Classify(err); f != FaultUnknown {

@@ -27,6 +27,9 @@ type advisoryQueue struct {
 	candidates string
 	// count counts the attempt if the row is still claimable: id, claimable args.
 	count string
+	// claimable tells a row at the attempt cap, which count leaves unchanged, from one no
+	// longer claimable: id, claimable args.
+	claimable string
 	// read reads the counted row: id. Without an attempt column it is the guarded take
 	// itself: id, claimable args.
 	read      string
@@ -58,7 +61,8 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 	}
 	if t.Attempt != "" {
 		at := quote(t.Attempt)
-		q.count = "UPDATE " + tq + " SET " + at + " = " + at + " + 1 WHERE " + id + " = ? AND " + cl.where
+		q.count = "UPDATE " + tq + " SET " + at + " = " + dialects.CountAttempt(at, base.attemptMax) + " WHERE " + id + " = ? AND " + cl.where
+		q.claimable = "SELECT 1 FROM " + tq + " WHERE " + id + " = ? AND " + cl.where
 		q.read = "SELECT " + rowColumns(t, true) + " FROM " + tq + " WHERE " + id + " = ?"
 	} else {
 		q.read = "SELECT " + rowColumns(t, false) + " FROM " + tq + " WHERE " + id + " = ? AND " + cl.where
@@ -72,7 +76,7 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 }
 
 func (q *advisoryQueue) texts() []string {
-	return []string{q.candidates, q.count, q.read, q.lock, q.unlock}
+	return []string{q.candidates, q.count, q.claimable, q.read, q.lock, q.unlock}
 }
 
 // Candidates passes over rows whose key's lock is held by any session (IS_USED_LOCK),
@@ -197,12 +201,12 @@ func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.R
 		if err != nil {
 			return dialects.Row{}, false, q.errorf("take", err)
 		}
-		if n == 0 {
+		if n == 0 && !s.atCap(ctx, args) {
 			return dialects.Row{}, false, nil
 		}
 		args = args[:1]
 	}
-	r, err := q.scanRow(s.conn.QueryRowContext(ctx, q.read, args...))
+	r, err := q.scanOne(s.conn.QueryContext(ctx, q.read, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		// Counted, then deleted by someone who ignores the key: nothing to deliver.
 		return dialects.Row{}, false, nil

@@ -38,6 +38,9 @@ import (
 type fifoSQL struct {
 	guard string // group, group: 1 when this transaction now holds the group
 	head  string // group, then the claimable args[, group, now (lease: NOT EXISTS)]
+	// headSkip is the row lock form's head claim passing over the rows set aside (the
+	// list binds last): a head set aside is not taken, and holds its group.
+	headSkip string
 }
 
 func newFIFOSQL(t dialects.Table, cl claimable, lease bool) fifoSQL {
@@ -59,6 +62,9 @@ func newFIFOSQL(t dialects.Table, cl claimable, lease bool) fifoSQL {
 	}
 	head += " ORDER BY " + order + " LIMIT 1"
 	f.head = "SELECT " + rowColumns(t, false) + " FROM " + tq + " WHERE " + quote(t.ID) + " = (" + head + ") AND " + cl.where
+	if !lease {
+		f.headSkip = f.head + skipCond(t) + " FOR UPDATE SKIP LOCKED"
+	}
 	if lease {
 		f.head += " AND NOT EXISTS (SELECT 1 FROM " + tq + " AS w WHERE w." + grp + " = ? AND w." + quote(t.LockedUntil) + " > ?"
 		if t.ProcessedAt != "" {
@@ -70,7 +76,12 @@ func newFIFOSQL(t dialects.Table, cl claimable, lease bool) fifoSQL {
 	return f
 }
 
-func (f *fifoSQL) texts() []string { return []string{f.guard, f.head} }
+func (f *fifoSQL) texts() []string {
+	if f.headSkip != "" {
+		return []string{f.guard, f.head, f.headSkip}
+	}
+	return []string{f.guard, f.head}
+}
 
 // takeGuard runs the guard in tx and reports whether tx now holds the group.
 func (q *queue) takeGuard(ctx context.Context, tx *sql.Tx, f *fifoSQL) (bool, error) {
@@ -136,12 +147,16 @@ func (f fifoRowLockQueue) claimOnce(ctx context.Context, now time.Time) (*locked
 	if err != nil || !held {
 		return nil, errors.Join(err, x.rollback())
 	}
-	sel, err := q.d.stmt(ctx, f.fifo.head)
+	text, args := f.fifo.head, q.cl.args([]any{q.group}, q.group, now)
+	if skip := q.skip.list(); skip != "" {
+		text, args = f.fifo.headSkip, append(args, skip)
+	}
+	sel, err := q.d.stmt(ctx, text)
 	if err != nil {
 		_ = x.rollback()
 		return nil, err
 	}
-	r, err := q.scanRow(x.tx.StmtContext(ctx, sel).QueryRowContext(ctx, q.cl.args([]any{q.group}, q.group, now)...))
+	r, err := q.scanOne(x.tx.StmtContext(ctx, sel).QueryContext(ctx, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, x.rollback()
 	}
@@ -230,7 +245,7 @@ func (f *fifoLease) claimOnce(ctx context.Context, now, until time.Time) ([]dial
 	}
 	args := q.cl.args([]any{q.group}, q.group, now)
 	args = append(args, q.group, dbTime(now))
-	r, err := q.scanRow(x.tx.StmtContext(ctx, sel).QueryRowContext(ctx, args...))
+	r, err := q.scanOne(x.tx.StmtContext(ctx, sel).QueryContext(ctx, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, x.rollback()
 	}

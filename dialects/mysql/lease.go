@@ -105,7 +105,7 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 	cl := newClaimable(t, true)
 	set := lu + " = ?"
 	if t.Attempt != "" {
-		set += ", " + quote(t.Attempt) + " = " + quote(t.Attempt) + " + 1"
+		set += ", " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), base.attemptMax)
 	}
 	return &leaseQueue{
 		queue: base,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/sqlstmt"
 )
 
 // Open checks the subscription against the live database and builds its statements.
@@ -23,13 +24,18 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 	}
 	t := spec.Table
 	form := t.Form()
+	max, err := d.attemptMax(ctx, t)
+	if err != nil {
+		return nil, err
+	}
 	base := queue{
 		d:          d,
+		attemptMax: max,
 		name:       t.Name,
 		group:      spec.Group,
 		hasAttempt: t.Attempt != "",
 		hasHeaders: t.Headers != "",
-		settle:     buildSettle(spec, form),
+		settle:     buildSettle(spec, form, max),
 	}
 	events, err := d.compileEvents(ctx, spec)
 	if err != nil {
@@ -86,7 +92,9 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 
 // queue is what every form shares: the table, the group, the settlements.
 type queue struct {
-	d          *Dialect
+	d *Dialect
+	// attemptMax is where the attempt counter stops: the column type's largest value.
+	attemptMax int64
 	name       string
 	group      string
 	hasAttempt bool
@@ -121,7 +129,8 @@ type settleSQL struct {
 	moveDelete string // id[, token]
 }
 
-func buildSettle(spec dialects.QueueSpec, form dialects.Form) settleSQL {
+// buildSettle builds the settlements; attemptMax is where the row lock form's count stops.
+func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64) settleSQL {
 	t := spec.Table
 	lease := form == dialects.FormLease
 	tq := quote(t.Name)
@@ -134,7 +143,7 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form) settleSQL {
 	count := ""
 	if form == dialects.FormRowLock && t.Attempt != "" {
 		// The row lock form counts the attempt when a retry returns the row.
-		count = ", " + quote(t.Attempt) + " = " + quote(t.Attempt) + " + 1"
+		count = ", " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), attemptMax)
 	}
 	var s settleSQL
 	if t.ProcessedAt != "" {
@@ -367,8 +376,9 @@ func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 }
 
-// scanRow reads id, payload[, attempt][, headers].
-func (q *queue) scanRow(sc interface{ Scan(...any) error }) (dialects.Row, error) {
+// scanRow reads id, payload[, attempt][, headers] from the current row. A row whose values
+// do not scan is returned flagged (Row.Fault), and the result goes on.
+func (q *queue) scanRow(sc *sql.Rows) (dialects.Row, error) {
 	var (
 		r       dialects.Row
 		attempt sql.NullInt64
@@ -381,7 +391,7 @@ func (q *queue) scanRow(sc interface{ Scan(...any) error }) (dialects.Row, error
 		dest = append(dest, &r.Headers)
 	}
 	if err := sc.Scan(dest...); err != nil {
-		return r, err
+		return sqlstmt.Unreadable(sc, q.name, err)
 	}
 	if r.Payload == nil {
 		r.Payload = []byte{}

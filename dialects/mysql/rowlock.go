@@ -18,7 +18,11 @@ type rowLockQueue struct {
 	cl     claimable
 	claim  string
 	claimN string // up to ? rows, for batch handlers
-	level  sql.IsolationLevel
+	// claimSkip and claimNSkip are claim and claimN passing over the rows set aside in
+	// skip (poison.go), used while there are any: the list binds after the claimable args.
+	claimSkip, claimNSkip string
+	skip                  skipSet
+	level                 sql.IsolationLevel
 	// transactional: claims lend their transaction to the handler (txClaim).
 	transactional bool
 }
@@ -27,17 +31,24 @@ var _ dialects.RowLockQueue = (*rowLockQueue)(nil)
 
 func newRowLockQueue(base queue, t dialects.Table) *rowLockQueue {
 	cl := newClaimable(t, false)
-	sel := "SELECT " + rowColumns(t, false) + " FROM " + quote(t.Name) + " WHERE " + cl.where + " ORDER BY " + quote(t.ID)
+	sel := "SELECT " + rowColumns(t, false) + " FROM " + quote(t.Name) + " WHERE " + cl.where
+	order := " ORDER BY " + quote(t.ID)
+	skip := sel + skipCond(t) + order
+	sel += order
 	return &rowLockQueue{
-		queue:  base,
-		cl:     cl,
-		claim:  sel + " LIMIT 1 FOR UPDATE SKIP LOCKED",
-		claimN: sel + " LIMIT ? FOR UPDATE SKIP LOCKED",
-		level:  isolation(t.Isolation),
+		queue:      base,
+		cl:         cl,
+		claim:      sel + " LIMIT 1 FOR UPDATE SKIP LOCKED",
+		claimN:     sel + " LIMIT ? FOR UPDATE SKIP LOCKED",
+		claimSkip:  skip + " LIMIT 1 FOR UPDATE SKIP LOCKED",
+		claimNSkip: skip + " LIMIT ? FOR UPDATE SKIP LOCKED",
+		level:      isolation(t.Isolation),
 	}
 }
 
-func (q *rowLockQueue) texts() []string { return []string{q.claim, q.claimN} }
+func (q *rowLockQueue) texts() []string {
+	return []string{q.claim, q.claimN, q.claimSkip, q.claimNSkip}
+}
 
 // ClaimLocked opens a transaction at the table's level (READ COMMITTED when none is
 // declared: REPEATABLE READ would gap-lock the index range the claim read, blocking
@@ -61,12 +72,16 @@ func (q *rowLockQueue) claimOnce(ctx context.Context, now time.Time) (*lockedCla
 	if err != nil {
 		return nil, err
 	}
-	sel, err := q.d.stmt(ctx, q.claim)
+	text, args := q.claim, q.cl.args(nil, q.group, now)
+	if skip := q.skip.list(); skip != "" {
+		text, args = q.claimSkip, append(args, skip)
+	}
+	sel, err := q.d.stmt(ctx, text)
 	if err != nil {
 		_ = x.rollback()
 		return nil, err
 	}
-	r, err := q.scanRow(x.tx.StmtContext(ctx, sel).QueryRowContext(ctx, q.cl.args(nil, q.group, now)...))
+	r, err := q.scanOne(x.tx.StmtContext(ctx, sel).QueryContext(ctx, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, x.rollback()
 	}

@@ -18,7 +18,11 @@ func (q *rowLockQueue) ClaimLockedBatch(ctx context.Context, now time.Time, limi
 	if limit <= 0 {
 		return nil, false, nil
 	}
-	b, err := withRetry(ctx, func() (*lockedBatch, error) { return q.claimBatchOnce(ctx, q.claimN, now, limit) })
+	text, skip := q.claimN, q.skip.list()
+	if skip != "" {
+		text = q.claimNSkip
+	}
+	b, err := withRetry(ctx, func() (*lockedBatch, error) { return q.claimBatchOnce(ctx, text, skip, now, limit) })
 	if err != nil {
 		return nil, false, q.errorf("claim batch", err)
 	}
@@ -28,7 +32,9 @@ func (q *rowLockQueue) ClaimLockedBatch(ctx context.Context, now time.Time, limi
 	return b, true, nil
 }
 
-func (q *rowLockQueue) claimBatchOnce(ctx context.Context, text string, now time.Time, limit int) (*lockedBatch, error) {
+// claimBatchOnce runs one batch claim; skip, when set, is the list of ids set aside that
+// text (claimNSkip) binds before the limit.
+func (q *rowLockQueue) claimBatchOnce(ctx context.Context, text, skip string, now time.Time, limit int) (*lockedBatch, error) {
 	x, err := q.d.begin(ctx, q.level)
 	if err != nil {
 		return nil, err
@@ -38,7 +44,11 @@ func (q *rowLockQueue) claimBatchOnce(ctx context.Context, text string, now time
 		_ = x.rollback()
 		return nil, err
 	}
-	rows, err := x.tx.StmtContext(ctx, sel).QueryContext(ctx, append(q.cl.args(nil, q.group, now), limit)...)
+	args := q.cl.args(nil, q.group, now)
+	if skip != "" {
+		args = append(args, skip)
+	}
+	rows, err := x.tx.StmtContext(ctx, sel).QueryContext(ctx, append(args, limit)...)
 	if err != nil {
 		_ = x.rollback()
 		return nil, err

@@ -56,7 +56,7 @@ func columnType(role string) string {
 	case "Group":
 		return "VARCHAR(191) NOT NULL DEFAULT ''"
 	case "Attempt":
-		return "SMALLINT NOT NULL DEFAULT 1"
+		return "INT NOT NULL DEFAULT 1"
 	case "RetryAfter", "ProcessedAt", "LockedUntil":
 		return "DATETIME(6) NULL"
 	case "Headers":

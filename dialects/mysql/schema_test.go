@@ -21,7 +21,7 @@ func TestSchema(t *testing.T) {
 		"`id` BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY",
 		"`payload` LONGBLOB NOT NULL",
 		"`grp` VARCHAR(191) NOT NULL DEFAULT ''",
-		"`attempt` SMALLINT NOT NULL DEFAULT 1",
+		"`attempt` INT NOT NULL DEFAULT 1",
 		"`retry_after` DATETIME(6) NULL",
 		"`processed_at` DATETIME(6) NULL",
 		"`headers` JSON NULL",

@@ -55,7 +55,7 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 	var w builder
 	if t.Attempt != "" {
 		a := quote(t.Attempt)
-		w.w("UPDATE ", tq, " SET ", a, " = ", a, " + 1 WHERE ", id, " = ", w.p(pID),
+		w.w("UPDATE ", tq, " SET ", a, " = ", dialects.CountAttempt(a, base.attemptMax), " WHERE ", id, " = ", w.p(pID),
 			" AND ", claimable(&w, t, "", false), " RETURNING ", rowColumns(t, "", a+" - 1"), ", ", key)
 	} else {
 		w.w("SELECT ", rowColumns(t, "", ""), ", ", key, " FROM ", tq, " WHERE ", id, " = ", w.p(pID),

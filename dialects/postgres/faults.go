@@ -45,5 +45,11 @@ func classifyState(code string) dialects.Fault {
 	if len(code) == 5 && code[:2] == "08" { // connection_exception
 		return dialects.FaultConnection
 	}
+	if len(code) == 5 && (code[:2] == "22" || code[:2] == "23") {
+		// data_exception (a value out of range, of the wrong type, too long) and
+		// integrity_constraint_violation (a check, not-null, unique or foreign key
+		// constraint): a value one row holds, or one a statement writes into it.
+		return dialects.FaultData
+	}
 	return dialects.FaultUnknown
 }

@@ -75,17 +75,30 @@ func headCond(w *builder, t dialects.Table) {
 	w.w(" ORDER BY ", order, " LIMIT 1)")
 }
 
-// newFIFORowLockQueue builds the row lock form's head claim and its guard.
+// newFIFORowLockQueue builds the row lock form's head claim and its guard. The head set
+// aside in memory (Skip) is not taken: it holds its group.
 func newFIFORowLockQueue(base queue, t dialects.Table) fifoRowLockQueue {
-	var w builder
-	w.w("SELECT ", rowColumns(t, "", quote(t.Attempt)), " FROM ", quote(t.Name), " WHERE ")
-	headCond(&w, t)
-	w.w(" AND ", claimable(&w, t, "", false), " FOR UPDATE SKIP LOCKED")
-	return fifoRowLockQueue{q: &rowLockQueue{queue: base, claim: w.stmt()}, guard: guardSQL(t)}
+	claim := func(skip bool) stmt {
+		var w builder
+		w.w("SELECT ", rowColumns(t, "", quote(t.Attempt)), " FROM ", quote(t.Name), " WHERE ")
+		headCond(&w, t)
+		w.w(" AND ", claimable(&w, t, "", false))
+		if skip {
+			w.w(skipCond(&w, t))
+		}
+		w.w(" FOR UPDATE SKIP LOCKED")
+		return w.stmt()
+	}
+	return fifoRowLockQueue{q: &rowLockQueue{queue: base, claim: claim(false), claimSkip: claim(true)}, guard: guardSQL(t)}
 }
 
+// Skip passes over a row set aside in memory: the group's head, it holds its group.
+func (f fifoRowLockQueue) Skip(id int64) { f.q.Skip(id) }
+
 // stmts are the statements Open prepares.
-func (f fifoRowLockQueue) stmts() []stmt { return append(f.q.settle.all(), f.q.claim, f.guard) }
+func (f fifoRowLockQueue) stmts() []stmt {
+	return append(f.q.settle.all(), f.q.claim, f.q.claimSkip, f.guard)
+}
 
 // ClaimLocked opens the claim transaction, takes the group guard and locks the head if it
 // is due. The transaction, and with it the guard, stays open until the settlement.
@@ -109,9 +122,9 @@ func (f fifoRowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (diale
 }
 
 // fifoLeaseClaim builds the lease form's head claim: the head, if it is due, unleased,
-// and no other row of its group holds an unexpired lease; stamped and counted as the
-// other lease claims are.
-func fifoLeaseClaim(t dialects.Table) stmt {
+// and no other row of its group holds an unexpired lease; stamped and counted (up to
+// attemptMax) as the other lease claims are.
+func fifoLeaseClaim(t dialects.Table, attemptMax int64) stmt {
 	tq, id, lu := quote(t.Name), quote(t.ID), quote(t.LockedUntil)
 	var w builder
 	w.w("WITH c AS (SELECT ", rowColumns(t, "", quote(t.Attempt)), " FROM ", tq, " WHERE ")
@@ -123,7 +136,7 @@ func fifoLeaseClaim(t dialects.Table) stmt {
 	}
 	w.w(") FOR UPDATE SKIP LOCKED), s AS (UPDATE ", tq, " AS u SET ", lu, " = ", w.p(pUntil))
 	if t.Attempt != "" {
-		w.w(", ", quote(t.Attempt), " = u.", quote(t.Attempt), " + 1")
+		w.w(", ", quote(t.Attempt), " = ", dialects.CountAttempt("u."+quote(t.Attempt), attemptMax))
 	}
 	w.w(" FROM c WHERE u.", id, " = c.", id, ") SELECT ", rowColumns(t, "c", "c."+quote(t.Attempt)), " FROM c")
 	return w.stmt()

@@ -37,7 +37,7 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 		" ORDER BY ", id, " LIMIT ", w.p(pLimit), " FOR UPDATE SKIP LOCKED), s AS (UPDATE ", tq,
 		" AS u SET ", lu, " = ", w.p(pUntil))
 	if t.Attempt != "" {
-		w.w(", ", quote(t.Attempt), " = u.", quote(t.Attempt), " + 1")
+		w.w(", ", quote(t.Attempt), " = ", dialects.CountAttempt("u."+quote(t.Attempt), base.attemptMax))
 	}
 	w.w(" FROM c WHERE u.", id, " = c.", id, ") SELECT ", rowColumns(t, "c", "c."+quote(t.Attempt)),
 		" FROM c ORDER BY c.", id)

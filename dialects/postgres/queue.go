@@ -19,8 +19,13 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 		return nil, err
 	}
 	t := spec.Table
+	max, err := d.attemptMax(ctx, t)
+	if err != nil {
+		return nil, err
+	}
 	base := queue{
 		d:          d,
+		attemptMax: max,
 		name:       t.Name,
 		group:      spec.Group,
 		dest:       spec.DeadLetterGroup,
@@ -41,10 +46,10 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 	)
 	switch t.Form() {
 	case dialects.FormLease:
-		base.settle = buildSettle(spec, dialects.FormLease)
+		base.settle = buildSettle(spec, dialects.FormLease, max)
 		lq := newLeaseQueue(base, t)
 		if t.FIFO {
-			lq.claim, lq.guard = fifoLeaseClaim(t), guardSQL(t)
+			lq.claim, lq.guard = fifoLeaseClaim(t, max), guardSQL(t)
 		}
 		q, stmts = lq, append(lq.settle.all(), lq.claim, lq.guard, lq.extend, stmt{text: lq.confirm},
 			stmt{text: lq.batch.ack}, stmt{text: lq.batch.release})
@@ -57,21 +62,21 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 			q = fifoLeaseQueue{lq}
 		}
 	case dialects.FormAdvisory:
-		base.settle = buildSettle(spec, dialects.FormAdvisory)
+		base.settle = buildSettle(spec, dialects.FormAdvisory, max)
 		aq, err := newAdvisoryQueue(base, t)
 		if err != nil {
 			return nil, err
 		}
 		q, stmts = aq, append(aq.settle.all(), aq.candidates, aq.take, stmt{text: lockText}, stmt{text: unlockText})
 	default:
-		base.settle = buildSettle(spec, dialects.FormRowLock)
+		base.settle = buildSettle(spec, dialects.FormRowLock, max)
 		if t.FIFO {
 			fq := newFIFORowLockQueue(base, t)
 			q, stmts = fq, fq.stmts()
 			break
 		}
 		rq := newRowLockQueue(base, t)
-		q, stmts = rq, append(rq.settle.all(), rq.claim, rq.claimN)
+		q, stmts = rq, append(rq.settle.all(), rq.claim, rq.claimN, rq.claimSkip, rq.claimNSkip)
 	}
 	if err := d.prepare(ctx, t.Name, stmts); err != nil {
 		return nil, err
@@ -81,7 +86,9 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 
 // queue is what every form shares: the table, the subscription's group, the settlements.
 type queue struct {
-	d          *Dialect
+	d *Dialect
+	// attemptMax is where the attempt counter stops: the column type's largest value.
+	attemptMax int64
 	name       string
 	group      string
 	dest       string // the dead-letter group
@@ -139,7 +146,8 @@ func (s *settleSQL) all() []stmt {
 	return []stmt{s.ack, s.release, s.retry, s.retryAfter, s.deadGroup, s.move}
 }
 
-func buildSettle(spec dialects.QueueSpec, form dialects.Form) settleSQL {
+// buildSettle builds the settlements; attemptMax is where the row lock form's count stops.
+func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64) settleSQL {
 	t := spec.Table
 	tq := quote(t.Name)
 	lease := form == dialects.FormLease
@@ -157,7 +165,7 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form) settleSQL {
 	count := ""
 	if form == dialects.FormRowLock && t.Attempt != "" {
 		// The row lock form counts the attempt when a retry returns the row.
-		count = ", " + quote(t.Attempt) + " = " + quote(t.Attempt) + " + 1"
+		count = ", " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), attemptMax)
 	}
 	var s settleSQL
 	var w builder
@@ -176,7 +184,7 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form) settleSQL {
 	}
 	if form == dialects.FormRowLock && t.Attempt != "" {
 		w = builder{}
-		w.w("UPDATE ", tq, " SET ", quote(t.Attempt), " = ", quote(t.Attempt), " + 1")
+		w.w("UPDATE ", tq, " SET ", quote(t.Attempt), " = ", dialects.CountAttempt(quote(t.Attempt), attemptMax))
 		where(&w)
 		s.retry = w.stmt()
 	}
@@ -232,7 +240,8 @@ func (s *settleSQL) deadLetter() (stmt, error) {
 	return stmt{}, errNoDeadLetter
 }
 
-// scanRow reads id, payload[, attempt][, headers][, key].
+// scanRow reads id, payload[, attempt][, headers][, key]. A row whose values do not scan
+// is returned flagged (Row.Fault), and the result goes on (scanValues).
 func (q *queue) scanRow(rows pgx.Rows, withKey bool) (dialects.Row, error) {
 	var (
 		r       dialects.Row
@@ -249,8 +258,8 @@ func (q *queue) scanRow(rows pgx.Rows, withKey bool) (dialects.Row, error) {
 	if withKey {
 		dest = append(dest, &key)
 	}
-	if err := rows.Scan(dest...); err != nil {
-		return r, err
+	if err := scanValues(rows, dest...); err != nil {
+		return q.unreadable(rows, err)
 	}
 	if r.Payload == nil {
 		r.Payload = []byte{}

@@ -21,20 +21,33 @@ type rowLockQueue struct {
 	queue
 	claim  stmt
 	claimN stmt // up to $limit rows, for batch handlers
+	// claimSkip and claimNSkip are claim and claimN passing over the rows set aside in
+	// skip (poison.go), used while there are any.
+	claimSkip, claimNSkip stmt
+	skip                  skipSet
 }
 
 var _ dialects.RowLockQueue = (*rowLockQueue)(nil)
 
 func newRowLockQueue(base queue, t dialects.Table) *rowLockQueue {
-	var w builder
-	w.w("SELECT ", rowColumns(t, "", quote(t.Attempt)), " FROM ", quote(t.Name),
-		" WHERE ", claimable(&w, t, "", false),
-		" ORDER BY ", quote(t.ID), " LIMIT 1 FOR UPDATE SKIP LOCKED")
-	var n builder
-	n.w("SELECT ", rowColumns(t, "", quote(t.Attempt)), " FROM ", quote(t.Name),
-		" WHERE ", claimable(&n, t, "", false),
-		" ORDER BY ", quote(t.ID), " LIMIT ", n.p(pLimit), " FOR UPDATE SKIP LOCKED")
-	return &rowLockQueue{queue: base, claim: w.stmt(), claimN: n.stmt()}
+	claim := func(many, skip bool) stmt {
+		var w builder
+		w.w("SELECT ", rowColumns(t, "", quote(t.Attempt)), " FROM ", quote(t.Name),
+			" WHERE ", claimable(&w, t, "", false))
+		if skip {
+			w.w(skipCond(&w, t))
+		}
+		w.w(" ORDER BY ", quote(t.ID), " LIMIT ")
+		if many {
+			w.w(w.p(pLimit))
+		} else {
+			w.w("1")
+		}
+		w.w(" FOR UPDATE SKIP LOCKED")
+		return w.stmt()
+	}
+	return &rowLockQueue{queue: base, claim: claim(false, false), claimN: claim(true, false),
+		claimSkip: claim(false, true), claimNSkip: claim(true, true)}
 }
 
 // ClaimLocked opens the claim transaction on a pool connection of its own and locks the
@@ -67,7 +80,11 @@ func (q *rowLockQueue) begin(ctx context.Context) (*lockedClaim, error) {
 func (q *rowLockQueue) take(ctx context.Context, c *lockedClaim, now time.Time) (dialects.LockedClaim, bool, error) {
 	b := q.bind()
 	b.now = now
-	rows, err := c.tx.Query(ctx, q.claim.text, q.claim.args(&b)...)
+	st := q.claim
+	if b.skip = q.skip.list(); b.skip != nil {
+		st = q.claimSkip
+	}
+	rows, err := c.tx.Query(ctx, st.text, st.args(&b)...)
 	if err != nil {
 		c.end(ctx)
 		return nil, false, q.errorf("claim", err)

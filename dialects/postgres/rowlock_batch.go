@@ -32,7 +32,11 @@ func (q *rowLockQueue) ClaimLockedBatch(ctx context.Context, now time.Time, limi
 	lb := &lockedBatch{q: q, conn: conn, tx: tx}
 	b := q.bind()
 	b.now, b.limit = now, int64(limit)
-	rows, err := tx.Query(ctx, q.claimN.text, q.claimN.args(&b)...)
+	st := q.claimN
+	if b.skip = q.skip.list(); b.skip != nil {
+		st = q.claimNSkip
+	}
+	rows, err := tx.Query(ctx, st.text, st.args(&b)...)
 	if err != nil {
 		lb.end(ctx)
 		return nil, false, q.errorf("claim batch", err)

@@ -79,7 +79,7 @@ func columnType(role string) string {
 	case "Group":
 		return "text NOT NULL DEFAULT ''"
 	case "Attempt":
-		return "smallint NOT NULL DEFAULT 1"
+		return "integer NOT NULL DEFAULT 1"
 	case "RetryAfter", "ProcessedAt", "LockedUntil":
 		return "timestamptz"
 	case "Headers":

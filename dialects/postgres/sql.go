@@ -56,6 +56,7 @@ const (
 	pLimit                  // how many rows a claim takes
 	pAt                     // when a delayed row becomes due
 	pDest                   // the dead-letter group
+	pSkip                   // the ids set aside in memory (a bigint[])
 )
 
 // bind holds the values a statement's parameters take.
@@ -67,6 +68,7 @@ type bind struct {
 	group      string
 	dest       string
 	limit      int64
+	skip       []int64
 }
 
 // stmt is a statement text and the values of its $n, in order. An empty text is a
@@ -96,6 +98,8 @@ func (s stmt) args(b *bind) []any {
 			args[i] = b.at
 		case pDest:
 			args[i] = b.dest
+		case pSkip:
+			args[i] = b.skip
 		}
 	}
 	return args

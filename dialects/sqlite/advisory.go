@@ -46,7 +46,7 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 	}
 	cols.WriteString(", " + key)
 	if q.takeWrites {
-		q.take = "UPDATE " + tq + " SET " + quote(t.Attempt) + " = " + quote(t.Attempt) + " + 1 WHERE " + id +
+		q.take = "UPDATE " + tq + " SET " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), attemptMax) + " WHERE " + id +
 			" = :id AND " + where + " RETURNING " + cols.String()
 	} else {
 		q.take = "SELECT " + cols.String() + " FROM " + tq + " WHERE " + id + " = :id AND " + where

@@ -46,7 +46,7 @@ func newFIFOLeaseQueue(lq *leaseQueue, t dialects.Table) fifoLeaseQueue {
 	var b strings.Builder
 	b.WriteString("UPDATE " + tq + " SET " + lu + " = :until")
 	if t.Attempt != "" {
-		b.WriteString(", " + quote(t.Attempt) + " = " + quote(t.Attempt) + " + 1")
+		b.WriteString(", " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), attemptMax))
 	}
 	b.WriteString(" WHERE " + id + " = (SELECT h." + id + " FROM " + tq + " AS h WHERE h." + grp + " = :group" +
 		unfinished("h") + " ORDER BY " + order + " LIMIT 1)")

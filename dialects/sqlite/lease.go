@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/sqlstmt"
 )
 
 // maxExtend bounds the leases one extension statement names, far below SQLite's limit
@@ -46,7 +47,7 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 	var b strings.Builder
 	b.WriteString("UPDATE " + tq + " SET " + lu + " = :until")
 	if t.Attempt != "" {
-		b.WriteString(", " + quote(t.Attempt) + " = " + quote(t.Attempt) + " + 1")
+		b.WriteString(", " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), attemptMax))
 	}
 	// One autocommit statement: it takes the write lock when it starts, where the busy
 	// handler can wait, and the lease and the count commit together.
@@ -111,7 +112,8 @@ func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limi
 	return out, nil
 }
 
-// scanRow reads id, payload[, attempt - 1][, headers][, key].
+// scanRow reads id, payload[, attempt - 1][, headers][, key]. A row whose values do not
+// scan (SQLite keeps whatever type it is given) is returned flagged (Row.Fault).
 func (q *queue) scanRow(rows *sql.Rows, withKey bool) (dialects.Row, error) {
 	var (
 		r       dialects.Row
@@ -129,7 +131,7 @@ func (q *queue) scanRow(rows *sql.Rows, withKey bool) (dialects.Row, error) {
 		dest = append(dest, &key)
 	}
 	if err := rows.Scan(dest...); err != nil {
-		return r, err
+		return sqlstmt.Unreadable(rows, q.name, err)
 	}
 	if r.Payload == nil {
 		r.Payload = []byte{}

@@ -15,6 +15,11 @@ const TimeLayout = "2006-01-02T15:04:05.000000Z"
 
 func formatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
 
+// attemptMax is where the attempt counter stops (dialects.CountAttempt): SQLite's integers
+// are 64-bit, and rowactor counts no further than a 32-bit integer column holds on the
+// other databases.
+const attemptMax = dialects.MaxInteger
+
 // quote quotes an identifier with backticks rather than double quotes: SQLite reads a
 // double-quoted name that matches no column as a string literal, so a misspelled column
 // would prepare and silently compare against its own name.
