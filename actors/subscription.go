@@ -94,6 +94,11 @@ type Subscription struct {
 	// at the stop (see delivery's Stopping).
 	pending sync.WaitGroup
 
+	// The handoff of claims (handoff.go).
+	handMu     sync.Mutex
+	handClosed bool
+	inHand     map[*claimer.Claimed]struct{}
+
 	wakePending atomic.Bool
 	inWork      atomic.Int64
 	released    atomic.Int64
@@ -183,6 +188,10 @@ func (s *Subscription) Drain() <-chan struct{} {
 // bounded by the settle timeout), waits for it, and then cancels the handlers' context: a
 // handler that returns afterwards finds its row released and its settlement refused.
 func (s *Subscription) Stop(ctx context.Context) error {
+	// A claim in flight as the actor stops is left to finish (each is bounded by the
+	// claimer's deadline): cancelling it could end a claim statement that committed
+	// unseen (a lease claim), leaving its rows leased to nobody. Its rows are released
+	// through the handoff instead.
 	s.sys.Root.Stop(s.pid)
 	defer s.stopStatements()
 	select {
@@ -223,6 +232,7 @@ func (s *Subscription) report(r Result) {
 type (
 	wakeMsg       struct{}
 	tickMsg       struct{}
+	budgetMsg     struct{}
 	setWorkersMsg struct{ n int }
 	drainMsg      struct{ done chan struct{} }
 	pauseMsg      struct{ done chan struct{} }
@@ -231,6 +241,7 @@ type (
 
 func (wakeMsg) IgnoreDeadLetterLogging()       {}
 func (tickMsg) IgnoreDeadLetterLogging()       {}
+func (budgetMsg) IgnoreDeadLetterLogging()     {}
 func (setWorkersMsg) IgnoreDeadLetterLogging() {}
 func (*drainMsg) IgnoreDeadLetterLogging()     {}
 func (pauseMsg) IgnoreDeadLetterLogging()      {}
@@ -264,13 +275,17 @@ type subscriptionActor struct {
 	draining chan struct{}
 	timer    *time.Timer
 	stopped  atomic.Bool
-	failing  int // claims failed in a row, for the log line when they succeed again
+	// share is the subscription's part of its pool's connection budget.
+	share   *dialects.BudgetShare
+	failing int // claims failed in a row, for the log line when they succeed again
 }
 
 func (a *subscriptionActor) Receive(c actor.Context) {
 	cfg := &a.s.cfg
 	switch m := c.Message().(type) {
 	case *actor.Started:
+		sys, self := c.ActorSystem(), c.Self()
+		a.share = newShare(cfg.Limits.Budget, func() { sys.Root.Send(self, budgetMsg{}) })
 		a.backoff = &supervision.Backoff{Policy: cfg.Policy, Decide: a.decide, OnRestart: a.onRestart,
 			PolicyFor: func(reason any) supervision.Policy { return cfg.Policy.ForFault(a.fault(reason)) }}
 		if cfg.Form == dialects.FormLease {
@@ -294,7 +309,11 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.due = true
 		a.claim(c)
 	case *claimer.Claimed:
+		if a.stopped.Load() || !a.s.takeClaimed(m) {
+			return // the stop releases it (handoff.go)
+		}
 		a.inFlight--
+		a.share.Give(m.Conns - a.connsHeld(m))
 		got := len(m.Claims)
 		if cfg.BatchHandler != nil {
 			a.asked-- // a batch claim asks for one worker
@@ -332,6 +351,9 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.claim(c)
 	case settledMsg:
 		a.s.inWork.Add(-int64(max(m.rows, 1)))
+		if a.holdsConnections() || cfg.BatchHandler != nil {
+			a.share.Give(1) // the delivery's claim transaction, session or transaction
+		}
 		if !m.workerFreed {
 			a.busy--
 		}
@@ -363,6 +385,9 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.draining = m.done
 		a.releaseBacklog(c)
 		a.checkDrained()
+	case budgetMsg:
+		a.claim(c)
+		a.share.Unused() // handed over while waiting, and not needed after all
 	case *actor.Stopping:
 		a.stopped.Store(true)
 		a.releaseBacklogNow()
@@ -370,6 +395,8 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 			a.timer.Stop()
 		}
 	case *actor.Stopped:
+		a.s.closeHandoff()
+		a.share.Close()
 		close(a.s.done)
 	}
 }
@@ -379,20 +406,7 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 func (a *subscriptionActor) claim(c actor.Context) {
 	cfg := &a.s.cfg
 	for a.draining == nil && !a.paused && !a.stopped.Load() && a.due {
-		inWork := int(a.s.inWork.Load())
 		free := a.workers + a.waitRoom() - a.busy - len(a.backlog) - a.asked
-		if budget := cfg.Limits.Connections; budget > 0 {
-			if cfg.BatchHandler != nil {
-				// A batch holds one connection from its claim to its commit.
-				free = min(free, budget-(a.busy+a.asked))
-			} else if a.holdsConnections() {
-				// A claim holds a connection while it runs, and each row after it until
-				// settled: rows cost connections.
-				free = min(free, budget-(inWork+a.asked))
-			} else if a.inFlight >= budget {
-				return // each claim in flight holds one connection, whatever its rows
-			}
-		}
 		maxInFlight := cfg.Limits.ClaimsInFlight
 		if maxInFlight <= 0 {
 			maxInFlight = a.workers
@@ -410,9 +424,10 @@ func (a *subscriptionActor) claim(c actor.Context) {
 			return
 		}
 		if cfg.BatchHandler != nil {
-			a.inFlight++
-			a.asked++
-			c.Send(a.claimerFor(c), &claimer.Request{Limit: cfg.BatchSize, Batch: true})
+			// A batch holds one connection from its claim to its commit.
+			if !a.takeConns(c, &claimer.Request{Limit: cfg.BatchSize, Batch: true}, 1) {
+				return
+			}
 			continue
 		}
 		limit := free
@@ -426,10 +441,51 @@ func (a *subscriptionActor) claim(c actor.Context) {
 			// and starting at its own place in them.
 			req.Limit, req.Scan, req.Offset = 1, free, a.inFlight
 		}
-		a.inFlight++
-		a.asked += req.Limit
-		c.Send(a.claimerFor(c), req)
+		conns := 1 // a claim holds a connection while it runs
+		if a.holdsConnections() {
+			conns = req.Limit // and each row after it until settled: rows cost connections
+		}
+		if !a.takeConns(c, req, conns) {
+			return
+		}
 	}
+}
+
+// takeConns takes the connections a request needs from the pool's budget and sends it;
+// with fewer than it asked for, a request whose rows each hold a connection asks for
+// fewer rows. False means the budget had none: the subscription waits in its queue and
+// claims again when connections are handed to it (budgetMsg).
+func (a *subscriptionActor) takeConns(c actor.Context, req *claimer.Request, conns int) bool {
+	got := a.share.Take(conns)
+	if got == 0 {
+		return false
+	}
+	if got < conns && !req.Batch {
+		req.Limit = got
+	}
+	req.Conns = got
+	a.inFlight++
+	if req.Batch {
+		a.asked++ // a batch claim asks for one worker
+	} else {
+		a.asked += req.Limit
+	}
+	c.Send(a.claimerFor(c), req)
+	return true
+}
+
+// connsHeld is how many of a claim's connections its rows keep until settled.
+func (a *subscriptionActor) connsHeld(m *claimer.Claimed) int {
+	switch {
+	case a.s.cfg.BatchHandler != nil:
+		if m.Batch != nil {
+			return 1
+		}
+		return 0
+	case a.holdsConnections():
+		return len(m.Claims)
+	}
+	return 0
 }
 
 // claimBatch is the fewest rows worth a claim of its own while another claim is in
@@ -466,6 +522,7 @@ func (a *subscriptionActor) claimerFor(c actor.Context) *actor.PID {
 	}
 	cfg := &a.s.cfg
 	pid := c.Spawn(claimer.Props(claimer.Config{Queue: cfg.Queue, Form: cfg.Form, Lease: cfg.Lease, Now: cfg.Now, Ctx: cfg.Ctx,
+		Timeout: cfg.SettleTimeout, Handoff: a.s.handoff,
 		Dispatcher: cfg.Dispatcher, Transactional: cfg.Transactional, Poison: a.s.poison}))
 	a.claimers = append(a.claimers, pid)
 	return pid

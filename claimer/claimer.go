@@ -9,6 +9,7 @@
 package claimer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,10 +22,16 @@ import (
 	"github.com/rowactor/rowactor/leaserenewer"
 )
 
+// DefaultTimeout bounds a claim when Config.Timeout is 0.
+const DefaultTimeout = 30 * time.Second
+
 // Request asks the claimer for up to Limit rows; with Batch, in one row lock claim
 // transaction (batch handlers).
 type Request struct {
 	Limit int
+	// Conns is how many of the pool's connections the subscription set aside for the
+	// claim (its Budget share); the answer carries it back.
+	Conns int
 	Batch bool
 	// Scan (advisory form) is how many candidates to read, at least Limit; Offset is where
 	// in them to start trying keys, so that concurrent claims of one subscription do not
@@ -51,7 +58,9 @@ type Claim struct {
 // the error. After a failure the claimer fails too, and its supervisor restarts it after
 // a backoff.
 type Claimed struct {
-	Limit  int
+	Limit int
+	// Conns is the request's Conns.
+	Conns  int
 	Claims []Claim
 	// Batch is a batch request's claim transaction and its rows (Claims is empty).
 	Batch dialects.LockedBatch
@@ -81,6 +90,14 @@ type Config struct {
 	// Transactional sets the row lock claim's savepoint, and opens the advisory session's
 	// transaction, right after the claim.
 	Transactional bool
+	// Timeout bounds each claim, waits for pool connections included; 0 means
+	// DefaultTimeout. A claim that runs out returns what it took so far.
+	Timeout time.Duration
+	// Handoff, when set, takes each answer before it is sent: false means the subscription
+	// no longer takes claims (it is stopping) and has released the answer's rows itself,
+	// so the answer is not sent. A stopping actor drops the messages still in its mailbox,
+	// so rows sent to it would be lost with their locks, sessions and leases.
+	Handoff func(*Claimed) bool
 	// Poison is the subscription's record of the rows it sets aside, shared by its
 	// claimers; nil sets rows aside without a dead letter or a retry_after column.
 	Poison *Poison
@@ -96,6 +113,8 @@ func Props(cfg Config) *actor.Props {
 
 type claimer struct {
 	cfg Config
+	// ctx bounds the claim in progress: the subscription's claim context and the deadline.
+	ctx context.Context
 	// aside collects the rows the claim in progress set aside.
 	aside []SetAside
 }
@@ -107,6 +126,9 @@ func (c *claimer) Receive(ctx actor.Context) {
 	}
 	start := time.Now()
 	c.aside = nil
+	var cancel context.CancelFunc
+	c.ctx, cancel = context.WithTimeout(c.cfg.Ctx, cmp.Or(c.cfg.Timeout, DefaultTimeout))
+	defer cancel()
 	var (
 		claims []Claim
 		batch  dialects.LockedBatch
@@ -120,7 +142,11 @@ func (c *claimer) Receive(ctx actor.Context) {
 	if err != nil && c.cfg.Ctx.Err() != nil {
 		err = nil // torn down: not a failure
 	}
-	ctx.Request(ctx.Parent(), &Claimed{Limit: req.Limit, Claims: claims, Batch: batch, Err: err, Took: time.Since(start), SetAside: c.aside})
+	m := &Claimed{Limit: req.Limit, Conns: req.Conns, Claims: claims, Batch: batch, Err: err, Took: time.Since(start), SetAside: c.aside}
+	if c.cfg.Handoff != nil && !c.cfg.Handoff(m) {
+		return // the subscription stopped: the handoff released the rows
+	}
+	ctx.Request(ctx.Parent(), m)
 	if err != nil {
 		panic(err) // the supervisor restarts this claimer after its backoff
 	}
@@ -131,7 +157,7 @@ func (c *claimer) claim(req *Request) ([]Claim, error) {
 	now := c.cfg.Now()
 	switch c.cfg.Form {
 	case dialects.FormRowLock:
-		lc, ok, err := c.cfg.Queue.(dialects.RowLockQueue).ClaimLocked(c.cfg.Ctx, now)
+		lc, ok, err := c.cfg.Queue.(dialects.RowLockQueue).ClaimLocked(c.ctx, now)
 		if err != nil || !ok {
 			return nil, wrapClaim(err)
 		}
@@ -141,11 +167,11 @@ func (c *claimer) claim(req *Request) ([]Claim, error) {
 		if c.cfg.Transactional {
 			txc, isTx := lc.(dialects.TxLockedClaim)
 			if !isTx {
-				_ = lc.Rollback(c.cfg.Ctx)
+				_ = lc.Rollback(c.ctx)
 				return nil, errors.New("claim row lock: the dialect's claim cannot lend its transaction")
 			}
-			if err := txc.Savepoint(c.cfg.Ctx); err != nil {
-				_ = lc.Rollback(c.cfg.Ctx)
+			if err := txc.Savepoint(c.ctx); err != nil {
+				_ = lc.Rollback(c.ctx)
 				return nil, fmt.Errorf("claim row lock: savepoint: %w", err)
 			}
 		}
@@ -164,7 +190,7 @@ func (c *claimer) claimBatch(limit int) (dialects.LockedBatch, error) {
 	if !ok {
 		return nil, errors.New("claim batch: the dialect's queue cannot claim rows in batches")
 	}
-	b, found, err := bq.ClaimLockedBatch(c.cfg.Ctx, c.cfg.Now(), limit)
+	b, found, err := bq.ClaimLockedBatch(c.ctx, c.cfg.Now(), limit)
 	if err != nil || !found {
 		return nil, wrapClaim(err)
 	}
@@ -197,7 +223,7 @@ func wrapClaim(err error) error {
 
 // claimLeases stamps up to limit rows with a lease in one commit.
 func (c *claimer) claimLeases(q dialects.LeaseQueue, now time.Time, limit int) ([]Claim, error) {
-	rows, err := q.ClaimLeases(c.cfg.Ctx, now, leaserenewer.Expiry(now, c.cfg.Lease), limit)
+	rows, err := q.ClaimLeases(c.ctx, now, leaserenewer.Expiry(now, c.cfg.Lease), limit)
 	if err != nil {
 		return nil, fmt.Errorf("claim leases: %w", err)
 	}
@@ -214,7 +240,7 @@ func (c *claimer) claimLeases(q dialects.LeaseQueue, now time.Time, limit int) (
 // own, and takes the row only if it is still claimable. A key held elsewhere, or a row
 // settled meanwhile, is passed over and its session ended.
 func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit, scan, offset int) ([]Claim, error) {
-	ctx := c.cfg.Ctx
+	ctx := c.ctx
 	// Rows set aside in memory are passed over: read as many more candidates.
 	cands, err := q.Candidates(ctx, now, scan+min(c.cfg.Poison.skips(), maxSkipScan))
 	if err != nil {
@@ -258,7 +284,9 @@ func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit, 
 			continue
 		}
 		if c.cfg.Transactional {
-			if err := beginOn(ctx, s); err != nil {
+			// The delivery's transaction outlives the claim: on SQLite, database/sql rolls a
+			// transaction back when its opening context ends.
+			if err := beginOn(c.cfg.Ctx, s); err != nil {
 				_ = s.Abort(ctx)
 				return claims, fmt.Errorf("advisory take of row %d: %w", cand.ID, err)
 			}

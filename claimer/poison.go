@@ -248,7 +248,7 @@ func (c *claimer) asideLease(q dialects.LeaseQueue, r dialects.Row) bool {
 	if cause == nil {
 		return false
 	}
-	ctx := c.cfg.Ctx
+	ctx := c.ctx
 	held := dialects.Lease{ID: r.ID, Token: r.Token}
 	sa := SetAside{Row: r, Cause: cause}
 	var errs []error
@@ -289,7 +289,7 @@ func (c *claimer) asideTaken(s dialects.Session, r dialects.Row) bool {
 	if cause == nil {
 		return false
 	}
-	ctx := c.cfg.Ctx
+	ctx := c.ctx
 	sa := SetAside{Row: r, Cause: cause}
 	var errs []error
 	for _, way := range p.ways(r.ID, dialects.FormAdvisory) {
@@ -324,7 +324,7 @@ func (c *claimer) asideLocked(lc dialects.LockedClaim) bool {
 	if cause == nil {
 		return false
 	}
-	ctx := c.cfg.Ctx
+	ctx := c.ctx
 	sa := SetAside{Row: r, Cause: cause}
 	ways := p.ways(r.ID, dialects.FormRowLock)
 	if len(ways) == 0 {
@@ -393,7 +393,7 @@ func (c *claimer) asideBatch(b dialects.LockedBatch) (dialects.LockedBatch, erro
 		return b, nil
 	}
 	if len(pb.rows) == 0 {
-		if err := pb.Settle(c.cfg.Ctx, nil); err != nil {
+		if err := pb.Settle(c.ctx, nil); err != nil {
 			return nil, fmt.Errorf("claim batch: set aside: %w", err)
 		}
 		return nil, nil

@@ -60,6 +60,10 @@ type Limits struct {
 	// SessionConnections says an advisory session holds a connection of its own, which
 	// Session.Abort closes (PostgreSQL, MySQL); SQLite keeps keys in the process.
 	SessionConnections bool
+	// Budget is the pool's connections, shared by every subscription on the pool: claims
+	// take from it before they run, and give back as their claims and rows end. nil means
+	// no limit.
+	Budget *Budget
 }
 
 // Notifier is a dialect that can wake subscriptions in other processes (PostgreSQL's

@@ -125,16 +125,21 @@ func (d *Dialect) DB() *sql.DB { return d.db }
 // Name is "mysql" (for MariaDB too).
 func (d *Dialect) Name() string { return "mysql" }
 
-// Limits: a subscription may hold all of the pool's connections but one (left for
-// publishes and handlers' own queries), or any number when the pool is unlimited; claims
-// may run one per free worker (the lease form serialises its own claims, see leaseQueue).
+// Limits: the subscriptions on the pool may hold all of its connections but one (left for
+// publishes and handlers' own queries) between them, sharing one Budget per pool, or any
+// number when the pool is unlimited; claims may run one per free worker (the lease form
+// serialises its own claims, see leaseQueue).
 func (d *Dialect) Limits() dialects.Limits {
 	conns := 0
 	if n := d.db.Stats().MaxOpenConnections; n > 0 {
 		// A pool of one still lets a subscription work one row (0 would mean no limit).
 		conns = max(n-1, 1)
 	}
-	return dialects.Limits{Connections: conns, ClaimsInFlight: 0, SessionConnections: true}
+	l := dialects.Limits{Connections: conns, ClaimsInFlight: 0, SessionConnections: true}
+	if conns > 0 {
+		l.Budget = dialects.BudgetFor(d.db, conns)
+	}
+	return l
 }
 
 // Close releases the dialect's prepared statements, and closes the pool if Open made it.
@@ -146,6 +151,7 @@ func (d *Dialect) Close() error {
 		if cerr := d.db.Close(); cerr != nil && !errors.Is(cerr, driver.ErrBadConn) && !errors.Is(cerr, mysql.ErrInvalidConn) {
 			err = errors.Join(err, cerr)
 		}
+		dialects.ForgetBudget(d.db)
 	}
 	return err
 }

@@ -122,14 +122,15 @@ func (d *Dialect) Pool() *pgxpool.Pool { return d.pool }
 // Name is "postgres".
 func (d *Dialect) Name() string { return "postgres" }
 
-// Limits: a subscription may hold the pool's size less one (at least one), leaving a
-// connection for publishes and handlers' own queries; claims are not limited beyond that.
+// Limits: the subscriptions on the pool may hold its size less one (at least one) between
+// them, leaving a connection for publishes and handlers' own queries: they share one
+// Budget per pool, whichever dialect or broker they came through.
 func (d *Dialect) Limits() dialects.Limits {
 	n := int(d.pool.Config().MaxConns) - 1
 	if n < 1 {
 		n = 1
 	}
-	return dialects.Limits{Connections: n, ClaimsInFlight: 0, SessionConnections: true}
+	return dialects.Limits{Connections: n, ClaimsInFlight: 0, SessionConnections: true, Budget: dialects.BudgetFor(d.pool, n)}
 }
 
 // Close closes the pool if Open made it. Closing waits for every acquired connection to
@@ -137,6 +138,7 @@ func (d *Dialect) Limits() dialects.Limits {
 func (d *Dialect) Close() error {
 	if d.owned {
 		d.pool.Close()
+		dialects.ForgetBudget(d.pool)
 	}
 	return nil
 }
