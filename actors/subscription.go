@@ -275,6 +275,9 @@ type subscriptionActor struct {
 	draining chan struct{}
 	timer    *time.Timer
 	stopped  atomic.Bool
+	// wakes counts the wakes and polls received; a claim carries the count it was sent
+	// at, so a short claim tells whether one came while it ran.
+	wakes uint64
 	// share is the subscription's part of its pool's connection budget.
 	share   *dialects.BudgetShare
 	failing int // claims failed in a row, for the log line when they succeed again
@@ -301,11 +304,13 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		if a.stopped.Load() {
 			return
 		}
+		a.wakes++
 		a.due = true
 		a.claim(c)
 		a.arm(c)
 	case wakeMsg:
 		a.s.wakePending.Store(false)
+		a.wakes++
 		a.due = true
 		a.claim(c)
 	case *claimer.Claimed:
@@ -337,7 +342,11 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 			a.due, a.probing = true, true
 		case got < m.Limit:
 			a.claimSucceeded()
-			a.due, a.probing = false, true
+			// The queue ran short as this claim read it. A wake or a poll that came
+			// while it ran may be for a row it could not see (published after it read
+			// the table): then one more claim finds out, else the queue waits for the
+			// next wake or poll.
+			a.due, a.probing = a.wakes != m.Wakes, true
 		default:
 			a.claimSucceeded()
 			a.probing = false
@@ -463,7 +472,7 @@ func (a *subscriptionActor) takeConns(c actor.Context, req *claimer.Request, con
 	if got < conns && !req.Batch {
 		req.Limit = got
 	}
-	req.Conns = got
+	req.Conns, req.Wakes = got, a.wakes
 	a.inFlight++
 	if req.Batch {
 		a.asked++ // a batch claim asks for one worker

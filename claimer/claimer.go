@@ -32,6 +32,9 @@ type Request struct {
 	// Conns is how many of the pool's connections the subscription set aside for the
 	// claim (its Budget share); the answer carries it back.
 	Conns int
+	// Wakes is the subscription's count of wakes when it sent the request; the answer
+	// carries it back.
+	Wakes uint64
 	Batch bool
 	// Scan (advisory form) is how many candidates to read, at least Limit; Offset is where
 	// in them to start trying keys, so that concurrent claims of one subscription do not
@@ -59,8 +62,9 @@ type Claim struct {
 // a backoff.
 type Claimed struct {
 	Limit int
-	// Conns is the request's Conns.
+	// Conns and Wakes are the request's.
 	Conns  int
+	Wakes  uint64
 	Claims []Claim
 	// Batch is a batch request's claim transaction and its rows (Claims is empty).
 	Batch dialects.LockedBatch
@@ -142,7 +146,7 @@ func (c *claimer) Receive(ctx actor.Context) {
 	if err != nil && c.cfg.Ctx.Err() != nil {
 		err = nil // torn down: not a failure
 	}
-	m := &Claimed{Limit: req.Limit, Conns: req.Conns, Claims: claims, Batch: batch, Err: err, Took: time.Since(start), SetAside: c.aside}
+	m := &Claimed{Limit: req.Limit, Conns: req.Conns, Wakes: req.Wakes, Claims: claims, Batch: batch, Err: err, Took: time.Since(start), SetAside: c.aside}
 	if c.cfg.Handoff != nil && !c.cfg.Handoff(m) {
 		return // the subscription stopped: the handoff released the rows
 	}
