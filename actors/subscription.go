@@ -275,6 +275,11 @@ type subscriptionActor struct {
 	draining chan struct{}
 	timer    *time.Timer
 	stopped  atomic.Bool
+	// failed holds the claimers (by PID id) whose last claim failed: they wait for their
+	// supervisor's restart. parked counts the claims in flight sent to them, which a
+	// drain does not wait for.
+	failed map[string]bool
+	parked int
 	// wakes counts the wakes and polls received; a claim carries the count it was sent
 	// at, so a short claim tells whether one came while it ran.
 	wakes uint64
@@ -288,6 +293,7 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actor.Started:
 		sys, self := c.ActorSystem(), c.Self()
+		a.failed = map[string]bool{}
 		a.share = newShare(cfg.Limits.Budget, func() { sys.Root.Send(self, budgetMsg{}) })
 		a.backoff = &supervision.Backoff{Policy: cfg.Policy, Decide: a.decide, OnRestart: a.onRestart,
 			PolicyFor: func(reason any) supervision.Policy { return cfg.Policy.ForFault(a.fault(reason)) }}
@@ -318,6 +324,14 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 			return // the stop releases it (handoff.go)
 		}
 		a.inFlight--
+		if m.Parked {
+			a.parked--
+		}
+		if m.Err != nil {
+			a.failed[c.Sender().Id] = true
+		} else {
+			delete(a.failed, c.Sender().Id)
+		}
 		a.share.Give(m.Conns - a.connsHeld(m))
 		got := len(m.Claims)
 		if cfg.BatchHandler != nil {
@@ -473,13 +487,20 @@ func (a *subscriptionActor) takeConns(c actor.Context, req *claimer.Request, con
 		req.Limit = got
 	}
 	req.Conns, req.Wakes = got, a.wakes
+	pid := a.claimerFor(c)
+	if a.failed[pid.Id] {
+		// The claimer failed and waits for its restart (a backoff of up to 30 s): the
+		// request waits in its mailbox, and holds nothing a drain must wait for.
+		req.Parked = true
+		a.parked++
+	}
 	a.inFlight++
 	if req.Batch {
 		a.asked++ // a batch claim asks for one worker
 	} else {
 		a.asked += req.Limit
 	}
-	c.Send(a.claimerFor(c), req)
+	c.Send(pid, req)
 	return true
 }
 
@@ -652,7 +673,7 @@ func (a *subscriptionActor) releaseBacklogNow() {
 }
 
 func (a *subscriptionActor) checkDrained() {
-	if a.draining != nil && a.inFlight == 0 && a.s.inWork.Load() == 0 {
+	if a.draining != nil && a.inFlight == a.parked && a.s.inWork.Load() == 0 {
 		select {
 		case <-a.draining:
 		default:

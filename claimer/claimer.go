@@ -35,7 +35,10 @@ type Request struct {
 	// Wakes is the subscription's count of wakes when it sent the request; the answer
 	// carries it back.
 	Wakes uint64
-	Batch bool
+	// Parked says the request was sent to a claimer waiting for its restart; the answer
+	// carries it back.
+	Parked bool
+	Batch  bool
 	// Scan (advisory form) is how many candidates to read, at least Limit; Offset is where
 	// in them to start trying keys, so that concurrent claims of one subscription do not
 	// all reach for the same first row.
@@ -62,9 +65,10 @@ type Claim struct {
 // a backoff.
 type Claimed struct {
 	Limit int
-	// Conns and Wakes are the request's.
+	// Conns, Wakes and Parked are the request's.
 	Conns  int
 	Wakes  uint64
+	Parked bool
 	Claims []Claim
 	// Batch is a batch request's claim transaction and its rows (Claims is empty).
 	Batch dialects.LockedBatch
@@ -146,7 +150,7 @@ func (c *claimer) Receive(ctx actor.Context) {
 	if err != nil && c.cfg.Ctx.Err() != nil {
 		err = nil // torn down: not a failure
 	}
-	m := &Claimed{Limit: req.Limit, Conns: req.Conns, Wakes: req.Wakes, Claims: claims, Batch: batch, Err: err, Took: time.Since(start), SetAside: c.aside}
+	m := &Claimed{Limit: req.Limit, Conns: req.Conns, Wakes: req.Wakes, Parked: req.Parked, Claims: claims, Batch: batch, Err: err, Took: time.Since(start), SetAside: c.aside}
 	if c.cfg.Handoff != nil && !c.cfg.Handoff(m) {
 		return // the subscription stopped: the handoff released the rows
 	}
