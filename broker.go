@@ -37,6 +37,7 @@ type Broker struct {
 	pubs   map[Table]dialects.Publisher
 
 	dispatcher    *actors.Dispatcher
+	shutDown      chan struct{} // closed when Shutdown finished
 	tel           *telemetry.Telemetry
 	stopListening context.CancelFunc
 	listening     chan struct{} // closed when the listener returned
@@ -60,6 +61,7 @@ func New(d dialects.Dialect, opts ...Option) (*Broker, error) {
 		name:       fmt.Sprintf("rowactor-%d", brokerSeq.Add(1)),
 		pubs:       make(map[Table]dialects.Publisher),
 		dispatcher: actors.NewDispatcher(time.Second),
+		shutDown:   make(chan struct{}),
 	}
 	if b.log == nil {
 		b.log = slog.New(warnOnly{slog.Default().Handler()})
@@ -128,12 +130,29 @@ type ShutdownReport struct {
 // the handlers' context and releases every row still in work, and reports what it
 // released. Afterwards Publish, Subscribe and late settlements return ErrClosed. No
 // goroutine of rowactor's survives it; a handler that ignores its context keeps its own.
-// A second call returns ErrClosed.
+// A second call waits for the first to finish (or for its own ctx) and returns ErrClosed.
+//
+// Called from a handler (or a hook rowactor runs), Shutdown cannot wait for the delivery
+// that called it: it returns ErrShutdownInHandler at once, and the shutdown runs in the
+// background, letting that delivery settle when its handler returns.
 func (b *Broker) Shutdown(ctx context.Context) (ShutdownReport, error) {
-	var rep ShutdownReport
 	if !b.closed.CompareAndSwap(false, true) {
-		return rep, ErrClosed
+		select {
+		case <-b.shutDown:
+		case <-ctx.Done():
+		}
+		return ShutdownReport{}, ErrClosed
 	}
+	if b.dispatcher.Running() {
+		go func() { _, _ = b.shutdown(ctx) }()
+		return ShutdownReport{}, ErrShutdownInHandler
+	}
+	return b.shutdown(ctx)
+}
+
+func (b *Broker) shutdown(ctx context.Context) (ShutdownReport, error) {
+	defer close(b.shutDown)
+	var rep ShutdownReport
 	b.mu.Lock()
 	subs := b.subs
 	b.subs = nil

@@ -23,6 +23,13 @@ var (
 	// ErrConfig matches every *ConfigError.
 	ErrConfig = dialects.ErrConfig
 
+	// ErrShutdownInHandler reports a Shutdown called from a handler (or from a hook
+	// rowactor runs, such as WithOnSettled): it cannot wait for the delivery that called
+	// it, so it returns at once and the broker shuts down in the background once that
+	// handler returns. A later Shutdown waits for that one to finish.
+	ErrShutdownInHandler = errors.New("rowactor: Shutdown was called from a handler and cannot wait for the delivery that called it; " +
+		"the broker shuts down once that handler returns (call Shutdown outside handlers, or again from outside, to wait for it)")
+
 	// ErrAlreadySubscribed reports a second subscription to the same table and queue on
 	// one broker; scale one subscription with Workers instead.
 	ErrAlreadySubscribed = errors.New("rowactor: already subscribed")

@@ -1,6 +1,9 @@
 package actors
 
 import (
+	"bytes"
+	"runtime"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -18,6 +21,9 @@ type Dispatcher struct {
 	once  sync.Once
 	idle  time.Duration
 	ahead int
+	// mine holds the ids of the goroutines running the dispatcher's work (read once per
+	// goroutine, never per message), so that Running can tell a call from a handler.
+	mine sync.Map
 }
 
 // NewDispatcher returns a dispatcher whose goroutines wait idle for up to idle.
@@ -38,6 +44,9 @@ func (d *Dispatcher) Schedule(fn func()) {
 func (d *Dispatcher) Throughput() int { return d.ahead }
 
 func (d *Dispatcher) loop(fn func()) {
+	id := goroutineID()
+	d.mine.Store(id, struct{}{})
+	defer d.mine.Delete(id)
 	fn()
 	t := time.NewTimer(d.idle)
 	defer t.Stop()
@@ -57,3 +66,25 @@ func (d *Dispatcher) loop(fn func()) {
 // Close lets idle goroutines end at once, and busy ones as soon as their work is done.
 // Work scheduled afterwards still runs, each on a goroutine that then ends.
 func (d *Dispatcher) Close() { d.once.Do(func() { close(d.done) }) }
+
+// Running reports whether the calling goroutine is one of the dispatcher's: it runs a
+// mailbox, a handler or a hook of rowactor's. A call that waits for rowactor's work to
+// end (Shutdown) would wait for itself there.
+func (d *Dispatcher) Running() bool {
+	_, ok := d.mine.Load(goroutineID())
+	return ok
+}
+
+// goroutineID is the calling goroutine's id, read from its stack header ("goroutine 18
+// [running]:"). Go hides the id on purpose; it is read here only to recognise rowactor's
+// own goroutines, once when each starts and once per Shutdown.
+func goroutineID() uint64 {
+	var buf [32]byte
+	n := runtime.Stack(buf[:], false)
+	b := bytes.TrimPrefix(buf[:n], []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); i > 0 {
+		b = b[:i]
+	}
+	id, _ := strconv.ParseUint(string(b), 10, 64)
+	return id
+}
