@@ -200,6 +200,9 @@ func (f *fifoLease) claim(ctx context.Context, now, until time.Time, limit int) 
 	if limit <= 0 {
 		return nil, nil
 	}
+	if err := checkExpiry(now, until); err != nil {
+		return nil, q.errorf("claim", err)
+	}
 	select {
 	case q.sem <- struct{}{}:
 	case <-ctx.Done():

@@ -57,6 +57,9 @@ func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limi
 	if limit <= 0 {
 		return nil, nil
 	}
+	if err := checkExpiry(now, until); err != nil {
+		return nil, q.errorf("claim", err)
+	}
 	if q.guard.text != "" {
 		return q.claimHead(ctx, now, until)
 	}
@@ -80,6 +83,18 @@ func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limi
 		return nil, q.errorf("claim", err)
 	}
 	return out, nil
+}
+
+// checkExpiry refuses a claim whose lease would not end after now, as stored (timestamptz
+// keeps microseconds, and pgx truncates to them). A claim takes only rows whose lease
+// ended at or before now, so an expiry after now makes each claim of a row write a token
+// later than the one it replaces: no two deliveries of a row ever hold the same token.
+func checkExpiry(now, until time.Time) error {
+	u, n := until.Truncate(time.Microsecond), now.Truncate(time.Microsecond)
+	if !u.After(n) {
+		return fmt.Errorf("the lease expiry %s is not after now %s", u.UTC().Format(time.RFC3339Nano), n.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // ExtendLeases moves every lease still holding its token in one statement, whatever
