@@ -142,6 +142,10 @@ type session struct {
 	stopTx   context.CancelFunc
 	txLeft   bool
 	txFailed error
+	// lent says the open transaction was lent (lend): autocommit is off on the
+	// connection until endTx turns it back on. checked says its savepoint was found
+	// (alive) by the settlement, so Commit need not look again.
+	lent, checked bool
 }
 
 var (
@@ -289,13 +293,13 @@ func (s *session) Unlock(ctx context.Context) (bool, error) {
 	if s.conn == nil {
 		return false, nil
 	}
-	conn := s.conn
-	s.conn = nil
 	var rerr error
 	if s.tx != nil {
 		// The key is released only once the transaction ended.
 		rerr = s.rollbackTx()
 	}
+	conn := s.conn
+	s.conn = nil
 	if s.txLeft {
 		// A transaction may still be open: closing the connection ends it, and the key
 		// with the server session.
@@ -337,13 +341,13 @@ func (s *session) Abort(ctx context.Context) error {
 	if s.conn == nil {
 		return nil
 	}
-	conn := s.conn
-	s.conn = nil
 	if s.tx != nil {
 		// Rolled back first, so the key is released only once the transaction ended; a
 		// failed rollback leaves the release to the connection's close.
 		_ = s.rollbackTx()
 	}
+	conn := s.conn
+	s.conn = nil
 	var err error
 	held := s.held
 	s.held = false
@@ -403,6 +407,10 @@ func (s txSession) Begin(ctx context.Context) error {
 		return q.errorf("begin", err)
 	}
 	s.tx, s.stopTx, s.txFailed = tx, stop, nil
+	s.lent, s.checked = true, false
+	if err := lend(ctx, tx); err != nil {
+		return q.errorf("begin", errors.Join(err, s.rollbackTx()))
+	}
 	return nil
 }
 
@@ -418,6 +426,13 @@ func (s txSession) Commit(ctx context.Context) error {
 			return s.q.errorf("commit", fmt.Errorf("the transaction was rolled back: %w", s.txFailed))
 		}
 		return nil
+	}
+	if !s.checked {
+		// A transaction the server ended must not commit what ran since.
+		if err := alive(ctx, s.tx); err != nil {
+			s.txFailed = err
+			return s.q.errorf("commit", errors.Join(err, s.rollbackTx()))
+		}
 	}
 	err := s.tx.Commit()
 	s.endTx(err)
@@ -445,6 +460,19 @@ func (s txSession) Rollback(ctx context.Context) error {
 // all of it back already, a lock wait timeout only the statement) and returns the error:
 // the handler's writes are never replayed, nor committed without the settlement.
 func (s *session) settleTx(ctx context.Context, op string, id int64, text string, args []any, move bool) error {
+	if !move && text == "" {
+		// Retry: the take counted the attempt; the unlock returns the row.
+		return nil
+	}
+	if !s.checked {
+		// A transaction the server ended must not commit what ran since, nor run the
+		// settlement in an implicit transaction of its own.
+		if err := alive(ctx, s.tx); err != nil {
+			s.txFailed = err
+			return s.q.errorf(op, errors.Join(err, s.rollbackTx()))
+		}
+		s.checked = true
+	}
 	var err error
 	switch {
 	case move:
@@ -454,13 +482,11 @@ func (s *session) settleTx(ctx context.Context, op string, id int64, text string
 		if err == nil && !moved {
 			err = fmt.Errorf("row %d was not moved: the copy or the delete changed no row", id)
 		}
-	case text == "":
-		// Retry: the take counted the attempt; the unlock returns the row.
-		return nil
 	default:
 		_, err = s.tx.ExecContext(ctx, text, args...)
 	}
 	if err != nil {
+		err = ended(err)
 		s.txFailed = err
 		return s.q.errorf(op, errors.Join(err, s.rollbackTx()))
 	}
@@ -481,10 +507,17 @@ func (s *session) rollbackTx() error {
 	return err
 }
 
-// endTx forgets the transaction once its COMMIT or ROLLBACK returned err.
+// endTx forgets the transaction once its COMMIT or ROLLBACK returned err, and turns
+// autocommit back on after a lent transaction that ended cleanly. A connection whose
+// transaction may still be open, or that stays with autocommit off, is txLeft: the
+// session runs nothing more on it, and it is closed.
 func (s *session) endTx(err error) {
 	s.stopTx()
 	s.tx, s.stopTx = nil, nil
+	if err == nil && s.lent {
+		err = restoreAutocommit(s.conn)
+	}
+	s.lent, s.checked = false, false
 	if err != nil {
 		s.txLeft = true
 		s.dirty = true

@@ -120,10 +120,7 @@ func (f fifoRowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (diale
 	if c == nil {
 		return nil, false, nil
 	}
-	if q.transactional {
-		return txClaim{c}, true, nil
-	}
-	return c, true, nil
+	return q.deliver(ctx, c)
 }
 
 func (f fifoRowLockQueue) claimOnce(ctx context.Context, now time.Time) (*lockedClaim, error) {

@@ -366,10 +366,18 @@ var _ dialects.TxLeaseQueue = txLeaseQueue{}
 // level serves: the fenced settlement is an UPDATE or DELETE, which InnoDB runs against
 // the latest committed row version (a locking read) whatever the transaction's snapshot,
 // so it sees the renewer's extensions.
+//
+// The transaction is lent (lend): autocommit off on its connection and a savepoint, so
+// that after InnoDB ended it on its own (a deadlock's victim) nothing run through it
+// commits, and the settlement finds it ended (alive) and reports dialects.ErrTxEnded.
 func (q txLeaseQueue) BeginDelivery(ctx context.Context) (dialects.LeaseTx, error) {
 	x, err := q.d.begin(ctx, q.level)
 	if err != nil {
 		return nil, q.errorf("begin delivery", err)
+	}
+	x.lent = true
+	if err := lend(ctx, x.tx); err != nil {
+		return nil, q.errorf("begin delivery", errors.Join(err, x.rollback()))
 	}
 	return &leaseTx{q: q.leaseQueue, x: x}, nil
 }
@@ -378,7 +386,8 @@ func (q txLeaseQueue) BeginDelivery(ctx context.Context) (dialects.LeaseTx, erro
 //
 // Its settlement is never retried after a deadlock or a lock wait timeout, unlike the
 // settlements outside it: the handler's writes cannot be replayed, and a deadlock has
-// rolled them back already. The settlement then rolls back and returns the error.
+// rolled them back already. The settlement then rolls back and returns the error (a
+// deadlock's, or a transaction found ended, wrapping dialects.ErrTxEnded).
 type leaseTx struct {
 	q *leaseQueue
 	x *txn
@@ -413,6 +422,10 @@ func (t *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 	if err != nil && step.Event == "" {
 		return false, q.errorf(op, errors.Join(err, t.x.rollback()))
 	}
+	// A transaction the server ended must not commit what ran since (nor the settlement).
+	if err := alive(ctx, t.x.tx); err != nil {
+		return false, q.errorf(op, errors.Join(err, t.x.rollback()))
+	}
 	var changed bool
 	switch {
 	case step.Event != "":
@@ -435,7 +448,7 @@ func (t *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 		}
 	}
 	if err != nil {
-		return false, q.errorf(op, errors.Join(err, t.x.rollback()))
+		return false, q.errorf(op, errors.Join(ended(err), t.x.rollback()))
 	}
 	if !changed {
 		if err := t.x.rollback(); err != nil {

@@ -191,13 +191,16 @@ func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) erro
 	}
 	var db querier = s.conn
 	if s.open {
-		if err := inTx(s.conn); err != nil {
+		if err := settleable(s.conn); err != nil {
 			return q.errorf(step.Kind.String(), err)
 		}
 		db = s.tx
 	}
 	if step.Event != "" {
 		_, err := q.runEvent(ctx, db, step, id)
+		if s.open {
+			err = ended(err)
+		}
 		return err
 	}
 	st := &q.settle
@@ -222,6 +225,9 @@ func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) erro
 		_, err = q.exec(ctx, db, "dead-letter", dl, &b)
 	default:
 		err = q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
+	}
+	if s.open {
+		err = ended(err)
 	}
 	return err
 }
@@ -376,12 +382,16 @@ func (s *txSession) Commit(ctx context.Context) error {
 		s.open = false
 		return q.errorf("commit", err)
 	}
+	if err := settleable(s.conn); err != nil {
+		// Aborted: the transaction can only roll back.
+		return q.errorf("commit", errors.Join(err, s.rollback(ctx)))
+	}
 	s.open = false
 	if err := s.tx.Commit(ctx); err != nil {
 		if pc := s.conn.Conn().PgConn(); pc.IsClosed() || pc.TxStatus() != 'I' {
 			s.doubtful = true
 		}
-		return q.errorf("commit", err)
+		return q.errorf("commit", ended(err))
 	}
 	return nil
 }

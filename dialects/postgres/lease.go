@@ -219,7 +219,7 @@ func (l *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 	if l.conn == nil {
 		return false, q.errorf(op, errTxEnded)
 	}
-	if err := inTx(l.conn); err != nil {
+	if err := settleable(l.conn); err != nil {
 		l.end(ctx)
 		return false, q.errorf(op, err)
 	}
@@ -234,7 +234,7 @@ func (l *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 	}
 	if err != nil {
 		l.end(ctx)
-		return false, err
+		return false, ended(err)
 	}
 	if !changed {
 		// The lease is lost: nothing of the delivery may commit.
@@ -245,7 +245,7 @@ func (l *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 	}
 	if err := l.tx.Commit(ctx); err != nil {
 		l.end(ctx)
-		return false, q.errorf(op+" commit", err)
+		return false, q.errorf(op+" commit", ended(err))
 	}
 	endConn(l.conn, nil)
 	l.conn = nil
