@@ -25,12 +25,11 @@ type advisoryQueue struct {
 	cl claimable
 	// candidates: claimable args, then the limit.
 	candidates string
-	// count counts the attempt if the row is still claimable: id, claimable args.
+	// read reads the row if it is still claimable: id, claimable args.
+	read string
+	// count counts the attempt if the row is still claimable and its attempt is the one
+	// read: id, claimable args, attempt. Empty without an attempt column.
 	count string
-	// read reads the counted row: id. Without an attempt column it is the guarded take
-	// itself: id, claimable args.
-	read      string
-	readGuard bool
 	// lock and unlock take the key text lockArgs times.
 	lock, unlock string
 	lockArgs     int
@@ -56,13 +55,11 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 			" AND IS_USED_LOCK(" + lockNameExpr(key) + ") IS NULL ORDER BY " + id + " LIMIT ?",
 		level: isolation(t.Isolation),
 	}
+	q.read = "SELECT " + rowColumns(t, false) + " FROM " + tq + " WHERE " + id + " = ? AND " + cl.where
 	if t.Attempt != "" {
 		at := quote(t.Attempt)
-		q.count = "UPDATE " + tq + " SET " + at + " = " + at + " + 1 WHERE " + id + " = ? AND " + cl.where
-		q.read = "SELECT " + rowColumns(t, true) + " FROM " + tq + " WHERE " + id + " = ?"
-	} else {
-		q.read = "SELECT " + rowColumns(t, false) + " FROM " + tq + " WHERE " + id + " = ? AND " + cl.where
-		q.readGuard = true
+		q.count = "UPDATE " + tq + " SET " + at + " = " + at + " + 1 WHERE " + id + " = ? AND " + cl.where +
+			" AND " + at + " <=> ?"
 	}
 	name := lockNameExpr(utf8mb4("?"))
 	q.lock = "SELECT GET_LOCK(" + name + ", 0)"
@@ -72,7 +69,7 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 }
 
 func (q *advisoryQueue) texts() []string {
-	return []string{q.candidates, q.count, q.read, q.lock, q.unlock}
+	return []string{q.candidates, q.read, q.count, q.lock, q.unlock}
 }
 
 // Candidates passes over rows whose key's lock is held by any session (IS_USED_LOCK),
@@ -186,8 +183,14 @@ func (s *session) TryLock(ctx context.Context, key string) (bool, error) {
 	return false, nil
 }
 
-// Take counts the attempt if the row is still claimable, then reads it (the attempt as it
-// stood before the count). Without an attempt column it only reads the row, if claimable.
+// Take reads the row if it is still claimable, then counts its attempt, fenced by the
+// attempt it read: the count and the read take effect together or not at all. A read that
+// fails counts nothing; a count that finds the row changed since the read (settled, taken,
+// delayed, counted) reports the row not taken, with nothing counted; a count that fails
+// delivers nothing. The delivery reports the attempt read, the one before the count. Both
+// are autocommit statements on the session's connection, as many as a count then a read:
+// no transaction is needed to make them one. Without an attempt column the take is the
+// guarded read alone.
 func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.Row, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -196,23 +199,27 @@ func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.R
 		return dialects.Row{}, false, q.errorf("take", errSessionEnded)
 	}
 	args := q.cl.args([]any{id}, q.group, now)
+	var attempt sql.NullInt64
+	r, err := q.scanRowAttempt(s.conn.QueryRowContext(ctx, q.read, args...), &attempt)
+	if errors.Is(err, sql.ErrNoRows) {
+		// Settled, taken or delayed meanwhile: nothing to deliver, nothing counted.
+		return dialects.Row{}, false, nil
+	}
+	if err != nil {
+		return dialects.Row{}, false, q.errorf("take", err)
+	}
 	if q.count != "" {
-		n, err := affected(s.conn.ExecContext(ctx, q.count, args...))
+		var read any // NULL stays NULL: the fence compares with <=>
+		if attempt.Valid {
+			read = attempt.Int64
+		}
+		n, err := affected(s.conn.ExecContext(ctx, q.count, append(args, read)...))
 		if err != nil {
 			return dialects.Row{}, false, q.errorf("take", err)
 		}
 		if n == 0 {
 			return dialects.Row{}, false, nil
 		}
-		args = args[:1]
-	}
-	r, err := q.scanRow(s.conn.QueryRowContext(ctx, q.read, args...))
-	if errors.Is(err, sql.ErrNoRows) {
-		// Counted, then deleted by someone who ignores the key: nothing to deliver.
-		return dialects.Row{}, false, nil
-	}
-	if err != nil {
-		return dialects.Row{}, false, q.errorf("take", err)
 	}
 	r.Key = s.key
 	return r, true, nil

@@ -461,13 +461,16 @@ func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // scanRow reads id, payload[, attempt][, headers].
 func (q *queue) scanRow(sc interface{ Scan(...any) error }) (dialects.Row, error) {
-	var (
-		r       dialects.Row
-		attempt sql.NullInt64
-	)
+	var attempt sql.NullInt64
+	return q.scanRowAttempt(sc, &attempt)
+}
+
+// scanRowAttempt is scanRow keeping the attempt column as read (NULL included).
+func (q *queue) scanRowAttempt(sc interface{ Scan(...any) error }, attempt *sql.NullInt64) (dialects.Row, error) {
+	var r dialects.Row
 	dest := []any{&r.ID, &r.Payload}
 	if q.hasAttempt {
-		dest = append(dest, &attempt)
+		dest = append(dest, attempt)
 	}
 	if q.hasHeaders {
 		dest = append(dest, &r.Headers)
