@@ -25,10 +25,12 @@ type advisoryQueue struct {
 	cl claimable
 	// candidates: claimable args, then the limit.
 	candidates string
-	// read reads the row if it is still claimable: id, claimable args.
+	// read reads the row if it is still claimable and its key still renders to the key
+	// locked: id, claimable args, key.
 	read string
-	// count counts the attempt if the row is still claimable and its attempt is the one
-	// read: id, claimable args, attempt. Empty without an attempt column.
+	// count counts the attempt if the row is still claimable, its key the one locked,
+	// and its attempt the one read: id, claimable args, key, attempt. Empty without an
+	// attempt column.
 	count string
 	// lock and unlock take the key text lockArgs times.
 	lock, unlock string
@@ -55,11 +57,14 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 			" AND IS_USED_LOCK(" + lockNameExpr(key) + ") IS NULL ORDER BY " + id + " LIMIT ?",
 		level: isolation(t.Isolation),
 	}
-	q.read = "SELECT " + rowColumns(t, false) + " FROM " + tq + " WHERE " + id + " = ? AND " + cl.where
+	// The key compares as bytes: the column's collation could call keys equal that differ
+	// in letter case or trailing spaces, and those name other locks.
+	sameKey := "CAST(" + key + " AS BINARY) = CAST(" + utf8mb4("?") + " AS BINARY)"
+	q.read = "SELECT " + rowColumns(t, false) + " FROM " + tq + " WHERE " + id + " = ? AND " + cl.where + " AND " + sameKey
 	if t.Attempt != "" {
 		at := quote(t.Attempt)
 		q.count = "UPDATE " + tq + " SET " + at + " = " + at + " + 1 WHERE " + id + " = ? AND " + cl.where +
-			" AND " + at + " <=> ?"
+			" AND " + sameKey + " AND " + at + " <=> ?"
 	}
 	name := lockNameExpr(utf8mb4("?"))
 	q.lock = "SELECT GET_LOCK(" + name + ", 0)"
@@ -147,6 +152,7 @@ type session struct {
 
 var (
 	errSessionEnded = errors.New("the advisory session has ended")
+	errNoKey        = errors.New("the session holds no key (TryLock the row's key first)")
 	errTxLeft       = errors.New("the session's transaction did not end cleanly, and may still be open")
 )
 
@@ -183,14 +189,17 @@ func (s *session) TryLock(ctx context.Context, key string) (bool, error) {
 	return false, nil
 }
 
-// Take reads the row if it is still claimable, then counts its attempt, fenced by the
-// attempt it read: the count and the read take effect together or not at all. A read that
-// fails counts nothing; a count that finds the row changed since the read (settled, taken,
-// delayed, counted) reports the row not taken, with nothing counted; a count that fails
-// delivers nothing. The delivery reports the attempt read, the one before the count. Both
-// are autocommit statements on the session's connection, as many as a count then a read:
-// no transaction is needed to make them one. Without an attempt column the take is the
-// guarded read alone.
+// Take reads the row if it is still claimable and its key still renders to the key the
+// session locked (a key column changed since the candidates were read names another lock:
+// the row is not taken, and the caller unlocks and passes it over), then counts its
+// attempt, fenced by the attempt it read: the count and the read take effect together or
+// not at all. A read that fails counts nothing; a count that finds the row changed since
+// the read (settled, taken, delayed, counted, re-keyed) reports the row not taken, with
+// nothing counted; a count that fails delivers nothing. The delivery reports the attempt
+// read, the one before the count. Both are autocommit statements on the session's
+// connection, as many as a count then a read: no transaction is needed to make them one.
+// Without an attempt column the take is the guarded read alone. A session holding no key
+// has none to check the row against: its take is refused.
 func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.Row, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -198,7 +207,10 @@ func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.R
 	if s.conn == nil {
 		return dialects.Row{}, false, q.errorf("take", errSessionEnded)
 	}
-	args := q.cl.args([]any{id}, q.group, now)
+	if !s.held {
+		return dialects.Row{}, false, q.errorf("take", errNoKey)
+	}
+	args := append(q.cl.args([]any{id}, q.group, now), s.key)
 	var attempt sql.NullInt64
 	r, err := q.scanRowAttempt(s.conn.QueryRowContext(ctx, q.read, args...), &attempt)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -56,6 +56,7 @@ const (
 	pLimit                  // how many rows a claim takes
 	pAt                     // when a delayed row becomes due
 	pDest                   // the dead-letter group
+	pKey                    // the advisory key a session locked
 )
 
 // bind holds the values a statement's parameters take.
@@ -66,6 +67,7 @@ type bind struct {
 	at         time.Time
 	group      string
 	dest       string
+	key        string
 	limit      int64
 }
 
@@ -96,6 +98,8 @@ func (s stmt) args(b *bind) []any {
 			args[i] = b.at
 		case pDest:
 			args[i] = b.dest
+		case pKey:
+			args[i] = b.key
 		}
 	}
 	return args
