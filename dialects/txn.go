@@ -1,6 +1,9 @@
 package dialects
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Transactional mode: a subscription mounted Transactional lends each delivery a
 // transaction (QueueSpec.Transactional). Ack commits the handler's writes with the
@@ -11,6 +14,19 @@ import "context"
 //
 // Transactions open at the table's isolation level (PostgreSQL: plain BEGIN by default;
 // MySQL/MariaDB: READ COMMITTED by default) or SQLite mode (BEGIN DEFERRED by default).
+
+// ErrTxEnded reports a transaction lent to a handler that the database ended or aborted
+// on its own before the settlement could commit it: InnoDB rolled it back as a deadlock's
+// victim, SQLite rolled it back itself (an interrupted write, SQLITE_FULL, SQLITE_IOERR),
+// PostgreSQL aborted it after a failed statement. Nothing written through the lent
+// transaction was committed (unless the handler ran COMMIT through it itself, which it
+// must never do), none of it will be, and the settlement did not take effect:
+// the row returns by its form's rule (row lock: at once, the claim transaction having
+// ended; lease: its lease is left to expire, or released; advisory: at the unlock). A
+// settlement (LockedClaim.Settle, LeaseTx.SettleLease, TxSession.Settle or Commit, and
+// TxLockedClaim.RollbackToSavepoint) that finds its transaction ended returns an error
+// that wraps it, never success.
+var ErrTxEnded = errors.New("rowactor: the database ended the delivery's transaction")
 
 // DeliveryTx is a transaction lent to a transactional handler.
 type DeliveryTx interface {

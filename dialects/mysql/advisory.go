@@ -25,15 +25,14 @@ type advisoryQueue struct {
 	cl claimable
 	// candidates: claimable args, then the limit.
 	candidates string
-	// count counts the attempt if the row is still claimable: id, claimable args.
+	// read reads the row if it is still claimable and its key still renders to the key
+	// locked: id, claimable args, key.
+	read string
+	// count counts the attempt (saturating at the column type's maximum, see
+	// dialects.CountAttempt) if the row is still claimable, its key the one locked, and
+	// its attempt the one read: id, claimable args, key, attempt. Empty without an
+	// attempt column.
 	count string
-	// claimable tells a row at the attempt cap, which count leaves unchanged, from one no
-	// longer claimable: id, claimable args.
-	claimable string
-	// read reads the counted row: id. Without an attempt column it is the guarded take
-	// itself: id, claimable args.
-	read      string
-	readGuard bool
 	// lock and unlock take the key text lockArgs times.
 	lock, unlock string
 	lockArgs     int
@@ -59,14 +58,14 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 			" AND IS_USED_LOCK(" + lockNameExpr(key) + ") IS NULL ORDER BY " + id + " LIMIT ?",
 		level: isolation(t.Isolation),
 	}
+	// The key compares as bytes: the column's collation could call keys equal that differ
+	// in letter case or trailing spaces, and those name other locks.
+	sameKey := "CAST(" + key + " AS BINARY) = CAST(" + utf8mb4("?") + " AS BINARY)"
+	q.read = "SELECT " + rowColumns(t, false) + " FROM " + tq + " WHERE " + id + " = ? AND " + cl.where + " AND " + sameKey
 	if t.Attempt != "" {
 		at := quote(t.Attempt)
-		q.count = "UPDATE " + tq + " SET " + at + " = " + dialects.CountAttempt(at, base.attemptMax) + " WHERE " + id + " = ? AND " + cl.where
-		q.claimable = "SELECT 1 FROM " + tq + " WHERE " + id + " = ? AND " + cl.where
-		q.read = "SELECT " + rowColumns(t, true) + " FROM " + tq + " WHERE " + id + " = ?"
-	} else {
-		q.read = "SELECT " + rowColumns(t, false) + " FROM " + tq + " WHERE " + id + " = ? AND " + cl.where
-		q.readGuard = true
+		q.count = "UPDATE " + tq + " SET " + at + " = " + dialects.CountAttempt(at, base.attemptMax) +
+			" WHERE " + id + " = ? AND " + cl.where + " AND " + sameKey + " AND " + at + " <=> ?"
 	}
 	name := lockNameExpr(utf8mb4("?"))
 	q.lock = "SELECT GET_LOCK(" + name + ", 0)"
@@ -76,7 +75,7 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 }
 
 func (q *advisoryQueue) texts() []string {
-	return []string{q.candidates, q.count, q.claimable, q.read, q.lock, q.unlock}
+	return []string{q.candidates, q.read, q.count, q.lock, q.unlock}
 }
 
 // Candidates passes over rows whose key's lock is held by any session (IS_USED_LOCK),
@@ -146,10 +145,15 @@ type session struct {
 	stopTx   context.CancelFunc
 	txLeft   bool
 	txFailed error
+	// lent says the open transaction was lent (lend): autocommit is off on the
+	// connection until endTx turns it back on. checked says its savepoint was found
+	// (alive) by the settlement, so Commit need not look again.
+	lent, checked bool
 }
 
 var (
 	errSessionEnded = errors.New("the advisory session has ended")
+	errNoKey        = errors.New("the session holds no key (TryLock the row's key first)")
 	errTxLeft       = errors.New("the session's transaction did not end cleanly, and may still be open")
 )
 
@@ -186,8 +190,25 @@ func (s *session) TryLock(ctx context.Context, key string) (bool, error) {
 	return false, nil
 }
 
-// Take counts the attempt if the row is still claimable, then reads it (the attempt as it
-// stood before the count). Without an attempt column it only reads the row, if claimable.
+// Take reads the row if it is still claimable and its key still renders to the key the
+// session locked (a key column changed since the candidates were read names another lock:
+// the row is not taken, and the caller unlocks and passes it over), then counts its
+// attempt, fenced by the attempt it read: the count and the read take effect together or
+// not at all. A read that fails counts nothing; a count that finds the row changed since
+// the read (settled, taken, delayed, counted, re-keyed) reports the row not taken, with
+// nothing counted; a count that fails delivers nothing. The delivery reports the attempt
+// read, the one before the count. Both are autocommit statements on the session's
+// connection, as many as a count then a read: no transaction is needed to make them one.
+// Without an attempt column the take is the guarded read alone. A session holding no key
+// has none to check the row against: its take is refused.
+//
+// An attempt read at the cap (the column type's maximum, or beyond it), or NULL, is one
+// the count leaves as it is, and MySQL reports a row it leaves unchanged as not changed
+// (unless the DSN sets clientFoundRows), matched or not: so the take decides from the
+// read (counts) and does not run the count, which would tell it nothing; the take of
+// such a row is the guarded read alone, as without an attempt column. A row whose data
+// does not scan is taken and returned flagged (Row.Fault), its count fenced by the
+// attempt value as the driver gave it.
 func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.Row, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -195,24 +216,28 @@ func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.R
 	if s.conn == nil {
 		return dialects.Row{}, false, q.errorf("take", errSessionEnded)
 	}
-	args := q.cl.args([]any{id}, q.group, now)
-	if q.count != "" {
-		n, err := affected(s.conn.ExecContext(ctx, q.count, args...))
-		if err != nil {
-			return dialects.Row{}, false, q.errorf("take", err)
-		}
-		if n == 0 && !s.atCap(ctx, args) {
-			return dialects.Row{}, false, nil
-		}
-		args = args[:1]
+	if !s.held {
+		return dialects.Row{}, false, q.errorf("take", errNoKey)
 	}
-	r, err := q.scanOne(s.conn.QueryContext(ctx, q.read, args...))
+	args := append(q.cl.args([]any{id}, q.group, now), s.key)
+	r, read, err := q.scanOneAttempt(s.conn.QueryContext(ctx, q.read, args...))
 	if errors.Is(err, sql.ErrNoRows) {
-		// Counted, then deleted by someone who ignores the key: nothing to deliver.
+		// Settled, taken, delayed or re-keyed meanwhile: nothing to deliver, nothing counted.
 		return dialects.Row{}, false, nil
 	}
 	if err != nil {
 		return dialects.Row{}, false, q.errorf("take", err)
+	}
+	if q.count != "" && q.counts(read) {
+		// read is the attempt as read: an int64 below the cap or, for a row returned
+		// flagged, the value as the driver gave it.
+		n, err := affected(s.conn.ExecContext(ctx, q.count, append(args, read)...))
+		if err != nil {
+			return dialects.Row{}, false, q.errorf("take", err)
+		}
+		if n == 0 {
+			return dialects.Row{}, false, nil
+		}
 	}
 	r.Key = s.key
 	return r, true, nil
@@ -293,13 +318,13 @@ func (s *session) Unlock(ctx context.Context) (bool, error) {
 	if s.conn == nil {
 		return false, nil
 	}
-	conn := s.conn
-	s.conn = nil
 	var rerr error
 	if s.tx != nil {
 		// The key is released only once the transaction ended.
 		rerr = s.rollbackTx()
 	}
+	conn := s.conn
+	s.conn = nil
 	if s.txLeft {
 		// A transaction may still be open: closing the connection ends it, and the key
 		// with the server session.
@@ -341,13 +366,13 @@ func (s *session) Abort(ctx context.Context) error {
 	if s.conn == nil {
 		return nil
 	}
-	conn := s.conn
-	s.conn = nil
 	if s.tx != nil {
 		// Rolled back first, so the key is released only once the transaction ended; a
 		// failed rollback leaves the release to the connection's close.
 		_ = s.rollbackTx()
 	}
+	conn := s.conn
+	s.conn = nil
 	var err error
 	held := s.held
 	s.held = false
@@ -407,6 +432,10 @@ func (s txSession) Begin(ctx context.Context) error {
 		return q.errorf("begin", err)
 	}
 	s.tx, s.stopTx, s.txFailed = tx, stop, nil
+	s.lent, s.checked = true, false
+	if err := lend(ctx, tx); err != nil {
+		return q.errorf("begin", errors.Join(err, s.rollbackTx()))
+	}
 	return nil
 }
 
@@ -422,6 +451,13 @@ func (s txSession) Commit(ctx context.Context) error {
 			return s.q.errorf("commit", fmt.Errorf("the transaction was rolled back: %w", s.txFailed))
 		}
 		return nil
+	}
+	if !s.checked {
+		// A transaction the server ended must not commit what ran since.
+		if err := alive(ctx, s.tx); err != nil {
+			s.txFailed = err
+			return s.q.errorf("commit", errors.Join(err, s.rollbackTx()))
+		}
 	}
 	err := s.tx.Commit()
 	s.endTx(err)
@@ -449,6 +485,19 @@ func (s txSession) Rollback(ctx context.Context) error {
 // all of it back already, a lock wait timeout only the statement) and returns the error:
 // the handler's writes are never replayed, nor committed without the settlement.
 func (s *session) settleTx(ctx context.Context, op string, id int64, text string, args []any, move bool) error {
+	if !move && text == "" {
+		// Retry: the take counted the attempt; the unlock returns the row.
+		return nil
+	}
+	if !s.checked {
+		// A transaction the server ended must not commit what ran since, nor run the
+		// settlement in an implicit transaction of its own.
+		if err := alive(ctx, s.tx); err != nil {
+			s.txFailed = err
+			return s.q.errorf(op, errors.Join(err, s.rollbackTx()))
+		}
+		s.checked = true
+	}
 	var err error
 	switch {
 	case move:
@@ -458,13 +507,11 @@ func (s *session) settleTx(ctx context.Context, op string, id int64, text string
 		if err == nil && !moved {
 			err = fmt.Errorf("row %d was not moved: the copy or the delete changed no row", id)
 		}
-	case text == "":
-		// Retry: the take counted the attempt; the unlock returns the row.
-		return nil
 	default:
 		_, err = s.tx.ExecContext(ctx, text, args...)
 	}
 	if err != nil {
+		err = ended(err)
 		s.txFailed = err
 		return s.q.errorf(op, errors.Join(err, s.rollbackTx()))
 	}
@@ -485,10 +532,17 @@ func (s *session) rollbackTx() error {
 	return err
 }
 
-// endTx forgets the transaction once its COMMIT or ROLLBACK returned err.
+// endTx forgets the transaction once its COMMIT or ROLLBACK returned err, and turns
+// autocommit back on after a lent transaction that ended cleanly. A connection whose
+// transaction may still be open, or that stays with autocommit off, is txLeft: the
+// session runs nothing more on it, and it is closed.
 func (s *session) endTx(err error) {
 	s.stopTx()
 	s.tx, s.stopTx = nil, nil
+	if err == nil && s.lent {
+		err = restoreAutocommit(s.conn)
+	}
+	s.lent, s.checked = false, false
 	if err != nil {
 		s.txLeft = true
 		s.dirty = true

@@ -261,14 +261,15 @@ func TestAdvisoryTake(t *testing.T) {
 	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
 	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p"), Headers: nil})
 	s := newSession(t, q)
-	if !tryLock(t, s, "k") {
+	key := keyOf(t, d, tbl, id)
+	if !tryLock(t, s, key) {
 		t.Fatal("lock refused")
 	}
 	r, ok, err := s.Take(ctx, id, t0)
 	if err != nil || !ok {
 		t.Fatalf("take: %v %v", ok, err)
 	}
-	if r.ID != id || string(r.Payload) != "p" || r.Attempt != 1 || r.Key != "k" {
+	if r.ID != id || string(r.Payload) != "p" || r.Attempt != 1 || r.Key != key {
 		t.Fatalf("took %+v", r)
 	}
 	if st, _ := stateOf(t, d, tbl, id); st.Attempt != 2 {
@@ -298,6 +299,9 @@ func TestAdvisoryTakeWithoutAttempt(t *testing.T) {
 	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
 	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p"), NotBefore: t0.Add(time.Minute)})
 	s := newSession(t, q)
+	if !tryLock(t, s, keyOf(t, d, tbl, id)) {
+		t.Fatal("lock refused")
+	}
 	if _, ok, err := s.Take(ctx, id, t0); ok || err != nil {
 		t.Fatalf("take of a delayed row: %v %v", ok, err)
 	}
@@ -345,7 +349,7 @@ func TestAdvisorySettle(t *testing.T) {
 			q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
 			id := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
 			s := newSession(t, q)
-			if !tryLock(t, s, "k") {
+			if !tryLock(t, s, keyOf(t, d, tbl, id)) {
 				t.Fatal("lock refused")
 			}
 			if _, ok, err := s.Take(ctx, id, t0); !ok || err != nil {
@@ -374,7 +378,7 @@ func TestAdvisoryDeadLetterTable(t *testing.T) {
 	id := publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
 	mustExec(t, d.DB(), "UPDATE "+quote(tbl.Name)+" SET account = 'acc' WHERE id = ?", id)
 	s := newSession(t, q)
-	if !tryLock(t, s, "k") {
+	if !tryLock(t, s, keyOf(t, d, tbl, id)) {
 		t.Fatal("lock refused")
 	}
 	if _, ok, err := s.Take(ctx, id, t0); !ok || err != nil {

@@ -22,9 +22,15 @@
 // none is declared; all four levels serve, since InnoDB's UPDATE and DELETE read the
 // latest row version at any level. A statement inside a lent transaction is never retried
 // after a deadlock (1213) or a lock wait timeout (1205), unlike the claims: the handler's
-// writes cannot be replayed. The settlement rolls back and returns the error. On MariaDB a
-// deadlock ends the transaction, and later statements on the same *sql.Tx run in
-// autocommit: a handler must return its statements' errors rather than go on.
+// writes cannot be replayed. The settlement rolls back and returns the error. A deadlock
+// ends the whole transaction on the server, which the *sql.Tx does not know; so a lent
+// transaction's connection runs with autocommit off while it lasts (a statement after the
+// server's rollback opens an implicit transaction, rolled back with the delivery, rather
+// than committing on its own), and the settlement commits only if the savepoint set when
+// the transaction was lent is still there; otherwise it rolls back and returns an error
+// wrapping dialects.ErrTxEnded. That costs four statements per transactional delivery
+// (three in the row lock form, whose savepoint the runtime set anyway): SET autocommit = 0
+// and SAVEPOINT when lent, RELEASE SAVEPOINT before the commit, SET autocommit = 1 after.
 //
 // Time columns (retry_after, processed_at, locked_until) are DATETIME(6) holding UTC. The
 // pool must scan DATETIME into time.Time in UTC: its DSN needs parseTime=true and loc=UTC

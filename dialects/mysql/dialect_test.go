@@ -142,12 +142,21 @@ func TestNewLeavesThePoolToTheCaller(t *testing.T) {
 	if d.DB() != db || d.Name() != "mysql" || d.Limits() != (dialects.Limits{SessionConnections: true}) {
 		t.Fatalf("accessors: %+v", d.Limits())
 	}
+	// A limited pool's connections are one Budget per pool, shared by its subscriptions.
+	budget := func(l dialects.Limits) dialects.Limits {
+		t.Helper()
+		if l.Budget == nil || l.Budget != dialects.BudgetFor(db, l.Connections) {
+			t.Errorf("limits %+v: not the pool's budget", l)
+		}
+		l.Budget = nil
+		return l
+	}
 	db.SetMaxOpenConns(8)
-	if got := d.Limits(); got != (dialects.Limits{Connections: 7, SessionConnections: true}) {
+	if got := d.Limits(); budget(got) != (dialects.Limits{Connections: 7, SessionConnections: true}) {
 		t.Errorf("limits with 8 connections: %+v", got)
 	}
 	db.SetMaxOpenConns(1)
-	if got := d.Limits(); got != (dialects.Limits{Connections: 1, SessionConnections: true}) {
+	if got := d.Limits(); budget(got) != (dialects.Limits{Connections: 1, SessionConnections: true}) {
 		t.Errorf("limits with 1 connection: %+v", got)
 	}
 	db.SetMaxOpenConns(0)

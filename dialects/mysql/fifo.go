@@ -131,10 +131,7 @@ func (f fifoRowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (diale
 	if c == nil {
 		return nil, false, nil
 	}
-	if q.transactional {
-		return txClaim{c}, true, nil
-	}
-	return c, true, nil
+	return q.deliver(ctx, c)
 }
 
 func (f fifoRowLockQueue) claimOnce(ctx context.Context, now time.Time) (*lockedClaim, error) {
@@ -214,6 +211,9 @@ func (f *fifoLease) claim(ctx context.Context, now, until time.Time, limit int) 
 	q := f.q
 	if limit <= 0 {
 		return nil, nil
+	}
+	if err := checkExpiry(now, until); err != nil {
+		return nil, q.errorf("claim", err)
 	}
 	select {
 	case q.sem <- struct{}{}:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,7 +41,8 @@ func slotOf(n int) (slot, padded int) {
 // MariaDB reads a one-pair row-value IN, (id, t) IN ((?, ?)), by scanning the whole table,
 // locking every row it passes, so one lease's extension or settlement would wait for any
 // row another session holds. With two pairs (a repeated pair changes nothing) it reads
-// the primary key's range.
+// the primary key's range. Every pair list is padded so: batch.lock, the locking read that
+// the extension and the batched settlements run (the extension's UPDATE names ids only).
 func pairSlotOf(n int) (slot, padded int) { return slotOf(max(n, 2)) }
 
 func (l *inList) text(slot int) string {
@@ -83,9 +85,8 @@ type leaseQueue struct {
 	claim string
 	// stamp writes the lease on an id list: until, ids, now.
 	stamp inList
-	// holding reads which of an id list hold a token: ids, token.
-	holding inList
-	// extend moves leases: until, (id, token) pairs.
+	// extend moves the leases of an id list, each locked on its token by batch.lock in
+	// the same transaction: until, ids.
 	extend inList
 	// confirm locks a row if it holds a token, before an event runs: id, token.
 	confirm string
@@ -114,10 +115,7 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 			" ORDER BY " + id + " LIMIT ? FOR UPDATE SKIP LOCKED",
 		stamp: inList{prefix: "UPDATE " + tq + " SET " + set + " WHERE " + id + " IN (", item: "?",
 			suffix: ") AND (" + lu + " IS NULL OR " + lu + " <= ?)"},
-		holding: inList{prefix: "SELECT " + id + " FROM " + tq + " WHERE " + id + " IN (", item: "?",
-			suffix: ") AND " + lu + " = ?"},
-		extend: inList{prefix: "UPDATE " + tq + " SET " + lu + " = ? WHERE (" + id + ", " + lu + ") IN (", item: "(?,?)",
-			suffix: ")"},
+		extend:  inList{prefix: "UPDATE " + tq + " SET " + lu + " = ? WHERE " + id + " IN (", item: "?", suffix: ")"},
 		confirm: confirmText(t),
 		batch:   newBatchSQL(t),
 		level:   isolation(t.Isolation),
@@ -125,15 +123,18 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 	}
 }
 
-// texts lists the statements to prepare at Open (the list statements at one item).
+// texts lists the statements to prepare at Open (the list statements at their shortest).
 func (q *leaseQueue) texts() []string {
-	texts := []string{q.claim, q.stamp.text(0), q.holding.text(0), q.extend.text(1), q.confirm}
+	texts := []string{q.claim, q.stamp.text(0), q.extend.text(0), q.confirm}
 	return append(texts, q.batch.texts()...)
 }
 
 func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limit int) ([]dialects.Row, error) {
 	if limit <= 0 {
 		return nil, nil
+	}
+	if err := checkExpiry(now, until); err != nil {
+		return nil, q.errorf("claim", err)
 	}
 	limit = min(limit, maxList)
 	select {
@@ -147,6 +148,18 @@ func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limi
 		return nil, q.errorf("claim", err)
 	}
 	return rows, nil
+}
+
+// checkExpiry refuses a claim whose lease would not end after now, as stored (to the
+// microsecond). A claim takes only rows whose lease ended at or before now, so an expiry
+// after now makes each claim of a row write a token later than the one it replaces: no
+// two deliveries of a row ever hold the same token.
+func checkExpiry(now, until time.Time) error {
+	if !dbTime(until).After(dbTime(now)) {
+		return fmt.Errorf("the lease expiry %s is not after now %s", dbTime(until).Format(time.RFC3339Nano),
+			dbTime(now).Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // claimOnce runs one claim transaction.
@@ -206,53 +219,18 @@ func (q *leaseQueue) claimOnce(ctx context.Context, now, until time.Time, limit 
 	if err != nil {
 		return nil, err
 	}
-	if stamped < int64(len(ids)) {
-		// The locking read saw every row free and holds it, so this should not happen;
-		// should a row have found a live lease, only the rows carrying this claim's
-		// token are delivered.
-		held, err := q.holdingIDs(ctx, x.tx, ids, until)
-		if err != nil {
-			return nil, err
-		}
-		kept := rows[:0]
-		for _, r := range rows {
-			if _, ok := held[r.ID]; ok {
-				kept = append(kept, r)
-			}
-		}
-		rows = kept
+	if stamped != int64(len(ids)) {
+		// The locking read found every row free and locks it until the commit, and the
+		// stamp writes a value later than now, so each row changes: anything else is
+		// a fault, and nothing of the claim is kept. (No read-back by value: a row
+		// holding until afterwards need not be one this claim stamped.)
+		return nil, fmt.Errorf("stamped %d of the %d rows the claim locked", stamped, len(ids))
 	}
 	done = true
 	if err := x.commit(); err != nil {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return rows, nil
-}
-
-// holdingIDs reads which of ids hold token, in tx, or on the pool when tx is nil.
-func (q *leaseQueue) holdingIDs(ctx context.Context, tx *sql.Tx, ids []int64, token time.Time) (map[int64]struct{}, error) {
-	slot, n := slotOf(len(ids))
-	s, err := q.d.stmt(ctx, q.holding.text(slot))
-	if err != nil {
-		return nil, err
-	}
-	if tx != nil {
-		s = tx.StmtContext(ctx, s)
-	}
-	rs, err := s.QueryContext(ctx, append(idArgs(make([]any, 0, n+1), ids, n), dbTime(token))...)
-	if err != nil {
-		return nil, err
-	}
-	defer rs.Close()
-	held := make(map[int64]struct{}, len(ids))
-	for rs.Next() {
-		var id int64
-		if err := rs.Scan(&id); err != nil {
-			return nil, err
-		}
-		held[id] = struct{}{}
-	}
-	return held, rs.Err()
 }
 
 func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []dialects.Lease) ([]int64, error) {
@@ -274,53 +252,59 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 	return moved, nil
 }
 
-// extendChunk moves the leases of one chunk in one UPDATE, then, unless the UPDATE changed
-// a row per lease, reads back which rows now hold until.
+// extendChunk moves the leases of one chunk (at most maxList) in a READ COMMITTED
+// transaction (retried whole after a deadlock or a lock wait timeout, which rolled it
+// back): a locking read of the rows that still hold their tokens, the UPDATE of the ids
+// it found, and the commit. The read's locks keep every row it found on its token until
+// the commit, so the rows it returns are exactly the rows moved.
 //
-// The read-back counts a row whose lease already read until although this UPDATE did not
-// move it: that is a row another claim took with the very same expiry, after this
-// delivery's lease had run out (so within one second of the renewal, tokens being whole
-// seconds). The delivery then keeps a row whose lease it had lost, exactly as if the
-// renewal had come before the other claim; the other claim's delivery settles against the
-// same token. Each settlement still changes the row at most once (the first one ends or
-// releases the lease). A row settled between the UPDATE and the read-back is missing from
-// the result: its delivery has settled already.
+// A lease is never confirmed by its new value: a row that holds until after the renewal
+// may be one another claim took with that very expiry once this delivery's lease had run
+// out (tokens are whole seconds), and a delivery that kept it would settle, by that value,
+// the other claim's delivery. Nor by the server's count of changed rows alone: a renewal
+// in the claim's second asks for the value the row already holds, which the server does
+// not count as a change.
 func (q *leaseQueue) extendChunk(ctx context.Context, until time.Time, held []dialects.Lease) ([]int64, error) {
-	slot, n := pairSlotOf(len(held))
+	return withRetry(ctx, func() ([]int64, error) { return q.extendOnce(ctx, until, held) })
+}
+
+func (q *leaseQueue) extendOnce(ctx context.Context, until time.Time, held []dialects.Lease) ([]int64, error) {
+	x, err := q.d.begin(ctx, sql.LevelReadCommitted)
+	if err != nil {
+		return nil, err
+	}
+	done := false
+	defer func() {
+		if !done {
+			_ = x.rollback()
+		}
+	}()
+	found, err := q.lockHolding(ctx, x.tx, held)
+	if err != nil {
+		return nil, err
+	}
+	if len(found) == 0 {
+		done = true
+		return nil, x.rollback()
+	}
+	slices.Sort(found)
+	found = slices.Compact(found) // held may name a row twice
+	slot, n := slotOf(len(found))
 	s, err := q.d.stmt(ctx, q.extend.text(slot))
 	if err != nil {
 		return nil, err
 	}
-	args := make([]any, 0, 1+2*n)
-	args = append(args, dbTime(until))
-	ids := make([]int64, 0, len(held))
-	distinct := make(map[int64]struct{}, len(held))
-	for i := range n {
-		l := held[min(i, len(held)-1)]
-		args = append(args, l.ID, dbTime(l.Token))
-		if _, dup := distinct[l.ID]; !dup && i < len(held) {
-			distinct[l.ID] = struct{}{}
-			ids = append(ids, l.ID)
-		}
-	}
-	changed, err := affected(s.ExecContext(ctx, args...))
-	if err != nil {
+	args := make([]any, 0, 1+n)
+	args = idArgs(append(args, dbTime(until)), found, n)
+	// The count is not checked: a row already holding until does not count as changed.
+	if _, err := x.tx.StmtContext(ctx, s).ExecContext(ctx, args...); err != nil {
 		return nil, err
 	}
-	if changed == int64(len(ids)) {
-		return ids, nil
+	done = true
+	if err := x.commit(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
 	}
-	now, err := q.holdingIDs(ctx, nil, ids, until)
-	if err != nil {
-		return nil, err
-	}
-	moved := make([]int64, 0, len(now))
-	for _, id := range ids {
-		if _, ok := now[id]; ok {
-			moved = append(moved, id)
-		}
-	}
-	return moved, nil
+	return found, nil
 }
 
 // SettleLease runs the step's statement fenced by the token; false when the row holds
@@ -390,10 +374,18 @@ var _ dialects.TxLeaseQueue = txLeaseQueue{}
 // level serves: the fenced settlement is an UPDATE or DELETE, which InnoDB runs against
 // the latest committed row version (a locking read) whatever the transaction's snapshot,
 // so it sees the renewer's extensions.
+//
+// The transaction is lent (lend): autocommit off on its connection and a savepoint, so
+// that after InnoDB ended it on its own (a deadlock's victim) nothing run through it
+// commits, and the settlement finds it ended (alive) and reports dialects.ErrTxEnded.
 func (q txLeaseQueue) BeginDelivery(ctx context.Context) (dialects.LeaseTx, error) {
 	x, err := q.d.begin(ctx, q.level)
 	if err != nil {
 		return nil, q.errorf("begin delivery", err)
+	}
+	x.lent = true
+	if err := lend(ctx, x.tx); err != nil {
+		return nil, q.errorf("begin delivery", errors.Join(err, x.rollback()))
 	}
 	return &leaseTx{q: q.leaseQueue, x: x}, nil
 }
@@ -402,7 +394,8 @@ func (q txLeaseQueue) BeginDelivery(ctx context.Context) (dialects.LeaseTx, erro
 //
 // Its settlement is never retried after a deadlock or a lock wait timeout, unlike the
 // settlements outside it: the handler's writes cannot be replayed, and a deadlock has
-// rolled them back already. The settlement then rolls back and returns the error.
+// rolled them back already. The settlement then rolls back and returns the error (a
+// deadlock's, or a transaction found ended, wrapping dialects.ErrTxEnded).
 type leaseTx struct {
 	q *leaseQueue
 	x *txn
@@ -437,6 +430,10 @@ func (t *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 	if err != nil && step.Event == "" {
 		return false, q.errorf(op, errors.Join(err, t.x.rollback()))
 	}
+	// A transaction the server ended must not commit what ran since (nor the settlement).
+	if err := alive(ctx, t.x.tx); err != nil {
+		return false, q.errorf(op, errors.Join(err, t.x.rollback()))
+	}
 	var changed bool
 	switch {
 	case step.Event != "":
@@ -459,7 +456,7 @@ func (t *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 		}
 	}
 	if err != nil {
-		return false, q.errorf(op, errors.Join(err, t.x.rollback()))
+		return false, q.errorf(op, errors.Join(ended(err), t.x.rollback()))
 	}
 	if !changed {
 		if err := t.x.rollback(); err != nil {

@@ -180,7 +180,7 @@ func TestExtendLeases(t *testing.T) {
 	if moved, _ := q.ExtendLeases(ctx, next.Add(time.Minute), held[:1]); len(moved) != 0 {
 		t.Errorf("a stale token extended %v", moved)
 	}
-	// Every lease holding: the UPDATE's count answers without a read-back.
+	// Every lease holding.
 	all := []dialects.Lease{{ID: rows[0].ID, Token: next}, {ID: rows[1].ID, Token: next}, {ID: rows[2].ID, Token: next}}
 	moved, err = q.ExtendLeases(ctx, next.Add(time.Minute), all)
 	if err != nil || len(moved) != 3 {
@@ -211,7 +211,7 @@ func TestExtendManyLeases(t *testing.T) {
 	if len(held) != n {
 		t.Fatalf("claimed %d of %d", len(held), n)
 	}
-	// One stale lease in the second chunk forces its read-back.
+	// One stale lease in the second chunk.
 	held[n-1].Token = until.Add(-time.Second)
 	moved, err := q.ExtendLeases(ctx, until.Add(time.Minute), held)
 	if err != nil {

@@ -60,24 +60,50 @@ func integerMax(dataType string, unsigned bool) int64 {
 // scanOne reads the single row of a claim's result (sql.ErrNoRows when there is none), as
 // QueryRow would, except that a row whose values do not scan is returned flagged.
 func (q *queue) scanOne(rows *sql.Rows, err error) (dialects.Row, error) {
+	r, _, err := q.scanOneAttempt(rows, err)
+	return r, err
+}
+
+// scanOneAttempt is scanOne also keeping the attempt column as read (scanRowAttempt).
+func (q *queue) scanOneAttempt(rows *sql.Rows, err error) (dialects.Row, any, error) {
 	if err != nil {
-		return dialects.Row{}, err
+		return dialects.Row{}, nil, err
 	}
 	defer rows.Close()
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return dialects.Row{}, err
+			return dialects.Row{}, nil, err
 		}
-		return dialects.Row{}, sql.ErrNoRows
+		return dialects.Row{}, nil, sql.ErrNoRows
 	}
-	r, err := q.scanRow(rows)
+	r, read, err := q.scanRowAttempt(rows)
 	if err != nil {
-		return dialects.Row{}, err
+		return dialects.Row{}, nil, err
 	}
 	if err := rows.Close(); err != nil {
-		return dialects.Row{}, err
+		return dialects.Row{}, nil, err
 	}
-	return r, nil
+	return r, read, nil
+}
+
+// rawAttempt reads the current row's attempt column (the third) as the driver gives it,
+// for a row whose values did not scan (database/sql converts them again on each Scan):
+// nil when even that fails.
+func (q *queue) rawAttempt(rows *sql.Rows) any {
+	cols, err := rows.Columns()
+	if err != nil || len(cols) < 3 {
+		return nil
+	}
+	var raw any
+	dest := make([]any, len(cols))
+	for i := range dest {
+		dest[i] = new(any)
+	}
+	dest[2] = &raw
+	if rows.Scan(dest...) != nil {
+		return nil
+	}
+	return raw
 }
 
 // skipSet holds the ids of rows set aside in memory.
@@ -124,11 +150,34 @@ func (q *rowLockQueue) Skip(id int64) { q.skip.add(id) }
 // Skip passes over a row set aside in memory: the group's head, it holds its group.
 func (f fifoRowLockQueue) Skip(id int64) { f.q.Skip(id) }
 
-// atCap says whether the row the take's count changed nothing on (MySQL counts changed
-// rows, not matched ones, unless the DSN sets clientFoundRows) is still claimable: its
-// attempt is at the cap, and the take goes on. args are the count's. A query that fails
-// reads as not claimable: the claim passes the row over, as one taken meanwhile.
-func (s *session) atCap(ctx context.Context, args []any) bool {
-	var one int
-	return s.conn.QueryRowContext(ctx, s.q.claimable, args...).Scan(&one) == nil
+// counts says whether the advisory take's count changes an attempt as read (the value
+// scanRowAttempt kept): CountAttempt adds one below the cap and leaves NULL, and a value
+// at the cap or beyond, as it is. MySQL reports a row an UPDATE leaves as it was as not
+// changed, matched or not (unless the DSN sets clientFoundRows), so a count of a row
+// at the cap could not tell the take whether the row was still claimable: the take
+// decides from the read instead. A value it cannot read as a number is left to the count.
+func (q *queue) counts(read any) bool {
+	switch v := read.(type) {
+	case nil:
+		return false
+	case int64:
+		return v < q.attemptMax
+	case uint64:
+		return v < uint64(q.attemptMax)
+	case []byte:
+		return countsText(string(v), q.attemptMax)
+	case string:
+		return countsText(v, q.attemptMax)
+	}
+	return true
+}
+
+func countsText(v string, max int64) bool {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return n < max
+	}
+	if _, err := strconv.ParseUint(v, 10, 64); err == nil {
+		return false // beyond an int64, so beyond every cap
+	}
+	return true
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/rowactor/rowactor/dialects"
 	"github.com/rowactor/rowactor/dialects/sqlstmt"
 )
@@ -289,6 +291,9 @@ type txn struct {
 	// row lock form).
 	stop context.CancelFunc
 	once sync.Once
+	// lent says the transaction is lent to a handler (lend): its connection runs with
+	// autocommit off until the transaction ends, and end turns it back on.
+	lent bool
 }
 
 // begin opens a transaction at level on a pool connection of its own (see beginTx).
@@ -353,12 +358,99 @@ func (x *txn) rollback() error {
 func (x *txn) end(err error) {
 	x.once.Do(func() {
 		x.stop()
+		if err == nil && x.lent {
+			err = restoreAutocommit(x.conn)
+		}
 		if err != nil {
 			discard(x.conn)
 		} else {
 			_ = x.conn.Close()
 		}
 	})
+}
+
+// A transaction lent to a handler (transactional mode) must never commit in part. When
+// InnoDB ends a transaction on its own (a deadlock's victim is rolled back whole, its
+// locks and savepoints with it), the driver does not know: the *sql.Tx still looks open,
+// and with autocommit on, every later statement through it (the handler's, the
+// settlement's) would commit on its own. So a lent transaction runs with autocommit off
+// on its connection: a statement after the server's rollback opens an implicit
+// transaction instead, which ends with the delivery's, rolled back. And the settlement
+// first checks that the transaction is still the one begun (alive), by the savepoint set
+// when it was lent: once the server rolled the transaction back, the savepoint is gone.
+// When the transaction ends, autocommit is turned back on before the connection returns
+// to the pool (restoreAutocommit), or the connection is closed.
+//
+// Cost per transactional delivery, in statements: SET autocommit = 0 and SAVEPOINT when
+// lent (the row lock form's claimer already set its savepoint, now set here instead),
+// RELEASE SAVEPOINT at the settlement that commits, SET autocommit = 1 at the end.
+
+// savepoint is set when a transaction is lent: the row lock form rolls back to it to
+// discard the handler's writes and keep the row; every form checks it is still there
+// before committing.
+const savepoint = "rowactor_claim"
+
+// errNoSavepoint is ER_SP_DOES_NOT_EXIST: the savepoint named is not in the current
+// transaction, which the server ended since it was set.
+const errNoSavepoint = 1305
+
+// lend readies tx, just begun (or just claimed), for a handler: autocommit off on its
+// connection, then the savepoint. The caller marks its txn lent before, so that the end
+// turns autocommit back on whatever happened here.
+func lend(ctx context.Context, tx *sql.Tx) error {
+	if _, err := tx.ExecContext(ctx, "SET autocommit = 0"); err != nil {
+		return fmt.Errorf("lend the transaction: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
+		return fmt.Errorf("lend the transaction: %w", err)
+	}
+	return nil
+}
+
+// alive checks that a lent transaction is still the one begun, by releasing its savepoint
+// (so it runs once, right before the settlement that commits). An error wraps
+// dialects.ErrTxEnded when the server ended the transaction: the savepoint is gone, and
+// whatever ran through the *sql.Tx since is in an implicit transaction that the caller
+// rolls back.
+func alive(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+savepoint)
+	if err == nil {
+		return nil
+	}
+	if serverError(err) == errNoSavepoint {
+		return fmt.Errorf("%w (the savepoint set when it was lent is gone: %w)", dialects.ErrTxEnded, err)
+	}
+	return fmt.Errorf("check the transaction: %w", err)
+}
+
+// ended wraps the error of a statement run in a lent transaction with dialects.ErrTxEnded
+// when the server ended the transaction with it: a deadlock rolls the whole transaction
+// back (a lock wait timeout only the statement).
+func ended(err error) error {
+	if err != nil && serverError(err) == errDeadlock && !errors.Is(err, dialects.ErrTxEnded) {
+		return fmt.Errorf("%w: %w", dialects.ErrTxEnded, err)
+	}
+	return err
+}
+
+// serverError is the server's error number in err, 0 when it holds none.
+func serverError(err error) uint16 {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
+}
+
+// restoreAutocommit turns autocommit back on for a lent transaction's connection once the
+// transaction ended cleanly (no transaction is open: SET autocommit = 1 commits nothing).
+func restoreAutocommit(conn *sql.Conn) error {
+	ctx, cancel := cleanupCtx(context.Background())
+	defer cancel()
+	if _, err := conn.ExecContext(ctx, "SET autocommit = 1"); err != nil {
+		return fmt.Errorf("restore autocommit: %w", err)
+	}
+	return nil
 }
 
 // discard closes a dedicated connection instead of returning it to the pool. Raw's
@@ -378,7 +470,15 @@ func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // scanRow reads id, payload[, attempt][, headers] from the current row. A row whose values
 // do not scan is returned flagged (Row.Fault), and the result goes on.
-func (q *queue) scanRow(sc *sql.Rows) (dialects.Row, error) {
+func (q *queue) scanRow(rows *sql.Rows) (dialects.Row, error) {
+	r, _, err := q.scanRowAttempt(rows)
+	return r, err
+}
+
+// scanRowAttempt is scanRow also keeping the attempt column as read, for a statement to
+// compare with it (<=>): an int64, or nil when it is NULL (or the table has no attempt
+// column). For a row returned flagged it is the value as the driver gave it (rawAttempt).
+func (q *queue) scanRowAttempt(rows *sql.Rows) (dialects.Row, any, error) {
 	var (
 		r       dialects.Row
 		attempt sql.NullInt64
@@ -390,12 +490,20 @@ func (q *queue) scanRow(sc *sql.Rows) (dialects.Row, error) {
 	if q.hasHeaders {
 		dest = append(dest, &r.Headers)
 	}
-	if err := sc.Scan(dest...); err != nil {
-		return sqlstmt.Unreadable(sc, q.name, err)
+	if err := rows.Scan(dest...); err != nil {
+		r, err := sqlstmt.Unreadable(rows, q.name, err)
+		if err != nil || !q.hasAttempt {
+			return r, nil, err
+		}
+		return r, q.rawAttempt(rows), nil
 	}
 	if r.Payload == nil {
 		r.Payload = []byte{}
 	}
 	r.Attempt = int(attempt.Int64)
-	return r, nil
+	var read any
+	if attempt.Valid {
+		read = attempt.Int64
+	}
+	return r, read, nil
 }

@@ -61,10 +61,20 @@ func (q *rowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (dialects
 	if c == nil {
 		return nil, false, nil
 	}
-	if q.transactional {
-		return txClaim{c}, true, nil
+	return q.deliver(ctx, c)
+}
+
+// deliver returns a claim as it is delivered: a transactional subscription's lends its
+// transaction (lend: autocommit off, the savepoint), and is ended when that fails.
+func (q *rowLockQueue) deliver(ctx context.Context, c *lockedClaim) (dialects.LockedClaim, bool, error) {
+	if !q.transactional {
+		return c, true, nil
 	}
-	return c, true, nil
+	c.x.lent = true
+	if err := lend(ctx, c.x.tx); err != nil {
+		return nil, false, q.errorf("claim", errors.Join(err, c.x.rollback()))
+	}
+	return txClaim{c}, true, nil
 }
 
 func (q *rowLockQueue) claimOnce(ctx context.Context, now time.Time) (*lockedClaim, error) {
@@ -128,6 +138,12 @@ func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
 	if err != nil {
 		return q.errorf(op, errors.Join(err, c.x.rollback()))
 	}
+	if c.x.lent && (move || text != "") {
+		// A lent transaction the server ended must not commit what ran since.
+		if err := alive(ctx, c.x.tx); err != nil {
+			return q.errorf(op, errors.Join(err, c.x.rollback()))
+		}
+	}
 	switch {
 	case move:
 		moved, err := q.move(ctx, c.x.tx, args)
@@ -135,7 +151,7 @@ func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
 			err = fmt.Errorf("row %d was not moved: the copy or the delete changed no row", c.row.ID)
 		}
 		if err != nil {
-			return q.errorf("dead-letter move", errors.Join(err, c.x.rollback()))
+			return q.errorf("dead-letter move", errors.Join(ended(err), c.x.rollback()))
 		}
 	case text == "":
 		if err := c.x.rollback(); err != nil {
@@ -148,7 +164,7 @@ func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
 			_, err = c.x.tx.StmtContext(ctx, s).ExecContext(ctx, args...)
 		}
 		if err != nil {
-			return q.errorf(op, errors.Join(err, c.x.rollback()))
+			return q.errorf(op, errors.Join(ended(err), c.x.rollback()))
 		}
 	}
 	if err := c.x.commit(); err != nil {
@@ -172,16 +188,16 @@ func (c *lockedClaim) Rollback(ctx context.Context) error {
 	return nil
 }
 
-// savepoint is set right after a transactional claim, so a settlement other than Ack can
-// discard the handler's writes and still count the attempt in the claim transaction.
-const savepoint = "rowactor_claim"
-
 // txClaim is the claim of a transactional subscription: its transaction is lent to the
-// handler, whose writes commit with the settlement (Settle, as lockedClaim's).
+// handler, whose writes commit with the settlement (Settle, as lockedClaim's). The claim
+// lent it (lend): autocommit is off on its connection and the savepoint rowactor_claim is
+// set, right after the claim; Settle commits only while that savepoint is still there
+// (alive), so a transaction InnoDB ended meanwhile commits nothing.
 //
 // Settle is never retried after a deadlock or a lock wait timeout: the handler's writes
 // cannot be replayed. A deadlock has rolled the whole transaction back (the row lock
-// included), so a deadlocked settlement returns its error after the rollback.
+// included), so a deadlocked settlement returns its error, wrapping dialects.ErrTxEnded,
+// after the rollback.
 type txClaim struct{ *lockedClaim }
 
 var _ dialects.TxLockedClaim = txClaim{}
@@ -189,23 +205,22 @@ var _ dialects.TxLockedClaim = txClaim{}
 // Tx is the claim transaction, a *sql.Tx. It ends with the claim's Settle or Rollback.
 func (c txClaim) Tx() any { return c.x.tx }
 
-// Savepoint sets the claim's savepoint (SAVEPOINT rowactor_claim).
+// Savepoint has nothing to do: the claim set the savepoint rowactor_claim when it lent
+// its transaction, right after the claim (one statement fewer per delivery).
 func (c txClaim) Savepoint(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ended {
 		return c.q.errorf("savepoint", errEnded)
 	}
-	if _, err := c.x.tx.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
-		return c.q.errorf("savepoint", err)
-	}
 	return nil
 }
 
 // RollbackToSavepoint discards the handler's writes and keeps the row locked (InnoDB keeps
 // the locks taken before the savepoint). When it fails (the savepoint is gone: a deadlock
-// in the handler rolled the transaction back) the whole transaction is rolled back and the
-// claim ends, so that no later Settle can commit the handler's writes.
+// in the handler rolled the transaction back; the error then wraps dialects.ErrTxEnded)
+// the whole transaction is rolled back and the claim ends, so that no later Settle can
+// commit the handler's writes.
 func (c txClaim) RollbackToSavepoint(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -214,6 +229,9 @@ func (c txClaim) RollbackToSavepoint(ctx context.Context) error {
 	}
 	if _, err := c.x.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); err != nil {
 		c.ended = true
+		if serverError(err) == errNoSavepoint {
+			err = fmt.Errorf("%w (the savepoint set at the claim is gone: %w)", dialects.ErrTxEnded, err)
+		}
 		return c.q.errorf("rollback to savepoint", errors.Join(err, c.x.rollback()))
 	}
 	return nil

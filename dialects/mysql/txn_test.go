@@ -477,7 +477,7 @@ func TestTxAdvisoryAckCommits(t *testing.T) {
 	fx := effectsTable(t, d)
 	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl})
 	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	key := tbl.Name + "-k"
+	key := keyOf(t, d, tbl, id)
 	name := LockName(databaseName(t, d.DB()), key)
 	s := takeTx(t, q, key, id)
 	conn := txSessionConnID(t, s)
@@ -539,7 +539,7 @@ func TestTxAdvisoryRollbackThenRetry(t *testing.T) {
 	fx := effectsTable(t, d)
 	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl})
 	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	key := tbl.Name + "-k"
+	key := keyOf(t, d, tbl, id)
 	name := LockName(databaseName(t, d.DB()), key)
 	s := takeTx(t, q, key, id)
 	conn := txSessionConnID(t, s)
@@ -584,7 +584,7 @@ func TestTxAdvisoryUnlockRollsBack(t *testing.T) {
 	fx := effectsTable(t, d)
 	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl})
 	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	key := tbl.Name + "-k"
+	key := keyOf(t, d, tbl, id)
 	name := LockName(databaseName(t, d.DB()), key)
 
 	s := takeTx(t, q, key, id)
@@ -644,7 +644,7 @@ func TestTxAdvisoryDeadLetterTable(t *testing.T) {
 	fx := effectsTable(t, d)
 	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name})
 	id := publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
-	s := takeTx(t, q, tbl.Name+"-k", id)
+	s := takeTx(t, q, keyOf(t, d, tbl, id), id)
 	if err := s.Begin(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -681,7 +681,7 @@ func TestTxAdvisoryDeadlockIsNotRetried(t *testing.T) {
 	fx := effectsTable(t, d)
 	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name})
 	id := publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
-	s := takeTx(t, q, tbl.Name+"-k", id)
+	s := takeTx(t, q, keyOf(t, d, tbl, id), id)
 	if err := s.Begin(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -720,7 +720,7 @@ func TestTxAdvisoryFailedSettleRollsBack(t *testing.T) {
 	fx := effectsTable(t, d)
 	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl})
 	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	s := takeTx(t, q, tbl.Name+"-k", id)
+	s := takeTx(t, q, keyOf(t, d, tbl, id), id)
 	if err := s.Begin(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -795,7 +795,7 @@ func TestTxIsolation(t *testing.T) {
 				return tbl
 			})
 			id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-			s := takeTx(t, openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl}), tbl.Name+"-k", id)
+			s := takeTx(t, openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl}), keyOf(t, d, tbl, id), id)
 			if err := s.Begin(ctx); err != nil {
 				t.Fatal(err)
 			}

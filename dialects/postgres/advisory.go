@@ -50,16 +50,18 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 		" WHERE ", claimable(&c, t, "", false), " ORDER BY ", id, " OFFSET 0) AS k",
 		" WHERE pg_try_advisory_xact_lock_shared(hashtextextended(k.key, 0)) LIMIT ", c.p(pLimit))
 
-	// The take re-checks the row and counts the attempt in one autocommit statement;
+	// The take re-checks the row (still claimable, and its key still the one the session
+	// locked, compared byte for byte) and counts the attempt in one autocommit statement;
 	// RETURNING sees the counted value, and the delivery reports the one before.
 	var w builder
 	if t.Attempt != "" {
 		a := quote(t.Attempt)
 		w.w("UPDATE ", tq, " SET ", a, " = ", dialects.CountAttempt(a, base.attemptMax), " WHERE ", id, " = ", w.p(pID),
-			" AND ", claimable(&w, t, "", false), " RETURNING ", rowColumns(t, "", a+" - 1"), ", ", key)
+			" AND ", claimable(&w, t, "", false), " AND ", key, " = ", w.p(pKey), "::text COLLATE \"C\"",
+			" RETURNING ", rowColumns(t, "", a+" - 1"), ", ", key)
 	} else {
 		w.w("SELECT ", rowColumns(t, "", ""), ", ", key, " FROM ", tq, " WHERE ", id, " = ", w.p(pID),
-			" AND ", claimable(&w, t, "", false))
+			" AND ", claimable(&w, t, "", false), " AND ", key, " = ", w.p(pKey), "::text COLLATE \"C\"")
 	}
 	return &advisoryQueue{queue: base, candidates: c.stmt(), take: w.stmt()}, nil
 }
@@ -126,7 +128,10 @@ type session struct {
 
 var _ dialects.Session = (*session)(nil)
 
-var errSessionEnded = errors.New("the advisory session has ended")
+var (
+	errSessionEnded = errors.New("the advisory session has ended")
+	errNoKey        = errors.New("the session holds no key (TryLock the row's key first)")
+)
 
 func (s *session) TryLock(ctx context.Context, key string) (bool, error) {
 	s.mu.Lock()
@@ -150,6 +155,11 @@ func (s *session) TryLock(ctx context.Context, key string) (bool, error) {
 	return ok, nil
 }
 
+// Take counts the attempt and reads the row in one statement, if the row is still
+// claimable and its key still renders to the key the session locked: a row whose key
+// column changed since the candidates were read names another lock, so it is not taken
+// (the caller unlocks and passes it over). A session holding no key has none to check
+// the row against: its take is refused.
 func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.Row, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -157,8 +167,11 @@ func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.R
 	if s.conn == nil {
 		return dialects.Row{}, false, q.errorf("take", errSessionEnded)
 	}
+	if !s.held {
+		return dialects.Row{}, false, q.errorf("take", errNoKey)
+	}
 	b := q.bind()
-	b.id, b.now = id, now
+	b.id, b.now, b.key = id, now, s.key
 	rows, err := s.conn.Query(ctx, q.take.text, q.take.args(&b)...)
 	if err != nil {
 		return dialects.Row{}, false, q.errorf("take", err)
@@ -191,13 +204,16 @@ func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) erro
 	}
 	var db querier = s.conn
 	if s.open {
-		if err := inTx(s.conn); err != nil {
+		if err := settleable(s.conn); err != nil {
 			return q.errorf(step.Kind.String(), err)
 		}
 		db = s.tx
 	}
 	if step.Event != "" {
 		_, err := q.runEvent(ctx, db, step, id)
+		if s.open {
+			err = ended(err)
+		}
 		return err
 	}
 	st := &q.settle
@@ -222,6 +238,9 @@ func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) erro
 		_, err = q.exec(ctx, db, "dead-letter", dl, &b)
 	default:
 		err = q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
+	}
+	if s.open {
+		err = ended(err)
 	}
 	return err
 }
@@ -376,12 +395,16 @@ func (s *txSession) Commit(ctx context.Context) error {
 		s.open = false
 		return q.errorf("commit", err)
 	}
+	if err := settleable(s.conn); err != nil {
+		// Aborted: the transaction can only roll back.
+		return q.errorf("commit", errors.Join(err, s.rollback(ctx)))
+	}
 	s.open = false
 	if err := s.tx.Commit(ctx); err != nil {
 		if pc := s.conn.Conn().PgConn(); pc.IsClosed() || pc.TxStatus() != 'I' {
 			s.doubtful = true
 		}
-		return q.errorf("commit", err)
+		return q.errorf("commit", ended(err))
 	}
 	return nil
 }

@@ -33,8 +33,12 @@
 //     always ended before the key is unlocked.
 //
 // A handler runs its queries on the pgx.Tx and never commits or rolls it back itself. A
-// connection that carried a lent transaction returns to the pool only idle outside a
-// transaction; otherwise it is closed, and the server rolls back. In the lease form each
+// transaction the server aborted (a statement in it failed, a deadlock's victim included)
+// refuses every later statement and its COMMIT is a ROLLBACK, so nothing of it commits; its
+// settlement reports an error wrapping dialects.ErrTxEnded (found from the connection's
+// transaction status, with no extra statement). A connection that carried a lent
+// transaction returns to the pool only idle outside a transaction; otherwise it is
+// closed, and the server rolls back. In the lease form each
 // delivery in work then holds a connection: size the pool as for the other forms.
 //
 // Time columns are timestamptz and are bound as time.Time (the server keeps

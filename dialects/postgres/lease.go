@@ -57,6 +57,9 @@ func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limi
 	if limit <= 0 {
 		return nil, nil
 	}
+	if err := checkExpiry(now, until); err != nil {
+		return nil, q.errorf("claim", err)
+	}
 	if q.guard.text != "" {
 		return q.claimHead(ctx, now, until)
 	}
@@ -80,6 +83,18 @@ func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limi
 		return nil, q.errorf("claim", err)
 	}
 	return out, nil
+}
+
+// checkExpiry refuses a claim whose lease would not end after now, as stored (timestamptz
+// keeps microseconds, and pgx truncates to them). A claim takes only rows whose lease
+// ended at or before now, so an expiry after now makes each claim of a row write a token
+// later than the one it replaces: no two deliveries of a row ever hold the same token.
+func checkExpiry(now, until time.Time) error {
+	u, n := until.Truncate(time.Microsecond), now.Truncate(time.Microsecond)
+	if !u.After(n) {
+		return fmt.Errorf("the lease expiry %s is not after now %s", u.UTC().Format(time.RFC3339Nano), n.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // ExtendLeases moves every lease still holding its token in one statement, whatever
@@ -204,7 +219,7 @@ func (l *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 	if l.conn == nil {
 		return false, q.errorf(op, errTxEnded)
 	}
-	if err := inTx(l.conn); err != nil {
+	if err := settleable(l.conn); err != nil {
 		l.end(ctx)
 		return false, q.errorf(op, err)
 	}
@@ -219,7 +234,7 @@ func (l *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 	}
 	if err != nil {
 		l.end(ctx)
-		return false, err
+		return false, ended(err)
 	}
 	if !changed {
 		// The lease is lost: nothing of the delivery may commit.
@@ -230,7 +245,7 @@ func (l *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 	}
 	if err := l.tx.Commit(ctx); err != nil {
 		l.end(ctx)
-		return false, q.errorf(op+" commit", err)
+		return false, q.errorf(op+" commit", ended(err))
 	}
 	endConn(l.conn, nil)
 	l.conn = nil

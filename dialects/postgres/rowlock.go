@@ -176,9 +176,10 @@ func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
 		}
 		return nil
 	}
-	if err := inTx(c.conn); err != nil {
-		// The handler ended the transaction itself: the row lock went with it, so the
-		// settlement no longer holds the row.
+	if err := settleable(c.conn); err != nil {
+		// The handler ended the transaction itself, or the server aborted it: the row
+		// lock went with it (or the transaction can only roll back), so the settlement
+		// no longer holds the row.
 		c.end(ctx)
 		return q.errorf(op, err)
 	}
@@ -186,13 +187,13 @@ func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
 	b.id, b.now, b.at = c.row.ID, step.Now, step.At
 	if _, err := c.tx.Exec(ctx, st.text, st.args(&b)...); err != nil {
 		c.end(ctx)
-		return q.errorf(op, err)
+		return q.errorf(op, ended(err))
 	}
 	// pgx reports ErrTxCommitRollback when the server answers ROLLBACK to the COMMIT of a
 	// failed transaction.
 	if err := c.tx.Commit(ctx); err != nil {
 		c.end(ctx)
-		return q.errorf(op+" commit", err)
+		return q.errorf(op+" commit", ended(err))
 	}
 	endConn(c.conn, nil)
 	c.conn = nil
@@ -204,17 +205,17 @@ func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
 func (c *lockedClaim) settleEvent(ctx context.Context, step dialects.Step) error {
 	q := c.q
 	op := "event " + step.Event
-	if err := inTx(c.conn); err != nil {
+	if err := settleable(c.conn); err != nil {
 		c.end(ctx)
 		return q.errorf(op, err)
 	}
 	if _, err := q.runEvent(ctx, c.tx, step, c.row.ID); err != nil {
 		c.end(ctx)
-		return err
+		return ended(err)
 	}
 	if err := c.tx.Commit(ctx); err != nil {
 		c.end(ctx)
-		return q.errorf(op+" commit", err)
+		return q.errorf(op+" commit", ended(err))
 	}
 	endConn(c.conn, nil)
 	c.conn = nil

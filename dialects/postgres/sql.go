@@ -57,6 +57,7 @@ const (
 	pAt                     // when a delayed row becomes due
 	pDest                   // the dead-letter group
 	pSkip                   // the ids set aside in memory (a bigint[])
+	pKey                    // the advisory key a session locked
 )
 
 // bind holds the values a statement's parameters take.
@@ -67,6 +68,7 @@ type bind struct {
 	at         time.Time
 	group      string
 	dest       string
+	key        string
 	limit      int64
 	skip       []int64
 }
@@ -100,6 +102,8 @@ func (s stmt) args(b *bind) []any {
 			args[i] = b.dest
 		case pSkip:
 			args[i] = b.skip
+		case pKey:
+			args[i] = b.key
 		}
 	}
 	return args

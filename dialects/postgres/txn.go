@@ -3,9 +3,14 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/rowactor/rowactor/dialects"
 )
 
 // Transactional mode lends pgx.Tx values: the row lock claim's own transaction, a
@@ -28,6 +33,37 @@ func inTx(conn *pgxpool.Conn) error {
 		return errNotInTx
 	}
 	return nil
+}
+
+// settleable refuses a connection whose transaction cannot commit a settlement: ended
+// outside rowactor (inTx), or aborted by the server (a statement in it failed: a
+// deadlock's victim, a serialization failure, any error the handler met), whose every
+// statement fails and whose COMMIT is a ROLLBACK. An aborted transaction is reported
+// wrapping dialects.ErrTxEnded: nothing of it was or will be committed. pgconn tracks the
+// status from each ReadyForQuery, so the check runs no statement.
+func settleable(conn *pgxpool.Conn) error {
+	if err := inTx(conn); err != nil {
+		return err
+	}
+	if conn.Conn().PgConn().TxStatus() == 'E' {
+		return fmt.Errorf("%w: the transaction is aborted (a statement in it failed), so it can only roll back", dialects.ErrTxEnded)
+	}
+	return nil
+}
+
+// ended wraps with dialects.ErrTxEnded the error of a statement or COMMIT that ended its
+// transaction by rolling it back: a COMMIT that found the transaction aborted, or a
+// statement the server failed with a transaction rollback error (class 40: a deadlock's
+// victim, a serialization failure).
+func ended(err error) error {
+	if err == nil || errors.Is(err, dialects.ErrTxEnded) {
+		return err
+	}
+	var pgErr *pgconn.PgError
+	if errors.Is(err, pgx.ErrTxCommitRollback) || errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "40") {
+		return fmt.Errorf("%w: %w", dialects.ErrTxEnded, err)
+	}
+	return err
 }
 
 // rollbackConn rolls tx back and gives its connection up (endConn). The rollback runs even

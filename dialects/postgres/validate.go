@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -166,17 +167,11 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) error 
 			Fix: "declare ReadCommitted or no isolation level for a transactional lease table, or drop Transactional"}
 	}
 	if spec.Transactional && t.Form() == dialects.FormLease && t.Isolation == "" {
-		// Plain BEGIN opens at the server's default, which may be a snapshot level too.
-		var level string
-		if err := d.pool.QueryRow(ctx, "SHOW default_transaction_isolation").Scan(&level); err != nil {
-			return fmt.Errorf("postgres: read the default isolation level for table %s: %w", t.Name, err)
-		}
-		if level == string(dialects.RepeatableRead) || level == string(dialects.Serializable) {
-			return &dialects.ConfigError{Table: t.Name, Option: "Table.Isolation",
-				Reason: fmt.Sprintf("the server's default isolation level (default_transaction_isolation) is %s, at which a "+
-					"transactional lease delivery's transaction reads one snapshot, which would not see the renewer's extended "+
-					"lease: a handler outliving half its lease would lose a lease it still holds, and its writes would roll back", level),
-				Fix: "declare ReadCommitted on the table, or drop Transactional"}
+		// Plain BEGIN opens at the session's default, which may be a snapshot level too,
+		// set on the role or the database as well as in the server's configuration: read
+		// on a pool connection, as the deliveries' connections will have it.
+		if err := d.checkDefaultIsolation(ctx, t); err != nil {
+			return err
 		}
 	}
 	if t.Mode != "" {
@@ -205,6 +200,52 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) error 
 		return d.checkDeadLetterTable(ctx, t, spec.DeadLetterTable)
 	}
 	return nil
+}
+
+// checkDefaultIsolation refuses a transactional lease table declaring no level when a
+// pool connection's default_transaction_isolation is repeatable read or serializable,
+// naming where the default comes from (pg_settings.source) and how to undo it there.
+func (d *Dialect) checkDefaultIsolation(ctx context.Context, t dialects.Table) error {
+	var level, source, role, db string
+	err := d.pool.QueryRow(ctx, "SELECT setting, source, session_user::text, current_database()::text FROM pg_settings"+
+		" WHERE name = 'default_transaction_isolation'").Scan(&level, &source, &role, &db)
+	if err != nil {
+		return fmt.Errorf("postgres: read the default isolation level for table %s: %w", t.Name, err)
+	}
+	if level != string(dialects.RepeatableRead) && level != string(dialects.Serializable) {
+		return nil
+	}
+	const setting = "default_transaction_isolation"
+	var where, undo string
+	switch source {
+	case "user":
+		where = fmt.Sprintf("set on the role %s", quote(role))
+		undo = fmt.Sprintf("ALTER ROLE %s RESET %s", quote(role), setting)
+	case "database user":
+		where = fmt.Sprintf("set on the role %s in database %s", quote(role), quote(db))
+		undo = fmt.Sprintf("ALTER ROLE %s IN DATABASE %s RESET %s", quote(role), quote(db), setting)
+	case "database":
+		where = fmt.Sprintf("set on the database %s", quote(db))
+		undo = fmt.Sprintf("ALTER DATABASE %s RESET %s", quote(db), setting)
+	case "client":
+		where = "set by the connection's parameters"
+		undo = "drop " + setting + " from the connection string (or the pool's RuntimeParams)"
+	case "configuration file":
+		where = "set in the server's configuration"
+		undo = "set " + setting + " to 'read committed' in postgresql.conf (or ALTER SYSTEM RESET " + setting + ")"
+	case "session":
+		where = "set on each connection by a SET (the pool's connect hook)"
+		undo = "stop setting " + setting + " when connections open"
+	default:
+		where = "whose source PostgreSQL reports as " + strconv.Quote(source)
+		undo = "reset " + setting + " where it is set"
+	}
+	return &dialects.ConfigError{Table: t.Name, Option: "Table.Isolation",
+		Reason: fmt.Sprintf("the connections' default isolation level (%s = %s, %s) applies to a transactional lease delivery "+
+			"declaring no level; at %s its transaction reads one snapshot, which would not see the renewer's extended lease: "+
+			"a handler outliving half its lease would lose a lease it still holds, and its writes would roll back",
+			setting, level, where, level),
+		Fix: "declare ReadCommitted on the table (Table.Isolation), or " + undo + ", or drop Transactional"}
 }
 
 // checkDeadLetterTable requires every described column in the dead-letter table, since

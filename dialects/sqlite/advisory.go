@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -45,11 +46,14 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 		cols.WriteString(", " + quote(t.Headers))
 	}
 	cols.WriteString(", " + key)
+	// The row's key must still render to the key the session locked, byte for byte
+	// whatever the key columns' collations.
+	sameKey := key + " = :key COLLATE BINARY"
 	if q.takeWrites {
 		q.take = "UPDATE " + tq + " SET " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), attemptMax) + " WHERE " + id +
-			" = :id AND " + where + " RETURNING " + cols.String()
+			" = :id AND " + where + " AND " + sameKey + " RETURNING " + cols.String()
 	} else {
-		q.take = "SELECT " + cols.String() + " FROM " + tq + " WHERE " + id + " = :id AND " + where
+		q.take = "SELECT " + cols.String() + " FROM " + tq + " WHERE " + id + " = :id AND " + where + " AND " + sameKey
 	}
 	return q, nil
 }
@@ -104,6 +108,8 @@ func (q *advisoryQueue) Session(ctx context.Context) (dialects.Session, error) {
 	return &session{q: q}, nil
 }
 
+var errNoKey = errors.New("the session holds no key (TryLock the row's key first)")
+
 type session struct {
 	q *advisoryQueue
 	// mu guards key and held: a shutdown may abort a session while its delivery ends it.
@@ -128,8 +134,19 @@ func (s *session) TryLock(ctx context.Context, key string) (bool, error) {
 	return true, nil
 }
 
+// Take counts the attempt and reads the row in one statement, if the row is still
+// claimable and its key still renders to the key the session locked: a row whose key
+// column changed since the candidates were read is not taken (the caller unlocks and
+// passes it over). A session holding no key has none to check the row against: its take
+// is refused.
 func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.Row, bool, error) {
 	q := s.q
+	s.mu.Lock()
+	key, held := s.key, s.held
+	s.mu.Unlock()
+	if !held {
+		return dialects.Row{}, false, q.errorf("take", errNoKey)
+	}
 	if q.takeWrites {
 		if err := q.f.lockWriter(ctx); err != nil {
 			return dialects.Row{}, false, q.errorf("take", err)
@@ -139,7 +156,8 @@ func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.R
 	rows, err := q.query(ctx, q.take,
 		sql.Named("id", id),
 		sql.Named("now", formatTime(now)),
-		sql.Named("group", q.group))
+		sql.Named("group", q.group),
+		sql.Named("key", key))
 	if err != nil {
 		return dialects.Row{}, false, q.errorf("take", err)
 	}

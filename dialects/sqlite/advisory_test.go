@@ -127,6 +127,9 @@ func TestAdvisoryTake(t *testing.T) {
 	mustExec(t, d, "INSERT INTO jobs (payload, account, headers) VALUES ('a', 'x', '{}'), ('b', 'y', NULL)")
 	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
 	s := newSession(t, q)
+	if !tryLock(t, s, "jobs-x's") {
+		t.Fatal("lock refused")
+	}
 
 	r, ok, err := s.Take(ctx, 1, t0)
 	if err != nil || !ok {
@@ -150,6 +153,13 @@ func TestAdvisoryTake(t *testing.T) {
 	}
 	if _, ok, _ := s.Take(ctx, 99, t0); ok {
 		t.Fatal("a missing row was taken")
+	}
+	if _, err := s.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s = newSession(t, q)
+	if !tryLock(t, s, "jobs-y's") {
+		t.Fatal("lock refused")
 	}
 
 	// Retry and release write nothing; retry_after delays the row.
@@ -176,6 +186,9 @@ func TestAdvisoryTakeWithoutAttempt(t *testing.T) {
 	tbl := dialects.Table{Name: "j", ID: "id", Payload: "payload", AdvisoryKey: "{id}"}
 	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
 	s := newSession(t, q)
+	if !tryLock(t, s, "1") {
+		t.Fatal("lock refused")
+	}
 	r, ok, err := s.Take(ctx, 1, t0)
 	if err != nil || !ok || r.Attempt != 0 || r.Key != "1" || string(r.Payload) != "\x01\x02" {
 		t.Fatalf("take: %+v %v %v", r, ok, err)

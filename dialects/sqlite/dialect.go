@@ -19,6 +19,15 @@
 // settlement, fenced by the token, commits only if it changed the row and otherwise rolls
 // back everything; the advisory form's settles inside it and Commit ends it.
 //
+// SQLite rolls a transaction back by itself after some errors (an interrupted write,
+// SQLITE_FULL, SQLITE_IOERR), leaving the connection in autocommit without the *sql.Tx
+// knowing. So while a transaction is lent, its connection carries a commit hook that
+// refuses every commit but the settlement's: a statement the handler runs through the
+// *sql.Tx after such a rollback fails instead of committing on its own, and the settlement
+// reports an error wrapping dialects.ErrTxEnded (the connection is then closed). The hook
+// is a driver call, not a statement; it needs the pool's connections to be
+// modernc.org/sqlite's, unwrapped (Open refuses a transactional subscription otherwise).
+//
 // A delivery's transaction never takes this process's writer turn, neither to begin nor
 // to settle: it may hold SQLite's write lock while another writer of this process holds
 // the turn and waits in the busy handler for that lock, and waiting for the turn would

@@ -82,6 +82,9 @@ func (f fifoLeaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, l
 	if limit <= 0 {
 		return nil, nil
 	}
+	if err := checkExpiry(now, until); err != nil {
+		return nil, f.errorf("claim", err)
+	}
 	if err := f.f.lockWriter(ctx); err != nil {
 		return nil, f.errorf("claim", err)
 	}

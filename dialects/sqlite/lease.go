@@ -82,6 +82,9 @@ func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limi
 	if limit <= 0 {
 		return nil, nil
 	}
+	if err := checkExpiry(now, until); err != nil {
+		return nil, q.errorf("claim", err)
+	}
 	if err := q.f.lockWriter(ctx); err != nil {
 		return nil, q.errorf("claim", err)
 	}
@@ -110,6 +113,17 @@ func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limi
 	// RETURNING yields rows in no particular order; deliveries go out in claim order.
 	slices.SortFunc(out, func(a, b dialects.Row) int { return cmpInt64(a.ID, b.ID) })
 	return out, nil
+}
+
+// checkExpiry refuses a claim whose lease would not end after now, as stored (TimeLayout
+// keeps microseconds). A claim takes only rows whose lease ended at or before now, so an
+// expiry after now makes each claim of a row write a token later than the one it
+// replaces: no two deliveries of a row ever hold the same token.
+func checkExpiry(now, until time.Time) error {
+	if u, n := formatTime(until), formatTime(now); u <= n {
+		return fmt.Errorf("the lease expiry %s is not after now %s", u, n)
+	}
+	return nil
 }
 
 // scanRow reads id, payload[, attempt - 1][, headers][, key]. A row whose values do not

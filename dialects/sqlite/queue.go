@@ -16,6 +16,11 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 	if err := d.checkSpec(ctx, spec); err != nil {
 		return nil, err
 	}
+	if spec.Transactional {
+		if err := d.checkHooks(ctx, spec.Table.Name); err != nil {
+			return nil, err
+		}
+	}
 	f, err := d.fileEntry(ctx)
 	if err != nil {
 		return nil, err

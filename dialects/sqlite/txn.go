@@ -5,7 +5,11 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
+
+	msqlite "modernc.org/sqlite"
 
 	"github.com/rowactor/rowactor/dialects"
 )
@@ -22,11 +26,14 @@ var (
 var (
 	// errTxEnded is a delivery's transaction used after it ended.
 	errTxEnded = errors.New("the delivery's transaction has already ended")
-	// errNotInTx is a lent transaction that ended behind rowactor's back: a COMMIT or
-	// ROLLBACK the handler ran through it, or a rollback SQLite made itself (an
-	// interrupted write, a full disk). A settlement run now would commit on its own,
-	// without the handler's writes.
-	errNotInTx = errors.New("the transaction was ended outside rowactor (the handler must not commit or roll back the transaction it is lent)")
+	// errNotInTx is a lent transaction that ended behind rowactor's back: a rollback
+	// SQLite made itself (an interrupted write, SQLITE_FULL, SQLITE_IOERR), or a COMMIT
+	// or ROLLBACK the handler ran through it (the commit hook turns such a COMMIT into a
+	// rollback). A settlement run now would commit on its own, without the handler's
+	// writes. It is reported wrapped with dialects.ErrTxEnded.
+	errNotInTx = errors.New("the transaction was ended outside rowactor (by SQLite after an error, or by a COMMIT or ROLLBACK the handler must not run)")
+	// errNoHooks is a pool whose driver connections cannot take a commit hook.
+	errNoHooks = errors.New("the driver connection takes no commit hook (transactional mode needs modernc.org/sqlite's connections, unwrapped)")
 	// errNoTx is a session committed before Begin.
 	errNoTx = errors.New("the session has no transaction (Begin opens it)")
 	// errTxOpen is a second Begin on a session whose transaction is still open.
@@ -50,11 +57,20 @@ type deliveryTx struct {
 	conn *sql.Conn
 	tx   *sql.Tx
 
-	// mu guards ended: a shutdown may roll a transaction back while its delivery settles.
-	// Statements run without it; one that meets a transaction ended meanwhile fails with
-	// sql.ErrTxDone.
+	// mu guards ended, failed and suspect: a shutdown may roll a transaction back while
+	// its delivery settles. Statements run without it; one that meets a transaction ended
+	// meanwhile fails with sql.ErrTxDone.
 	mu    sync.Mutex
 	ended bool
+	// failed is why the transaction ended before its commit (a settlement that failed or
+	// found it ended): a later commit reports it.
+	failed error
+	// suspect says SQLite ended the transaction by itself: the connection is closed
+	// rather than pooled.
+	suspect bool
+
+	// committing lets the commit hook pass the one commit rowactor runs (end).
+	committing atomic.Bool
 }
 
 // beginTx opens a delivery's transaction in the table's mode (q.begin), outside this
@@ -99,7 +115,66 @@ func (q *queue) beginTx(ctx context.Context) (*deliveryTx, error) {
 		t.end(false)
 		return nil, q.errorf(q.begin, err)
 	}
+	if err := t.hook(true); err != nil {
+		t.end(false)
+		return nil, q.errorf("begin", err)
+	}
 	return t, nil
+}
+
+// hook sets (on) or clears the connection's commit hook. While the transaction is lent,
+// the hook refuses every commit but the one end runs: when SQLite ends the transaction by
+// itself (an interrupted write, SQLITE_FULL or SQLITE_IOERR roll the whole transaction
+// back) the connection is in autocommit, and the *sql.Tx does not know; each statement
+// the handler runs through it afterwards would commit on its own. The hook turns each such
+// commit into a rollback (the statement fails with SQLITE_CONSTRAINT_COMMITHOOK), so
+// nothing of the delivery commits but with its settlement. Setting and clearing the hook
+// are calls into the driver: no statement runs.
+func (t *deliveryTx) hook(on bool) error {
+	return t.conn.Raw(func(dc any) error {
+		h, ok := dc.(msqlite.HookRegisterer)
+		if !ok {
+			return fmt.Errorf("%T: %w", dc, errNoHooks)
+		}
+		if !on {
+			h.RegisterCommitHook(nil)
+			return nil
+		}
+		h.RegisterCommitHook(func() int32 {
+			if t.committing.Load() {
+				return 0
+			}
+			return 1 // any other commit rolls back
+		})
+		return nil
+	})
+}
+
+// checkHooks refuses transactional mode on a pool whose driver connections take no commit
+// hook (a driver other than modernc.org/sqlite, or one wrapped): without it, a handler's
+// statements after SQLite ended its transaction would commit on their own.
+func (d *Dialect) checkHooks(ctx context.Context, table string) error {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlite: open table %s: %w", table, err)
+	}
+	defer conn.Close()
+	err = conn.Raw(func(dc any) error {
+		if _, ok := dc.(msqlite.HookRegisterer); !ok {
+			return fmt.Errorf("%T: %w", dc, errNoHooks)
+		}
+		return nil
+	})
+	if errors.Is(err, errNoHooks) {
+		return &dialects.ConfigError{Table: table, Option: "Transactional",
+			Reason: "the pool's driver connections take no commit hook, which transactional mode needs to keep a " +
+				"transaction SQLite ended by itself from committing the handler's later writes", Err: err,
+			Fix: "open the pool with the modernc.org/sqlite driver (driver name \"sqlite\"), unwrapped, or drop Transactional"}
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: open table %s: %w", table, err)
+	}
+	return nil
 }
 
 func (t *deliveryTx) open() bool {
@@ -110,21 +185,42 @@ func (t *deliveryTx) open() bool {
 
 // inTx checks that the connection is still inside this transaction. A BEGIN fails inside
 // a transaction and changes nothing; outside one it opens an empty deferred transaction,
-// which the rollback that follows ends.
+// which the rollback that follows ends. A transaction found ended by SQLite (or by the
+// handler) is reported wrapping dialects.ErrTxEnded, and its connection will be closed.
 func (t *deliveryTx) inTx(ctx context.Context) error {
-	if !t.open() {
+	t.mu.Lock()
+	ended, failed := t.ended, t.failed
+	t.mu.Unlock()
+	if ended {
+		if failed != nil {
+			return failed
+		}
 		return errTxEnded
 	}
 	_, err := t.tx.ExecContext(ctx, "BEGIN")
 	switch {
 	case err == nil:
-		return errNotInTx
+		t.mu.Lock()
+		t.suspect = true
+		t.mu.Unlock()
+		return fmt.Errorf("%w: %w", dialects.ErrTxEnded, errNotInTx)
 	case errors.Is(err, sql.ErrTxDone):
 		return errTxEnded
 	case ctx.Err() != nil:
 		return err
 	}
 	return nil // "cannot start a transaction within a transaction"
+}
+
+// fail ends the transaction, rolled back, because of err, which a later commit reports.
+func (t *deliveryTx) fail(err error) error {
+	t.mu.Lock()
+	if !t.ended && t.failed == nil {
+		t.failed = err
+	}
+	t.mu.Unlock()
+	_, rerr := t.end(false)
+	return rerr
 }
 
 // run runs a settlement inside the transaction and reports whether it changed the row
@@ -196,20 +292,24 @@ func (t *deliveryTx) end(commit bool) (closed bool, err error) {
 		return false, nil
 	}
 	t.ended = true
+	suspect := t.suspect
 	t.mu.Unlock()
 	op := "rollback"
 	if commit {
 		op = "commit"
 		// The driver rolls back a commit that failed; the connection is closed all
 		// the same, in case that rollback failed too.
+		t.committing.Store(true)
 		err = t.tx.Commit()
 	} else if err = t.tx.Rollback(); errors.Is(err, sql.ErrTxDone) {
 		// database/sql ended it already: its context ended, or the handler called
 		// Commit or Rollback on the *sql.Tx it was lent.
 		err = nil
 	}
-	if err != nil {
-		// A driver.ErrBadConn from Raw makes database/sql close the connection.
+	if err != nil || suspect || t.hook(false) != nil {
+		// A driver.ErrBadConn from Raw makes database/sql close the connection (and the
+		// driver forgets its hook). A connection SQLite ended a transaction on by itself
+		// (a full disk, an I/O error) is not trusted with another.
 		_ = t.conn.Raw(func(any) error { return driver.ErrBadConn })
 		closed = true
 	}
@@ -251,8 +351,7 @@ func (t *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 		ok, err = t.run(ctx, st)
 	}
 	if err != nil || !ok {
-		_, rerr := t.end(false)
-		return false, errors.Join(err, rerr)
+		return false, errors.Join(err, t.fail(err))
 	}
 	if _, err := t.end(true); err != nil {
 		return false, err
@@ -308,13 +407,17 @@ func (s *session) openTx() *deliveryTx {
 	return t
 }
 
-// settle runs an advisory settlement inside the session's transaction; Commit ends it.
+// settle runs an advisory settlement inside the session's transaction; Commit ends it. A
+// settlement that fails (or finds the transaction ended) rolls it back, and Commit then
+// reports why.
 func (t *deliveryTx) settle(ctx context.Context, st settlement) error {
 	if !st.move && st.text == "" {
 		return nil
 	}
-	_, err := t.run(ctx, st)
-	return err
+	if _, err := t.run(ctx, st); err != nil {
+		return errors.Join(err, t.fail(err))
+	}
+	return nil
 }
 
 // Commit commits the handler's writes and the settlement's. A transaction that ended
@@ -327,8 +430,7 @@ func (s *session) Commit(ctx context.Context) error {
 		return s.q.errorf("commit", errNoTx)
 	}
 	if err := t.inTx(ctx); err != nil {
-		_, rerr := t.end(false)
-		return errors.Join(s.q.errorf("commit", err), rerr)
+		return errors.Join(s.q.errorf("commit", err), t.fail(err))
 	}
 	_, err := t.end(true)
 	return err

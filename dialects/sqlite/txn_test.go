@@ -298,7 +298,7 @@ func takeTx(t *testing.T, d *Dialect, q dialects.AdvisoryQueue, tbl dialects.Tab
 	if s.Tx() != nil {
 		t.Fatalf("Tx() before Begin = %v", s.Tx())
 	}
-	if !tryLock(t, s, "k") {
+	if !tryLock(t, s, keyOf(t, d, tbl, id)) {
 		t.Fatal("lock refused")
 	}
 	if _, ok, err := s.Take(ctx, id, t0); err != nil || !ok {
@@ -391,7 +391,7 @@ func TestTxAdvisoryUnlockRollsBack(t *testing.T) {
 	if processed(t, d, id) || notes(t, d) != 0 {
 		t.Error("an uncommitted transaction survived the unlock")
 	}
-	if other := newSession(t, q); !tryLock(t, other, "k") {
+	if other := newSession(t, q); !tryLock(t, other, keyOf(t, d, tbl, id)) {
 		t.Error("the key stayed held")
 	} else {
 		other.Unlock(ctx)
