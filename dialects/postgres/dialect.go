@@ -50,8 +50,9 @@
 //
 // # Pool sizing
 //
-// A subscription never holds more than the pool's size less one connection (Limits), the
-// one left for publishes and handlers' own queries; what it holds depends on the form:
+// The subscriptions on a pool never hold more than its size less one connection between
+// them (Limits.Budget, shared by every dialect and broker made on the pool), the one left
+// for publishes and handlers' own queries; what each holds depends on the form:
 //
 //   - Row lock: one connection per row in work (its claim transaction) and one per claim
 //     in flight. Workers(n) needs a pool of at least n + 1 to keep n rows in work.
@@ -99,8 +100,8 @@ var (
 // New wraps a pool. The caller keeps owning it: Close does not close it.
 //
 // The row lock and advisory forms hold one pool connection per row in work, so size the
-// pool for the workers of those subscriptions plus one (Limits reports the pool's size
-// less one).
+// pool for the workers of those subscriptions plus one (they share the pool's size less
+// one: Limits.Budget).
 func New(pool *pgxpool.Pool) *Dialect {
 	return &Dialect{pool: pool}
 }
