@@ -137,6 +137,11 @@ type ShutdownReport struct {
 // background, letting that delivery settle when its handler returns.
 func (b *Broker) Shutdown(ctx context.Context) (ShutdownReport, error) {
 	if !b.closed.CompareAndSwap(false, true) {
+		if b.dispatcher.Running() {
+			// From a handler while a Shutdown runs: that Shutdown may be waiting for this
+			// very delivery.
+			return ShutdownReport{}, ErrClosed
+		}
 		select {
 		case <-b.shutDown:
 		case <-ctx.Done():

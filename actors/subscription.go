@@ -387,7 +387,11 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		}
 		a.startBacklog(c)
 		if m.freed {
-			a.due = true // one claim to find out; a short one clears it again
+			// One claim to find out; like a wake, it also keeps a claim in flight that
+			// comes back short from clearing it (that claim may have read the table
+			// before the row was freed).
+			a.wakes++
+			a.due = true
 		}
 		a.claim(c)
 		a.checkDrained()
