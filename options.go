@@ -100,8 +100,12 @@ func Prefetch(n int) SubscribeOption { return func(c *subscribeConfig) { c.prefe
 // quick and must not keep d. A row waits while an earlier row of its key is in work, and
 // rows of other keys claimed after it go first; up to n rows may wait so. The
 // subscription keeps one claim in flight, to keep claim order. A retried row goes back to
-// the queue, and later rows of its key may run before it comes back: for strict order
-// across retries and processes, declare the table's groups FIFO instead.
+// the queue, and later rows of its key may run before it comes back (after a RetryAfter,
+// every row of its key due earlier does); the order holds only within this subscription.
+// For strict order across retries and processes, declare the table's groups FIFO
+// instead: a FIFO group's head is its unfinished row with the lowest id, Retry and
+// RetryAfter keep it the head, and while it waits for its retry_after its whole group
+// waits.
 func WorkersByKey(n int, key func(d *Delivery) string) SubscribeOption {
 	return func(c *subscribeConfig) { c.workers, c.keyOf, c.keyWorkers = n, key, true }
 }

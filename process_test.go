@@ -37,6 +37,9 @@ type childJob struct {
 	// Times makes the handler take 5 ms and report "times ID START END" (Unix ns) for each
 	// row it handled, so the parent can check that handlings never overlapped.
 	Times bool
+	// RetryPayloads are payloads whose first delivery answers RetryAfter(RetryDelay).
+	RetryPayloads []string
+	RetryDelay    time.Duration
 }
 
 // runChild is a consumer OS process: it drains the table until it has seen nothing for a
@@ -93,6 +96,9 @@ func runChild(spec string) int {
 			mu.Lock()
 			fmt.Fprintf(w, "times %d %d %d\n", d.ID(), start, end)
 			mu.Unlock()
+		}
+		if d.Attempt() == 1 && slices.Contains(job.RetryPayloads, string(d.Payload())) {
+			return rowactor.RetryAfter(job.RetryDelay)
 		}
 		return rowactor.Ack()
 	}, opts...)

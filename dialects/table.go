@@ -44,9 +44,13 @@ type Table struct {
 	// DatabaseClock makes "now" the database's clock instead of the host's. The lease
 	// form refuses it: its tokens are computed on the host.
 	DatabaseClock bool
-	// FIFO declares each group ordered (row lock and lease forms; needs Group): a group's
-	// rows are handled one at a time in claim order (retry_after, then id) across every
-	// process, and a head in work, or not yet due, blocks its group and nothing else.
+	// FIFO declares each group ordered (row lock and lease forms; needs Group), as an SQS
+	// FIFO message group is: a group's rows are handled one at a time in id order across
+	// every process, and the order holds across retries. The group's head is its
+	// unfinished row (not deleted, ProcessedAt NULL, not moved to a dead letter) with the
+	// lowest id, whatever its RetryAfter. A head in work or not yet due (RetryAfter, or
+	// published with a delay) holds its whole group and nothing else; Retry redelivers the
+	// head first; a head moved to its dead letter (MaxAttempts) makes the next row the head.
 	FIFO bool
 }
 

@@ -12,11 +12,13 @@ import (
 
 // FIFO groups (Table.FIFO), in the row lock and lease forms.
 //
-// A group's head is its first unfinished row by retry_after (NULL first: due now before
-// delayed) then id. A claim takes the head alone, only if it is due, and (lease form) only
-// while no row of the group holds an unexpired lease. The head subselect takes no lock, so
-// a head in work stays the head and the claim comes back empty rather than handing out the
-// row behind it.
+// A group's head is its unfinished row (not processed; dead letters have left the group)
+// with the lowest id, whatever its retry_after. A claim takes the head alone, only if it is
+// due, and (lease form) only while no row of the group holds an unexpired lease. So a head
+// not yet due (published with a delay, or answered RetryAfter) holds its whole group until
+// its time, and order holds across retries. The head subselect takes no lock, so a head in
+// work stays the head and the claim comes back empty rather than handing out the row
+// behind it.
 //
 // Every claim runs in a transaction whose first statement is the group guard: it counts
 // the group's unfinished rows twice, by a plain read and by a read FOR UPDATE SKIP
@@ -52,15 +54,13 @@ func newFIFOSQL(t dialects.Table, cl claimable, lease bool) fifoSQL {
 	var f fifoSQL
 	f.guard = "SELECT COUNT(*) = (SELECT COUNT(*) FROM " + tq + " WHERE " + unfinished + ") FROM " + tq +
 		" WHERE " + unfinished + " FOR UPDATE SKIP LOCKED"
-	order := "h." + quote(t.ID)
-	if t.RetryAfter != "" {
-		order = "h." + quote(t.RetryAfter) + ", " + order // ascending: NULL first
-	}
+	// The head: the group's unfinished row with the lowest id, due or not (cl.where then
+	// leaves a delayed head, and with it the group, waiting).
 	head := "SELECT h." + quote(t.ID) + " FROM " + tq + " AS h WHERE h." + grp + " = ?"
 	if t.ProcessedAt != "" {
 		head += " AND h." + quote(t.ProcessedAt) + " IS NULL"
 	}
-	head += " ORDER BY " + order + " LIMIT 1"
+	head += " ORDER BY h." + quote(t.ID) + " LIMIT 1"
 	f.head = "SELECT " + rowColumns(t, false) + " FROM " + tq + " WHERE " + quote(t.ID) + " = (" + head + ") AND " + cl.where
 	if !lease {
 		f.headSkip = f.head + skipCond(t) + " FOR UPDATE SKIP LOCKED"

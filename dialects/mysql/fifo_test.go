@@ -213,9 +213,9 @@ func TestFIFONotYetDueHeadBlocks(t *testing.T) {
 	})
 }
 
-// RetryAfter moves the head behind the rows due earlier; it comes back when it is due and
-// they are done.
-func TestFIFORetryAfterMovesTheHeadBack(t *testing.T) {
+// RetryAfter keeps the head: until its retry_after the group gives nothing (the rows
+// behind it stay untouched); at its time the head is claimed again, then the rows behind.
+func TestFIFORetryAfterKeepsTheHead(t *testing.T) {
 	fifoForms(t, func(t *testing.T, d *Dialect, tbl dialects.Table) {
 		a := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("a")})
 		b := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("b")})
@@ -225,22 +225,35 @@ func TestFIFORetryAfterMovesTheHeadBack(t *testing.T) {
 			t.Fatalf("claimed %d, want %d", got, a)
 		}
 		q.settle(a, dialects.Step{Kind: dialects.StepRetryAfter, Now: t0, At: t0.Add(time.Minute)})
-		var got []int64
 		for i := range 3 {
-			id := q.claim(t0.Add(time.Duration(i+1) * time.Second))
-			if id != 0 {
-				got = append(got, id)
-				q.ack(id, t0)
+			if id := q.claim(t0.Add(time.Duration(i+1) * time.Second)); id != 0 {
+				t.Fatalf("claimed row %d while the head %d waits for its retry_after", id, a)
 			}
 		}
-		if !slices.Equal(got, []int64{b, c}) {
-			t.Fatalf("before the delay ran out the claims took %v, want %v", got, []int64{b, c})
+		for _, id := range []int64{b, c} {
+			if s, _ := stateOf(t, d, tbl, id); s.Attempt != 1 || s.LockedUntil != nil || s.RetryAfter != nil || s.ProcessedAt != nil {
+				t.Fatalf("row %d behind the waiting head: %+v", id, s)
+			}
 		}
 		if id := q.claim(t0.Add(time.Minute)); id != a {
 			t.Fatalf("at its time the claim took %d, want %d", id, a)
 		}
 		s, _ := stateOf(t, d, tbl, a)
+		if s.Attempt != fifoAttempt(tbl, 2) {
+			t.Fatalf("row %d claimed again: %+v, want attempt %d", a, s, fifoAttempt(tbl, 2))
+		}
 		sameTime(t, "retry_after", s.RetryAfter, t0.Add(time.Minute))
+		q.ack(a, t0.Add(time.Minute))
+		var got []int64
+		for i := range 3 {
+			if id := q.claim(t0.Add(time.Minute + time.Duration(i+1)*time.Second)); id != 0 {
+				got = append(got, id)
+				q.ack(id, t0.Add(time.Minute))
+			}
+		}
+		if !slices.Equal(got, []int64{b, c}) {
+			t.Fatalf("after the head's ack the claims took %v, want %v", got, []int64{b, c})
+		}
 	})
 }
 
@@ -263,19 +276,38 @@ func TestFIFODeadLetterLeavesTheGroup(t *testing.T) {
 	})
 }
 
-// A row that enters the group ahead of a head in work (a row due now, before a retried
-// head) waits for the head to settle: in the row lock form the guard keeps the group for
-// the whole delivery, in the lease form the head's lease does. q2 is another process.
+// A row that enters the group ahead of a head in work (published in a transaction that
+// took its lower id before the head was published, and committed while the head was in
+// work) is the group's head from its commit, and waits for the head in work to settle: in
+// the row lock form the guard keeps the group for the whole delivery, in the lease form
+// the head's lease does. q2 is another process.
 func TestFIFORowAheadOfHeadInWorkWaits(t *testing.T) {
 	fifoForms(t, func(t *testing.T, d *Dialect, tbl dialects.Table) {
-		a := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("a"), NotBefore: t0.Add(-time.Minute)})
+		p, err := d.Publisher(ctx, tbl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := d.DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		b, err := p.Publish(ctx, tx, dialects.Message{Group: "g", Payload: []byte("b")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("a")})
+		if b >= a {
+			t.Fatalf("row %d published first has no lower id than row %d", b, a)
+		}
 		q := openFIFO(t, d, tbl, "g")
 		q2 := openFIFO(t, d, tbl, "g")
 		if got := q.claim(t0); got != a {
 			t.Fatalf("claimed %d, want %d", got, a)
 		}
-		// NULL retry_after orders before a's: b is the group's head from now on.
-		b := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("b")})
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
 		if got := q2.claim(t0.Add(time.Second)); got != 0 {
 			t.Fatalf("row %d was claimed while row %d was in work", got, a)
 		}

@@ -11,11 +11,13 @@ import (
 
 // FIFO groups (Table.FIFO), in the row lock and lease forms.
 //
-// A group's head is its first unfinished row by retry_after (NULL first: due now before
-// delayed) then id. A claim takes the head alone, only if it is due, and (lease form) only
-// while no row of the group holds an unexpired lease. The head subselect takes no lock, so
-// a head in work stays the head and the claim comes back empty rather than handing out the
-// row behind it.
+// A group's head is its unfinished row (not processed; dead letters have left the group)
+// with the lowest id, whatever its retry_after. A claim takes the head alone, only if it is
+// due, and (lease form) only while no row of the group holds an unexpired lease. So a head
+// not yet due (published with a delay, or answered RetryAfter) holds its whole group until
+// its time, and order holds across retries. The head subselect takes no lock, so a head in
+// work stays the head and the claim comes back empty rather than handing out the row
+// behind it.
 //
 // Every claim runs in a transaction whose first statement is the group guard, a
 // transaction-scoped advisory lock on hashtextextended('<table>:' || group, 0), taken
@@ -62,17 +64,15 @@ func guardSQL(t dialects.Table) stmt {
 	return w.stmt()
 }
 
-// headCond writes the condition that the row (unaliased) is its group's head.
+// headCond writes the condition that the row (unaliased) is its group's head: the
+// group's unfinished row with the lowest id, due or not (the claim's due condition then
+// leaves a delayed head, and with it the group, waiting).
 func headCond(w *builder, t dialects.Table) {
-	order := "h." + quote(t.ID)
-	if t.RetryAfter != "" {
-		order = "h." + quote(t.RetryAfter) + " NULLS FIRST, " + order
-	}
 	w.w(quote(t.ID), " = (SELECT h.", quote(t.ID), " FROM ", quote(t.Name), " AS h WHERE h.", quote(t.Group), " = ", w.p(pGroup))
 	if t.ProcessedAt != "" {
 		w.w(" AND h.", quote(t.ProcessedAt), " IS NULL")
 	}
-	w.w(" ORDER BY ", order, " LIMIT 1)")
+	w.w(" ORDER BY h.", quote(t.ID), " LIMIT 1)")
 }
 
 // newFIFORowLockQueue builds the row lock form's head claim and its guard. The head set

@@ -11,13 +11,14 @@ import (
 
 // FIFO groups (Table.FIFO), in the lease form (SQLite has no row lock form).
 //
-// A group's head is its first unfinished row by retry_after (NULL first: due now before
-// delayed) then id. The claim is one UPDATE that stamps the head, only if it is due, not
-// leased, and no row of its group holds an unexpired lease; its subselect takes the head
-// whatever its state, so a head in work stays the head and the claim changes nothing
-// rather than handing out the row behind it. SQLite has one writer per database file, so
-// the UPDATE needs no guard: a claim in another process runs before or after it, never
-// beside it.
+// A group's head is its unfinished row (not processed; dead letters have left the group)
+// with the lowest id, whatever its retry_after. The claim is one UPDATE that stamps the
+// head, only if it is due, not leased, and no row of its group holds an unexpired lease;
+// its subselect takes the head whatever its state, so a head in work, or not yet due
+// (published with a delay, or answered RetryAfter), stays the head and the claim changes
+// nothing rather than handing out the row behind it: order holds across retries. SQLite
+// has one writer per database file, so the UPDATE needs no guard: a claim in another
+// process runs before or after it, never beside it.
 
 // fifoLeaseQueue is the lease queue of a FIFO table: the lease queue's settlements,
 // extensions and transactional deliveries, and the head claim.
@@ -39,17 +40,13 @@ func newFIFOLeaseQueue(lq *leaseQueue, t dialects.Table) fifoLeaseQueue {
 		}
 		return " AND " + alias + "." + quote(t.ProcessedAt) + " IS NULL"
 	}
-	order := "h." + id
-	if t.RetryAfter != "" {
-		order = "h." + quote(t.RetryAfter) + ", " + order // ascending: NULL first
-	}
 	var b strings.Builder
 	b.WriteString("UPDATE " + tq + " SET " + lu + " = :until")
 	if t.Attempt != "" {
 		b.WriteString(", " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), attemptMax))
 	}
 	b.WriteString(" WHERE " + id + " = (SELECT h." + id + " FROM " + tq + " AS h WHERE h." + grp + " = :group" +
-		unfinished("h") + " ORDER BY " + order + " LIMIT 1)")
+		unfinished("h") + " ORDER BY h." + id + " LIMIT 1)")
 	b.WriteString(" AND " + claimable(t, true))
 	b.WriteString(" AND NOT EXISTS (SELECT 1 FROM " + tq + " AS w WHERE w." + grp + " = :group AND w." + lu + " > :now" +
 		unfinished("w") + ")")

@@ -176,9 +176,9 @@ func TestFIFONotYetDueHeadBlocks(t *testing.T) {
 	}
 }
 
-// RetryAfter moves the head behind the rows due earlier; it comes back when it is due and
-// they are done.
-func TestFIFORetryAfterMovesTheHeadBack(t *testing.T) {
+// RetryAfter keeps the head: until its retry_after the group gives nothing (the rows
+// behind it stay untouched); at its time the head is claimed again, then the rows behind.
+func TestFIFORetryAfterKeepsTheHead(t *testing.T) {
 	d := newDialect(t)
 	tbl := fifoTable(t, d)
 	a := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("a")})
@@ -189,21 +189,32 @@ func TestFIFORetryAfterMovesTheHeadBack(t *testing.T) {
 		t.Fatalf("claimed %d, want %d", got, a)
 	}
 	q.settle(a, dialects.Step{Kind: dialects.StepRetryAfter, Now: t0, At: t0.Add(time.Minute)})
-	var got []int64
 	for i := range 3 {
 		if id := q.claim(t0.Add(time.Duration(i+1) * time.Second)); id != 0 {
-			got = append(got, id)
-			q.ack(id, t0)
+			t.Fatalf("claimed row %d while the head %d waits for its retry_after", id, a)
 		}
 	}
-	if !slices.Equal(got, []int64{b, c}) {
-		t.Fatalf("before the delay ran out the claims took %v, want %v", got, []int64{b, c})
+	for _, id := range []int64{b, c} {
+		if s, _ := stateOf(t, d, "jobs", id); s.Attempt != 1 || s.LockedUntil != "NULL" || s.RetryAfter != "NULL" {
+			t.Fatalf("row %d behind the waiting head: %+v", id, s)
+		}
 	}
 	if id := q.claim(t0.Add(time.Minute)); id != a {
 		t.Fatalf("at its time the claim took %d, want %d", id, a)
 	}
-	if s, _ := stateOf(t, d, "jobs", a); s.RetryAfter != formatTime(t0.Add(time.Minute)) {
-		t.Fatalf("row %d: %+v", a, s)
+	if s, _ := stateOf(t, d, "jobs", a); s.Attempt != 3 || s.RetryAfter != formatTime(t0.Add(time.Minute)) {
+		t.Fatalf("row %d claimed again: %+v, want attempt 3 and its retry_after", a, s)
+	}
+	q.ack(a, t0.Add(time.Minute))
+	var got []int64
+	for i := range 3 {
+		if id := q.claim(t0.Add(time.Minute + time.Duration(i+1)*time.Second)); id != 0 {
+			got = append(got, id)
+			q.ack(id, t0.Add(time.Minute))
+		}
+	}
+	if !slices.Equal(got, []int64{b, c}) {
+		t.Fatalf("after the head's ack the claims took %v, want %v", got, []int64{b, c})
 	}
 }
 
@@ -228,18 +239,22 @@ func TestFIFODeadLetterLeavesTheGroup(t *testing.T) {
 
 // A row that enters the group ahead of a head in work waits for the head's lease: a
 // claim from another Dialect over the file (another process) gets nothing meanwhile.
+// SQLite's single writer hands out ids in commit order, so the row ahead is written here
+// with a lower id of its own (a freed one), as a transaction that took its id before the
+// head's would have it.
 func TestFIFORowAheadOfHeadInWorkWaits(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "queue.db")
 	d1, d2 := openFile(t, path), openFile(t, path)
 	tbl := fifoTable(t, d1)
-	a := publish(t, d1, tbl, dialects.Message{Group: "g", Payload: []byte("a"), NotBefore: t0.Add(-time.Minute)})
+	b := publish(t, d1, tbl, dialects.Message{Group: "g", Payload: []byte("b")})
+	a := publish(t, d1, tbl, dialects.Message{Group: "g", Payload: []byte("a")})
+	mustExec(t, d1, "DELETE FROM jobs WHERE id = ?", b)
 	q := openFIFO(t, d1, tbl, "g")
 	q2 := openFIFO(t, d2, tbl, "g")
 	if got := q.claim(t0); got != a {
 		t.Fatalf("claimed %d, want %d", got, a)
 	}
-	// NULL retry_after orders before a's: b is the group's head from now on.
-	b := publish(t, d1, tbl, dialects.Message{Group: "g", Payload: []byte("b")})
+	mustExec(t, d1, "INSERT INTO jobs (id, grp, payload) VALUES (?, 'g', 'b')", b)
 	if got := q2.claim(t0.Add(time.Second)); got != 0 {
 		t.Fatalf("row %d was claimed while row %d was in work", got, a)
 	}
