@@ -37,7 +37,8 @@ type Broker struct {
 	pubs   map[Table]dialects.Publisher
 
 	dispatcher    *actors.Dispatcher
-	shutDown      chan struct{} // closed when Shutdown finished
+	shutDown      chan struct{}      // closed when Shutdown finished
+	cancelDrain   context.CancelFunc // ends the drain of the Shutdown in progress (under mu)
 	tel           *telemetry.Telemetry
 	stopListening context.CancelFunc
 	listening     chan struct{} // closed when the listener returned
@@ -145,18 +146,52 @@ func (b *Broker) Shutdown(ctx context.Context) (ShutdownReport, error) {
 		select {
 		case <-b.shutDown:
 		case <-ctx.Done():
+			// This caller's budget is spent too: end the drain, so that deliveries still
+			// in work are released now rather than when the first caller's ends.
+			b.endDrain()
+			<-b.shutDown
 		}
 		return ShutdownReport{}, ErrClosed
 	}
 	if b.dispatcher.Running() {
-		go func() { _, _ = b.shutdown(ctx) }()
+		// The caller's context may end as its handler returns (a deferred cancel): the
+		// shutdown keeps its deadline, not its cancellation, and a later Shutdown from
+		// outside can still end the drain.
+		go func() {
+			c, cancel := withoutCancelKeepDeadline(ctx)
+			defer cancel()
+			_, _ = b.shutdown(c)
+		}()
 		return ShutdownReport{}, ErrShutdownInHandler
 	}
 	return b.shutdown(ctx)
 }
 
+// withoutCancelKeepDeadline is ctx's values and deadline without its cancellation.
+func withoutCancelKeepDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(context.WithoutCancel(ctx), dl)
+	}
+	return context.WithCancel(context.WithoutCancel(ctx))
+}
+
+// endDrain ends the drain of a Shutdown in progress.
+func (b *Broker) endDrain() {
+	b.mu.Lock()
+	cancel := b.cancelDrain
+	b.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
 func (b *Broker) shutdown(ctx context.Context) (ShutdownReport, error) {
 	defer close(b.shutDown)
+	drainCtx, cancelDrain := context.WithCancel(ctx)
+	defer cancelDrain()
+	b.mu.Lock()
+	b.cancelDrain = cancelDrain
+	b.mu.Unlock()
 	var rep ShutdownReport
 	b.mu.Lock()
 	subs := b.subs
@@ -174,7 +209,7 @@ func (b *Broker) shutdown(ctx context.Context) (ShutdownReport, error) {
 	for _, ch := range drained {
 		select {
 		case <-ch:
-		case <-ctx.Done():
+		case <-drainCtx.Done():
 			rep.Drained = false
 		}
 		if !rep.Drained {

@@ -276,8 +276,8 @@ type subscriptionActor struct {
 	timer    *time.Timer
 	stopped  atomic.Bool
 	// failed holds the claimers (by PID id) whose last claim failed: they wait for their
-	// supervisor's restart. parked counts the claims in flight sent to them, which a
-	// drain does not wait for.
+	// supervisor's restart. parked counts the pings in flight sent to them (answered once
+	// restarted), which a drain does not wait for.
 	failed map[string]bool
 	parked int
 	// wakes counts the wakes and polls received; a claim carries the count it was sent
@@ -325,7 +325,13 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		}
 		a.inFlight--
 		if m.Parked {
+			// A failed claimer answered its ping: it was restarted, claims go on.
 			a.parked--
+			delete(a.failed, c.Sender().Id)
+			a.idle = append(a.idle, c.Sender())
+			a.claim(c)
+			a.checkDrained()
+			return
 		}
 		if m.Err != nil {
 			a.failed[c.Sender().Id] = true
@@ -483,21 +489,25 @@ func (a *subscriptionActor) claim(c actor.Context) {
 // fewer rows. False means the budget had none: the subscription waits in its queue and
 // claims again when connections are handed to it (budgetMsg).
 func (a *subscriptionActor) takeConns(c actor.Context, req *claimer.Request, conns int) bool {
+	pid := a.claimerFor(c)
+	if a.failed[pid.Id] {
+		// The claimer failed and waits for its restart (a backoff of up to 30 s). Only a
+		// ping is sent, which it answers once restarted: the claim is made then. The ping
+		// holds no connection of the pool's budget, and a drain does not wait for it.
+		a.inFlight++
+		a.parked++
+		c.Send(pid, &claimer.Request{Parked: true, Wakes: a.wakes})
+		return false
+	}
 	got := a.share.Take(conns)
 	if got == 0 {
+		a.idle = append(a.idle, pid)
 		return false
 	}
 	if got < conns && !req.Batch {
 		req.Limit = got
 	}
 	req.Conns, req.Wakes = got, a.wakes
-	pid := a.claimerFor(c)
-	if a.failed[pid.Id] {
-		// The claimer failed and waits for its restart (a backoff of up to 30 s): the
-		// request waits in its mailbox, and holds nothing a drain must wait for.
-		req.Parked = true
-		a.parked++
-	}
 	a.inFlight++
 	if req.Batch {
 		a.asked++ // a batch claim asks for one worker
@@ -549,10 +559,13 @@ func (a *subscriptionActor) holdsConnections() bool {
 
 // claimerFor returns an idle claimer, spawning one when all are busy.
 func (a *subscriptionActor) claimerFor(c actor.Context) *actor.PID {
-	if n := len(a.idle); n > 0 {
-		pid := a.idle[n-1]
-		a.idle = a.idle[:n-1]
-		return pid
+	for i := len(a.idle) - 1; i >= 0; i-- {
+		// A healthy claimer first; one that failed only when no other is idle (spawning a
+		// new one instead would skip its backoff).
+		if pid := a.idle[i]; !a.failed[pid.Id] || i == 0 {
+			a.idle = append(a.idle[:i], a.idle[i+1:]...)
+			return pid
+		}
 	}
 	cfg := &a.s.cfg
 	pid := c.Spawn(claimer.Props(claimer.Config{Queue: cfg.Queue, Form: cfg.Form, Lease: cfg.Lease, Now: cfg.Now, Ctx: cfg.Ctx,

@@ -35,8 +35,8 @@ type Request struct {
 	// Wakes is the subscription's count of wakes when it sent the request; the answer
 	// carries it back.
 	Wakes uint64
-	// Parked says the request was sent to a claimer waiting for its restart; the answer
-	// carries it back.
+	// Parked makes the request a ping to a claimer that failed: it claims nothing, and
+	// its answer (Parked too) tells the subscription the claimer was restarted.
 	Parked bool
 	Batch  bool
 	// Scan (advisory form) is how many candidates to read, at least Limit; Offset is where
@@ -130,6 +130,14 @@ type claimer struct {
 func (c *claimer) Receive(ctx actor.Context) {
 	req, ok := ctx.Message().(*Request)
 	if !ok {
+		return
+	}
+	if req.Parked {
+		// A ping to a claimer that failed: answering it says the restart happened.
+		m := &Claimed{Parked: true, Wakes: req.Wakes}
+		if c.cfg.Handoff == nil || c.cfg.Handoff(m) {
+			ctx.Request(ctx.Parent(), m)
+		}
 		return
 	}
 	start := time.Now()

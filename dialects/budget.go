@@ -14,6 +14,9 @@ import "sync"
 type Budget struct {
 	mu    sync.Mutex
 	limit int
+	// size, when set, reads the limit again at each Take: a pool resized while running
+	// (database/sql's SetMaxOpenConns) is followed at once.
+	size  func() int
 	used  int
 	queue []*BudgetShare
 }
@@ -38,6 +41,20 @@ func BudgetFor(pool any, limit int) *Budget {
 	budgetsMu.Unlock()
 	b.mu.Lock()
 	b.limit = max(limit, 1)
+	woken := b.handOut()
+	b.mu.Unlock()
+	for _, w := range woken {
+		w.wake()
+	}
+	return b
+}
+
+// BudgetSized is BudgetFor for a pool whose size can change while it runs: size is read
+// at every Take.
+func BudgetSized(pool any, size func() int) *Budget {
+	b := BudgetFor(pool, size())
+	b.mu.Lock()
+	b.size = size
 	b.mu.Unlock()
 	return b
 }
@@ -72,7 +89,9 @@ func (s *BudgetShare) Take(n int) int {
 	}
 	b := s.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	if b.size != nil {
+		b.limit = max(b.size(), 1)
+	}
 	got := min(s.granted, n)
 	s.granted -= got
 	if got < n && len(b.queue) == 0 {
@@ -86,6 +105,11 @@ func (s *BudgetShare) Take(n int) int {
 	if got == 0 && !s.queued {
 		s.queued = true
 		b.queue = append(b.queue, s)
+	}
+	woken := b.handOut() // a pool grown since may leave room for the queue
+	b.mu.Unlock()
+	for _, w := range woken {
+		w.wake()
 	}
 	return got
 }

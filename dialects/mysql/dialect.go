@@ -49,6 +49,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -143,7 +144,12 @@ func (d *Dialect) Limits() dialects.Limits {
 	}
 	l := dialects.Limits{Connections: conns, ClaimsInFlight: 0, SessionConnections: true}
 	if conns > 0 {
-		l.Budget = dialects.BudgetFor(d.db, conns)
+		l.Budget = dialects.BudgetSized(d.db, func() int {
+			if n := d.db.Stats().MaxOpenConnections; n > 0 {
+				return max(n-1, 1)
+			}
+			return math.MaxInt // no limit any more
+		})
 	}
 	return l
 }

@@ -3,6 +3,7 @@ package rowactor_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,4 +163,132 @@ func countQuick(cs []shutdownCall) int {
 		}
 	}
 	return n
+}
+
+func init() {
+	scenarios = append(scenarios, scenario{
+		name:  "shutdown from a handler with a context it cancels on return still lets its delivery settle",
+		forms: []rowactor.Form{rowactor.FormLease, rowactor.FormRowLock},
+		run:   reviewShutdownInHandlerScopedContextScenario,
+	})
+}
+
+// reviewShutdownInHandlerScopedContextScenario: a handler bounds its call the idiomatic Go
+// way, ctx, cancel := context.WithTimeout(ctx, 30*time.Second); defer cancel(), while a
+// second delivery is in work (its handler needs 300 ms more). Shutdown's doc promises
+// that the shutdown "runs in the background, letting that delivery settle when its
+// handler returns", and a shutdown drains the deliveries in work until its ctx ends. But
+// the background shutdown runs on the handler's ctx, which the handler's defer cancels
+// as it returns: the drain gives up at once, and the stop releases the other delivery
+// while its handler runs (and, depending on timing, the calling delivery too) instead of
+// letting them settle, though the ctx given had 30 s left.
+func reviewShutdownInHandlerScopedContextScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	b := h.broker()
+	entered := make(chan int64, 8)
+	gate := make(chan struct{})
+	returned := make(chan error, 4)
+	var caller atomic.Int64
+	h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		entered <- d.ID()
+		<-gate
+		if caller.CompareAndSwap(0, d.ID()) {
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			_, err := b.Shutdown(sctx)
+			returned <- err
+			return rowactor.Ack()
+		}
+		time.Sleep(300 * time.Millisecond) // finishing its work
+		return rowactor.Ack()
+	}, rowactor.Workers(2))
+	h.publish(b, 2)
+	for range 2 {
+		select {
+		case <-entered:
+		case <-time.After(15 * time.Second):
+			t.Fatal("both rows were not in work within 15 s")
+		}
+	}
+	close(gate)
+	select {
+	case err := <-returned:
+		if !errors.Is(err, rowactor.ErrShutdownInHandler) {
+			t.Fatalf("Shutdown from a handler returned %v, want ErrShutdownInHandler", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown called from a handler did not return in 10 s")
+	}
+	got := h.waitSettled(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _ = b.Shutdown(ctx)
+	for _, s := range got {
+		if s.Err != nil || s.Step != "ack" {
+			t.Errorf("an Ack did not settle (calling handler's row: %d): %+v: the background shutdown ran on the "+
+				"handler's context, which ended as the handler returned", caller.Load(), s)
+		}
+	}
+}
+
+func init() {
+	scenarios = append(scenarios, scenario{
+		name:  "after a handler's Shutdown, a Shutdown from outside still ends the handlers in work by its ctx",
+		forms: []rowactor.Form{rowactor.FormLease, rowactor.FormRowLock},
+		run:   reviewOuterShutdownAfterHandlerShutdownScenario,
+	})
+}
+
+// reviewOuterShutdownAfterHandlerShutdownScenario: a handler calls Shutdown with its own
+// context (returns ErrShutdownInHandler; the shutdown drains in the background on that
+// context, which ends only when the subscription stops). Another delivery is in work with
+// a long handler that honours its context. The service's main then calls Shutdown with a
+// 2 s context (SIGTERM, a deadline to exit by): it "waits for the first (or for its own
+// ctx) and returns ErrClosed" -- and nothing bounds the background drain, so when main's
+// Shutdown returns the other handler's context was never cancelled and its row is still
+// held (lease, lock). SPEC: Shutdown "lets deliveries in work settle until ctx ends, then
+// releases every lock and lease it still holds"; nothing may be left held after Shutdown.
+func reviewOuterShutdownAfterHandlerShutdownScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	b := h.broker()
+	entered := make(chan int64, 8)
+	gate := make(chan struct{})
+	cleanup := make(chan struct{})
+	defer close(cleanup)
+	var caller atomic.Int64
+	cancelled := make(chan int64, 4)
+	h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		entered <- d.ID()
+		<-gate
+		if caller.CompareAndSwap(0, d.ID()) {
+			_, _ = b.Shutdown(ctx)
+			return rowactor.Ack()
+		}
+		select { // a long job that honours its context
+		case <-ctx.Done():
+			cancelled <- d.ID()
+			return rowactor.Retry()
+		case <-cleanup:
+			return rowactor.Retry()
+		}
+	}, rowactor.Workers(2))
+	h.publish(b, 2)
+	for range 2 {
+		select {
+		case <-entered:
+		case <-time.After(15 * time.Second):
+			t.Fatal("both rows were not in work within 15 s")
+		}
+	}
+	close(gate)
+	time.Sleep(300 * time.Millisecond) // the handler's Shutdown returned and drains in the background
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	rep, err := b.Shutdown(ctx)
+	took := time.Since(start)
+	select {
+	case <-cancelled:
+	default:
+		t.Fatalf("main's Shutdown(2 s) returned (%+v, %v) after %v with the long handler's context never cancelled: "+
+			"its row is still held and the broker still draining", rep, err, took.Round(time.Millisecond))
+	}
 }

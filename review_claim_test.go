@@ -62,6 +62,11 @@ func slowClaims(t *testing.T, h *harness, form rowactor.Form, delay time.Duratio
 // later settlement happens to set the subscription due again.)
 
 func reviewFreedDuringClaimScenario(t *testing.T, h *harness, form rowactor.Form) {
+	if _, isMySQL := h.d.(*mysql.Dialect); isMySQL && form == rowactor.FormLease {
+		// The release of A can wait on the slow claim's locks (the claim's locking read
+		// passes A's index entry), so it lands after the claim returned; timing-dependent.
+		t.Skip("MySQL lease: A's release may wait for the claim's transaction; see the advisory variant")
+	}
 	if !slowClaims(t, h, form, 800*time.Millisecond) {
 		t.Skip("SQLite has no sleep for a trigger: no claim can be made slow")
 	}
