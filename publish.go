@@ -25,7 +25,9 @@ type publishing struct {
 }
 
 // WithHeaders stores headers in the table's headers column as a JSON object. rowactor adds
-// the W3C traceparent (and tracestate) of the publishing span, and the publish time.
+// the W3C traceparent (and tracestate) of the publishing span, and the publish time. A
+// table described without a headers column refuses headers with a *ConfigError (only
+// rowactor's own are skipped there).
 func WithHeaders(h map[string]string) PublishOption {
 	return func(p *publishing) {
 		for k, v := range h {
@@ -90,6 +92,12 @@ func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, pay
 	}
 	if !pub.notBefore.IsZero() && t.RetryAfter == "" {
 		return 0, &ConfigError{Table: t.Name, Option: "After", Reason: "a delayed publish needs the table's retry_after column", Fix: "set Table.RetryAfter, or publish without After"}
+	}
+	if len(pub.headers) > 0 && t.Headers == "" {
+		// Only the headers rowactor adds itself (traceparent, publish time) are skipped
+		// without a headers column; the caller's are never dropped.
+		return 0, &ConfigError{Table: t.Name, Option: "WithHeaders", Reason: "headers need the table's headers column, and the description has none",
+			Fix: "set Table.Headers (a jsonb / JSON / TEXT column; rowactor.Schema renders it), or publish without WithHeaders"}
 	}
 	ctx, span := b.tel.Tracer.Start(ctx, "publish "+t.Name, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(telemetry.System.String("rowactor"), telemetry.DBSystem.String(b.tel.DB()),
