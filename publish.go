@@ -79,12 +79,15 @@ func (b *Broker) Wake(t Table, queue string) { b.wake(t, queue) }
 // publish inserts the row inside a producer span whose context, with the publish time,
 // rides in the headers column to the consumer.
 func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, payload []byte, opts []PublishOption) (id int64, err error) {
-	if b.closed.Load() {
+	// Shutdown waits for publishes under way before it closes what they use, and refuses
+	// those that come later.
+	if !b.enterPublish() {
 		return 0, ErrClosed
 	}
+	defer b.leavePublish()
 	p, err := b.publisher(ctx, t)
 	if err != nil {
-		return 0, err
+		return 0, b.closedUnder(t, err)
 	}
 	var pub publishing
 	for _, o := range opts {
@@ -130,10 +133,20 @@ func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, pay
 	}
 	id, err = p.Publish(ctx, tx, m)
 	if err != nil {
-		return 0, fmt.Errorf("rowactor: publish to %s: %w", t.Name, err)
+		return 0, b.closedUnder(t, fmt.Errorf("rowactor: publish to %s: %w", t.Name, err))
 	}
 	b.tel.Published(ctx, t.Name, queue)
 	return id, nil
+}
+
+// closedUnder is a database error of a publish, or ErrClosed when Shutdown closed the
+// statements or pool under the publish (its context ended before the publish did):
+// whatever the driver said then, the broker is closed.
+func (b *Broker) closedUnder(t Table, err error) error {
+	if b.closing.Load() {
+		return fmt.Errorf("rowactor: publish to %s: the broker shut down under it: %w", t.Name, ErrClosed)
+	}
+	return err
 }
 
 // publisher returns the table's publisher, checking the table and building its INSERT
