@@ -36,6 +36,12 @@ type Broker struct {
 	subs   []*Subscription
 	pubs   map[Table]dialects.Publisher
 
+	// Publishes in flight, which Shutdown lets finish before it closes anything they use.
+	pubMu      sync.Mutex
+	publishing int
+	pubIdle    chan struct{} // closed when publishing drops to 0 once Shutdown waits
+	closing    atomic.Bool   // Shutdown closes the queues and the dialect
+
 	dispatcher    *actors.Dispatcher
 	shutDown      chan struct{}      // closed when Shutdown finished
 	cancelDrain   context.CancelFunc // ends the drain of the Shutdown in progress (under mu)
@@ -129,7 +135,9 @@ type ShutdownReport struct {
 
 // Shutdown stops claiming, lets deliveries in work settle until ctx ends, then cancels
 // the handlers' context and releases every row still in work, and reports what it
-// released. Afterwards Publish, Subscribe and late settlements return ErrClosed. No
+// released. Afterwards Publish, Subscribe and late settlements return ErrClosed; publishes
+// already under way when it starts finish before it closes anything (until ctx ends: one
+// it cuts short returns ErrClosed too, never the driver's word about a closed pool). No
 // goroutine of rowactor's survives it; a handler that ignores its context keeps its own.
 // A second call waits for the first to finish (or for its own ctx) and returns ErrClosed.
 //
@@ -216,6 +224,10 @@ func (b *Broker) shutdown(ctx context.Context) (ShutdownReport, error) {
 			break
 		}
 	}
+	// Publishes already under way finish (new ones were refused from the start); one the
+	// context cuts short is reported to its caller as ErrClosed.
+	b.waitPublishes(ctx)
+	b.closing.Store(true)
 	var errs []error
 	for i, s := range subs {
 		rows, conns := relRows[i], relConns[i]
@@ -247,6 +259,47 @@ func (b *Broker) shutdown(ctx context.Context) (ShutdownReport, error) {
 		}
 	}
 	return rep, errors.Join(errs...)
+}
+
+// enterPublish counts a publish in flight; false once Shutdown began.
+func (b *Broker) enterPublish() bool {
+	b.pubMu.Lock()
+	defer b.pubMu.Unlock()
+	if b.closed.Load() {
+		return false
+	}
+	b.publishing++
+	return true
+}
+
+// leavePublish ends a publish counted by enterPublish.
+func (b *Broker) leavePublish() {
+	b.pubMu.Lock()
+	defer b.pubMu.Unlock()
+	b.publishing--
+	if b.publishing == 0 && b.pubIdle != nil {
+		close(b.pubIdle)
+		b.pubIdle = nil
+	}
+}
+
+// waitPublishes waits until no publish is in flight, or ctx ends. Shutdown has set closed,
+// so no publish starts meanwhile: enterPublish reads closed under pubMu.
+func (b *Broker) waitPublishes(ctx context.Context) {
+	b.pubMu.Lock()
+	if b.publishing == 0 {
+		b.pubMu.Unlock()
+		return
+	}
+	if b.pubIdle == nil {
+		b.pubIdle = make(chan struct{})
+	}
+	idle := b.pubIdle
+	b.pubMu.Unlock()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	}
 }
 
 // Settlement is what became of one delivery, as told to the WithOnSettled hook.

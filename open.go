@@ -2,9 +2,13 @@ package rowactor
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/rowactor/rowactor/dialects"
 	"github.com/rowactor/rowactor/dialects/mysql"
@@ -20,6 +24,11 @@ import (
 //     New(sqlite.New(db)).
 //   - "postgres://user@host:5432/db?sslmode=disable" (or "postgresql://"): a pgx pool.
 //   - "mysql://" followed by a go-sql-driver DSN, e.g. "mysql://root@tcp(127.0.0.1:3306)/app".
+//
+// Open's errors never show the URL's password, nor any piece of it a driver may report (a
+// password with an unencoded '@' or ':' is cut into a host or a port by a URL parser):
+// write such characters %-encoded in postgres:// URLs (%40 for '@'). The errors match
+// their cause with errors.Is, but do not unwrap to it.
 func Open(ctx context.Context, url string, opts ...Option) (*Broker, error) {
 	scheme, rest, _ := strings.Cut(url, ":")
 	var (
@@ -38,10 +47,10 @@ func Open(ctx context.Context, url string, opts ...Option) (*Broker, error) {
 	case "mysql":
 		d, err = openDialect(mysql.Open(ctx, strings.TrimPrefix(rest, "//")))
 	default:
-		return nil, fmt.Errorf("rowactor: Open(%q): unknown scheme %q; use sqlite:PATH, postgres://... or mysql://DSN", redact(url), scheme)
+		return nil, openError(url, fmt.Errorf("unknown scheme %q; use sqlite:PATH, postgres://... or mysql://DSN", scheme))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("rowactor: Open(%q): %w", redact(url), err)
+		return nil, openError(url, err)
 	}
 	b, err := New(d, opts...)
 	if err != nil {
@@ -62,8 +71,179 @@ func openDialect[D dialects.Dialect](d D, err error) (dialects.Dialect, error) {
 }
 
 // passwordParam matches a password given as a parameter: ?password=… in a URL, or
-// password=… in a key/value connection string.
-var passwordParam = regexp.MustCompile(`(?i)((?:ssl)?password)=([^&\s]*)`)
+// password=… (perhaps quoted) in a key/value connection string.
+var passwordParam = regexp.MustCompile(`(?i)((?:ssl)?password)=('(?:[^'\\]|\\.)*'?|[^&\s]*)`)
+
+// openError is Open's error for url: the URL with its password hidden, the cause, and a
+// hint when the URL's shape explains the failure. No part of the URL's password reaches
+// its text, whatever the driver wrote: every piece of it is masked (see secrets).
+func openError(rawURL string, cause error) error {
+	msg := fmt.Sprintf("rowactor: Open(%q): ", redact(rawURL))
+	scheme, _, _ := strings.Cut(rawURL, ":")
+	if info, ok := userinfo(rawURL); ok && strings.Contains(info, "@") && (scheme == "postgres" || scheme == "postgresql") {
+		msg += "the URL has more than one '@' before the host: an unencoded '@' in the password makes " +
+			"the rest of the password look like the host; write it as %40: "
+	}
+	msg += cause.Error()
+	return &maskedError{msg: mask(msg, secrets(rawURL)), cause: cause}
+}
+
+// maskedError is an error whose text was masked. It matches what its cause matches
+// (errors.Is: context.DeadlineExceeded, …) but does not unwrap to it: the cause's own text
+// may hold the password, and so may its fields, so errors.As does not reach it either.
+type maskedError struct {
+	msg   string
+	cause error
+}
+
+func (e *maskedError) Error() string { return e.msg }
+
+func (e *maskedError) Is(target error) bool { return errors.Is(e.cause, target) }
+
+// userinfo returns what a URL or DSN holds before its host: after the scheme (and "//")
+// up to the last '@'. ok is false when there is no '@'. The last '@' is taken because a
+// password may hold unencoded ones; a '@' after the host (in the query) makes userinfo
+// take more than it should, which hides more, never less.
+func userinfo(rawURL string) (info string, ok bool) {
+	_, rest, found := strings.Cut(rawURL, ":")
+	if !found {
+		return "", false
+	}
+	rest = strings.TrimPrefix(rest, "//")
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return "", false
+	}
+	return rest[:at], true
+}
+
+// pieceDelimiters are the characters a URL, DSN or connection-string parser may cut a
+// password at, leaving a piece of it in what it reports (a host, a port, a path, a
+// parameter). Control characters delimit too: a driver quoting what it reports (%q)
+// writes them as escapes.
+const pieceDelimiters = "@:/?#[]%&=()'\",; \\"
+
+func isDelimiter(c byte) bool {
+	return c < 0x20 || c == 0x7f || strings.IndexByte(pieceDelimiters, c) >= 0
+}
+
+// minSecret is the shortest text masked: shorter pieces tell little about a password, and
+// masking every one- or two-letter match would leave no error readable.
+const minSecret = 3
+
+// maxSpan bounds how many delimiters a piece spans. A longer piece is still masked where
+// it occurs: the shorter pieces overlapping along it cover it.
+const maxSpan = 32
+
+// secrets lists the texts no error of Open may show: the URL's userinfo (user:password),
+// its password (after the userinfo's first ':'), each piece of the password between two
+// delimiters (and of its %-decoded form, which a driver may report), and the same for a
+// password given as a parameter.
+func secrets(rawURL string) []string {
+	seen := make(map[string]bool)
+	var out []string
+	addText := func(p string) {
+		// As it is, and as a driver quoting it with %q would show it.
+		q := strconv.Quote(p)
+		for _, x := range []string{p, q[1 : len(q)-1]} {
+			if len(x) >= minSecret && !seen[x] {
+				seen[x] = true
+				out = append(out, x)
+			}
+		}
+	}
+	add := func(password string) {
+		forPieces(password, addText)
+		if dec, err := url.PathUnescape(password); err == nil && dec != password {
+			forPieces(dec, addText)
+		}
+	}
+	if info, ok := userinfo(rawURL); ok {
+		if _, password, ok := strings.Cut(info, ":"); ok && password != "" {
+			addText(info)
+			add(password)
+		}
+	}
+	for _, m := range passwordParam.FindAllStringSubmatch(rawURL, -1) {
+		add(strings.Trim(m[2], "'"))
+	}
+	return out
+}
+
+// forPieces calls fn with s and every substring of s that starts and ends at a delimiter
+// (or at s's ends) and spans at most maxSpan of them.
+func forPieces(s string, fn func(string)) {
+	fn(s)
+	cuts := []int{0}
+	for i := 0; i < len(s); i++ {
+		if isDelimiter(s[i]) {
+			cuts = append(cuts, i, i+1)
+		}
+	}
+	cuts = append(cuts, len(s))
+	for i := 0; i < len(cuts); i += 2 { // starts: 0 and just after each delimiter
+		for j := i + 1; j < len(cuts) && j <= i+2*maxSpan+1; j += 2 { // ends: at each delimiter and len(s)
+			fn(s[cuts[i]:cuts[j]])
+		}
+	}
+}
+
+// mask replaces every occurrence of any secret in text: each run of text covered by
+// occurrences becomes one mask. The mask is made of a character no secret holds, so no
+// secret can reappear across a mask and the text beside it.
+func mask(text string, secrets []string) string {
+	if len(secrets) == 0 {
+		return text
+	}
+	covered := make([]bool, len(text))
+	for _, s := range secrets {
+		for i := 0; ; {
+			j := strings.Index(text[i:], s)
+			if j < 0 {
+				break
+			}
+			for k := i + j; k < i+j+len(s); k++ {
+				covered[k] = true
+			}
+			i += j + 1
+		}
+	}
+	m := maskRune(secrets)
+	var b strings.Builder
+	for i := 0; i < len(text); {
+		if !covered[i] {
+			b.WriteByte(text[i])
+			i++
+			continue
+		}
+		for i < len(text) && covered[i] {
+			i++
+		}
+		b.WriteString(strings.Repeat(string(m), 5))
+	}
+	return b.String()
+}
+
+// maskRune is 'x', or else the first character from '*' on that no secret holds.
+func maskRune(secrets []string) rune {
+	held := func(r rune) bool {
+		for _, s := range secrets {
+			if strings.ContainsRune(s, r) {
+				return true
+			}
+		}
+		return false
+	}
+	if !held('x') {
+		return 'x'
+	}
+	for r := '*'; r < utf8.MaxRune; r++ {
+		if utf8.ValidRune(r) && !held(r) {
+			return r
+		}
+	}
+	return utf8.RuneError // unreachable: the secrets are finite
+}
 
 // redact hides a password in a URL or DSN before it reaches an error message.
 func redact(url string) string {

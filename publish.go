@@ -25,7 +25,9 @@ type publishing struct {
 }
 
 // WithHeaders stores headers in the table's headers column as a JSON object. rowactor adds
-// the W3C traceparent (and tracestate) of the publishing span, and the publish time.
+// the W3C traceparent (and tracestate) of the publishing span, and the publish time. A
+// table described without a headers column refuses headers with a *ConfigError (only
+// rowactor's own are skipped there).
 func WithHeaders(h map[string]string) PublishOption {
 	return func(p *publishing) {
 		for k, v := range h {
@@ -77,12 +79,15 @@ func (b *Broker) Wake(t Table, queue string) { b.wake(t, queue) }
 // publish inserts the row inside a producer span whose context, with the publish time,
 // rides in the headers column to the consumer.
 func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, payload []byte, opts []PublishOption) (id int64, err error) {
-	if b.closed.Load() {
+	// Shutdown waits for publishes under way before it closes what they use, and refuses
+	// those that come later.
+	if !b.enterPublish() {
 		return 0, ErrClosed
 	}
+	defer b.leavePublish()
 	p, err := b.publisher(ctx, t)
 	if err != nil {
-		return 0, err
+		return 0, b.closedUnder(t, err)
 	}
 	var pub publishing
 	for _, o := range opts {
@@ -90,6 +95,12 @@ func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, pay
 	}
 	if !pub.notBefore.IsZero() && t.RetryAfter == "" {
 		return 0, &ConfigError{Table: t.Name, Option: "After", Reason: "a delayed publish needs the table's retry_after column", Fix: "set Table.RetryAfter, or publish without After"}
+	}
+	if len(pub.headers) > 0 && t.Headers == "" {
+		// Only the headers rowactor adds itself (traceparent, publish time) are skipped
+		// without a headers column; the caller's are never dropped.
+		return 0, &ConfigError{Table: t.Name, Option: "WithHeaders", Reason: "headers need the table's headers column, and the description has none",
+			Fix: "set Table.Headers (a jsonb / JSON / TEXT column; rowactor.Schema renders it), or publish without WithHeaders"}
 	}
 	ctx, span := b.tel.Tracer.Start(ctx, "publish "+t.Name, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(telemetry.System.String("rowactor"), telemetry.DBSystem.String(b.tel.DB()),
@@ -122,10 +133,20 @@ func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, pay
 	}
 	id, err = p.Publish(ctx, tx, m)
 	if err != nil {
-		return 0, fmt.Errorf("rowactor: publish to %s: %w", t.Name, err)
+		return 0, b.closedUnder(t, fmt.Errorf("rowactor: publish to %s: %w", t.Name, err))
 	}
 	b.tel.Published(ctx, t.Name, queue)
 	return id, nil
+}
+
+// closedUnder is a database error of a publish, or ErrClosed when Shutdown closed the
+// statements or pool under the publish (its context ended before the publish did):
+// whatever the driver said then, the broker is closed.
+func (b *Broker) closedUnder(t Table, err error) error {
+	if b.closing.Load() {
+		return fmt.Errorf("rowactor: publish to %s: the broker shut down under it: %w", t.Name, ErrClosed)
+	}
+	return err
 }
 
 // publisher returns the table's publisher, checking the table and building its INSERT

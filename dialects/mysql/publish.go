@@ -41,8 +41,19 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 	if err := d.prepareAll(ctx, p.insert, p.insertHeaders); err != nil {
 		return nil, p.errorf(err)
 	}
+	// The server resets the connection on a packet over its max_allowed_packet (the
+	// client sees "connection reset by peer" or a bare error 1153): read it once, and
+	// refuse such messages before they are sent.
+	if err := d.db.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&p.maxPacket); err != nil {
+		return nil, p.errorf(fmt.Errorf("read max_allowed_packet: %w", err))
+	}
 	return p, nil
 }
+
+// packetMargin is what a publish leaves in max_allowed_packet for the statement's own
+// bytes beside the message's (the execute packet's header, types and lengths: a few dozen
+// bytes).
+const packetMargin = 1024
 
 func insertText(t dialects.Table, cols []string) string {
 	return "INSERT INTO " + quote(t.Name) + " (" + strings.Join(cols, ", ") + ") VALUES (" + placeholders(len(cols)) + ")"
@@ -55,6 +66,7 @@ type publisher struct {
 	hasRetryAfter bool
 	insert        string
 	insertHeaders string
+	maxPacket     int64 // the server's max_allowed_packet when the publisher was built
 }
 
 // Publish inserts m and returns its id (LAST_INSERT_ID). tx is nil for the dialect's pool,
@@ -65,6 +77,9 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 	}
 	if !m.NotBefore.IsZero() && !p.hasRetryAfter {
 		return 0, p.errorf(errors.New("Message.NotBefore needs a retry_after column, and the table has none"))
+	}
+	if err := p.checkSize(m); err != nil {
+		return 0, err
 	}
 	payload := m.Payload
 	if payload == nil {
@@ -115,6 +130,23 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 		return 0, p.errorf(err)
 	}
 	return id, nil
+}
+
+// checkSize refuses a message the server would refuse for its max_allowed_packet.
+func (p *publisher) checkSize(m dialects.Message) error {
+	headers := 0
+	if p.insertHeaders != p.insert {
+		headers = len(m.Headers)
+	}
+	size := int64(len(m.Payload) + headers)
+	if p.maxPacket <= 0 || size+int64(len(m.Group))+packetMargin <= p.maxPacket {
+		return nil
+	}
+	return p.errorf(fmt.Errorf("the message is %d bytes (payload %d, headers %d) and the server's "+
+		"max_allowed_packet is %d bytes, less %d for the statement: the server would drop the connection; "+
+		"raise max_allowed_packet on the server (SET GLOBAL max_allowed_packet, and in its configuration, "+
+		"for new connections), or keep large payloads outside the queue and publish a reference",
+		size, len(m.Payload), headers, p.maxPacket, packetMargin))
 }
 
 func (p *publisher) errorf(err error) error {

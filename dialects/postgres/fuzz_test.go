@@ -34,8 +34,9 @@ func unquoteFuzz(quoted string, q byte) (string, bool) {
 // FuzzQuote: any identifier is quoted between double quotes with every double quote
 // inside doubled, so the quoted form has no lone double quote and unquotes to the
 // identifier: a name with quotes, backticks, semicolons or unicode cannot end the
-// identifier early. Literals (advisory key text) are single-quoted with doubled single
-// quotes (standard_conforming_strings: a backslash is plain). Names over 63 bytes, which
+// identifier early. Literals (advisory key text) are escape strings, E'…', with quotes
+// and backslashes escaped, so they read the same under either standard_conforming_strings
+// and no quote or backslash ends them early. Names over 63 bytes, which
 // the server would truncate, are refused with a *ConfigError naming them, and names up to
 // 63 bytes are not; the claim index's name always fits in 63 bytes.
 func FuzzQuote(f *testing.F) {
@@ -52,7 +53,7 @@ func FuzzQuote(f *testing.F) {
 			t.Fatalf("quote(%q) = %q, which unquotes to %q", name, q, got)
 		}
 		l := literal(name)
-		got, ok = unquoteFuzz(l, '\'')
+		got, ok = unescapeFuzz(l)
 		if !ok || got != name {
 			t.Fatalf("literal(%q) = %q, which unquotes to %q (ok %v)", name, l, got, ok)
 		}

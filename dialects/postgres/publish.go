@@ -25,7 +25,8 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 		hasGroup:      t.Group != "",
 		hasRetryAfter: t.RetryAfter != "",
 	}
-	// $1 payload, $2 notified group, then group, not_before, headers when present.
+	// $1 payload, $2 the notification's payload, then group, not_before, headers when
+	// present.
 	cols := []string{quote(t.Payload)}
 	n := 2
 	next := func() string { n++; return "$" + strconv.Itoa(n) }
@@ -49,12 +50,13 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 	return p, nil
 }
 
-// insertText inserts one row and notifies Channel with "<table>\t<group>" in the same
-// statement.
+// insertText inserts one row and notifies Channel with $2, "<table>\t<group>", in the same
+// statement. The payload is bound, never rendered: its text cannot depend on the session's
+// settings.
 func insertText(t dialects.Table, cols, vals []string) string {
 	return "WITH ins AS (INSERT INTO " + quote(t.Name) + " (" + strings.Join(cols, ", ") + ") VALUES (" +
 		strings.Join(vals, ", ") + ") RETURNING " + quote(t.ID) + " AS id) SELECT id, pg_notify(" +
-		literal(Channel) + ", " + literal(t.Name+"\t") + " || $2::text)::text FROM ins"
+		literal(Channel) + ", $2::text)::text FROM ins"
 }
 
 type publisher struct {
@@ -81,7 +83,7 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 		payload = []byte{} // pgx binds a nil slice as NULL
 	}
 	text := p.insert
-	args := []any{payload, m.Group}
+	args := []any{payload, p.name + "\t" + m.Group}
 	if p.hasGroup {
 		args = append(args, m.Group)
 	}

@@ -19,11 +19,16 @@ func quote(name string) string {
 	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
 }
 
-// literal renders a string literal (standard_conforming_strings, on by default since
-// PostgreSQL 9.1: a backslash is an ordinary character).
+// literal renders a string literal as an escape string, E'…', with backslashes and quotes
+// escaped: it means the same text whatever the session's standard_conforming_strings (a
+// plain '…' reads a backslash as an escape when the setting is off, so a key would change
+// its text between two processes, or end early). Values that can be bound are bound
+// instead.
 func literal(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+	return "E'" + literalEscaper.Replace(s) + "'"
 }
+
+var literalEscaper = strings.NewReplacer(`\`, `\\`, `'`, `''`)
 
 // keyExpr renders an advisory key template as SQL: concat ignores NULL arguments, so a
 // NULL column reads as empty, and it renders any column type as its text.
