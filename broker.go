@@ -226,7 +226,7 @@ func (b *Broker) shutdown(ctx context.Context) (ShutdownReport, error) {
 	}
 	// Publishes already under way finish (new ones were refused from the start); one the
 	// context cuts short is reported to its caller as ErrClosed.
-	b.waitPublishes(ctx)
+	b.waitPublishes(drainCtx)
 	b.closing.Store(true)
 	var errs []error
 	for i, s := range subs {
