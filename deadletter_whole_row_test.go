@@ -454,3 +454,45 @@ func wholeRowRequeueScenario(t *testing.T, h *harness, form rowactor.Form) {
 		}
 	}
 }
+
+func init() {
+	scenarios = append(scenarios, scenario{
+		name:  "a batch whose dead-letter move a trigger refuses sets the row aside and does not spin",
+		forms: []rowactor.Form{rowactor.FormRowLock},
+		run:   refusedBatchMoveScenario,
+	})
+}
+
+// refusedBatchMoveScenario: a batch's commit fails on the move of its spent row (the
+// trigger refuses it), so every row of the batch returns. The spent row must be set
+// aside at its next claim, not moved and refused again and again; the others are
+// delivered again and acked.
+func refusedBatchMoveScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	dead := wholeRowTables(h, deadTrigger)
+	b := h.broker()
+	spent := insertOrder(h, h.table.Name, "ACME Corp")
+	fine := insertOrder(h, h.table.Name, "Globex")
+	var calls atomic.Int64
+	_, err := b.SubscribeBatch(context.Background(), h.table, h.queue, 10, func(_ context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
+		calls.Add(1)
+		out := make([]rowactor.Outcome, len(ds))
+		for i, d := range ds {
+			out[i] = rowactor.Ack()
+			if d.ID() == spent {
+				out[i] = rowactor.Retry()
+			}
+		}
+		return out
+	}, rowactor.PollInterval(50*time.Millisecond), rowactor.MaxAttempts(1), rowactor.DeadLetterTable(dead.Name))
+	if err != nil {
+		t.Fatalf("SubscribeBatch: %v", err)
+	}
+	time.Sleep(2 * time.Second)
+	if n := calls.Load(); n > 3 {
+		t.Fatalf("the batch handler ran %d times in 2 s: a failing dead-letter move spins\nlogs:\n%.4000s", n, h.logs.String())
+	}
+	waitFor(t, func() bool { return parked(h.row(spent).retryAfter) && !h.row(fine).exists })
+	if n := h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+dead.Name); n != 0 {
+		t.Fatalf("the dead-letter table holds %d rows", n)
+	}
+}
