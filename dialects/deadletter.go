@@ -6,8 +6,8 @@ import (
 )
 
 // DistinctColumns lists every described column once (a key placeholder may name a role
-// column again), in description order: the columns a dead-letter move copies. fold
-// compares names without case, as SQLite and MySQL do.
+// column again), in description order: the columns Schema renders. fold compares names without
+// case, as SQLite and MySQL do. A dead-letter move copies more: MoveColumns.
 func (t Table) DistinctColumns(fold bool) []NamedColumn {
 	var out []NamedColumn
 	for _, c := range t.Columns() {
