@@ -132,9 +132,16 @@ func DeadLetterGroup(g string) SubscribeOption {
 	return func(c *subscribeConfig) { c.deadLetterGroup = g }
 }
 
-// DeadLetterTable moves spent rows into table t, which has the queue table's columns
-// (a copy and a delete in one transaction, or one statement where the database can).
-// Set it together with MaxAttempts.
+// DeadLetterTable moves spent rows into table t (a copy and a delete in one transaction,
+// or one statement where the database can). The move keeps the whole row: every column
+// the two tables share by name (without case on MySQL and SQLite), as their catalogs list
+// them at Subscribe, the service's own columns included; columns t computes are left to
+// it. t needs every described column; Subscribe refuses a t that lacks a column the queue
+// table has as NOT NULL without a default (its value would be lost), or that has such a
+// column the queue table lacks (every move would fail). A move the database refuses
+// anyway (a constraint, a trigger) leaves the row in the queue table, set aside at its
+// next claim rather than delivered again, and logs an error. Set it together with
+// MaxAttempts.
 func DeadLetterTable(t string) SubscribeOption {
 	return func(c *subscribeConfig) { c.deadLetterTable = t }
 }

@@ -144,13 +144,14 @@ func (b *Broker) subscribe(ctx context.Context, t Table, queue string, h Handler
 		deadLetter = cfg.deadLetterTable
 	}
 	run, err := actors.Start(b.sys, fmt.Sprintf("%s/%s/%s", b.name, t.Name, queue), actors.Config{
-		Table: t.Name, QueueName: queue, DeadLetter: deadLetter,
+		Table: t.Name, QueueName: queue, DeadLetter: deadLetter, DeadLetterTable: cfg.deadLetterTable != "",
 		Form: t.Form(), Queue: q,
 		Workers: cfg.workers, Prefetch: cfg.prefetch, FIFO: t.FIFO, KeyOf: keyOf(cfg.keyOf, t.Name, queue), Lease: cfg.leaseLength(), Poll: cfg.poll,
 		Rules:   settler.Rules{MaxAttempts: cfg.maxAttempts, HasRetryAfter: t.RetryAfter != "", Events: eventNames(cfg.events)},
 		Handler: wrap(h, t.Name, queue), BatchHandler: wrapBatch(bh, t.Name, queue), BatchSize: size,
 		Now: b.now, Log: b.log, Policy: defaultPolicy, Limits: b.d.Limits(), Dispatcher: b.dispatcher,
 		Classify:      func(err error) dialects.Fault { return dialects.Classify(b.d, err) },
+		Culprit:       func(err error) dialects.Culprit { return dialects.CulpritOf(b.d, err) },
 		Transactional: cfg.transactional,
 		Telemetry:     b.tel.Subscription(t.Name, queue, t.Form().String()),
 		OnSettled:     b.settledHook(t.Name, queue),

@@ -136,6 +136,11 @@ func (d *batchDelivery) settle() []Result {
 		err = fmt.Errorf("settle a batch of %d rows: %w", len(d.rows), err)
 		for i := range results {
 			results[i].Err = errors.Join(results[i].Err, err)
+			if results[i].Step == dialects.StepDeadLetter {
+				// The commit names no row: each row the batch moved to its dead letter is
+				// set aside at its next claim rather than failing its move again.
+				d.sub.notePoison(results[i])
+			}
 		}
 	}
 	return results

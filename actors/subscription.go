@@ -27,7 +27,9 @@ type Config struct {
 	Table      string // the queue table, for logs
 	QueueName  string // the queue (group) name, for logs
 	DeadLetter string // where spent rows go, for logs
-	Form       dialects.Form
+	// DeadLetterTable says DeadLetter names a table (else a group).
+	DeadLetterTable bool
+	Form            dialects.Form
 	// Queue serves Form.
 	Queue   dialects.Queue
 	Workers int
@@ -57,6 +59,9 @@ type Config struct {
 	// Classify names the fault behind a claimer's or renewer's failure, which picks the
 	// restart policy and the log level; nil treats every failure as FaultUnknown.
 	Classify func(error) dialects.Fault
+	// Culprit names the constraint or column a failed statement's error blames, for logs
+	// (nil: none is named).
+	Culprit func(error) dialects.Culprit
 	// SettleTimeout bounds each settlement and release statement.
 	SettleTimeout time.Duration
 	// Limits bounds the connections the subscription holds and its claims in flight.

@@ -74,6 +74,9 @@ type SetAside struct {
 	Way Way
 	// Err holds the failures of the ways tried before Way (all of them for NotSetAside).
 	Err error
+	// Announced says the row is set aside because its dead-letter move failed, which was
+	// logged as an error when it failed (Poison.DeadLetterFailed).
+	Announced bool
 }
 
 // Poison is a subscription's record of the rows it sets aside, shared by its claimers
@@ -99,6 +102,8 @@ type Poison struct {
 type suspect struct {
 	cause error
 	tried map[Way]bool
+	// announced: the suspect's dead-letter move failed, and that was logged.
+	announced bool
 }
 
 // maxSuspects bounds the rows remembered for their next claim (a row settled elsewhere is
@@ -108,6 +113,28 @@ const maxSuspects = 10000
 // Suspect records that row id's settlement failed on its data (cause): its next claim
 // sets it aside instead of delivering it again.
 func (p *Poison) Suspect(id int64, cause error) { p.tried(id, cause, NotSetAside) }
+
+// DeadLetterFailed records that row id's move to its dead letter failed (cause) in a way
+// that does not pass by itself (a constraint, a trigger, a missing table: not a lost
+// connection or a deadlock), and that the failure was logged: its next claim sets it
+// aside without delivering it again and without trying the move again (parked, or
+// skipped), so a row whose dead letter refuses it never comes back to fail at once.
+func (p *Poison) DeadLetterFailed(id int64, cause error) {
+	p.tried(id, cause, DeadLettered)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s, ok := p.suspects[id]; ok {
+		s.announced = true
+		p.suspects[id] = s
+	}
+}
+
+// announced says row id is a suspect whose failed dead-letter move was logged.
+func (p *Poison) announced(id int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.suspects[id].announced
+}
 
 // tried records row id as a suspect, with way among the ways that failed for it.
 func (p *Poison) tried(id int64, cause error, way Way) {
@@ -250,7 +277,7 @@ func (c *claimer) asideLease(q dialects.LeaseQueue, r dialects.Row) bool {
 	}
 	ctx := c.ctx
 	held := dialects.Lease{ID: r.ID, Token: r.Token}
-	sa := SetAside{Row: r, Cause: cause}
+	sa := SetAside{Row: r, Cause: cause, Announced: p.announced(r.ID)}
 	var errs []error
 	for _, way := range p.ways(r.ID, dialects.FormLease) {
 		var (
@@ -290,7 +317,7 @@ func (c *claimer) asideTaken(s dialects.Session, r dialects.Row) bool {
 		return false
 	}
 	ctx := c.ctx
-	sa := SetAside{Row: r, Cause: cause}
+	sa := SetAside{Row: r, Cause: cause, Announced: p.announced(r.ID)}
 	var errs []error
 	for _, way := range p.ways(r.ID, dialects.FormAdvisory) {
 		if way == Skipped {
@@ -325,7 +352,7 @@ func (c *claimer) asideLocked(lc dialects.LockedClaim) bool {
 		return false
 	}
 	ctx := c.ctx
-	sa := SetAside{Row: r, Cause: cause}
+	sa := SetAside{Row: r, Cause: cause, Announced: p.announced(r.ID)}
 	ways := p.ways(r.ID, dialects.FormRowLock)
 	if len(ways) == 0 {
 		ways = []Way{NotSetAside}
@@ -371,7 +398,7 @@ func (c *claimer) asideBatch(b dialects.LockedBatch) (dialects.LockedBatch, erro
 			pb.index = append(pb.index, i)
 			continue
 		}
-		sa := SetAside{Row: r, Cause: cause}
+		sa := SetAside{Row: r, Cause: cause, Announced: p.announced(r.ID)}
 		ways := p.ways(r.ID, dialects.FormRowLock)
 		step := dialects.Step{Kind: dialects.StepRelease, Now: now}
 		switch {

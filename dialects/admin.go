@@ -66,7 +66,8 @@ type DueRow struct {
 
 // RequeueSpec names the dead letters to move back into a queue: the rows of group
 // FromGroup of Table, moved to ToGroup, or the rows of table FromTable (which must have
-// every described column, as a dead-letter table does), moved into Table with their ids.
+// every described column, as a dead-letter table does), moved into Table with their ids
+// and every column the two tables share (MoveColumns).
 // Exactly one of FromGroup and FromTable is set.
 type RequeueSpec struct {
 	Table     Table
@@ -137,19 +138,22 @@ func RequeueValue(role string) string {
 
 // StartRequeue does what every dialect's Requeue does first: CheckRequeue, then the
 // dialect's checks of the live table and (when the rows come from one) the dead-letter
-// table. It returns the source's arguments: the group, or none for a table.
+// table. It returns the source's arguments (the group, or none for a table) and, for a
+// dead-letter table, the columns the requeue copies (MoveColumns, requeue true), which
+// deadLetterColumns reads from the catalog and checks.
 func StartRequeue(ctx context.Context, spec RequeueSpec, checkTable func(context.Context, Table) error,
-	checkDeadLetterTable func(ctx context.Context, t Table, name string) error) ([]any, error) {
+	deadLetterColumns func(ctx context.Context, t Table, name string, requeue bool) ([]MoveColumn, error)) ([]any, []MoveColumn, error) {
 	if err := CheckRequeue(spec); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := checkTable(ctx, spec.Table); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if spec.FromTable != "" {
-		return nil, checkDeadLetterTable(ctx, spec.Table, spec.FromTable)
+		cols, err := deadLetterColumns(ctx, spec.Table, spec.FromTable, true)
+		return nil, cols, err
 	}
-	return []any{spec.FromGroup}, nil
+	return []any{spec.FromGroup}, nil, nil
 }
 
 // ErrRequeueRace is a requeue chunk that changed another number of rows than it locked:

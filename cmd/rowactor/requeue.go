@@ -20,8 +20,10 @@ Moves dead letters back into the queue, in one transaction:
   -from-group G -to-group Q  (a table with groups, -group given) every row of group G
                              moves to group Q; -to-group is required, even for ''
   -from-table T              every row of the dead-letter table T moves into TABLE with
-                             its id, and leaves T (T has TABLE's described columns, as
-                             rowactor's dead-letter tables do)
+                             its id and every column the two tables share, and leaves
+                             T; columns TABLE computes are computed again (T has TABLE's
+                             described columns and every column TABLE has as NOT NULL
+                             without a default, as rowactor's dead-letter tables do)
 Each moved row starts afresh: attempt 1, retry_after, locked_until and processed_at
 cleared (for the columns described). The rows are locked, then moved -chunk at a time,
 and everything commits at once, or nothing does: an error, or Ctrl-C, rolls it all back.

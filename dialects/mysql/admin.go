@@ -146,10 +146,10 @@ type requeueSQL struct {
 }
 
 // buildRequeue writes the statements of a requeue. A group move updates the rows in
-// place; a table move copies the described columns into the queue table with their ids
-// and deletes them from the dead-letter table. Both reset the attempt to 1 and clear
-// retry_after, locked_until and processed_at.
-func buildRequeue(spec dialects.RequeueSpec) requeueSQL {
+// place; a table move copies the rows into the queue table with their ids, every column
+// the two tables share (cols), and deletes them from the dead-letter table. Both reset
+// the attempt to 1 and clear retry_after, locked_until and processed_at.
+func buildRequeue(spec dialects.RequeueSpec, cols []dialects.MoveColumn) requeueSQL {
 	t := spec.Table
 	id := quote(t.ID)
 	if spec.FromGroup != "" {
@@ -168,20 +168,11 @@ func buildRequeue(spec dialects.RequeueSpec) requeueSQL {
 		}
 	}
 	from := quote(spec.FromTable)
-	cols := copyColumns(t)
-	names, values := make([]string, len(cols)), make([]string, len(cols))
-	for i, c := range cols {
-		names[i] = quote(c.Name)
-		values[i] = names[i]
-		if v := dialects.RequeueValue(c.Role); v != "" {
-			values[i] = v
-		}
-	}
+	into, sel := moveLists(cols, true, func(c dialects.MoveColumn) string { return dialects.RequeueValue(c.Role) })
 	return requeueSQL{
-		ids:   "SELECT " + id + " FROM " + from + " ORDER BY " + id + " FOR UPDATE",
-		count: "SELECT COUNT(*) FROM " + from,
-		moveHead: "INSERT INTO " + quote(t.Name) + " (" + strings.Join(names, ", ") + ") SELECT " +
-			strings.Join(values, ", ") + " FROM " + from + " WHERE " + id + " IN (",
+		ids:        "SELECT " + id + " FROM " + from + " ORDER BY " + id + " FOR UPDATE",
+		count:      "SELECT COUNT(*) FROM " + from,
+		moveHead:   "INSERT INTO " + quote(t.Name) + " (" + into + ") SELECT " + sel + " FROM " + from + " WHERE " + id + " IN (",
 		moveTail:   ")",
 		deleteHead: "DELETE FROM " + from + " WHERE " + id + " IN (",
 	}
@@ -192,12 +183,12 @@ func buildRequeue(spec dialects.RequeueSpec) requeueSQL {
 // lock claim makes it wait), moves them in chunks, and commits; a failure or the end of
 // ctx rolls everything back. It checks the table (and the dead-letter table) first.
 func (d *Dialect) Requeue(ctx context.Context, spec dialects.RequeueSpec, progress func(done, total int)) (int, error) {
-	fromArgs, err := dialects.StartRequeue(ctx, spec, d.checkTable, d.checkDeadLetterTable)
+	fromArgs, cols, err := dialects.StartRequeue(ctx, spec, d.checkTable, d.deadLetterColumns)
 	if err != nil {
 		return 0, err
 	}
 	t := spec.Table
-	s := buildRequeue(spec)
+	s := buildRequeue(spec, cols)
 	if spec.DryRun {
 		var n int
 		if err := d.db.QueryRowContext(ctx, s.count, fromArgs...).Scan(&n); err != nil {

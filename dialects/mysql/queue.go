@@ -21,7 +21,8 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 	if d.isClosed() {
 		return nil, fmt.Errorf("mysql: open table %s: %w", spec.Table.Name, errClosed)
 	}
-	if err := d.checkSpec(ctx, spec); err != nil {
+	moveCols, err := d.checkSpec(ctx, spec)
+	if err != nil {
 		return nil, err
 	}
 	t := spec.Table
@@ -37,7 +38,7 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 		group:      spec.Group,
 		hasAttempt: t.Attempt != "",
 		hasHeaders: t.Headers != "",
-		settle:     buildSettle(spec, form, max),
+		settle:     buildSettle(spec, form, max, moveCols),
 	}
 	events, err := d.compileEvents(ctx, spec)
 	if err != nil {
@@ -131,8 +132,9 @@ type settleSQL struct {
 	moveDelete string // id[, token]
 }
 
-// buildSettle builds the settlements; attemptMax is where the row lock form's count stops.
-func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64) settleSQL {
+// buildSettle builds the settlements; attemptMax is where the row lock form's count stops,
+// moveCols the columns a move into the dead-letter table copies (deadLetterColumns).
+func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, moveCols []dialects.MoveColumn) settleSQL {
 	t := spec.Table
 	lease := form == dialects.FormLease
 	tq := quote(t.Name)
@@ -167,19 +169,14 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64) 
 		s.deadGroup = "UPDATE " + tq + " SET " + quote(t.Group) + " = ?" + unlease + where
 		s.destGroup = spec.DeadLetterGroup
 	} else if spec.DeadLetterTable != "" {
-		cols := copyColumns(t)
-		names := make([]string, len(cols))
-		values := make([]string, len(cols))
-		for i, c := range cols {
-			names[i] = quote(c.Name)
-			values[i] = names[i]
-			// The moved row arrives without a lease.
-			if lease && strings.EqualFold(c.Name, t.LockedUntil) {
-				values[i] = "NULL"
+		// The whole row: every column both tables share, read from the catalog at Open.
+		into, sel := moveLists(moveCols, false, func(c dialects.MoveColumn) string {
+			if lease && c.Role == "LockedUntil" {
+				return "NULL" // the moved row arrives without a lease
 			}
-		}
-		s.moveInsert = "INSERT INTO " + quote(spec.DeadLetterTable) + " (" + strings.Join(names, ", ") +
-			") SELECT " + strings.Join(values, ", ") + " FROM " + tq + where
+			return ""
+		})
+		s.moveInsert = "INSERT INTO " + quote(spec.DeadLetterTable) + " (" + into + ") SELECT " + sel + " FROM " + tq + where
 		s.moveDelete = "DELETE FROM " + tq + where
 	}
 	return s

@@ -129,7 +129,9 @@ func (c claimable) args(dst []any, group string, now time.Time) []any {
 	return dst
 }
 
-// copyColumns lists the columns a dead-letter move copies; names compare without case.
+// copyColumns lists the described columns once (Schema renders them, a group requeue
+// resets their roles); names compare without case. A dead-letter move copies every
+// column the tables share (deadletter.go).
 func copyColumns(t dialects.Table) []dialects.NamedColumn { return t.DistinctColumns(true) }
 
 // rowColumns is the select list of a claimed row: id, payload[, attempt (less one when

@@ -87,53 +87,41 @@ func (d *Dialect) checkTable(ctx context.Context, t dialects.Table) error {
 	return dialects.CheckColumns(t, have, true)
 }
 
-// checkSpec refuses a subscription MySQL cannot serve, before anything is claimed.
-func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) error {
+// checkSpec refuses a subscription MySQL cannot serve, before anything is claimed. It
+// returns the columns a dead-letter move copies, when the dead letter is a table.
+func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]dialects.MoveColumn, error) {
 	t := spec.Table
 	if err := checkDescription(t); err != nil {
-		return err
+		return nil, err
 	}
 	if err := checkNames(t, spec.DeadLetterTable); err != nil {
-		return err
+		return nil, err
 	}
 	if err := checkFIFO(t); err != nil {
-		return err
+		return nil, err
 	}
 	if spec.DeadLetterGroup != "" && spec.DeadLetterTable != "" {
-		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
+		return nil, &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
 			Reason: "a dead letter is a group or a table, not both",
 			Fix:    "keep DeadLetterGroup or DeadLetterTable"}
 	}
 	if spec.DeadLetterGroup != "" && t.Group == "" {
-		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterGroup",
+		return nil, &dialects.ConfigError{Table: t.Name, Option: "DeadLetterGroup",
 			Reason: "a dead-letter group needs a group column, and the description names none",
 			Fix:    "set Table.Group to the table's group column, or dead-letter to a table (DeadLetterTable)"}
 	}
 	if err := d.checkServer(ctx, t.Name); err != nil {
-		return err
+		return nil, err
 	}
 	have, err := d.columnsOf(ctx, t.Name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := dialects.CheckColumns(t, have, true); err != nil {
-		return err
+		return nil, err
 	}
 	if spec.DeadLetterTable != "" {
-		return d.checkDeadLetterTable(ctx, t, spec.DeadLetterTable)
+		return d.deadLetterColumns(ctx, t, spec.DeadLetterTable, false)
 	}
-	return nil
-}
-
-// checkDeadLetterTable requires every described column in the dead-letter table, since
-// the move copies each of them.
-func (d *Dialect) checkDeadLetterTable(ctx context.Context, t dialects.Table, dest string) error {
-	if err := dialects.CheckDeadLetterName(t, dest); err != nil {
-		return err
-	}
-	have, err := d.columnsOf(ctx, dest)
-	if err != nil {
-		return err
-	}
-	return dialects.CheckDeadLetterColumns(t, dest, have, true)
+	return nil, nil
 }

@@ -164,11 +164,12 @@ type requeueSQL struct {
 }
 
 // buildRequeue writes the statements of a requeue. A group move updates the rows in
-// place; a table move deletes the rows from the dead-letter table and inserts the
-// described columns into the queue table with their ids, in one statement (OVERRIDING
-// SYSTEM VALUE keeps the ids even where the id is GENERATED ALWAYS). Both reset the
-// attempt to 1 and clear retry_after, locked_until and processed_at.
-func buildRequeue(spec dialects.RequeueSpec) requeueSQL {
+// place; a table move deletes the rows from the dead-letter table and inserts them into
+// the queue table with their ids, every column the two tables share (cols), in one
+// statement (OVERRIDING SYSTEM VALUE keeps the ids even where the id is GENERATED
+// ALWAYS). Both reset the attempt to 1 and clear retry_after, locked_until and
+// processed_at.
+func buildRequeue(spec dialects.RequeueSpec, cols []dialects.MoveColumn) requeueSQL {
 	t := spec.Table
 	id := quote(t.ID)
 	if spec.FromGroup != "" {
@@ -186,21 +187,16 @@ func buildRequeue(spec dialects.RequeueSpec) requeueSQL {
 		}
 	}
 	from := quote(spec.FromTable)
-	cols := copyColumns(t)
-	names, values := make([]string, len(cols)), make([]string, len(cols))
+	into, sel := moveLists(cols, true, func(c dialects.MoveColumn) string { return dialects.RequeueValue(c.Role) })
+	returning := make([]string, len(cols))
 	for i, c := range cols {
-		names[i] = quote(c.Name)
-		values[i] = names[i]
-		if v := dialects.RequeueValue(c.Role); v != "" {
-			values[i] = v
-		}
+		returning[i] = quote(c.DeadName)
 	}
-	list := strings.Join(names, ", ")
 	return requeueSQL{
 		ids:   "SELECT " + id + " FROM " + from + " ORDER BY " + id + " FOR UPDATE",
 		count: "SELECT count(*) FROM " + from,
-		move: "WITH moved AS (DELETE FROM " + from + " WHERE " + id + " = ANY($1) RETURNING " + list + ") INSERT INTO " +
-			quote(t.Name) + " (" + list + ") OVERRIDING SYSTEM VALUE SELECT " + strings.Join(values, ", ") + " FROM moved",
+		move: "WITH moved AS (DELETE FROM " + from + " WHERE " + id + " = ANY($1) RETURNING " + strings.Join(returning, ", ") +
+			") INSERT INTO " + quote(t.Name) + " (" + into + ") OVERRIDING SYSTEM VALUE SELECT " + sel + " FROM moved",
 	}
 }
 
@@ -209,12 +205,12 @@ func buildRequeue(spec dialects.RequeueSpec) requeueSQL {
 // lock claim makes it wait), moves them in chunks, and commits; a failure or the end of
 // ctx rolls everything back. It checks the table (and the dead-letter table) first.
 func (d *Dialect) Requeue(ctx context.Context, spec dialects.RequeueSpec, progress func(done, total int)) (int, error) {
-	fromArgs, err := dialects.StartRequeue(ctx, spec, d.checkTable, d.checkDeadLetterTable)
+	fromArgs, cols, err := dialects.StartRequeue(ctx, spec, d.checkTable, d.deadLetterColumns)
 	if err != nil {
 		return 0, err
 	}
 	t := spec.Table
-	s := buildRequeue(spec)
+	s := buildRequeue(spec, cols)
 	if spec.DryRun {
 		var n int
 		if err := d.pool.QueryRow(ctx, s.count, fromArgs...).Scan(&n); err != nil {

@@ -15,7 +15,8 @@ import (
 // Open checks the subscription against the live database, builds its statements once and
 // prepares each of them against the live table.
 func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Queue, error) {
-	if err := d.checkSpec(ctx, spec); err != nil {
+	moveCols, err := d.checkSpec(ctx, spec)
+	if err != nil {
 		return nil, err
 	}
 	t := spec.Table
@@ -46,7 +47,7 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 	)
 	switch t.Form() {
 	case dialects.FormLease:
-		base.settle = buildSettle(spec, dialects.FormLease, max)
+		base.settle = buildSettle(spec, dialects.FormLease, max, moveCols)
 		lq := newLeaseQueue(base, t)
 		if t.FIFO {
 			lq.claim, lq.guard = fifoLeaseClaim(t, max), guardSQL(t)
@@ -62,14 +63,14 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 			q = fifoLeaseQueue{lq}
 		}
 	case dialects.FormAdvisory:
-		base.settle = buildSettle(spec, dialects.FormAdvisory, max)
+		base.settle = buildSettle(spec, dialects.FormAdvisory, max, moveCols)
 		aq, err := newAdvisoryQueue(base, t)
 		if err != nil {
 			return nil, err
 		}
 		q, stmts = aq, append(aq.settle.all(), aq.candidates, aq.take, stmt{text: lockText}, stmt{text: unlockText})
 	default:
-		base.settle = buildSettle(spec, dialects.FormRowLock, max)
+		base.settle = buildSettle(spec, dialects.FormRowLock, max, moveCols)
 		if t.FIFO {
 			fq := newFIFORowLockQueue(base, t)
 			q, stmts = fq, fq.stmts()
@@ -146,8 +147,9 @@ func (s *settleSQL) all() []stmt {
 	return []stmt{s.ack, s.release, s.retry, s.retryAfter, s.deadGroup, s.move}
 }
 
-// buildSettle builds the settlements; attemptMax is where the row lock form's count stops.
-func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64) settleSQL {
+// buildSettle builds the settlements; attemptMax is where the row lock form's count stops,
+// moveCols the columns a move into the dead-letter table copies (deadLetterColumns).
+func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, moveCols []dialects.MoveColumn) settleSQL {
 	t := spec.Table
 	tq := quote(t.Name)
 	lease := form == dialects.FormLease
@@ -201,24 +203,24 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64) 
 		where(&w)
 		s.deadGroup = w.stmt()
 	case spec.DeadLetterTable != "":
-		cols := copyColumns(t)
-		names := make([]string, len(cols))
-		values := make([]string, len(cols))
-		for i, c := range cols {
-			names[i] = quote(c.Name)
-			values[i] = names[i]
-			if lease && c.Name == t.LockedUntil {
-				values[i] = "NULL" // the moved row arrives without a lease
+		// The whole row: every column both tables share, read from the catalog at Open.
+		into, sel := moveLists(moveCols, false, func(c dialects.MoveColumn) string {
+			if lease && c.Role == "LockedUntil" {
+				return "NULL" // the moved row arrives without a lease
 			}
+			return ""
+		})
+		returning := make([]string, len(moveCols))
+		for i, c := range moveCols {
+			returning[i] = quote(c.Name)
 		}
-		list := strings.Join(names, ", ")
 		w = builder{}
 		w.w("WITH moved AS (DELETE FROM ", tq)
 		where(&w)
 		// OVERRIDING SYSTEM VALUE keeps the row's id even when the dead-letter table's id
 		// is GENERATED ALWAYS; it changes nothing for other tables.
-		w.w(" RETURNING ", list, ") INSERT INTO ", quote(spec.DeadLetterTable), " (", list,
-			") OVERRIDING SYSTEM VALUE SELECT ", strings.Join(values, ", "), " FROM moved")
+		w.w(" RETURNING ", strings.Join(returning, ", "), ") INSERT INTO ", quote(spec.DeadLetterTable), " (", into,
+			") OVERRIDING SYSTEM VALUE SELECT ", sel, " FROM moved")
 		s.move = w.stmt()
 	}
 	return s

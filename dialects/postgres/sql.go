@@ -191,8 +191,9 @@ func rowColumns(t dialects.Table, alias, attempt string) string {
 	return s
 }
 
-// copyColumns lists the columns a dead-letter move copies; PostgreSQL compares quoted
-// names with their case.
+// copyColumns lists the described columns once (Schema renders them, a group requeue
+// resets their roles); PostgreSQL compares quoted names with their case. A dead-letter
+// move copies every column the tables share (deadletter.go).
 func copyColumns(t dialects.Table) []dialects.NamedColumn { return t.DistinctColumns(false) }
 
 // txOptions opens a transaction at a declared isolation level; plain BEGIN (the server's

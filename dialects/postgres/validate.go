@@ -142,25 +142,26 @@ func (d *Dialect) checkTable(ctx context.Context, t dialects.Table) error {
 }
 
 // checkSpec refuses a subscription PostgreSQL cannot serve, before anything is claimed.
-func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) error {
+// It returns the columns a dead-letter move copies, when the dead letter is a table.
+func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]dialects.MoveColumn, error) {
 	t := spec.Table
 	if err := dialects.CheckDescription(t); err != nil {
-		return err
+		return nil, err
 	}
 	if err := dialects.CheckFIFO(t); err != nil {
-		return err
+		return nil, err
 	}
 	if err := checkNames(t, spec.DeadLetterTable); err != nil {
-		return err
+		return nil, err
 	}
 	if t.Isolation == dialects.ReadUncommitted {
-		return &dialects.ConfigError{Table: t.Name, Option: "Table.Isolation",
+		return nil, &dialects.ConfigError{Table: t.Name, Option: "Table.Isolation",
 			Reason: "PostgreSQL runs read uncommitted as read committed, so it cannot open the level declared",
 			Fix:    "declare ReadCommitted (or leave Isolation empty for the server's default)"}
 	}
 	if spec.Transactional && t.Form() == dialects.FormLease &&
 		(t.Isolation == dialects.RepeatableRead || t.Isolation == dialects.Serializable) {
-		return &dialects.ConfigError{Table: t.Name, Option: "Table.Isolation",
+		return nil, &dialects.ConfigError{Table: t.Name, Option: "Table.Isolation",
 			Reason: fmt.Sprintf("a transactional lease delivery's transaction at %s reads one snapshot, which would not see "+
 				"the renewer's extended lease: a handler outliving half its lease would lose a lease it still holds, "+
 				"and its writes would roll back", t.Isolation),
@@ -171,35 +172,35 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) error 
 		// set on the role or the database as well as in the server's configuration: read
 		// on a pool connection, as the deliveries' connections will have it.
 		if err := d.checkDefaultIsolation(ctx, t); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if t.Mode != "" {
-		return &dialects.ConfigError{Table: t.Name, Option: "Table.Mode",
+		return nil, &dialects.ConfigError{Table: t.Name, Option: "Table.Mode",
 			Reason: fmt.Sprintf("Mode %q is how SQLite begins transactions; PostgreSQL has no such mode", t.Mode),
 			Fix:    "drop Mode and declare Table.Isolation if a level is needed"}
 	}
 	if spec.DeadLetterGroup != "" && spec.DeadLetterTable != "" {
-		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
+		return nil, &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
 			Reason: "a dead letter is a group or a table, not both",
 			Fix:    "keep DeadLetterGroup or DeadLetterTable"}
 	}
 	if spec.DeadLetterGroup != "" && t.Group == "" {
-		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterGroup",
+		return nil, &dialects.ConfigError{Table: t.Name, Option: "DeadLetterGroup",
 			Reason: "a dead-letter group needs a group column, and the description names none",
 			Fix:    "set Table.Group to the table's group column, or dead-letter to a table (DeadLetterTable)"}
 	}
 	have, err := d.columnsOf(ctx, t.Name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := checkColumns(t, have); err != nil {
-		return err
+		return nil, err
 	}
 	if spec.DeadLetterTable != "" {
-		return d.checkDeadLetterTable(ctx, t, spec.DeadLetterTable)
+		return d.deadLetterColumns(ctx, t, spec.DeadLetterTable, false)
 	}
-	return nil
+	return nil, nil
 }
 
 // checkDefaultIsolation refuses a transactional lease table declaring no level when a
@@ -246,45 +247,6 @@ func (d *Dialect) checkDefaultIsolation(ctx context.Context, t dialects.Table) e
 			"a handler outliving half its lease would lose a lease it still holds, and its writes would roll back",
 			setting, level, where, level),
 		Fix: "declare ReadCommitted on the table (Table.Isolation), or " + undo + ", or drop Transactional"}
-}
-
-// checkDeadLetterTable requires every described column in the dead-letter table, since
-// the move copies each of them.
-func (d *Dialect) checkDeadLetterTable(ctx context.Context, t dialects.Table, dest string) error {
-	if strings.Contains(dest, ".") {
-		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
-			Reason: fmt.Sprintf("dead-letter table %q: a table name is one identifier without a dot", dest),
-			Fix:    "name the dead-letter table alone"}
-	}
-	if dest == t.Name {
-		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
-			Reason: "the dead-letter table is the queue table itself",
-			Fix:    "name another table, or use a dead-letter group"}
-	}
-	have, err := d.columnsOf(ctx, dest)
-	if err != nil {
-		return err
-	}
-	if len(have) == 0 {
-		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
-			Reason: fmt.Sprintf("the dead-letter table %q does not exist", dest),
-			Fix:    "create it with the queue table's columns (rowactor.Schema renders them)"}
-	}
-	for _, c := range copyColumns(t) {
-		found := false
-		for _, h := range have {
-			if h.name == c.Name {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return &dialects.ConfigError{Table: t.Name, Column: c.Name, Option: "DeadLetterTable",
-				Reason: fmt.Sprintf("the dead-letter table %q has no column %q (Table.%s), which the move copies", dest, c.Name, c.Role),
-				Fix:    fmt.Sprintf("add column %q to table %q", c.Name, dest)}
-		}
-	}
-	return nil
 }
 
 // prepare parses and describes every statement on one connection (as the unnamed

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -13,7 +12,8 @@ import (
 
 // Open checks the subscription against the live database and builds its statements.
 func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Queue, error) {
-	if err := d.checkSpec(ctx, spec); err != nil {
+	moveCols, err := d.checkSpec(ctx, spec)
+	if err != nil {
 		return nil, err
 	}
 	if spec.Transactional {
@@ -39,7 +39,7 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 		return nil, err
 	}
 	if t.Form() == dialects.FormLease {
-		base.settle = buildSettle(spec, true)
+		base.settle = buildSettle(spec, true, moveCols)
 		lq := newLeaseQueue(base, t)
 		if t.FIFO {
 			fq := newFIFOLeaseQueue(lq, t)
@@ -53,7 +53,7 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 		}
 		return lq, nil
 	}
-	base.settle = buildSettle(spec, false)
+	base.settle = buildSettle(spec, false, moveCols)
 	aq, err := newAdvisoryQueue(base, t)
 	if err != nil {
 		return nil, err
@@ -100,7 +100,9 @@ type settleSQL struct {
 	moveDelete string // :id, :token
 }
 
-func buildSettle(spec dialects.QueueSpec, lease bool) settleSQL {
+// buildSettle builds the settlements; moveCols are the columns a move into the
+// dead-letter table copies (deadLetterColumns).
+func buildSettle(spec dialects.QueueSpec, lease bool, moveCols []dialects.MoveColumn) settleSQL {
 	t := spec.Table
 	tq := quote(t.Name)
 	where := " WHERE " + quote(t.ID) + " = :id"
@@ -125,19 +127,14 @@ func buildSettle(spec dialects.QueueSpec, lease bool) settleSQL {
 		s.deadGroup = "UPDATE " + tq + " SET " + quote(t.Group) + " = :dest" + unlease + where
 		s.destGroup = spec.DeadLetterGroup
 	} else if spec.DeadLetterTable != "" {
-		cols := copyColumns(t)
-		names := make([]string, len(cols))
-		values := make([]string, len(cols))
-		for i, c := range cols {
-			names[i] = quote(c.Name)
-			values[i] = names[i]
-			// The moved row arrives without a lease.
-			if lease && strings.EqualFold(c.Name, t.LockedUntil) {
-				values[i] = "NULL"
+		// The whole row: every column both tables share, read from the catalog at Open.
+		into, sel := moveLists(moveCols, false, func(c dialects.MoveColumn) string {
+			if lease && c.Role == "LockedUntil" {
+				return "NULL" // the moved row arrives without a lease
 			}
-		}
-		s.moveInsert = "INSERT INTO " + quote(spec.DeadLetterTable) + " (" + strings.Join(names, ", ") +
-			") SELECT " + strings.Join(values, ", ") + " FROM " + tq + where
+			return ""
+		})
+		s.moveInsert = "INSERT INTO " + quote(spec.DeadLetterTable) + " (" + into + ") SELECT " + sel + " FROM " + tq + where
 		s.moveDelete = "DELETE FROM " + tq + where
 	}
 	return s

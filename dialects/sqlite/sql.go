@@ -74,5 +74,7 @@ func claimable(t dialects.Table, lease bool) string {
 	return strings.Join(c, " AND ")
 }
 
-// copyColumns lists the columns a dead-letter move copies; names compare without case.
+// copyColumns lists the described columns once (Schema renders them, a group requeue
+// resets their roles); names compare without case. A dead-letter move copies every
+// column the tables share (deadletter.go).
 func copyColumns(t dialects.Table) []dialects.NamedColumn { return t.DistinctColumns(true) }

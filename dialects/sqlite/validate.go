@@ -42,57 +42,45 @@ func (d *Dialect) checkTable(ctx context.Context, t dialects.Table) error {
 	return dialects.CheckColumns(t, have, true)
 }
 
-// checkSpec refuses a subscription SQLite cannot serve, before anything is claimed.
-func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) error {
+// checkSpec refuses a subscription SQLite cannot serve, before anything is claimed. It
+// returns the columns a dead-letter move copies, when the dead letter is a table.
+func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]dialects.MoveColumn, error) {
 	t := spec.Table
 	if err := dialects.CheckDescription(t); err != nil {
-		return err
+		return nil, err
 	}
 	if t.Form() == dialects.FormRowLock {
-		return &dialects.ConfigError{Table: t.Name, Option: "Table.LockedUntil",
+		return nil, &dialects.ConfigError{Table: t.Name, Option: "Table.LockedUntil",
 			Reason: "SQLite has no row locks, so it cannot serve the row lock form",
 			Fix:    "add a LockedUntil column for the lease form, or an AdvisoryKey for the advisory form"}
 	}
 	if err := dialects.CheckFIFO(t); err != nil {
-		return err
+		return nil, err
 	}
 	if t.Isolation != "" {
-		return &dialects.ConfigError{Table: t.Name, Option: "Table.Isolation",
+		return nil, &dialects.ConfigError{Table: t.Name, Option: "Table.Isolation",
 			Reason: fmt.Sprintf("SQLite has no isolation level %q to open (its transactions are serializable)", t.Isolation),
 			Fix:    "drop Isolation and set Table.Mode (Deferred, Immediate or Exclusive) instead"}
 	}
 	have, err := d.columnsOf(ctx, t.Name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := dialects.CheckColumns(t, have, true); err != nil {
-		return err
+		return nil, err
 	}
 	if spec.DeadLetterGroup != "" && spec.DeadLetterTable != "" {
-		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
+		return nil, &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
 			Reason: "a dead letter is a group or a table, not both",
 			Fix:    "keep DeadLetterGroup or DeadLetterTable"}
 	}
 	if spec.DeadLetterGroup != "" && t.Group == "" {
-		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterGroup",
+		return nil, &dialects.ConfigError{Table: t.Name, Option: "DeadLetterGroup",
 			Reason: "a dead-letter group needs a group column, and the description names none",
 			Fix:    "set Table.Group to the table's group column, or dead-letter to a table (DeadLetterTable)"}
 	}
 	if spec.DeadLetterTable != "" {
-		return d.checkDeadLetterTable(ctx, t, spec.DeadLetterTable)
+		return d.deadLetterColumns(ctx, t, spec.DeadLetterTable, false)
 	}
-	return nil
-}
-
-// checkDeadLetterTable requires every described column in the dead-letter table, since
-// the move copies each of them.
-func (d *Dialect) checkDeadLetterTable(ctx context.Context, t dialects.Table, dest string) error {
-	if err := dialects.CheckDeadLetterName(t, dest); err != nil {
-		return err
-	}
-	have, err := d.columnsOf(ctx, dest)
-	if err != nil {
-		return err
-	}
-	return dialects.CheckDeadLetterColumns(t, dest, have, true)
+	return nil, nil
 }

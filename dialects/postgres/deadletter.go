@@ -1,0 +1,88 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// catalogQuery lists a table's columns as a move needs them (dialects.CatalogColumn): the
+// name; required (NOT NULL, no default, not an identity, not generated); generated
+// (GENERATED ALWAYS AS (…) STORED). attidentity and attgenerated are read through
+// to_jsonb so the query also runs on servers older than the fields (their columns are
+// neither). The table is resolved as columnsQuery resolves it; no rows when it does not
+// exist.
+const catalogQuery = `SELECT a.attname::text,
+  a.attnotnull AND NOT a.atthasdef AND COALESCE(to_jsonb(a) ->> 'attidentity', '') = '' AND COALESCE(to_jsonb(a) ->> 'attgenerated', '') = '',
+  COALESCE(to_jsonb(a) ->> 'attgenerated', '') <> ''
+FROM pg_attribute a
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum`
+
+// catalogOf reads a table's columns for a move; none when the table does not exist.
+func (d *Dialect) catalogOf(ctx context.Context, table string) ([]dialects.CatalogColumn, error) {
+	rows, err := d.pool.Query(ctx, catalogQuery, quote(table))
+	if err != nil {
+		return nil, fmt.Errorf("postgres: read the columns of table %s: %w", table, err)
+	}
+	defer rows.Close()
+	var cols []dialects.CatalogColumn
+	for rows.Next() {
+		var c dialects.CatalogColumn
+		if err := rows.Scan(&c.Name, &c.Required, &c.Generated); err != nil {
+			return nil, fmt.Errorf("postgres: read the columns of table %s: %w", table, err)
+		}
+		cols = append(cols, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: read the columns of table %s: %w", table, err)
+	}
+	return cols, nil
+}
+
+// deadLetterColumns checks the dead-letter table dest against the queue table's
+// description and both tables' catalogs, and returns the columns a dead-letter move
+// (or, with requeue, a requeue) copies: every column the two tables share, by exact
+// name (PostgreSQL compares quoted names with their case).
+func (d *Dialect) deadLetterColumns(ctx context.Context, t dialects.Table, dest string, requeue bool) ([]dialects.MoveColumn, error) {
+	// Quoted names keep their case: only the very name is the queue table itself.
+	if strings.Contains(dest, ".") {
+		return nil, &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
+			Reason: fmt.Sprintf("dead-letter table %q: a table name is one identifier without a dot", dest),
+			Fix:    "name the dead-letter table alone"}
+	}
+	if dest == t.Name {
+		return nil, &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
+			Reason: "the dead-letter table is the queue table itself",
+			Fix:    "name another table, or use a dead-letter group"}
+	}
+	queue, err := d.catalogOf(ctx, t.Name)
+	if err != nil {
+		return nil, err
+	}
+	dead, err := d.catalogOf(ctx, dest)
+	if err != nil {
+		return nil, err
+	}
+	return dialects.MoveColumns(t, dest, queue, dead, false, requeue)
+}
+
+// moveLists renders a move's INSERT column list (the destination's names) and its SELECT
+// list (the source's names, or the value value gives a column's role instead).
+func moveLists(cols []dialects.MoveColumn, requeue bool, value func(dialects.MoveColumn) string) (into, sel string) {
+	names, values := make([]string, len(cols)), make([]string, len(cols))
+	for i, c := range cols {
+		from, to := c.Name, c.DeadName
+		if requeue {
+			from, to = c.DeadName, c.Name
+		}
+		names[i] = quote(to)
+		values[i] = quote(from)
+		if v := value(c); v != "" {
+			values[i] = v
+		}
+	}
+	return strings.Join(names, ", "), strings.Join(values, ", ")
+}
