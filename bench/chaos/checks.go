@@ -1,0 +1,521 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// check is one check's violations in a scenario: how many, and the first few.
+type check struct {
+	Count    int      `json:"count"`
+	Examples []string `json:"examples,omitempty"`
+	// NA marks a check that does not apply to the scenario (tx outside the deadlock fault).
+	NA bool `json:"na,omitempty"`
+}
+
+func (c *check) add(limit int, format string, args ...any) {
+	c.Count++
+	if len(c.Examples) < limit {
+		c.Examples = append(c.Examples, fmt.Sprintf(format, args...))
+	}
+}
+
+func (c check) String() string {
+	if c.NA {
+		return "—"
+	}
+	return fmt.Sprint(c.Count)
+}
+
+// analysis is what the checks need beside the history.
+type analysis struct {
+	t0       int64 // the scenario's start, for printing times
+	examples int
+	forms    []string // per subscription
+	workers  []int    // per subscription
+	// connCap > 0 (several subscriptions on one small pool): a consumer's handlers that
+	// hold a pool connection (connSub) cannot exceed it.
+	connCap   int
+	connSub   []bool
+	lease     time.Duration
+	poll      time.Duration
+	slack     time.Duration
+	exclude   time.Duration
+	published map[rowKey]int64 // when each row's publishing transaction had committed
+	kinds     map[rowKey]string
+	left      map[rowKey]leftRow // rows in the tables at the end
+	queue     string
+	deadGroup string // the poison fault's dead-letter group, "" when none
+	nodlq     bool   // poison rows retry forever: they stay
+	killedAt  map[int]int64
+	// sessionKills: when each consumer's sessions were killed.
+	sessionKills map[int][]int64
+	// windows excluded from check (e): faults and starts, [a, b].
+	excluded []interval
+	endNS    int64 // when the drain ended and the consumers were told to stop
+}
+
+// checkA: a settlement reported successful was made by the row's current holder. A
+// delivery's successful settlement is a violation when a later claim of the row had
+// started before the settlement could have run: before the settlement's report for a
+// step that ends the row (ack, drop, dead letter: after its commit no claim can find the
+// row), before the handler returned for any other step (its statement runs after the
+// handler, and only its commit lets the row be claimed again). "Later claim": a higher
+// attempt (lease and advisory count one per claim; equal attempts by start), a later
+// start in the row lock form (where a claim spends no attempt).
+func checkA(h *history, an *analysis) check {
+	var c check
+	for _, k := range h.order {
+		ds := h.rows[k]
+		for _, d := range ds {
+			s := d.settle
+			if !s.ok() {
+				continue
+			}
+			bound := d.end
+			if terminal(s.step) || bound == 0 {
+				bound = s.t
+			}
+			for _, e := range ds {
+				if e == d {
+					continue
+				}
+				later := e.attempt > d.attempt || (e.attempt == d.attempt && e.start > d.start)
+				if an.forms[k.sub] == "rowlock" {
+					later = e.start > d.start
+				}
+				if later && e.start < bound {
+					c.add(an.examples, "row %s: consumer %d attempt %d settled %s ok at %s (handler %s–%s), but consumer %d attempt %d had started at %s",
+						k, d.cons, d.attempt, s.step, secs(s.t, an.t0), secs(d.start, an.t0), secs(d.end, an.t0), e.cons, e.attempt, secs(e.start, an.t0))
+					break
+				}
+			}
+		}
+	}
+	return c
+}
+
+// checkB: two handler runs of one row overlap only when the earlier one's claim was lost
+// by a fault: its settlement reported lease lost (and, in the lease form, the later run
+// started at least a lease less the slack after it, so the lease can have run out), or
+// its process was SIGKILLed, or its sessions were killed after it started, or Shutdown
+// released it; and in every case the earlier one's settlement did not take effect.
+func checkB(h *history, an *analysis) check {
+	var c check
+	for _, k := range h.order {
+		ds := h.rows[k]
+		for i, d := range ds {
+			end := d.end
+			if end == 0 {
+				switch {
+				case an.killedAt[d.cons] > 0:
+					end = an.killedAt[d.cons]
+				case d.settle != nil:
+					end = d.settle.t
+				default:
+					end = h.cons[d.cons].last
+				}
+			}
+			for _, e := range ds[i+1:] {
+				if e.start >= end {
+					break
+				}
+				if why := overlapExcuse(h, an, k, d, e); why != "" {
+					c.add(an.examples, "row %s: consumer %d attempt %d ran %s–%s (settled: %s) and consumer %d attempt %d started at %s: %s",
+						k, d.cons, d.attempt, secs(d.start, an.t0), secs(end, an.t0), settleText(d.settle), e.cons, e.attempt, secs(e.start, an.t0), why)
+				}
+			}
+		}
+	}
+	return c
+}
+
+// overlapExcuse returns "" when the overlap of d by e is explained, else why not.
+func overlapExcuse(h *history, an *analysis, k rowKey, d, e *delivery) string {
+	s := d.settle
+	if s.ok() {
+		return "the earlier run's " + s.step + " then took effect"
+	}
+	if kt := an.killedAt[d.cons]; kt > 0 && (s == nil || kt <= e.start) {
+		return ""
+	}
+	for _, t := range an.sessionKills[d.cons] {
+		if t >= d.start-int64(an.slack) && t <= e.start {
+			return ""
+		}
+	}
+	ch := h.cons[d.cons]
+	if ch.shutdownAt > 0 && ch.shutdownAt <= e.start && (s == nil || s.class == "closed" || s.released) {
+		return ""
+	}
+	if s != nil && s.class == "leaselost" {
+		if an.forms[k.sub] == "lease" && e.start-d.start < int64(an.lease-an.slack) {
+			return fmt.Sprintf("lease lost, but the later run started %s after the earlier one, before a lease (%v) could run out", ms(e.start-d.start), an.lease)
+		}
+		return ""
+	}
+	if s == nil {
+		return "the earlier run was never settled, and no fault explains the overlap"
+	}
+	return "no lease lost, kill or shutdown explains it"
+}
+
+func settleText(s *settlement) string {
+	if s == nil {
+		return "none"
+	}
+	if s.class == "ok" {
+		return s.step + " ok"
+	}
+	return s.step + " " + s.class
+}
+
+// cTally is check (c) and the counts that go with it.
+type cTally struct {
+	check
+	handled, unrecorded, sigkill, commitUnknown, misreported, redelivered, deliveries int
+	deadLettered, poisonDeliveries                                                    int
+	leaseLost, settleErrors                                                           int
+}
+
+// checkC: every published row settled exactly once (one successful ack, drop or dead
+// letter), none lost. A row that left the queue with no successful terminal settlement
+// recorded is explained only by a fault that hit its delivery's settlement (see
+// unrecordedCause); poison rows without a dead letter must stay in the queue unsettled;
+// with one they must end in the dead-letter group.
+func checkC(h *history, an *analysis) cTally {
+	var t cTally
+	for _, c := range h.cons {
+		for _, s := range c.settlements {
+			if s.class == "leaselost" {
+				t.leaseLost++
+			}
+			if s.class == "error" {
+				t.settleErrors++
+			}
+		}
+	}
+	keys := make([]rowKey, 0, len(an.published))
+	for k := range an.published {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].sub != keys[j].sub {
+			return keys[i].sub < keys[j].sub
+		}
+		return keys[i].id < keys[j].id
+	})
+	for _, k := range keys {
+		ds := h.rows[k]
+		t.deliveries += len(ds)
+		t.redelivered += max(0, len(ds)-1)
+		poison := an.kinds[k] == kindPoison
+		if poison {
+			t.poisonDeliveries += len(ds)
+		}
+		var ok []*delivery
+		for _, d := range ds {
+			if d.settle.ok() && terminal(d.settle.step) {
+				ok = append(ok, d)
+			}
+		}
+		l, inTable := an.left[k]
+		dead := inTable && an.deadGroup != "" && l.group == an.deadGroup
+		queued := inTable && !dead
+		if dead {
+			t.deadLettered++
+		}
+		switch {
+		case len(ok) > 1:
+			var who []string
+			for _, d := range ok {
+				who = append(who, fmt.Sprintf("consumer %d attempt %d %s at %s", d.cons, d.attempt, d.settle.step, secs(d.settle.t, an.t0)))
+			}
+			t.add(an.examples, "row %s settled %d times: %s", k, len(ok), strings.Join(who, "; "))
+		case poison && an.nodlq:
+			if len(ok) == 1 || !queued {
+				t.add(an.examples, "poison row %s (no dead letter) left the queue: %d successful terminal settlements, in table %v", k, len(ok), inTable)
+			}
+		case len(ok) == 1:
+			t.handled++
+			step := ok[0].settle.step
+			switch {
+			case queued:
+				t.add(an.examples, "row %s: %s reported ok (consumer %d attempt %d) but the row is still in the queue", k, step, ok[0].cons, ok[0].attempt)
+			case step == "dead_letter" && !dead:
+				t.add(an.examples, "row %s: dead letter reported ok but the row is not in the dead-letter group", k)
+			case poison && an.deadGroup != "" && step != "dead_letter":
+				t.add(an.examples, "poison row %s ended by %s, not in its dead letter", k, step)
+			case !poison && dead:
+				t.add(an.examples, "row %s (not poison) is in the dead-letter group", k)
+			}
+		case queued:
+			t.add(an.examples, "LOST: row %s still in the queue at the end; delivered %d times%s", k, len(ds), lastDelivery(ds, an))
+		default:
+			switch why := unrecordedCause(ds, an.killedAt); why {
+			case "misreported":
+				t.misreported++
+			case "commit unknown":
+				t.commitUnknown++
+			case "sigkill":
+				t.sigkill++
+			default:
+				t.add(an.examples, "LOST: row %s left the queue with no successful settlement recorded and no fault to explain it; delivered %d times%s", k, len(ds), lastDelivery(ds, an))
+				continue
+			}
+			t.unrecorded++
+			if poison && an.deadGroup != "" && !dead {
+				t.add(an.examples, "poison row %s left the queue but is not in its dead letter", k)
+			}
+		}
+	}
+	return t
+}
+
+func lastDelivery(ds []*delivery, an *analysis) string {
+	if len(ds) == 0 {
+		return ""
+	}
+	d := ds[len(ds)-1]
+	return fmt.Sprintf("; the last by consumer %d attempt %d at %s, settled: %s", d.cons, d.attempt, secs(d.start, an.t0), settleText(d.settle))
+}
+
+// ackUnlockOnly reports an ack whose only error is the advisory unlock after it (the ack
+// itself committed): settler.Advisory's errors read "settle ack of row N" for the
+// statement and "unlock key of row N" for the unlock.
+func ackUnlockOnly(s *settlement) bool {
+	return !strings.Contains(s.err, "settle "+s.step+" of row") && strings.Contains(s.err, "unlock key of row")
+}
+
+// unrecordedCause explains a row that left the queue with no successful terminal
+// settlement recorded, or returns "". A delivery may have ended the row if its terminal
+// settlement reported an error (the session was killed mid-commit: the server may have
+// committed before the client heard back, which MariaDB often does) or if it has no
+// settlement and its consumer was SIGKILLed (after the commit, before the hook wrote its
+// line). The candidate with the latest claim (highest attempt, then latest start) is taken.
+func unrecordedCause(ds []*delivery, killedAt map[int]int64) string {
+	best, bestAttempt, bestStart := "", -1, int64(-1)
+	for _, d := range ds {
+		s := d.settle
+		cause := ""
+		switch {
+		case s == nil && killedAt[d.cons] > 0:
+			cause = "sigkill"
+		case s == nil || s.class != "error" || !terminal(s.step):
+			continue
+		case ackUnlockOnly(s):
+			return "misreported"
+		default:
+			cause = "commit unknown"
+		}
+		if d.attempt > bestAttempt || (d.attempt == bestAttempt && d.start > bestStart) {
+			best, bestAttempt, bestStart = cause, d.attempt, d.start
+		}
+	}
+	return best
+}
+
+// ---- check (e): idle workers
+
+type interval struct{ a, b int64 }
+
+// freeIntervals turns busy intervals into the maximal intervals of [from, to] where fewer
+// than capacity of them overlap.
+func freeIntervals(busy []interval, capacity int, from, to int64) []interval {
+	type ev struct {
+		t int64
+		d int
+	}
+	evs := make([]ev, 0, 2*len(busy))
+	for _, b := range busy {
+		evs = append(evs, ev{b.a, +1}, ev{b.b, -1})
+	}
+	sort.Slice(evs, func(i, j int) bool {
+		if evs[i].t != evs[j].t {
+			return evs[i].t < evs[j].t
+		}
+		return evs[i].d < evs[j].d // ends first
+	})
+	var out []interval
+	n, at := 0, from
+	emit := func(a, b int64) {
+		a, b = max(a, from), min(b, to)
+		if b > a {
+			out = append(out, interval{a, b})
+		}
+	}
+	for _, e := range evs {
+		was := n < capacity
+		n += e.d
+		is := n < capacity
+		switch {
+		case was && !is:
+			emit(at, e.t)
+		case !was && is:
+			at = e.t
+		}
+	}
+	if n < capacity {
+		emit(at, to)
+	}
+	return out
+}
+
+// intersect returns the intersection of two sorted lists of disjoint intervals.
+func intersect(x, y []interval) []interval {
+	var out []interval
+	for i, j := 0, 0; i < len(x) && j < len(y); {
+		a, b := max(x[i].a, y[j].a), min(x[i].b, y[j].b)
+		if b > a {
+			out = append(out, interval{a, b})
+		}
+		if x[i].b < y[j].b {
+			i++
+		} else {
+			j++
+		}
+	}
+	return out
+}
+
+// subtract removes the (possibly overlapping, unsorted) intervals cut from x.
+func subtract(x []interval, cut []interval) []interval {
+	cut = append([]interval(nil), cut...)
+	sort.Slice(cut, func(i, j int) bool { return cut[i].a < cut[j].a })
+	out := x
+	for _, c := range cut {
+		var next []interval
+		for _, v := range out {
+			if c.b <= v.a || c.a >= v.b {
+				next = append(next, v)
+				continue
+			}
+			if c.a > v.a {
+				next = append(next, interval{v.a, c.a})
+			}
+			if c.b < v.b {
+				next = append(next, interval{c.b, v.b})
+			}
+		}
+		out = next
+	}
+	return out
+}
+
+// longestOverlap is the longest piece of [a, b] inside one interval of xs (sorted,
+// disjoint), and where it starts.
+func longestOverlap(xs []interval, a, b int64) (int64, int64) {
+	i := sort.Search(len(xs), func(i int) bool { return xs[i].b > a })
+	var best, at int64
+	for ; i < len(xs) && xs[i].a < b; i++ {
+		if o := min(xs[i].b, b) - max(xs[i].a, a); o > best {
+			best, at = o, max(xs[i].a, a)
+		}
+	}
+	return best, at
+}
+
+// checkE: no worker idles longer than a poll interval (plus the slack) while rows are
+// due. A row is due from its publishing commit, or from the report of a settlement that
+// returned it to the queue (a successful retry or release); after any other end (a lost
+// lease, an error, a kill) its due time is unknown and it is left out until its next
+// start. A row that waited longer than poll + slack for its next handler start is a
+// violation when some consumer, during that wait, had a free worker (fewer handlers of
+// the subscription in work than Workers, and in the shared-pool fault fewer
+// connection-holding handlers than the pool allows) for poll + slack without a break,
+// outside the excluded windows (from a consumer's start to its ready line plus the
+// exclusion, after its Shutdown began or its kill, and around every fault). A handler
+// counts as in work from its start until its settlement was reported (or its end, its
+// process's death). Rows still in the queue at the end wait until the drain ended.
+func checkE(h *history, an *analysis) check {
+	var c check
+	thresh := int64(an.poll + an.slack)
+	nsubs := len(an.workers)
+	// free[c][sub]: when consumer c could have started another handler of sub.
+	free := map[int][]([]interval){}
+	for n, ch := range h.cons {
+		if ch.ready == 0 {
+			continue
+		}
+		from := ch.ready + int64(an.exclude)
+		to := an.endNS
+		for _, t := range []int64{ch.shutdownAt, an.killedAt[n]} {
+			if t > 0 && t < to {
+				to = t
+			}
+		}
+		if ch.last > 0 && ch.last < to && an.killedAt[n] > 0 {
+			to = ch.last
+		}
+		if to <= from {
+			continue
+		}
+		eligible := subtract([]interval{{from, to}}, an.excluded)
+		busy := make([][]interval, nsubs)
+		var conns []interval
+		for _, d := range ch.deliveries {
+			if d.sub >= nsubs {
+				continue
+			}
+			end := d.end
+			if d.settle != nil && d.settle.t > end {
+				end = d.settle.t
+			}
+			if end == 0 {
+				end = to
+			}
+			busy[d.sub] = append(busy[d.sub], interval{d.start, end})
+			if an.connCap > 0 && an.connSub[d.sub] {
+				conns = append(conns, interval{d.start, end})
+			}
+		}
+		var connFree []interval
+		if an.connCap > 0 {
+			connFree = freeIntervals(conns, an.connCap, from, to)
+		}
+		per := make([][]interval, nsubs)
+		for s := range nsubs {
+			f := intersect(freeIntervals(busy[s], an.workers[s], from, to), eligible)
+			if an.connCap > 0 && an.connSub[s] {
+				f = intersect(f, connFree)
+			}
+			per[s] = f
+		}
+		free[n] = per
+	}
+	consumers := make([]int, 0, len(free))
+	for n := range free {
+		consumers = append(consumers, n)
+	}
+	sort.Ints(consumers)
+	look := func(k rowKey, due, until int64, what string) {
+		if until-due <= thresh {
+			return
+		}
+		for _, n := range consumers {
+			if o, at := longestOverlap(free[n][k.sub], due, until); o >= thresh {
+				c.add(an.examples, "row %s due at %s waited %s for %s; consumer %d had a free worker for %s from %s",
+					k, secs(due, an.t0), ms(until-due), what, n, ms(o), secs(at, an.t0))
+				return
+			}
+		}
+	}
+	for k, pub := range an.published {
+		due := pub
+		for _, d := range h.rows[k] {
+			if due > 0 && d.start > due {
+				look(k, due, d.start, "its next handler")
+			}
+			due = 0
+			if s := d.settle; s.ok() && (s.step == "retry" || s.step == "release") {
+				due = s.t
+			}
+		}
+		if l, ok := an.left[k]; ok && due > 0 && (an.deadGroup == "" || l.group != an.deadGroup) {
+			look(k, due, an.endNS, "a handler (never came before the end)")
+		}
+	}
+	return c
+}
