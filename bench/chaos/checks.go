@@ -319,6 +319,13 @@ func unrecordedCause(ds []*delivery, killedAt map[int]int64) string {
 
 // ---- check (e): idle workers
 
+// eStats goes with check (e): rows that waited while a worker was free, and the idle
+// intervals' total length.
+type eStats struct {
+	rows int
+	idle int64
+}
+
 type interval struct{ a, b int64 }
 
 // freeIntervals turns busy intervals into the maximal intervals of [from, to] where fewer
@@ -404,33 +411,20 @@ func subtract(x []interval, cut []interval) []interval {
 	return out
 }
 
-// longestOverlap is the longest piece of [a, b] inside one interval of xs (sorted,
-// disjoint), and where it starts.
-func longestOverlap(xs []interval, a, b int64) (int64, int64) {
-	i := sort.Search(len(xs), func(i int) bool { return xs[i].b > a })
-	var best, at int64
-	for ; i < len(xs) && xs[i].a < b; i++ {
-		if o := min(xs[i].b, b) - max(xs[i].a, a); o > best {
-			best, at = o, max(xs[i].a, a)
-		}
-	}
-	return best, at
-}
-
 // checkE: no worker idles longer than a poll interval (plus the slack) while rows are
 // due. A row is due from its publishing commit, or from the report of a settlement that
 // returned it to the queue (a successful retry or release); after any other end (a lost
 // lease, an error, a kill) its due time is unknown and it is left out until its next
-// start. A row that waited longer than poll + slack for its next handler start is a
-// violation when some consumer, during that wait, had a free worker (fewer handlers of
-// the subscription in work than Workers, and in the shared-pool fault fewer
-// connection-holding handlers than the pool allows) for poll + slack without a break,
-// outside the excluded windows (from a consumer's start to its ready line plus the
-// exclusion, after its Shutdown began or its kill, and around every fault). A handler
-// counts as in work from its start until its settlement was reported (or its end, its
-// process's death). Rows still in the queue at the end wait until the drain ended.
-func checkE(h *history, an *analysis) check {
-	var c check
+// start. While a row waits (due, not yet started again; rows still queued at the end wait
+// until the drain ended), a consumer whose worker was free for poll + slack without a
+// break is idle: fewer handlers of the subscription in work than Workers (and in the
+// shared-pool fault fewer connection-holding handlers than the pool less one), counted
+// outside the excluded windows (until its ready line plus the exclusion, from its
+// Shutdown or kill on, while its process stalled (its "p" lines), and around every
+// kill and shutdown fault). A handler counts as in work from its start until its
+// settlement was reported (or its end, or its process's death). Each consumer's idle
+// pieces are merged: one violation per idle interval.
+func checkE(h *history, an *analysis) (c check, st eStats) {
 	thresh := int64(an.poll + an.slack)
 	nsubs := len(an.workers)
 	// free[c][sub]: when consumer c could have started another handler of sub.
@@ -452,7 +446,11 @@ func checkE(h *history, an *analysis) check {
 		if to <= from {
 			continue
 		}
-		eligible := subtract([]interval{{from, to}}, an.excluded)
+		var stalls []interval
+		for _, p := range ch.pauses {
+			stalls = append(stalls, interval{p.a, p.b + int64(an.poll+an.slack)})
+		}
+		eligible := subtract(subtract([]interval{{from, to}}, an.excluded), stalls)
 		busy := make([][]interval, nsubs)
 		var conns []interval
 		for _, d := range ch.deliveries {
@@ -490,23 +488,48 @@ func checkE(h *history, an *analysis) check {
 		consumers = append(consumers, n)
 	}
 	sort.Ints(consumers)
-	look := func(k rowKey, due, until int64, what string) {
+	// Each starved row adds, per consumer, the pieces of its wait during which that
+	// consumer had a free worker for at least poll + slack; a consumer's pieces are
+	// merged into idle intervals, and each interval is one violation.
+	type piece struct {
+		interval
+		row  rowKey
+		due  int64
+		wait int64
+	}
+	pieces := map[int][]piece{}
+	starved := map[rowKey]bool{}
+	look := func(k rowKey, due, until int64) {
 		if until-due <= thresh {
 			return
 		}
 		for _, n := range consumers {
-			if o, at := longestOverlap(free[n][k.sub], due, until); o >= thresh {
-				c.add(an.examples, "row %s due at %s waited %s for %s; consumer %d had a free worker for %s from %s",
-					k, secs(due, an.t0), ms(until-due), what, n, ms(o), secs(at, an.t0))
-				return
+			xs := free[n][k.sub]
+			i := sort.Search(len(xs), func(i int) bool { return xs[i].b > due })
+			for ; i < len(xs) && xs[i].a < until; i++ {
+				a, b := max(xs[i].a, due), min(xs[i].b, until)
+				if b-a >= thresh {
+					pieces[n] = append(pieces[n], piece{interval{a, b}, k, due, until - due})
+					starved[k] = true
+				}
 			}
 		}
 	}
-	for k, pub := range an.published {
-		due := pub
+	keys := make([]rowKey, 0, len(an.published))
+	for k := range an.published {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].sub != keys[j].sub {
+			return keys[i].sub < keys[j].sub
+		}
+		return keys[i].id < keys[j].id
+	})
+	for _, k := range keys {
+		due := an.published[k]
 		for _, d := range h.rows[k] {
 			if due > 0 && d.start > due {
-				look(k, due, d.start, "its next handler")
+				look(k, due, d.start)
 			}
 			due = 0
 			if s := d.settle; s.ok() && (s.step == "retry" || s.step == "release") {
@@ -514,8 +537,23 @@ func checkE(h *history, an *analysis) check {
 			}
 		}
 		if l, ok := an.left[k]; ok && due > 0 && (an.deadGroup == "" || l.group != an.deadGroup) {
-			look(k, due, an.endNS, "a handler (never came before the end)")
+			look(k, due, an.endNS)
 		}
 	}
-	return c
+	st.rows = len(starved)
+	for _, n := range consumers {
+		ps := pieces[n]
+		sort.Slice(ps, func(i, j int) bool { return ps[i].a < ps[j].a })
+		for i := 0; i < len(ps); {
+			cur, rows, first := ps[i].interval, 1, ps[i]
+			for i++; i < len(ps) && ps[i].a <= cur.b; i++ {
+				cur.b = max(cur.b, ps[i].b)
+				rows++
+			}
+			st.idle += cur.b - cur.a
+			c.add(an.examples, "consumer %d had a free worker %s–%s (%s) while %d row waits went on (e.g. row %s due at %s waited %s)",
+				n, secs(cur.a, an.t0), secs(cur.b, an.t0), ms(cur.b-cur.a), rows, first.row, secs(first.due, an.t0), ms(first.wait))
+		}
+	}
+	return c, st
 }

@@ -74,6 +74,31 @@ func payloadKind(p []byte) string {
 	return kindPlain
 }
 
+// deadlocked remembers the hot rows whose second lock failed in this process: they lock in
+// one order from then on (MySQL's row lock form spends no attempt when a deadlock rolls
+// the claim back).
+var deadlocked idSet
+
+type idSet struct {
+	mu sync.Mutex
+	m  map[int64]bool
+}
+
+func (s *idSet) add(id int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[int64]bool{}
+	}
+	s.m[id] = true
+}
+
+func (s *idSet) has(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[id]
+}
+
 // sideWritesPerRow is how many rows a transactional handler inserts into the side log per
 // delivery (the deadlock fault's all-or-nothing check counts them).
 const sideWritesPerRow = 2
@@ -89,6 +114,7 @@ const sideWritesPerRow = 2
 //	q <ns> <term|cancelled>                                      Shutdown called
 //	x <ns> drained=<b> released=<n> connections_closed=<n> err=<e>  Shutdown returned
 //	s <message>                                                  a start-up retry
+//	p <ns> <ns>                                                  the process did not run (a late heartbeat)
 //
 // <seq> numbers the process's deliveries; <sub> is the subscription's index in the spec.
 // <class> of a settlement is ok (Err == nil), leaselost (ErrLeaseLost), closed
@@ -142,6 +168,21 @@ func runConsumer(specText string) int {
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		close(stdinEOF)
+	}()
+
+	// A heartbeat notes when this process did not run for a while (CPU starvation on a
+	// loaded machine, a long GC pause): check (e) does not blame idle workers then.
+	go func() {
+		const beat = 50 * time.Millisecond
+		last := time.Now()
+		for {
+			time.Sleep(beat)
+			t := time.Now()
+			if t.Sub(last) > 6*beat {
+				w.printf("p %d %d", last.Add(beat).UnixNano(), t.UnixNano())
+			}
+			last = t
+		}
 	}()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -359,11 +400,11 @@ func sideWrites(ctx context.Context, spec consumerSpec, d *rowactor.Delivery, ho
 		}
 	}
 	if hot {
-		// The first attempt locks in an order by the id's parity; a retry locks in one
-		// order, so the rows converge instead of deadlocking each other forever (the side
-		// session still locks in the other order).
+		// The first attempt locks in an order by the id's parity; a retry (or a row that
+		// deadlocked here before) locks in one order, so the rows converge instead of
+		// deadlocking each other forever (the side session still locks in the other order).
 		a, b := 1, 2
-		if d.ID()%2 == 1 && d.Attempt() <= 1 {
+		if d.ID()%2 == 1 && d.Attempt() <= 1 && !deadlocked.has(d.ID()) {
 			a, b = 2, 1
 		}
 		if err := exec("UPDATE "+spec.Hot+" SET v = v + 1 WHERE k = $1", a); err != nil {
@@ -371,6 +412,7 @@ func sideWrites(ctx context.Context, spec consumerSpec, d *rowactor.Delivery, ho
 		}
 		sleepCtx(ctx, 2*time.Millisecond+rand.N(3*time.Millisecond))
 		if err := exec("UPDATE "+spec.Hot+" SET v = v + 1 WHERE k = $1", b); err != nil {
+			deadlocked.add(d.ID())
 			return err
 		}
 	}

@@ -57,6 +57,7 @@ type consHist struct {
 	deliveries   []*delivery
 	settlements  []*settlement
 	startRetries int
+	pauses       []interval // "p": the process did not run
 	truncated    bool
 	bad          []string
 }
@@ -104,6 +105,12 @@ func parseConsumer(path string, n int) (*consHist, error) {
 		switch f[0] {
 		case "s":
 			h.startRetries++
+		case "p":
+			if len(f) < 3 {
+				bad()
+				continue
+			}
+			h.pauses = append(h.pauses, interval{atoi64(f[1]), atoi64(f[2])})
 		case "r":
 			if len(f) < 2 {
 				bad()

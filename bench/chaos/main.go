@@ -61,6 +61,7 @@ type config struct {
 	shutdownEvery      time.Duration
 	publishFor         time.Duration
 	shutdownWork       time.Duration
+	shutdownRounds     int
 	seed               uint64
 	dsn                string
 	workers            int
@@ -114,6 +115,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.procs, "procs", 3, "consumer processes draining at once (SQLite's advisory form and the shared fault on SQLite always run 1)")
 	fs.DurationVar(&cfg.killEvery, "kill-every", 500*time.Millisecond, "kill fault: interval between faults (0: none, a baseline run)")
 	fs.DurationVar(&cfg.shutdownEvery, "shutdown-every", 1500*time.Millisecond, "shutdown fault: interval between rounds of cancelled Shutdowns")
+	fs.IntVar(&cfg.shutdownRounds, "shutdown-rounds", 4, "shutdown fault: rounds at most (then the last consumers drain the rest)")
 	fs.DurationVar(&cfg.shutdownWork, "shutdown-work", 40*time.Millisecond, "shutdown fault: each handler sleeps a random time up to this (rows in work when Shutdown comes)")
 	seed := fs.Int64("seed", 0, "seed of the fault schedule (0: from the clock; printed, so a run can be repeated)")
 	fs.StringVar(&cfg.dsn, "dsn", "", "database URL/DSN when -db names one database (default: $ROWACTOR_POSTGRES_URL / $ROWACTOR_MYSQL_DSN or the local servers; SQLite: a temporary file)")
@@ -129,7 +131,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.poison, "poison", 10, "poison faults: rows whose handler always returns Retry()")
 	fs.IntVar(&cfg.maxAttempts, "max-attempts", 3, "poison fault: MaxAttempts before the dead letter")
 	fs.Float64Var(&cfg.slowFrac, "slow", 0.003, "extend fault: fraction of rows whose handler runs 1.5 leases")
-	fs.Float64Var(&cfg.hotFrac, "hot", 0.1, "deadlock fault: fraction of rows whose handler locks the two hot rows")
+	fs.Float64Var(&cfg.hotFrac, "hot", 0.02, "deadlock fault: fraction of rows whose handler locks the two hot rows")
 	fs.DurationVar(&cfg.slack, "slack", time.Second, "timing tolerance of checks (b) and (e)")
 	fs.DurationVar(&cfg.idleExclude, "idle-exclude", time.Second, "check (e): time excluded after a consumer is ready and after each kill or shutdown")
 	fs.IntVar(&cfg.examples, "examples", 3, "violations printed per check and scenario")
@@ -173,7 +175,7 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-rows, -procs, -workers and -batch must be at least 1")
 	case cfg.killEvery < 0 || cfg.work < 0 || cfg.publishFor < 0 || cfg.poll <= 0 || cfg.lease <= 0 || cfg.timeout <= 0 || cfg.stall <= 0 || cfg.shutdownEvery <= 0:
 		return cfg, errors.New("-kill-every and -work must not be negative; -poll, -lease, -timeout, -stall and -shutdown-every must be positive")
-	case cfg.maxAttempts < 1 || cfg.poison < 0 || cfg.slowFrac < 0 || cfg.hotFrac < 0:
+	case cfg.maxAttempts < 1 || cfg.poison < 0 || cfg.shutdownRounds < 0 || cfg.slowFrac < 0 || cfg.hotFrac < 0:
 		return cfg, errors.New("-max-attempts must be at least 1; -poison, -slow and -hot must not be negative")
 	case cfg.dsn != "" && len(cfg.dbs) != 1:
 		return cfg, errors.New("-dsn needs -db to name one database")

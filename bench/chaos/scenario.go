@@ -42,6 +42,10 @@ type result struct {
 	E  check `json:"e_idle_worker"`
 	TX check `json:"tx_all_or_nothing"`
 
+	// Check (e)'s extent: rows that waited while a worker was free, total idle time.
+	EStarvedRows int     `json:"e_starved_rows"`
+	EIdleSeconds float64 `json:"e_idle_seconds"`
+
 	Handled                 int `json:"handled"`
 	Unrecorded              int `json:"unrecorded"`
 	UnrecordedSIGKILL       int `json:"unrecorded_sigkill"`
@@ -102,8 +106,8 @@ func (r result) line() string {
 	if !r.OK {
 		status = "FAIL"
 	}
-	s := fmt.Sprintf("%-8s %-8s %-12s procs=%d published=%d | a=%s b=%s c=%s d=%s e=%s tx=%s | handled=%d unrecorded=%d (sigkill %d, commit unknown %d, misreported %d) deliveries=%d redelivered=%d lease_lost=%d settle_errors=%d dead_lettered=%d left=%d | faults: %s | shutdowns=%d (not drained %d, errors %d) unexpected_exits=%d warnings=%d %.1fs %s",
-		r.DB, r.Form, r.Fault, r.Procs, r.Published, r.A, r.B, r.C, r.D, r.E, r.TX,
+	s := fmt.Sprintf("%-8s %-8s %-12s procs=%d published=%d | a=%s b=%s c=%s d=%s e=%s (%d rows, %.1fs idle) tx=%s | handled=%d unrecorded=%d (sigkill %d, commit unknown %d, misreported %d) deliveries=%d redelivered=%d lease_lost=%d settle_errors=%d dead_lettered=%d left=%d | faults: %s | shutdowns=%d (not drained %d, errors %d) unexpected_exits=%d warnings=%d %.1fs %s",
+		r.DB, r.Form, r.Fault, r.Procs, r.Published, r.A, r.B, r.C, r.D, r.E, r.EStarvedRows, r.EIdleSeconds, r.TX,
 		r.Handled, r.Unrecorded, r.UnrecordedSIGKILL, r.UnrecordedCommitUnknown, r.UnrecordedMisreported, r.Deliveries, r.Redelivered,
 		r.LeaseLost, r.SettleErrors, r.DeadLettered, r.LeftInQueue, r.faultText(),
 		r.Shutdowns, r.ShutdownNotDrained, r.ShutdownErrors, r.UnexpectedExits, r.Warnings, r.Seconds, status)
@@ -347,12 +351,20 @@ func runScenario(ctx context.Context, cfg config, s scenario, seed uint64, dir s
 	if s.fault == "kill" && cfg.killEvery > 0 {
 		killTick = time.After(cfg.killEvery)
 	}
-	if s.fault == "shutdown" {
+	if s.fault == "shutdown" && cfg.shutdownRounds > 0 {
 		shutTick = time.After(cfg.shutdownEvery)
 	}
 	expectLeft := 0
-	if s.fault == "poison-nodlq" {
+	switch s.fault {
+	case "poison-nodlq":
 		expectLeft = sc.poisonCount()
+		r.fault("poison_rows", sc.poisonCount())
+	case "poison":
+		r.fault("poison_rows", sc.poisonCount())
+		r.fault("max_attempts", cfg.maxAttempts)
+	case "shared":
+		r.fault("pool", sc.poolMax)
+		r.fault("subscriptions", len(sc.tables))
 	}
 
 	check := time.NewTicker(100 * time.Millisecond)
@@ -388,7 +400,9 @@ loop:
 			if err := sc.shutdownRound(ctx); err != nil {
 				r.problem("shutdown round: %v", err)
 			}
-			shutTick = time.After(cfg.shutdownEvery)
+			if r.Faults["cancelled_shutdown_rounds"] < cfg.shutdownRounds {
+				shutTick = time.After(cfg.shutdownEvery)
+			}
 		case <-check.C:
 			for _, c := range sc.fl.unexpectedExits() {
 				r.UnexpectedExits++
@@ -636,7 +650,7 @@ func (sc *scen) chaos(ctx context.Context) error {
 		c := ready[sc.rng.IntN(len(ready))]
 		sc.addFault(faultEvent{ns: now(), kind: "cancelled-shutdown", consumers: []int{c.n}})
 		sc.r.fault("cancelled_shutdown", 1)
-		fl.shutdown([]*consumer{c}, syscall.SIGUSR1, 15*time.Second)
+		fl.shutdown([]*consumer{c}, syscall.SIGUSR1, cancelledWait)
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		sc.leftovers(cctx, []*consumer{c}, false, "cancelled Shutdown under load")
 		cancel()
@@ -685,7 +699,7 @@ func (sc *scen) shutdownRound(ctx context.Context) error {
 	sc.addFault(faultEvent{ns: now(), kind: "shutdown-all", consumers: ns})
 	sc.r.fault("cancelled_shutdown_rounds", 1)
 	sc.r.fault("consumers_shut_down", len(live))
-	fl.shutdown(live, syscall.SIGUSR1, 15*time.Second)
+	fl.shutdown(live, syscall.SIGUSR1, cancelledWait)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	sc.leftovers(cctx, live, true, "cancelled Shutdown of every consumer under load")
 	cancel()
@@ -998,7 +1012,9 @@ func (sc *scen) analyse(ctx context.Context, left map[rowKey]leftRow, endNS int6
 		ct.handled, ct.unrecorded, ct.sigkill, ct.commitUnknown, ct.misreported
 	r.Deliveries, r.Redelivered, r.LeaseLost, r.SettleErrors, r.DeadLettered, r.PoisonDeliveries =
 		ct.deliveries, ct.redelivered, ct.leaseLost, ct.settleErrors, ct.deadLettered, ct.poisonDeliveries
-	r.E = checkE(h, an)
+	var est eStats
+	r.E, est = checkE(h, an)
+	r.EStarvedRows, r.EIdleSeconds = est.rows, float64(est.idle)/1e9
 	if sc.s.fault == "deadlock" {
 		r.TX = sc.checkTX(ctx, an)
 	}
@@ -1061,6 +1077,14 @@ func (sc *scen) checkTX(ctx context.Context, an *analysis) check {
 }
 
 // ---- consumer processes
+
+// cancelledWait is how long Shutdown with a cancelled context may take before the
+// consumer counts as hung: it has nothing to wait for but its own releases.
+const cancelledWait = 10 * time.Second
+
+// exitWait is how long a consumer may take to exit once Shutdown returned and its stdin
+// closed.
+const exitWait = 5 * time.Second
 
 type consumer struct {
 	n        int
@@ -1224,18 +1248,19 @@ func (f *fleet) readyOnes() []*consumer {
 }
 
 // release closes the stdin of consumers that shut down, so they exit, and waits; one still
-// running after 10 s is counted by check (d) and SIGKILLed.
+// running after exitWait is counted by check (d) (unless it was counted as hung) and
+// SIGKILLed.
 func (f *fleet) release(cs []*consumer) {
 	for _, c := range cs {
 		c.stdin.Close()
 	}
-	until := time.Now().Add(10 * time.Second)
+	until := time.Now().Add(exitWait)
 	for _, c := range cs {
 		select {
 		case <-c.done:
 		case <-time.After(time.Until(until)):
 			if !c.hung {
-				f.sc.r.D.add(f.sc.cfg.examples, "consumer %d (pid %d) still ran 10 s after Shutdown returned and its stdin closed", c.n, c.pid)
+				f.sc.r.D.add(f.sc.cfg.examples, "consumer %d (pid %d) still ran %v after Shutdown returned and its stdin closed", c.n, c.pid, exitWait)
 			}
 			c.killed, c.killedAt = true, now()
 			_ = c.cmd.Process.Signal(syscall.SIGKILL)
