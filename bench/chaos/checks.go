@@ -319,8 +319,8 @@ func unrecordedCause(ds []*delivery, killedAt map[int]int64) string {
 
 // ---- check (e): idle workers
 
-// eStats goes with check (e): rows that waited while a worker was free, and the idle
-// intervals' total length.
+// eStats goes with check (e): rows that waited through an idle interval for poll + slack
+// or more, and the idle intervals' total length.
 type eStats struct {
 	rows int
 	idle int64
@@ -412,23 +412,85 @@ func subtract(x []interval, cut []interval) []interval {
 }
 
 // checkE: no worker idles longer than a poll interval (plus the slack) while rows are
-// due. A row is due from its publishing commit, or from the report of a settlement that
+// due.
+//
+// A row is due from its publishing commit, or from the report of a settlement that
 // returned it to the queue (a successful retry or release); after any other end (a lost
 // lease, an error, a kill) its due time is unknown and it is left out until its next
-// start. While a row waits (due, not yet started again; rows still queued at the end wait
-// until the drain ended), a consumer whose worker was free for poll + slack without a
-// break is idle: fewer handlers of the subscription in work than Workers (and in the
-// shared-pool fault fewer connection-holding handlers than the pool less one), counted
-// outside the excluded windows (until its ready line plus the exclusion, from its
-// Shutdown or kill on, while its process stalled (its "p" lines), and around every
-// kill and shutdown fault). A handler counts as in work from its start until its
-// settlement was reported (or its end, or its process's death). Each consumer's idle
+// start. It waits from its due time until its next handler start (rows still queued at the
+// end: until the drain ended); only waits longer than poll + slack count.
+//
+// Workers are not visible in the history, so each consumer's subscription is replayed as
+// Workers slots: a handler takes a slot at its start and frees it when its settlement was
+// reported (else at its end), and each start takes the slot that has been free the
+// longest. That is the attribution most favourable to the consumer: a slot that still
+// stayed free for poll + slack without a break, while some row of the subscription
+// waited, outside the excluded windows (and, in the shared-pool fault, while the
+// consumer's connection-holding handlers were fewer than the pool less one), is an idle
+// worker that no claim latency explains. Excluded: until the consumer's ready line plus
+// the exclusion; from its Shutdown or kill on; while its process did not run (its "p"
+// lines, plus poll + slack); around every kill and shutdown fault. Each consumer's idle
 // pieces are merged: one violation per idle interval.
 func checkE(h *history, an *analysis) (c check, st eStats) {
 	thresh := int64(an.poll + an.slack)
 	nsubs := len(an.workers)
-	// free[c][sub]: when consumer c could have started another handler of sub.
-	free := map[int][]([]interval){}
+
+	// When some row of each subscription waited, and each row's waits.
+	type wait struct {
+		row       rowKey
+		due, upto int64
+	}
+	waits := make([][]wait, nsubs)
+	keys := make([]rowKey, 0, len(an.published))
+	for k := range an.published {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].sub != keys[j].sub {
+			return keys[i].sub < keys[j].sub
+		}
+		return keys[i].id < keys[j].id
+	})
+	for _, k := range keys {
+		if k.sub >= nsubs {
+			continue
+		}
+		due := an.published[k]
+		for _, d := range h.rows[k] {
+			if due > 0 && d.start > due {
+				waits[k.sub] = append(waits[k.sub], wait{k, due, d.start})
+			}
+			due = 0
+			if s := d.settle; s.ok() && (s.step == "retry" || s.step == "release") {
+				due = s.t
+			}
+		}
+		if l, ok := an.left[k]; ok && due > 0 && due < an.endNS && (an.deadGroup == "" || l.group != an.deadGroup) {
+			waits[k.sub] = append(waits[k.sub], wait{k, due, an.endNS})
+		}
+	}
+	waiting := make([][]interval, nsubs)
+	for sub, ws := range waits {
+		sort.Slice(ws, func(i, j int) bool { return ws[i].due < ws[j].due })
+		var u []interval
+		for _, w := range ws {
+			if w.upto-w.due < thresh {
+				continue // only a row that waited longer than poll + slack counts
+			}
+			if n := len(u); n > 0 && w.due <= u[n-1].b {
+				u[n-1].b = max(u[n-1].b, w.upto)
+				continue
+			}
+			u = append(u, interval{w.due, w.upto})
+		}
+		waiting[sub] = u
+	}
+
+	type piece struct {
+		interval
+		sub int
+	}
+	pieces := map[int][]piece{}
 	for n, ch := range h.cons {
 		if ch.ready == 0 {
 			continue
@@ -440,18 +502,19 @@ func checkE(h *history, an *analysis) (c check, st eStats) {
 				to = t
 			}
 		}
-		if ch.last > 0 && ch.last < to && an.killedAt[n] > 0 {
-			to = ch.last
-		}
 		if to <= from {
 			continue
 		}
 		var stalls []interval
 		for _, p := range ch.pauses {
-			stalls = append(stalls, interval{p.a, p.b + int64(an.poll+an.slack)})
+			stalls = append(stalls, interval{p.a, p.b + thresh})
 		}
 		eligible := subtract(subtract([]interval{{from, to}}, an.excluded), stalls)
-		busy := make([][]interval, nsubs)
+		type ev struct {
+			t     int64
+			start bool
+		}
+		evs := make([][]ev, nsubs)
 		var conns []interval
 		for _, d := range ch.deliveries {
 			if d.sub >= nsubs {
@@ -464,7 +527,7 @@ func checkE(h *history, an *analysis) (c check, st eStats) {
 			if end == 0 {
 				end = to
 			}
-			busy[d.sub] = append(busy[d.sub], interval{d.start, end})
+			evs[d.sub] = append(evs[d.sub], ev{d.start, true}, ev{end, false})
 			if an.connCap > 0 && an.connSub[d.sub] {
 				conns = append(conns, interval{d.start, end})
 			}
@@ -473,87 +536,102 @@ func checkE(h *history, an *analysis) (c check, st eStats) {
 		if an.connCap > 0 {
 			connFree = freeIntervals(conns, an.connCap, from, to)
 		}
-		per := make([][]interval, nsubs)
-		for s := range nsubs {
-			f := intersect(freeIntervals(busy[s], an.workers[s], from, to), eligible)
-			if an.connCap > 0 && an.connSub[s] {
-				f = intersect(f, connFree)
+		for sub := range nsubs {
+			es := evs[sub]
+			sort.Slice(es, func(i, j int) bool {
+				if es[i].t != es[j].t {
+					return es[i].t < es[j].t
+				}
+				return !es[i].start // a slot freed at t can be taken at t
+			})
+			freeSince := make([]int64, an.workers[sub]) // FIFO of free slots
+			for i := range freeSince {
+				freeSince[i] = ch.ready
 			}
-			per[s] = f
-		}
-		free[n] = per
-	}
-	consumers := make([]int, 0, len(free))
-	for n := range free {
-		consumers = append(consumers, n)
-	}
-	sort.Ints(consumers)
-	// Each starved row adds, per consumer, the pieces of its wait during which that
-	// consumer had a free worker for at least poll + slack; a consumer's pieces are
-	// merged into idle intervals, and each interval is one violation.
-	type piece struct {
-		interval
-		row  rowKey
-		due  int64
-		wait int64
-	}
-	pieces := map[int][]piece{}
-	starved := map[rowKey]bool{}
-	look := func(k rowKey, due, until int64) {
-		if until-due <= thresh {
-			return
-		}
-		for _, n := range consumers {
-			xs := free[n][k.sub]
-			i := sort.Search(len(xs), func(i int) bool { return xs[i].b > due })
-			for ; i < len(xs) && xs[i].a < until; i++ {
-				a, b := max(xs[i].a, due), min(xs[i].b, until)
-				if b-a >= thresh {
-					pieces[n] = append(pieces[n], piece{interval{a, b}, k, due, until - due})
-					starved[k] = true
+			var gaps []interval
+			for _, e := range es {
+				if e.start {
+					if len(freeSince) == 0 {
+						continue // more in work than Workers: not ours to judge here
+					}
+					gaps = append(gaps, interval{freeSince[0], e.t})
+					freeSince = freeSince[1:]
+				} else {
+					freeSince = append(freeSince, e.t)
+				}
+			}
+			for _, f := range freeSince {
+				gaps = append(gaps, interval{f, to})
+			}
+			for _, g := range gaps {
+				if g.b-g.a < thresh {
+					continue
+				}
+				idle := intersect(intersect([]interval{g}, eligible), waiting[sub])
+				if an.connCap > 0 && an.connSub[sub] {
+					idle = intersect(idle, connFree)
+				}
+				for _, x := range idle {
+					if x.b-x.a >= thresh {
+						pieces[n] = append(pieces[n], piece{x, sub})
+					}
 				}
 			}
 		}
 	}
-	keys := make([]rowKey, 0, len(an.published))
-	for k := range an.published {
-		keys = append(keys, k)
+
+	consumers := make([]int, 0, len(pieces))
+	for n := range pieces {
+		consumers = append(consumers, n)
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].sub != keys[j].sub {
-			return keys[i].sub < keys[j].sub
-		}
-		return keys[i].id < keys[j].id
-	})
-	for _, k := range keys {
-		due := an.published[k]
-		for _, d := range h.rows[k] {
-			if due > 0 && d.start > due {
-				look(k, due, d.start)
-			}
-			due = 0
-			if s := d.settle; s.ok() && (s.step == "retry" || s.step == "release") {
-				due = s.t
-			}
-		}
-		if l, ok := an.left[k]; ok && due > 0 && (an.deadGroup == "" || l.group != an.deadGroup) {
-			look(k, due, an.endNS)
-		}
-	}
-	st.rows = len(starved)
+	sort.Ints(consumers)
+	var all []interval
 	for _, n := range consumers {
 		ps := pieces[n]
 		sort.Slice(ps, func(i, j int) bool { return ps[i].a < ps[j].a })
 		for i := 0; i < len(ps); {
-			cur, rows, first := ps[i].interval, 1, ps[i]
+			cur, sub := ps[i].interval, ps[i].sub
 			for i++; i < len(ps) && ps[i].a <= cur.b; i++ {
 				cur.b = max(cur.b, ps[i].b)
-				rows++
 			}
+			all = append(all, cur)
 			st.idle += cur.b - cur.a
-			c.add(an.examples, "consumer %d had a free worker %s–%s (%s) while %d row waits went on (e.g. row %s due at %s waited %s)",
-				n, secs(cur.a, an.t0), secs(cur.b, an.t0), ms(cur.b-cur.a), rows, first.row, secs(first.due, an.t0), ms(first.wait))
+			example := ""
+			for _, w := range waits[sub] {
+				if w.due <= cur.a && w.upto >= cur.b {
+					example = fmt.Sprintf("; e.g. row %s due at %s waited %s", w.row, secs(w.due, an.t0), ms(w.upto-w.due))
+					break
+				}
+			}
+			c.add(an.examples, "consumer %d had a worker free %s–%s (%s) while rows of subscription %d were due%s",
+				n, secs(cur.a, an.t0), secs(cur.b, an.t0), ms(cur.b-cur.a), sub, example)
+		}
+	}
+	// Rows that waited through an idle interval of at least poll + slack.
+	sort.Slice(all, func(i, j int) bool { return all[i].a < all[j].a })
+	merged := mergeAll(all)
+	for _, ws := range waits {
+		for _, w := range ws {
+			for _, x := range intersect([]interval{{w.due, w.upto}}, merged) {
+				if x.b-x.a >= thresh {
+					st.rows++
+					break
+				}
+			}
 		}
 	}
 	return c, st
+}
+
+// mergeAll merges sorted, possibly overlapping intervals.
+func mergeAll(xs []interval) []interval {
+	var out []interval
+	for _, x := range xs {
+		if n := len(out); n > 0 && x.a <= out[n-1].b {
+			out[n-1].b = max(out[n-1].b, x.b)
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
 }

@@ -61,9 +61,10 @@ type backend interface {
 	// writeLocked reports a write transaction holding the database (SQLite).
 	writeLocked(ctx context.Context) (bool, error)
 	// hold locks t's rows ids that hold a lease now (at most max of them) from a session
-	// of the parent's for d: FOR UPDATE in a transaction (PostgreSQL, MySQL), or the
-	// whole file with BEGIN IMMEDIATE (SQLite, ids unused). It returns the rows locked.
-	hold(ctx context.Context, t rowactor.Table, ids []int64, max int, d time.Duration) (int, error)
+	// of the parent's for d: FOR UPDATE in a READ COMMITTED transaction (PostgreSQL,
+	// MySQL: only the rows it returns stay locked), or the whole file with BEGIN IMMEDIATE
+	// (SQLite: ids unused, nil returned). It returns the rows locked.
+	hold(ctx context.Context, t rowactor.Table, ids []int64, max int, d time.Duration) ([]int64, error)
 	// sideCounts reads the deadlock fault's side log (row id -> writes) and the hot
 	// counters' sum.
 	sideCounts(ctx context.Context, log, hot string) (map[int64]int, int64, error)
@@ -301,23 +302,23 @@ func (p *pgBackend) keysHeld(ctx context.Context, t rowactor.Table, ids []int64)
 
 func (p *pgBackend) writeLocked(context.Context) (bool, error) { return false, nil }
 
-func (p *pgBackend) hold(ctx context.Context, t rowactor.Table, ids []int64, max int, d time.Duration) (int, error) {
-	tx, err := p.pool.Begin(ctx)
+func (p *pgBackend) hold(ctx context.Context, t rowactor.Table, ids []int64, max int, d time.Duration) ([]int64, error) {
+	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // the hold ends by rolling back
 	rows, err := tx.Query(ctx, "SELECT "+p.quote(t.ID)+" FROM "+p.quote(t.Name)+" WHERE "+p.quote(t.ID)+" = ANY($1) AND "+
 		p.quote(t.LockedUntil)+" > $2 ORDER BY random() LIMIT $3 FOR UPDATE SKIP LOCKED", ids, time.Now(), max)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil || len(got) == 0 {
-		return 0, err
+		return nil, err
 	}
 	sleepCtx(ctx, d)
-	return len(got), nil
+	return got, nil
 }
 
 func (p *pgBackend) sideDDL(log, hot string) []string {
@@ -506,13 +507,15 @@ func (m *myBackend) keysHeld(ctx context.Context, t rowactor.Table, ids []int64)
 
 func (m *myBackend) writeLocked(context.Context) (bool, error) { return false, nil }
 
-func (m *myBackend) hold(ctx context.Context, t rowactor.Table, ids []int64, max int, d time.Duration) (int, error) {
+func (m *myBackend) hold(ctx context.Context, t rowactor.Table, ids []int64, max int, d time.Duration) ([]int64, error) {
 	if len(ids) == 0 {
-		return 0, nil
+		return nil, nil
 	}
-	tx, err := m.db.BeginTx(ctx, nil)
+	// READ COMMITTED: at REPEATABLE READ InnoDB would keep every row the read examined
+	// locked, not only those it returned.
+	tx, err := m.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer tx.Rollback() //nolint:errcheck // the hold ends by rolling back
 	in := make([]string, len(ids))
@@ -522,10 +525,10 @@ func (m *myBackend) hold(ctx context.Context, t rowactor.Table, ids []int64, max
 	got, err := sqlIDs(ctx, tx, "SELECT "+m.quote(t.ID)+" FROM "+m.quote(t.Name)+" WHERE "+m.quote(t.ID)+" IN ("+strings.Join(in, ",")+") AND "+
 		m.quote(t.LockedUntil)+" > ? ORDER BY RAND() LIMIT "+fmt.Sprint(max)+" FOR UPDATE SKIP LOCKED", time.Now().UTC())
 	if err != nil || len(got) == 0 {
-		return 0, err
+		return nil, err
 	}
 	sleepCtx(ctx, d)
-	return len(got), nil
+	return got, nil
 }
 
 func (m *myBackend) sideDDL(log, hot string) []string {
@@ -632,18 +635,18 @@ func (l *liteBackend) writeLocked(ctx context.Context) (bool, error) {
 
 // hold takes SQLite's write lock (BEGIN IMMEDIATE) for d: every claim, extension and
 // settlement waits on its busy timeout meanwhile.
-func (l *liteBackend) hold(ctx context.Context, _ rowactor.Table, _ []int64, _ int, d time.Duration) (int, error) {
+func (l *liteBackend) hold(ctx context.Context, _ rowactor.Table, _ []int64, _ int, d time.Duration) ([]int64, error) {
 	conn, err := l.db.Conn(ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer conn.Close()
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return 0, err
+		return nil, err
 	}
 	sleepCtx(ctx, d)
 	_, err = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-	return 1, err
+	return nil, err
 }
 
 func (l *liteBackend) sideDDL(string, string) []string { return nil }
