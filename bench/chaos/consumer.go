@@ -1,48 +1,124 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	mysqldrv "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+
 	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects/mysql"
+	"github.com/rowactor/rowactor/dialects/sqlite"
 )
 
 // consumerEnv carries a consumer process's assignment from the parent: the binary re-runs
 // itself with it set.
 const consumerEnv = "ROWACTOR_CHAOS_CONSUMER"
 
-type consumerSpec struct {
-	URL     string
-	Table   rowactor.Table
-	Queue   string
-	Out     string
-	Workers int
-	Lease   time.Duration // 0 outside the lease form
-	Poll    time.Duration
-	Work    time.Duration
+// subSpec is one subscription of a consumer.
+type subSpec struct {
+	Table         rowactor.Table
+	Queue         string
+	Workers       int
+	Lease         time.Duration // 0 outside the lease form
+	MaxAttempts   int           // with DeadGroup: poison rows end dead-lettered
+	DeadGroup     string
+	Transactional bool
 }
+
+type consumerSpec struct {
+	N       int    // the consumer's number in its scenario (1, 2, ...)
+	DB      string // sqlite, postgres, mysql
+	URL     string
+	PoolMax int // > 0: a pool of this size (MySQL: rowactor.New(mysql.New(db)); SQLite: DB().SetMaxOpenConns)
+	Subs    []subSpec
+	Out     string
+	Poll    time.Duration
+	Work    time.Duration // a plain row's handler sleeps up to this
+	Slow    time.Duration // a "slow" row's handler sleeps this (plus up to 10%)
+	// Deadlock fault: the transactional handler's side tables.
+	Hot, SideLog string
+}
+
+// Payload kinds: the parent marks rows by their payload, "chaos-<n>" plus a suffix.
+const (
+	kindPlain  = ""
+	kindSlow   = "slow"   // the handler runs Slow, longer than the lease
+	kindPoison = "poison" // the handler always returns Retry()
+	kindHot    = "hot"    // the transactional handler locks the two hot rows, in an order by id parity
+)
+
+func payloadKind(p []byte) string {
+	s := string(p)
+	if i := strings.LastIndexByte(s, '-'); i >= 0 {
+		switch k := s[i+1:]; k {
+		case kindSlow, kindPoison, kindHot:
+			return k
+		}
+	}
+	return kindPlain
+}
+
+// deadlocked remembers the hot rows whose second lock failed in this process: they lock in
+// one order from then on (MySQL's row lock form spends no attempt when a deadlock rolls
+// the claim back).
+var deadlocked idSet
+
+type idSet struct {
+	mu sync.Mutex
+	m  map[int64]bool
+}
+
+func (s *idSet) add(id int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[int64]bool{}
+	}
+	s.m[id] = true
+}
+
+func (s *idSet) has(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[id]
+}
+
+// sideWritesPerRow is how many rows a transactional handler inserts into the side log per
+// delivery (the deadlock fault's all-or-nothing check counts them).
+const sideWritesPerRow = 2
 
 // The consumer's file has one line per event, each written with a single write(2) as it
 // happens, so a SIGKILL loses at most what had not been written yet (the parent also
-// tolerates a truncated last line):
+// tolerates a truncated last line). <ns> is the wall clock in Unix nanoseconds (one host):
 //
-//	d <id> <attempt> <ns>                                 the handler started on a delivery
-//	a <id> <attempt> <ns>                                 an Ack settled (Settlement.Err == nil)
-//	e <id> <attempt> <ns> <step> released=<bool> <error>  any other settlement: an error, a lost lease, a release
-//	s <message>                                           a start-up retry (Open or Subscribe failed)
-//	x <report>                                            Shutdown returned
+//	r <ns>                                                       subscribed, ready
+//	d <seq> <sub> <id> <attempt> <ns>                            a handler started
+//	h <seq> <ns> <outcome> <error or ->                          that handler returned
+//	S <sub> <id> <attempt> <ns> <step> <released> <class> <err>  WithOnSettled: a settlement
+//	q <ns> <term|cancelled>                                      Shutdown called
+//	x <ns> drained=<b> released=<n> connections_closed=<n> err=<e>  Shutdown returned
+//	s <message>                                                  a start-up retry
+//	p <ns> <ns>                                                  the process did not run (a late heartbeat)
 //
-// <ns> is the wall clock in Unix nanoseconds: the parent orders one row's events from
-// several processes by it.
+// <seq> numbers the process's deliveries; <sub> is the subscription's index in the spec.
+// <class> of a settlement is ok (Err == nil), leaselost (ErrLeaseLost), closed
+// (ErrClosed) or error.
 type lineWriter struct {
 	mu sync.Mutex
 	f  *os.File
@@ -56,11 +132,24 @@ func (w *lineWriter) printf(format string, args ...any) {
 	_, _ = w.f.WriteString(line)
 }
 
-// runConsumer is a consumer process: it subscribes and acks every row (after a short
-// random sleep) until the parent sends SIGTERM, then shuts the broker down.
+func now() int64 { return time.Now().UnixNano() }
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " | ")
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// runConsumer is a consumer process: it subscribes and handles rows until the parent sends
+// SIGTERM (Shutdown with a 15 s context) or SIGUSR1 (Shutdown with a context cancelled
+// beforehand). After Shutdown it writes its report, prints "x" on stdout, and waits for
+// its stdin to close before it exits, so the parent can look for what it left behind
+// while the process still lives.
 func runConsumer(specText string) int {
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
+	stop := make(chan os.Signal, 2)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGUSR1, os.Interrupt)
 	var spec consumerSpec
 	if err := json.Unmarshal([]byte(specText), &spec); err != nil {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
@@ -74,79 +163,278 @@ func runConsumer(specText string) int {
 	defer f.Close()
 	w := &lineWriter{f: f}
 
-	// Exit if the parent dies without telling us (its SIGKILL, a crash).
-	parent := os.Getppid()
-	orphaned := make(chan struct{})
+	// The parent holds our stdin: EOF means it is done with us (or died).
+	stdinEOF := make(chan struct{})
 	go func() {
-		for os.Getppid() == parent {
-			time.Sleep(500 * time.Millisecond)
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(stdinEOF)
+	}()
+
+	// A heartbeat notes when this process did not run for a while (CPU starvation on a
+	// loaded machine, a long GC pause): check (e) does not blame idle workers then.
+	go func() {
+		const beat = 50 * time.Millisecond
+		last := time.Now()
+		for {
+			time.Sleep(beat)
+			t := time.Now()
+			if t.Sub(last) > 6*beat {
+				w.printf("p %d %d", last.Add(beat).UnixNano(), t.UnixNano())
+			}
+			last = t
 		}
-		close(orphaned)
 	}()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	subIndex := map[string]int{}
+	for i, s := range spec.Subs {
+		subIndex[s.Table.Name] = i
+	}
 	onSettled := func(s rowactor.Settlement) {
-		if s.Err == nil && s.Step == "ack" {
-			w.printf("a %d %d %d", s.ID, s.Attempt, time.Now().UnixNano())
-			return
+		class, text := "ok", "-"
+		switch {
+		case s.Err == nil:
+		case errors.Is(s.Err, rowactor.ErrLeaseLost):
+			class, text = "leaselost", oneLine(s.Err.Error())
+		case errors.Is(s.Err, rowactor.ErrClosed):
+			class, text = "closed", oneLine(s.Err.Error())
+		default:
+			class, text = "error", oneLine(s.Err.Error())
 		}
-		errText := "<nil>"
-		if s.Err != nil {
-			errText = s.Err.Error()
-		}
-		w.printf("e %d %d %d %s released=%v %s", s.ID, s.Attempt, time.Now().UnixNano(), s.Step, s.Released, errText)
+		w.printf("S %d %d %d %d %s %v %s %s", subIndex[s.Table], s.ID, s.Attempt, now(), s.Step, s.Released, class, text)
 	}
-	handler := func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
-		w.printf("d %d %d %d", d.ID(), d.Attempt(), time.Now().UnixNano())
-		if spec.Work > 0 {
-			t := time.NewTimer(rand.N(spec.Work + 1))
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
+
+	var seq atomic.Int64
+	handler := func(sub int, ss subSpec) rowactor.Handler {
+		return func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			n := seq.Add(1)
+			w.printf("d %d %d %d %d %d", n, sub, d.ID(), d.Attempt(), now())
+			kind := payloadKind(d.Payload())
+			out := rowactor.Ack()
+			var herr error
+			switch kind {
+			case kindPoison:
+				sleepCtx(ctx, rand.N(spec.Work+1))
+				out = rowactor.Retry()
+			case kindSlow:
+				sleepCtx(ctx, spec.Slow+rand.N(spec.Slow/10+1))
+			default:
+				sleepCtx(ctx, rand.N(spec.Work+1))
 			}
+			if ss.Transactional && kind != kindPoison {
+				if herr = sideWrites(ctx, spec, d, kind == kindHot); herr != nil {
+					// A statement failed (a deadlock, say): the transaction is spoiled;
+					// return the error rather than go on (see dialects/mysql).
+					out = rowactor.Retry()
+				}
+			}
+			text := "-"
+			if herr != nil {
+				text = oneLine(herr.Error())
+			}
+			w.printf("h %d %d %s %s", n, now(), out.String(), text)
+			return out
 		}
-		return rowactor.Ack()
-	}
-	opts := []rowactor.SubscribeOption{rowactor.Workers(spec.Workers), rowactor.PollInterval(spec.Poll)}
-	if spec.Lease > 0 {
-		opts = append(opts, rowactor.Lease(spec.Lease))
 	}
 
 	// The parent may kill this process's sessions while it starts: retry Open and
 	// Subscribe (the parent counts a consumer that gives up as an unexpected exit).
 	ctx := context.Background()
-	var b *rowactor.Broker
+	var (
+		b      *rowactor.Broker
+		closer func() error
+	)
 	for try := 1; ; try++ {
-		b, err = rowactor.Open(ctx, spec.URL, rowactor.WithLogger(log), rowactor.WithOnSettled(onSettled))
+		b, closer, err = openBroker(ctx, spec, log, onSettled)
 		if err == nil {
-			if _, err = b.Subscribe(ctx, spec.Table, spec.Queue, handler, opts...); err == nil {
+			for i, s := range spec.Subs {
+				opts := []rowactor.SubscribeOption{rowactor.Workers(s.Workers), rowactor.PollInterval(spec.Poll)}
+				if s.Lease > 0 {
+					opts = append(opts, rowactor.Lease(s.Lease))
+				}
+				if s.MaxAttempts > 0 {
+					opts = append(opts, rowactor.MaxAttempts(s.MaxAttempts), rowactor.DeadLetterGroup(s.DeadGroup))
+				}
+				if s.Transactional {
+					opts = append(opts, rowactor.Transactional())
+				}
+				if _, err = b.Subscribe(ctx, s.Table, s.Queue, handler(i, s), opts...); err != nil {
+					break
+				}
+			}
+			if err == nil {
 				break
 			}
 			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_, _ = b.Shutdown(sctx)
 			cancel()
+			if closer != nil {
+				_ = closer()
+			}
 		}
 		w.printf("s start-up try %d: %v", try, err)
 		if try == 20 {
 			fmt.Fprintln(os.Stderr, "consumer: giving up:", err)
 			return 2
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-stdinEOF:
+			return 3
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
+	w.printf("r %d", now())
+	fmt.Println("r")
 
+	var sig os.Signal
 	select {
-	case <-stop:
-	case <-orphaned:
-		return 3
+	case sig = <-stop:
+	case <-stdinEOF:
+		return 3 // the parent is gone
 	}
-	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	var (
+		sctx   context.Context
+		cancel context.CancelFunc
+	)
+	kind := "term"
+	if sig == syscall.SIGUSR1 {
+		kind = "cancelled"
+		sctx, cancel = context.WithCancel(ctx)
+		cancel() // already cancelled when Shutdown is called
+	} else {
+		sctx, cancel = context.WithTimeout(ctx, 15*time.Second)
+	}
 	defer cancel()
+	w.printf("q %d %s", now(), kind)
 	rep, err := b.Shutdown(sctx)
-	w.printf("x drained=%v released=%d connections_closed=%d err=%v", rep.Drained, rep.Released, rep.ConnectionsClosed, err)
+	if closer != nil {
+		// A pool the consumer made itself (rowactor.New): the broker does not own it.
+		if cerr := closer(); cerr != nil && err == nil {
+			err = fmt.Errorf("close the pool: %w", cerr)
+		}
+	}
+	w.printf("x %d drained=%v released=%d connections_closed=%d err=%s", now(), rep.Drained, rep.Released, rep.ConnectionsClosed, errText(err))
+	fmt.Println("x")
+	<-stdinEOF
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "consumer: shutdown:", err)
 		return 1
 	}
 	return 0
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return oneLine(err.Error())
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// openBroker opens the consumer's broker: rowactor.Open on the URL, except where the spec
+// asks for a small pool that Open cannot size (MySQL: the consumer opens the pool and
+// hands it to rowactor.New; closer closes it after Shutdown).
+func openBroker(ctx context.Context, spec consumerSpec, log *slog.Logger, onSettled func(rowactor.Settlement)) (*rowactor.Broker, func() error, error) {
+	opts := []rowactor.Option{rowactor.WithLogger(log), rowactor.WithOnSettled(onSettled)}
+	if spec.PoolMax > 0 && spec.DB == "mysql" {
+		cfg, err := mysqldrv.ParseDSN(strings.TrimPrefix(spec.URL, "mysql://"))
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.ParseTime = true
+		conn, err := mysqldrv.NewConnector(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		db := sql.OpenDB(conn)
+		db.SetMaxOpenConns(spec.PoolMax)
+		db.SetMaxIdleConns(spec.PoolMax)
+		b, err := rowactor.New(mysql.New(db), opts...)
+		if err != nil {
+			db.Close()
+			return nil, nil, err
+		}
+		return b, db.Close, nil
+	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	b, err := rowactor.Open(octx, spec.URL, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if spec.PoolMax > 0 {
+		if d, ok := b.Dialect().(*sqlite.Dialect); ok {
+			d.DB().SetMaxOpenConns(spec.PoolMax)
+		}
+	}
+	return b, nil, nil
+}
+
+// sideWrites is the deadlock fault's transactional handler body, on the delivery's
+// transaction: a hot row locks both hot counters, on its first attempt in an order by the
+// id's parity (so two hot rows in work deadlock), with a pause between; every row then inserts
+// sideWritesPerRow rows into the side log. Ack commits all of it with the settlement;
+// Retry rolls it back.
+func sideWrites(ctx context.Context, spec consumerSpec, d *rowactor.Delivery, hot bool) error {
+	exec := func(query string, args ...any) error {
+		switch tx := d.Tx().(type) {
+		case pgx.Tx:
+			_, err := tx.Exec(ctx, query, args...)
+			return err
+		case *sql.Tx:
+			_, err := tx.ExecContext(ctx, strings.NewReplacer("$1", "?", "$2", "?", "$3", "?").Replace(query), args...)
+			return err
+		default:
+			return fmt.Errorf("no transaction to write in (%T)", tx)
+		}
+	}
+	if hot {
+		// The first attempt locks in an order by the id's parity; a retry (or a row that
+		// deadlocked here before) locks in one order, so the rows converge instead of
+		// deadlocking each other forever (the side session still locks in the other order).
+		a, b := 1, 2
+		if d.ID()%2 == 1 && d.Attempt() <= 1 && !deadlocked.has(d.ID()) {
+			a, b = 2, 1
+		}
+		if err := exec("UPDATE "+spec.Hot+" SET v = v + 1 WHERE k = $1", a); err != nil {
+			return err
+		}
+		sleepCtx(ctx, 2*time.Millisecond+rand.N(3*time.Millisecond))
+		if err := exec("UPDATE "+spec.Hot+" SET v = v + 1 WHERE k = $1", b); err != nil {
+			deadlocked.add(d.ID())
+			return err
+		}
+	}
+	for n := 1; n <= sideWritesPerRow; n++ {
+		if err := exec("INSERT INTO "+spec.SideLog+" (row_id, n, consumer) VALUES ($1, $2, $3)", d.ID(), n, spec.N); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readMarkers reads a consumer's stdout: it closes ready at the "r" line (subscribed,
+// signals handled) and x at the "x" line (Shutdown returned).
+func readMarkers(r io.Reader, ready, x chan struct{}) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		switch sc.Text() {
+		case "r":
+			close(ready)
+		case "x":
+			close(x)
+			return
+		}
+	}
 }

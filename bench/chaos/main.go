@@ -1,32 +1,41 @@
 // Command chaos drains rowactor queue tables from several consumer processes while it
-// kills those processes and their database connections at random, and counts every row
-// by id: was each published row settled exactly once?
+// injects faults, records a history of every delivery and settlement, and checks it:
 //
-//	go run ./bench/chaos                                   # every database and form, 10,000 rows
-//	go run ./bench/chaos -db postgres -form lease -rows 2000 -kill-every 300ms -seed 7
+//	go run ./bench/chaos                                  # every fault, database and form, 10,000 rows
+//	go run ./bench/chaos -quick                           # the same with 1,000 rows
+//	go run ./bench/chaos -fault extend,poison -db postgres -rows 2000 -seed 7
 //
-// For each (database, form) it creates a table of its own (rowactor.Schema), starts -procs
-// consumer processes (this binary re-executed in consumer mode), publishes -rows rows in
-// batches through PublishTx while they drain, and every -kill-every picks a fault at random
-// (seeded by -seed): SIGKILL one consumer and start a replacement, or kill some or all of
-// the consumers' database sessions (PostgreSQL: pg_terminate_backend; MySQL/MariaDB: KILL).
-// When the table is empty it stops the consumers and counts, from the files the consumers
-// wrote and from the table itself:
+// A scenario is one (fault, database, form). For each it creates tables of its own
+// (rowactor.Schema), starts -procs consumer processes (this binary re-executed in consumer
+// mode), publishes -rows rows in batches through PublishTx while they drain, and injects its
+// fault:
 //
-//   - published:   rows inserted (ids returned by PublishTx, committed)
-//   - handled:     distinct ids with a successful Ack settlement recorded
-//   - unrecorded:  ids gone from the table with no Ack recorded, where a fault explains it
-//     (the consumer that ran the row was SIGKILLed after the commit and before
-//     writing its line, or its session was killed during the COMMIT, so the
-//     client saw an error for a commit the server had made)
-//   - redelivered: deliveries beyond the first, summed over ids
-//   - duplicates:  ids with more than one successful Ack settlement (must be 0)
-//   - lost:        ids still in the table at the end, plus ids gone from the table with
-//     no Ack recorded and no fault to explain it (must be 0)
+//   - kill: every -kill-every, at random: SIGKILL a consumer and start another, kill half
+//     or all of the consumers' sessions (pg_terminate_backend, MySQL KILL), or shut one
+//     consumer down with an already-cancelled context and check what it left.
+//   - shutdown: every -shutdown-every, every consumer shuts down at once with an
+//     already-cancelled context while rows are in work; nothing may be left behind; new
+//     consumers take over.
+//   - extend (lease form): a short lease (-lease), a few slow rows whose handler runs 1.5
+//     leases, and a session of the parent's that holds FOR UPDATE on slow rows in work
+//     (PostgreSQL, MySQL) or BEGIN IMMEDIATE on the file (SQLite) for 1.5 leases, so
+//     extensions wait past the lease.
+//   - shared (form "mixed"): each consumer subscribes to one table per form on one broker
+//     whose pool has 4 connections, Workers(3) each.
+//   - deadlock (PostgreSQL, MySQL): Transactional() subscriptions whose handler updates two
+//     hot rows in an order by id parity and logs its writes to a side table through d.Tx();
+//     a side session locks the hot rows in the opposite order.
+//   - poison: -poison rows whose handler always returns Retry(), with MaxAttempts and a
+//     dead-letter group; poison-nodlq: the same without, so they retry forever.
 //
-// It prints one human-readable line per scenario on stderr and one JSON line on stdout,
-// and exits 1 on any duplicate or lost row (or a scenario that could not run).
-// docs/reliability.md describes the method and the results.
+// Each consumer writes its history to a file (consumer.go); the parent merges them and
+// checks (a) successful settlements only by the row's current holder, (b) no overlapping
+// handler runs of a row unless a fault explains it, (c) every row settled exactly once,
+// (d) nothing left after Shutdown, (e) no free worker idle while rows are due, and for the
+// deadlock fault (tx) the handler's writes committed exactly with the row's ack.
+// docs/reliability.md defines each check. It prints one human-readable line per scenario
+// with the first violations on stderr, one JSON line per scenario on stdout, a table at the
+// end, and exits 1 on any violation (or a scenario that could not run).
 package main
 
 import (
@@ -45,24 +54,37 @@ import (
 )
 
 type config struct {
-	dbs, forms []string
-	rows       int
-	procs      int
-	killEvery  time.Duration
-	seed       uint64
-	dsn        string
-	workers    int
-	lease      time.Duration
-	poll       time.Duration
-	work       time.Duration
-	batch      int
-	timeout    time.Duration
-	keep       bool
+	dbs, forms, faults []string
+	rows               int
+	procs              int
+	killEvery          time.Duration
+	shutdownEvery      time.Duration
+	publishFor         time.Duration
+	shutdownWork       time.Duration
+	shutdownRounds     int
+	seed               uint64
+	dsn                string
+	workers            int
+	lease              time.Duration
+	poll               time.Duration
+	work               time.Duration
+	batch              int
+	timeout            time.Duration
+	stall              time.Duration
+	keep               bool
+	poison             int
+	maxAttempts        int
+	slowFrac           float64
+	hotFrac            float64
+	slack              time.Duration
+	idleExclude        time.Duration
+	examples           int
 }
 
 var (
-	allDBs   = []string{"sqlite", "postgres", "mysql"}
-	allForms = []string{"rowlock", "lease", "advisory"}
+	allDBs    = []string{"sqlite", "postgres", "mysql"}
+	allForms  = []string{"rowlock", "lease", "advisory", "mixed"}
+	allFaults = []string{"kill", "shutdown", "extend", "shared", "deadlock", "poison", "poison-nodlq"}
 )
 
 func main() {
@@ -86,24 +108,57 @@ func parseFlags(args []string) (config, error) {
 	cfg := config{}
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	db := fs.String("db", "all", "database: sqlite, postgres, mysql or all (comma-separated list allowed)")
-	form := fs.String("form", "all", "claim form: rowlock, lease, advisory or all (comma-separated list allowed)")
+	form := fs.String("form", "all", "claim form: rowlock, lease, advisory, mixed (the shared fault's several forms) or all (comma-separated list allowed)")
+	fault := fs.String("fault", "all", "fault: kill, shutdown, extend, shared, deadlock, poison, poison-nodlq or all (comma-separated list allowed)")
+	quick := fs.Bool("quick", false, "a quick run: 1,000 rows (unless -rows is given), -publish-for 3s, -slow 0.01, -stall 15s, -timeout 1m")
 	fs.IntVar(&cfg.rows, "rows", 10000, "rows to publish per scenario")
-	fs.IntVar(&cfg.procs, "procs", 3, "consumer processes draining at once (SQLite's advisory form always runs 1)")
-	fs.DurationVar(&cfg.killEvery, "kill-every", 500*time.Millisecond, "interval between faults (0: no faults, a baseline run)")
+	fs.IntVar(&cfg.procs, "procs", 3, "consumer processes draining at once (SQLite's advisory form and the shared fault on SQLite always run 1)")
+	fs.DurationVar(&cfg.killEvery, "kill-every", 500*time.Millisecond, "kill fault: interval between faults (0: none, a baseline run)")
+	fs.DurationVar(&cfg.shutdownEvery, "shutdown-every", 1500*time.Millisecond, "shutdown fault: interval between rounds of cancelled Shutdowns")
+	fs.IntVar(&cfg.shutdownRounds, "shutdown-rounds", 4, "shutdown fault: rounds at most (then the last consumers drain the rest)")
+	fs.DurationVar(&cfg.shutdownWork, "shutdown-work", 40*time.Millisecond, "shutdown fault: each handler sleeps a random time up to this (rows in work when Shutdown comes)")
 	seed := fs.Int64("seed", 0, "seed of the fault schedule (0: from the clock; printed, so a run can be repeated)")
 	fs.StringVar(&cfg.dsn, "dsn", "", "database URL/DSN when -db names one database (default: $ROWACTOR_POSTGRES_URL / $ROWACTOR_MYSQL_DSN or the local servers; SQLite: a temporary file)")
-	fs.IntVar(&cfg.workers, "workers", 8, "Workers(n) of each consumer's subscription")
-	fs.DurationVar(&cfg.lease, "lease", 2*time.Second, "Lease of the lease form")
+	fs.IntVar(&cfg.workers, "workers", 8, "Workers(n) of each consumer's subscription (the shared fault: the pool's size less one)")
+	fs.DurationVar(&cfg.lease, "lease", 2*time.Second, "Lease of the lease form (whole seconds)")
 	fs.DurationVar(&cfg.poll, "poll", 50*time.Millisecond, "PollInterval of each subscription")
-	fs.DurationVar(&cfg.work, "work", 5*time.Millisecond, "each handler sleeps a random time up to this before it acks")
+	fs.DurationVar(&cfg.work, "work", 5*time.Millisecond, "each handler sleeps a random time up to this")
 	fs.IntVar(&cfg.batch, "batch", 100, "rows per publishing transaction")
-	fs.DurationVar(&cfg.timeout, "timeout", 5*time.Minute, "per scenario: rows still in the table after this count as lost")
-	fs.BoolVar(&cfg.keep, "keep", false, "keep the consumers' files and the queue tables (they are kept anyway when a scenario fails)")
+	fs.DurationVar(&cfg.publishFor, "publish-for", 8*time.Second, "spread the publishing over at least this long (0: as fast as it goes), so faults meet rows in work and workers meet rows arriving")
+	fs.DurationVar(&cfg.timeout, "timeout", 3*time.Minute, "per scenario: rows still queued after this count as lost")
+	fs.DurationVar(&cfg.stall, "stall", 20*time.Second, "per scenario: end the drain when the queued count has not changed for this long (the rows left count as lost)")
+	fs.BoolVar(&cfg.keep, "keep", false, "keep the consumers' files and the tables (they are kept anyway when a scenario fails)")
+	fs.IntVar(&cfg.poison, "poison", 10, "poison faults: rows whose handler always returns Retry()")
+	fs.IntVar(&cfg.maxAttempts, "max-attempts", 3, "poison fault: MaxAttempts before the dead letter")
+	fs.Float64Var(&cfg.slowFrac, "slow", 0.003, "extend fault: fraction of rows whose handler runs 1.5 leases")
+	fs.Float64Var(&cfg.hotFrac, "hot", 0.02, "deadlock fault: fraction of rows whose handler locks the two hot rows")
+	fs.DurationVar(&cfg.slack, "slack", time.Second, "timing tolerance of checks (b) and (e)")
+	fs.DurationVar(&cfg.idleExclude, "idle-exclude", time.Second, "check (e): time excluded after a consumer is ready and after each kill or shutdown")
+	fs.IntVar(&cfg.examples, "examples", 3, "violations printed per check and scenario")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["rows"] {
+			cfg.rows = 1000
+		}
+		if !set["publish-for"] {
+			cfg.publishFor = 3 * time.Second
+		}
+		if !set["slow"] {
+			cfg.slowFrac = 0.01
+		}
+		if !set["stall"] {
+			cfg.stall = 15 * time.Second
+		}
+		if !set["timeout"] {
+			cfg.timeout = time.Minute
+		}
 	}
 	var err error
 	if cfg.dbs, err = pick("-db", *db, allDBs); err != nil {
@@ -112,11 +167,16 @@ func parseFlags(args []string) (config, error) {
 	if cfg.forms, err = pick("-form", *form, allForms); err != nil {
 		return cfg, err
 	}
+	if cfg.faults, err = pick("-fault", *fault, allFaults); err != nil {
+		return cfg, err
+	}
 	switch {
-	case cfg.rows < 1 || cfg.procs < 1 || cfg.workers < 1 || cfg.batch < 1:
+	case cfg.rows < 1 || cfg.procs < 1 || cfg.workers < 1 || cfg.batch < 1 || cfg.examples < 0:
 		return cfg, errors.New("-rows, -procs, -workers and -batch must be at least 1")
-	case cfg.killEvery < 0 || cfg.work < 0 || cfg.poll <= 0 || cfg.lease <= 0 || cfg.timeout <= 0:
-		return cfg, errors.New("-kill-every and -work must not be negative; -poll, -lease and -timeout must be positive")
+	case cfg.killEvery < 0 || cfg.work < 0 || cfg.publishFor < 0 || cfg.poll <= 0 || cfg.lease <= 0 || cfg.timeout <= 0 || cfg.stall <= 0 || cfg.shutdownEvery <= 0:
+		return cfg, errors.New("-kill-every and -work must not be negative; -poll, -lease, -timeout, -stall and -shutdown-every must be positive")
+	case cfg.maxAttempts < 1 || cfg.poison < 0 || cfg.shutdownRounds < 0 || cfg.slowFrac < 0 || cfg.hotFrac < 0:
+		return cfg, errors.New("-max-attempts must be at least 1; -poison, -slow and -hot must not be negative")
 	case cfg.dsn != "" && len(cfg.dbs) != 1:
 		return cfg, errors.New("-dsn needs -db to name one database")
 	}
@@ -149,28 +209,55 @@ func pick(flagName, value string, known []string) ([]string, error) {
 	return out, nil
 }
 
-// scenario is one (database, form) pair to run.
+// scenario is one (fault, database, form) to run.
 type scenario struct {
-	db, form string
-	procs    int
-	note     string
+	fault, db, form string
+	procs           int
+	index           int
+	note            string
 }
 
-// scenarios lists the pairs the flags ask for that exist: SQLite has no row lock form,
-// and its advisory keys live in one process, so that pair runs one consumer at a time.
+// scenarios lists the triples the flags ask for that exist: SQLite has no row lock form
+// and no deadlock fault, its advisory keys live in one process (so its advisory
+// scenarios run one consumer), extension applies to the lease form, and the shared fault
+// runs every form at once ("mixed").
 func scenarios(cfg config) (run []scenario, skipped []string) {
-	for _, db := range cfg.dbs {
-		for _, form := range cfg.forms {
-			s := scenario{db: db, form: form, procs: cfg.procs}
-			switch {
-			case db == "sqlite" && form == "rowlock":
-				skipped = append(skipped, "sqlite/rowlock: SQLite has no row locks")
-				continue
-			case db == "sqlite" && form == "advisory" && cfg.procs != 1:
-				s.procs = 1
-				s.note = "SQLite keeps advisory keys in the process: one consumer process at a time (-procs 1)"
+	has := func(list []string, x string) bool {
+		for _, v := range list {
+			if v == x {
+				return true
 			}
-			run = append(run, s)
+		}
+		return false
+	}
+	for _, fault := range cfg.faults {
+		for _, db := range cfg.dbs {
+			forms := []string{"rowlock", "lease", "advisory"}
+			switch fault {
+			case "extend":
+				forms = []string{"lease"}
+			case "shared":
+				forms = []string{"mixed"}
+			}
+			for _, form := range forms {
+				if !has(cfg.forms, form) {
+					continue
+				}
+				s := scenario{fault: fault, db: db, form: form, procs: cfg.procs}
+				switch {
+				case db == "sqlite" && form == "rowlock":
+					skipped = append(skipped, fault+"/sqlite/rowlock: SQLite has no row locks")
+					continue
+				case db == "sqlite" && fault == "deadlock":
+					skipped = append(skipped, "deadlock/sqlite/"+form+": SQLite runs one writer at a time, so it has no deadlocks")
+					continue
+				case db == "sqlite" && (form == "advisory" || form == "mixed") && cfg.procs != 1:
+					s.procs = 1
+					s.note = "SQLite keeps advisory keys in the process: one consumer process at a time"
+				}
+				s.index = len(run) + 1
+				run = append(run, s)
+			}
 		}
 	}
 	return run, skipped
@@ -190,30 +277,39 @@ func run(ctx context.Context, cfg config) int {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 1
 	}
-	fmt.Fprintf(os.Stderr, "chaos: seed=%d rows=%d procs=%d workers=%d kill-every=%v lease=%v poll=%v work<=%v; %s, GOMAXPROCS=%d, %d CPUs, load average %s; files in %s\n",
-		cfg.seed, cfg.rows, cfg.procs, cfg.workers, cfg.killEvery, cfg.lease, cfg.poll, cfg.work,
+	fmt.Fprintf(os.Stderr, "chaos: seed=%d rows=%d procs=%d workers=%d kill-every=%v lease=%v poll=%v work<=%v slack=%v; %d scenarios; %s, GOMAXPROCS=%d, %d CPUs, load average %s; files in %s\n",
+		cfg.seed, cfg.rows, cfg.procs, cfg.workers, cfg.killEvery, cfg.lease, cfg.poll, cfg.work, cfg.slack, len(list),
 		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), loadavg(), dir)
 
 	out := json.NewEncoder(os.Stdout)
 	failed := false
+	began := time.Now()
 	var results []result
-	for i, s := range list {
+	for _, s := range list {
 		if ctx.Err() != nil {
 			break
 		}
-		sdir := filepath.Join(dir, fmt.Sprintf("%d-%s-%s", i+1, s.db, s.form))
+		sdir := filepath.Join(dir, fmt.Sprintf("%02d-%s-%s-%s", s.index, s.fault, s.db, s.form))
 		if err := os.MkdirAll(sdir, 0o755); err != nil {
 			fmt.Fprintln(os.Stderr, "chaos:", err)
 			return 1
 		}
 		if s.note != "" {
-			fmt.Fprintf(os.Stderr, "chaos: %s/%s: %s\n", s.db, s.form, s.note)
+			fmt.Fprintf(os.Stderr, "chaos: %s/%s/%s: %s\n", s.fault, s.db, s.form, s.note)
 		}
 		// Each scenario's fault schedule derives from the seed and its position, so
-		// -db/-form subsets of a run keep their own schedules comparable.
-		r := runScenario(ctx, cfg, s, cfg.seed+uint64(i)*1_000_003, sdir)
+		// subsets of a run keep their own schedules comparable.
+		r := runScenario(ctx, cfg, s, cfg.seed+uint64(s.index)*1_000_003, sdir)
 		results = append(results, r)
 		fmt.Fprintln(os.Stderr, r.line())
+		for _, c := range []struct {
+			name string
+			c    check
+		}{{"a", r.A}, {"b", r.B}, {"c", r.C}, {"d", r.D}, {"e", r.E}, {"tx", r.TX}} {
+			for _, ex := range c.c.Examples {
+				fmt.Fprintf(os.Stderr, "     (%s) %s\n", c.name, ex)
+			}
+		}
 		for _, p := range r.details {
 			fmt.Fprintln(os.Stderr, "    ", p)
 		}
@@ -223,21 +319,30 @@ func run(ctx context.Context, cfg config) int {
 		}
 	}
 	fmt.Fprintln(os.Stderr)
-	fmt.Fprintln(os.Stderr, "| db | form | procs | published | handled | unrecorded (SIGKILL / commit unknown / misreported) | redelivered | duplicates | lost | process kills | sessions killed (rounds) | acks misreported | seconds |")
-	fmt.Fprintln(os.Stderr, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(os.Stderr, "| fault | db | form | procs | published | faults injected | (a) holder | (b) overlap | (c) once | (d) leftovers | (e) idle | (tx) | unrecorded | redelivered | lease lost | seconds |")
+	fmt.Fprintln(os.Stderr, "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range results {
-		fmt.Fprintf(os.Stderr, "| %s | %s | %d | %d | %d | %d (%d / %d / %d) | %d | %d | %d | %d | %d (%d) | %d | %.1f |\n",
-			r.DB, r.Form, r.Procs, r.Published, r.Handled, r.Unrecorded, r.UnrecordedSIGKILL, r.UnrecordedCommitUnknown, r.UnrecordedMisreported,
-			r.Redelivered, r.Duplicates, r.Lost, r.ProcessKills, r.SessionsKilled, r.SessionKillRounds, r.AckMisreported, r.Seconds)
+		flag := ""
+		switch {
+		case r.Stalled:
+			flag = " (stalled)"
+		case r.TimedOut:
+			flag = " (timed out)"
+		case r.Error != "":
+			flag = " (error)"
+		}
+		fmt.Fprintf(os.Stderr, "| %s | %s | %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %d | %d | %d | %.1f%s |\n",
+			r.Fault, r.DB, r.Form, r.Procs, r.Published, r.faultText(), r.A, r.B, r.C, r.D, r.E, r.TX,
+			r.Unrecorded, r.Redelivered, r.LeaseLost, r.Seconds, flag)
 	}
-	fmt.Fprintf(os.Stderr, "chaos: load average %s at the end\n", loadavg())
+	fmt.Fprintf(os.Stderr, "chaos: %d scenarios in %v; load average %s at the end\n", len(results), time.Since(began).Round(time.Second), loadavg())
 	if failed || cfg.keep {
 		fmt.Fprintf(os.Stderr, "chaos: files kept in %s\n", dir)
 	} else {
 		_ = os.RemoveAll(dir)
 	}
 	if failed {
-		fmt.Fprintln(os.Stderr, "chaos: FAILED")
+		fmt.Fprintln(os.Stderr, "chaos: FAILED (violations, or a scenario that could not run)")
 		return 1
 	}
 	if ctx.Err() != nil {

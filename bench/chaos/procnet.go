@@ -10,11 +10,11 @@ import (
 	"strings"
 )
 
-// clientPorts returns the local TCP ports of the sockets the processes pids hold open,
-// read from Linux's /proc: each process's fds name their socket inodes, and
-// /proc/net/tcp{,6} maps inodes to local addresses.
-func clientPorts(pids []int) (map[int]bool, error) {
-	inodes := map[uint64]bool{}
+// clientPorts maps the local TCP ports of the sockets the processes pids hold open to the
+// pid holding each, read from Linux's /proc: each process's fds name their socket
+// inodes, and /proc/net/tcp{,6} maps inodes to local addresses.
+func clientPorts(pids []int) (map[int]int, error) {
+	inodes := map[uint64]int{}
 	for _, pid := range pids {
 		dir := fmt.Sprintf("/proc/%d/fd", pid)
 		entries, err := os.ReadDir(dir)
@@ -31,11 +31,11 @@ func clientPorts(pids []int) (map[int]bool, error) {
 			}
 			n, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]"), 10, 64)
 			if err == nil {
-				inodes[n] = true
+				inodes[n] = pid
 			}
 		}
 	}
-	ports := map[int]bool{}
+	ports := map[int]int{}
 	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		f, err := os.Open(table)
 		if err != nil {
@@ -50,7 +50,8 @@ func clientPorts(pids []int) (map[int]bool, error) {
 				continue
 			}
 			inode, err := strconv.ParseUint(fields[9], 10, 64)
-			if err != nil || !inodes[inode] {
+			pid, ok := inodes[inode]
+			if err != nil || !ok {
 				continue
 			}
 			_, portHex, ok := strings.Cut(fields[1], ":")
@@ -58,7 +59,7 @@ func clientPorts(pids []int) (map[int]bool, error) {
 				continue
 			}
 			if port, err := strconv.ParseUint(portHex, 16, 32); err == nil {
-				ports[int(port)] = true
+				ports[int(port)] = pid
 			}
 		}
 		f.Close()
