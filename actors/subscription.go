@@ -585,6 +585,24 @@ func (a *subscriptionActor) claimerFor(c actor.Context) *actor.PID {
 func (a *subscriptionActor) hold(c actor.Context, cl claimer.Claim) {
 	cfg := &a.s.cfg
 	if cfg.Form == dialects.FormLease {
+		switch left := cl.Row.Token.Sub(cfg.Now()); {
+		case left <= 0:
+			// The claim came back after the lease it wrote ran out (it waited for the
+			// database longer than a lease): another claim may hold the row already, so
+			// its handler must not start. The row is due again, its attempt spent, as
+			// after a crash.
+			cfg.Log.Warn("rowactor: a claim returned after its lease ran out; the row is left to the next claim",
+				slog.String("table", cfg.Table), slog.String("queue", cfg.QueueName), slog.Int64("id", cl.Row.ID),
+				slog.Time("lease_until", cl.Row.Token))
+			if a.holdsConnections() {
+				a.share.Give(1)
+			}
+			a.due = true
+			return
+		case left < cfg.Lease/2 && a.renewer != nil:
+			// Less than half a lease left: the renewer's next round may come too late.
+			c.Send(a.renewer, leaserenewer.RenewNow{})
+		}
 		cl.Lease = cfg.Book.Add(cl.Row.ID, cl.Row.Token)
 	}
 	a.s.inWork.Add(1)

@@ -32,6 +32,13 @@ type tick struct{}
 
 func (tick) IgnoreDeadLetterLogging() {}
 
+// RenewNow asks the renewer for a round at once, besides its half-lease rounds: a claim
+// came back with less than half a lease left.
+type RenewNow struct{}
+
+// IgnoreDeadLetterLogging: a request that arrives after the renewer stopped is expected.
+func (RenewNow) IgnoreDeadLetterLogging() {}
+
 // Props returns the props of a renewer actor: every half lease it extends every lease in
 // the book in one statement. A round that fails leaves every token as it was; the next
 // round tries again.
@@ -59,6 +66,10 @@ func (r *renewer) Receive(c actor.Context) {
 		}
 		r.round()
 		r.arm(c)
+	case RenewNow:
+		if !r.stopped.Load() {
+			r.round()
+		}
 	case *actor.Stopping, *actor.Restarting:
 		r.stopped.Store(true)
 		if r.timer != nil {
