@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/rowactor/rowactor/dialects"
 )
 
 // check is one check's violations in a scenario: how many, and the first few.
@@ -167,6 +169,9 @@ func staleByFault(h *history, an *analysis, e *delivery) bool {
 	return ch.shutdownAt > 0 && ch.shutdownAt <= end
 }
 
+// txEndedText is dialects.ErrTxEnded's text, as a consumer's settlement line carries it.
+var txEndedText = dialects.ErrTxEnded.Error()
+
 // overlapExcuse returns "" when the overlap of d by e is explained, else why not.
 func overlapExcuse(h *history, an *analysis, k rowKey, d, e *delivery) string {
 	s := d.settle
@@ -188,6 +193,12 @@ func overlapExcuse(h *history, an *analysis, k rowKey, d, e *delivery) string {
 	}
 	ch := h.cons[d.cons]
 	if ch.shutdownAt > 0 && ch.shutdownAt <= e.start && (s == nil || s.class == "closed" || s.released) {
+		return ""
+	}
+	if s != nil && s.class == "error" && strings.Contains(s.err, txEndedText) {
+		// The database ended the earlier run's transaction (a deadlock): its row lock or
+		// its key's transaction went with it, so the row was free; the settlement said
+		// so and changed nothing, like a lost lease.
 		return ""
 	}
 	if s != nil && s.class == "leaselost" {
