@@ -332,7 +332,7 @@ func run(ctx context.Context, cfg config) int {
 			flag = " (error)"
 		}
 		fmt.Fprintf(os.Stderr, "| %s | %s | %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %d | %d | %d | %.1f%s |\n",
-			r.Fault, r.DB, r.Form, r.Procs, r.Published, r.faultText(), r.A, r.B, r.C, r.D, r.E, r.TX,
+			r.Fault, r.DB, r.Form, r.Procs, r.Published, r.faultText(), r.A, r.B, r.C, r.D.String()+r.dKindsText(), r.E, r.TX,
 			r.Unrecorded, r.Redelivered, r.LeaseLost, r.Seconds, flag)
 	}
 	fmt.Fprintf(os.Stderr, "chaos: %d scenarios in %v; load average %s at the end\n", len(results), time.Since(began).Round(time.Second), loadavg())

@@ -35,12 +35,15 @@ type result struct {
 	faultKeys []string
 
 	// The checks (docs/reliability.md): violations, with the first few.
-	A  check `json:"a_current_holder"`
-	B  check `json:"b_overlap"`
-	C  check `json:"c_exactly_once"`
-	D  check `json:"d_after_shutdown"`
-	E  check `json:"e_idle_worker"`
-	TX check `json:"tx_all_or_nothing"`
+	A check `json:"a_current_holder"`
+	B check `json:"b_overlap"`
+	C check `json:"c_exactly_once"`
+	D check `json:"d_after_shutdown"`
+	// DKinds splits (d): hung, sessions, sessions_in_tx, keys, leases, unreported,
+	// write_lock, still_running.
+	DKinds map[string]int `json:"d_kinds,omitempty"`
+	E      check          `json:"e_idle_worker"`
+	TX     check          `json:"tx_all_or_nothing"`
 
 	// Check (e)'s extent: rows that waited through idle intervals, their total length.
 	EStarvedRows int     `json:"e_starved_rows"`
@@ -86,6 +89,28 @@ func (r *result) fault(name string, n int) {
 	r.Faults[name] += n
 }
 
+// dAdd counts a violation of check (d) of one kind.
+func (r *result) dAdd(kind string, limit int, format string, args ...any) {
+	if r.DKinds == nil {
+		r.DKinds = map[string]int{}
+	}
+	r.DKinds[kind]++
+	r.D.add(limit, format, args...)
+}
+
+func (r *result) dKindsText() string {
+	if len(r.DKinds) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, k := range []string{"hung", "sessions", "sessions_in_tx", "keys", "leases", "unreported", "write_lock", "still_running"} {
+		if n := r.DKinds[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
 func (r *result) faultText() string {
 	var parts []string
 	for _, k := range r.faultKeys {
@@ -106,8 +131,8 @@ func (r result) line() string {
 	if !r.OK {
 		status = "FAIL"
 	}
-	s := fmt.Sprintf("%-8s %-8s %-12s procs=%d published=%d | a=%s b=%s c=%s d=%s e=%s (%d rows, %.1fs idle) tx=%s | handled=%d unrecorded=%d (sigkill %d, commit unknown %d, misreported %d) deliveries=%d redelivered=%d lease_lost=%d settle_errors=%d dead_lettered=%d left=%d | faults: %s | shutdowns=%d (not drained %d, errors %d) unexpected_exits=%d warnings=%d %.1fs %s",
-		r.DB, r.Form, r.Fault, r.Procs, r.Published, r.A, r.B, r.C, r.D, r.E, r.EStarvedRows, r.EIdleSeconds, r.TX,
+	s := fmt.Sprintf("%-8s %-8s %-12s procs=%d published=%d | a=%s b=%s c=%s d=%s%s e=%s (%d rows, %.1fs idle) tx=%s | handled=%d unrecorded=%d (sigkill %d, commit unknown %d, misreported %d) deliveries=%d redelivered=%d lease_lost=%d settle_errors=%d dead_lettered=%d left=%d | faults: %s | shutdowns=%d (not drained %d, errors %d) unexpected_exits=%d warnings=%d %.1fs %s",
+		r.DB, r.Form, r.Fault, r.Procs, r.Published, r.A, r.B, r.C, r.D, r.dKindsText(), r.E, r.EStarvedRows, r.EIdleSeconds, r.TX,
 		r.Handled, r.Unrecorded, r.UnrecordedSIGKILL, r.UnrecordedCommitUnknown, r.UnrecordedMisreported, r.Deliveries, r.Redelivered,
 		r.LeaseLost, r.SettleErrors, r.DeadLettered, r.LeftInQueue, r.faultText(),
 		r.Shutdowns, r.ShutdownNotDrained, r.ShutdownErrors, r.UnexpectedExits, r.Warnings, r.Seconds, status)
@@ -788,7 +813,7 @@ func (sc *scen) leftovers(ctx context.Context, who []*consumer, all bool, label 
 	pids := map[int]int{}
 	for _, c := range who {
 		if c.hung {
-			r.D.add(lim, "%s: consumer %d: Shutdown did not return within its time", label, c.n)
+			r.dAdd("hung", lim, "%s: consumer %d: Shutdown did not return within its time", label, c.n)
 		}
 		select {
 		case <-c.done:
@@ -813,17 +838,17 @@ func (sc *scen) leftovers(ctx context.Context, who []*consumer, all bool, label 
 	holders := map[int64]int{}
 	for _, s := range ss {
 		holders[s.id] = s.consumer
-		what := "open"
+		what, kind := "open", "sessions"
 		if s.inTx {
-			what = "in a transaction"
+			what, kind = "in a transaction", "sessions_in_tx"
 		}
-		r.D.add(lim, "%s: consumer %d's session %d is still %s (state %q)", label, s.consumer, s.id, what, s.state)
+		r.dAdd(kind, lim, "%s: consumer %d's session %d is still %s (state %q)", label, s.consumer, s.id, what, s.state)
 	}
 	if all {
 		if locked, err := sc.be.writeLocked(ctx); err != nil {
 			r.problem("%s: write lock: %v", label, err)
 		} else if locked {
-			r.D.add(lim, "%s: a write transaction still holds the SQLite database", label)
+			r.dAdd("write_lock", lim, "%s: a write transaction still holds the SQLite database", label)
 		}
 	}
 	// The consumers' own histories: deliveries Shutdown never reported.
@@ -842,7 +867,7 @@ func (sc *scen) leftovers(ctx context.Context, who []*consumer, all bool, label 
 		for _, d := range h.deliveries {
 			mine[rowKey{d.sub, d.id}] = true
 			if d.settle == nil {
-				r.D.add(lim, "%s: consumer %d: its delivery of row %d/%d attempt %d (started %s) was never settled nor released (no WithOnSettled report)",
+				r.dAdd("unreported", lim, "%s: consumer %d: its delivery of row %d/%d attempt %d (started %s) was never settled nor released (no WithOnSettled report)",
 					label, c.n, d.sub, d.id, d.attempt, secs(d.start, sc.t0.UnixNano()))
 			}
 		}
@@ -869,7 +894,7 @@ func (sc *scen) leftovers(ctx context.Context, who []*consumer, all bool, label 
 			}
 			if all {
 				for _, id := range held {
-					r.D.add(lim, "%s: the advisory key of row %d/%d is still held", label, ti, id)
+					r.dAdd("keys", lim, "%s: the advisory key of row %d/%d is still held", label, ti, id)
 				}
 			} else if len(ss) > 0 && len(held) > 0 {
 				r.problem("%s: %d keys of rows the consumer had are held (by it or by others since)", label, len(held))
@@ -888,9 +913,9 @@ func (sc *scen) leftovers(ctx context.Context, who []*consumer, all bool, label 
 				}
 				switch {
 				case all && !killedLast[k]:
-					r.D.add(lim, "%s: row %s still holds a lease", label, k)
+					r.dAdd("leases", lim, "%s: row %s still holds a lease", label, k)
 				case !all && sc.unreported(hist, k):
-					r.D.add(lim, "%s: row %s, whose delivery the consumer never reported, still holds a lease", label, k)
+					r.dAdd("leases", lim, "%s: row %s, whose delivery the consumer never reported, still holds a lease", label, k)
 				}
 			}
 		}
@@ -1272,7 +1297,7 @@ func (f *fleet) release(cs []*consumer) {
 		case <-c.done:
 		case <-time.After(time.Until(until)):
 			if !c.hung {
-				f.sc.r.D.add(f.sc.cfg.examples, "consumer %d (pid %d) still ran %v after Shutdown returned and its stdin closed", c.n, c.pid, exitWait)
+				f.sc.r.dAdd("still_running", f.sc.cfg.examples, "consumer %d (pid %d) still ran %v after Shutdown returned and its stdin closed", c.n, c.pid, exitWait)
 			}
 			c.killed, c.killedAt = true, now()
 			_ = c.cmd.Process.Signal(syscall.SIGKILL)
