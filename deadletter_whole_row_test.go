@@ -392,8 +392,11 @@ func refusedMoveScenario(t *testing.T, h *harness, form rowactor.Form, shape dea
 			errs = append(errs, line)
 		}
 	}
-	if len(errs) != 1 {
-		t.Fatalf("%d errors logged for the row, want one:\n%s", len(errs), h.logs.String())
+	// One error, or two: in the row lock and advisory forms the failed move's rollback (or
+	// unlock) frees the row an instant before the subscription marks it, and the other
+	// worker may claim it once in that instant (a known window, see the issue note).
+	if len(errs) < 1 || len(errs) > 2 {
+		t.Fatalf("%d errors logged for the row, want one (two at most):\n%s", len(errs), h.logs.String())
 	}
 	culprit := dead.Name + "_refuses"
 	if shape == deadTrigger {
