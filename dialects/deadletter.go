@@ -1,6 +1,7 @@
 package dialects
 
 import (
+	"context"
 	"fmt"
 	"strings"
 )
@@ -26,19 +27,72 @@ func (t Table) DistinctColumns(fold bool) []NamedColumn {
 }
 
 // CheckDeadLetterName refuses a dead-letter table name that is not one identifier, or
-// that names the queue table itself.
+// that names the queue table itself (compared without case).
 func CheckDeadLetterName(t Table, dest string) error {
+	return checkDeadLetterName(t, dest, true)
+}
+
+// checkDeadLetterName is CheckDeadLetterName; fold compares the names without case, as
+// MySQL and SQLite do. Without fold (PostgreSQL, where quoted names keep their case) only
+// the very name is the queue table itself, and the fix for a dotted name does not say
+// where the table lives (PostgreSQL finds it on the search_path).
+func checkDeadLetterName(t Table, dest string, fold bool) error {
 	if strings.Contains(dest, ".") {
+		fix := "name the dead-letter table alone"
+		if fold {
+			fix += " (it lives in the queue table's database)"
+		}
 		return &ConfigError{Table: t.Name, Option: "DeadLetterTable",
 			Reason: fmt.Sprintf("dead-letter table %q: a table name is one identifier without a dot", dest),
-			Fix:    "name the dead-letter table alone (it lives in the queue table's database)"}
+			Fix:    fix}
 	}
-	if strings.EqualFold(dest, t.Name) {
+	if dest == t.Name || (fold && strings.EqualFold(dest, t.Name)) {
 		return &ConfigError{Table: t.Name, Option: "DeadLetterTable",
 			Reason: "the dead-letter table is the queue table itself",
 			Fix:    "name another table, or use a dead-letter group"}
 	}
 	return nil
+}
+
+// DeadLetterColumns checks the dead-letter table dest against the queue table's
+// description and both tables' catalogs (catalogOf reads a table's columns, none when it
+// does not exist), and returns the columns a dead-letter move (or, with requeue, a
+// requeue) copies: every column the two tables share (MoveColumns). fold compares names
+// without case, as MySQL and SQLite do; without it (PostgreSQL) names match exactly.
+func DeadLetterColumns(ctx context.Context, t Table, dest string, fold, requeue bool,
+	catalogOf func(ctx context.Context, table string) ([]CatalogColumn, error)) ([]MoveColumn, error) {
+	if err := checkDeadLetterName(t, dest, fold); err != nil {
+		return nil, err
+	}
+	queue, err := catalogOf(ctx, t.Name)
+	if err != nil {
+		return nil, err
+	}
+	dead, err := catalogOf(ctx, dest)
+	if err != nil {
+		return nil, err
+	}
+	return MoveColumns(t, dest, queue, dead, fold, requeue)
+}
+
+// MoveLists renders a move's INSERT column list (the destination's names) and its SELECT
+// list (the source's names, or the value value gives a column's role instead), names
+// quoted with quote. A move goes from the queue table into the dead-letter table; with
+// requeue, the other way.
+func MoveLists(cols []MoveColumn, requeue bool, quote func(string) string, value func(MoveColumn) string) (into, sel string) {
+	names, values := make([]string, len(cols)), make([]string, len(cols))
+	for i, c := range cols {
+		from, to := c.Name, c.DeadName
+		if requeue {
+			from, to = c.DeadName, c.Name
+		}
+		names[i] = quote(to)
+		values[i] = quote(from)
+		if v := value(c); v != "" {
+			values[i] = v
+		}
+	}
+	return strings.Join(names, ", "), strings.Join(values, ", ")
 }
 
 // A dead-letter move keeps the whole row. It copies every column the queue table and

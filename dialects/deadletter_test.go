@@ -1,6 +1,7 @@
 package dialects
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -87,5 +88,78 @@ func TestMoveColumns(t *testing.T) {
 				t.Fatalf("the fix %q does not name the column %q", ce.Fix, c.column)
 			}
 		})
+	}
+}
+
+// TestDeadLetterColumns: the dead-letter table's name is checked (without case where the
+// database folds names, by the very name where it keeps them) before either catalog is
+// read; then both catalogs are read and compared as MoveColumns compares them.
+func TestDeadLetterColumns(t *testing.T) {
+	tb := Table{Name: "jobs", ID: "id", Payload: "payload"}
+	catalogs := map[string][]CatalogColumn{
+		"jobs":      {{Name: "id"}, {Name: "payload", Required: true}},
+		"Jobs":      {{Name: "ID"}, {Name: "Payload"}},
+		"jobs_dead": {{Name: "ID"}, {Name: "Payload"}},
+	}
+	for _, c := range []struct {
+		dest string
+		fold bool
+		want string // the columns (queue>dead), or the refusal's fix
+	}{
+		{dest: "jobs_dead", fold: true, want: "id>ID payload>Payload"},
+		{dest: "jobs_dead", want: `the dead-letter table "jobs_dead" has no column "id"`},
+		{dest: "Jobs", fold: true, want: "name another table, or use a dead-letter group"},
+		{dest: "Jobs", want: `the dead-letter table "Jobs" has no column "id"`},
+		{dest: "jobs", want: "name another table, or use a dead-letter group"},
+		{dest: "x.jobs_dead", fold: true, want: "name the dead-letter table alone (it lives in the queue table's database)"},
+		{dest: "x.jobs_dead", want: "name the dead-letter table alone"},
+	} {
+		var read []string
+		catalogOf := func(_ context.Context, table string) ([]CatalogColumn, error) {
+			read = append(read, table)
+			return catalogs[table], nil
+		}
+		cols, err := DeadLetterColumns(context.Background(), tb, c.dest, c.fold, false, catalogOf)
+		var got string
+		var ce *ConfigError
+		switch {
+		case err == nil:
+			var out []string
+			for _, m := range cols {
+				out = append(out, m.Name+">"+m.DeadName)
+			}
+			got = strings.Join(out, " ")
+		case errors.As(err, &ce) && strings.HasPrefix(c.want, "name "):
+			got = ce.Fix
+			if len(read) != 0 {
+				t.Errorf("%q (fold %v): read the catalogs of %v before refusing the name", c.dest, c.fold, read)
+			}
+		case errors.As(err, &ce):
+			got = ce.Reason
+		default:
+			got = err.Error()
+		}
+		if !strings.HasPrefix(got, c.want) || (strings.HasPrefix(c.want, "name ") && got != c.want) {
+			t.Errorf("%q (fold %v): %q, want %q", c.dest, c.fold, got, c.want)
+		}
+	}
+}
+
+// TestMoveLists: a move inserts the dead-letter table's names from the queue table's,
+// a requeue the other way, each quoted, and a column's value replaces its name.
+func TestMoveLists(t *testing.T) {
+	cols := []MoveColumn{{Name: "id", DeadName: "ID", Role: "ID"}, {Name: "attempt", DeadName: "Attempt", Role: "Attempt"}, {Name: "note", DeadName: "note"}}
+	quote := func(s string) string { return "[" + s + "]" }
+	value := func(c MoveColumn) string { return RequeueValue(c.Role) }
+	for _, c := range []struct {
+		requeue   bool
+		into, sel string
+	}{
+		{false, "[ID], [Attempt], [note]", "[id], 1, [note]"},
+		{true, "[id], [attempt], [note]", "[ID], 1, [note]"},
+	} {
+		if into, sel := MoveLists(cols, c.requeue, quote, value); into != c.into || sel != c.sel {
+			t.Errorf("MoveLists(requeue %v) = %q, %q; want %q, %q", c.requeue, into, sel, c.into, c.sel)
+		}
 	}
 }

@@ -170,7 +170,7 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 		s.destGroup = spec.DeadLetterGroup
 	} else if spec.DeadLetterTable != "" {
 		// The whole row: every column both tables share, read from the catalog at Open.
-		into, sel := moveLists(moveCols, false, func(c dialects.MoveColumn) string {
+		into, sel := dialects.MoveLists(moveCols, false, quote, func(c dialects.MoveColumn) string {
 			if lease && c.Role == "LockedUntil" {
 				return "NULL" // the moved row arrives without a lease
 			}

@@ -187,7 +187,7 @@ func buildRequeue(spec dialects.RequeueSpec, cols []dialects.MoveColumn) requeue
 		}
 	}
 	from := quote(spec.FromTable)
-	into, sel := moveLists(cols, true, func(c dialects.MoveColumn) string { return dialects.RequeueValue(c.Role) })
+	into, sel := dialects.MoveLists(cols, true, quote, func(c dialects.MoveColumn) string { return dialects.RequeueValue(c.Role) })
 	returning := make([]string, len(cols))
 	for i, c := range cols {
 		returning[i] = quote(c.DeadName)

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/rowactor/rowactor/dialects"
 )
@@ -42,47 +41,10 @@ func (d *Dialect) catalogOf(ctx context.Context, table string) ([]dialects.Catal
 	return cols, nil
 }
 
-// deadLetterColumns checks the dead-letter table dest against the queue table's
-// description and both tables' catalogs, and returns the columns a dead-letter move
-// (or, with requeue, a requeue) copies: every column the two tables share, by exact
-// name (PostgreSQL compares quoted names with their case).
+// deadLetterColumns checks the dead-letter table dest and returns the columns a
+// dead-letter move (or, with requeue, a requeue) copies (dialects.DeadLetterColumns):
+// every column the two tables share, by exact name (PostgreSQL compares quoted names with
+// their case).
 func (d *Dialect) deadLetterColumns(ctx context.Context, t dialects.Table, dest string, requeue bool) ([]dialects.MoveColumn, error) {
-	// Quoted names keep their case: only the very name is the queue table itself.
-	if strings.Contains(dest, ".") {
-		return nil, &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
-			Reason: fmt.Sprintf("dead-letter table %q: a table name is one identifier without a dot", dest),
-			Fix:    "name the dead-letter table alone"}
-	}
-	if dest == t.Name {
-		return nil, &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
-			Reason: "the dead-letter table is the queue table itself",
-			Fix:    "name another table, or use a dead-letter group"}
-	}
-	queue, err := d.catalogOf(ctx, t.Name)
-	if err != nil {
-		return nil, err
-	}
-	dead, err := d.catalogOf(ctx, dest)
-	if err != nil {
-		return nil, err
-	}
-	return dialects.MoveColumns(t, dest, queue, dead, false, requeue)
-}
-
-// moveLists renders a move's INSERT column list (the destination's names) and its SELECT
-// list (the source's names, or the value value gives a column's role instead).
-func moveLists(cols []dialects.MoveColumn, requeue bool, value func(dialects.MoveColumn) string) (into, sel string) {
-	names, values := make([]string, len(cols)), make([]string, len(cols))
-	for i, c := range cols {
-		from, to := c.Name, c.DeadName
-		if requeue {
-			from, to = c.DeadName, c.Name
-		}
-		names[i] = quote(to)
-		values[i] = quote(from)
-		if v := value(c); v != "" {
-			values[i] = v
-		}
-	}
-	return strings.Join(names, ", "), strings.Join(values, ", ")
+	return dialects.DeadLetterColumns(ctx, t, dest, false, requeue, d.catalogOf)
 }

@@ -164,7 +164,7 @@ func buildRequeue(spec dialects.RequeueSpec, cols []dialects.MoveColumn) requeue
 		}
 	}
 	from := quote(spec.FromTable)
-	into, sel := moveLists(cols, true, func(c dialects.MoveColumn) string { return dialects.RequeueValue(c.Role) })
+	into, sel := dialects.MoveLists(cols, true, quote, func(c dialects.MoveColumn) string { return dialects.RequeueValue(c.Role) })
 	return requeueSQL{
 		ids:        "SELECT " + id + " FROM " + from + " ORDER BY " + id,
 		count:      "SELECT count(*) FROM " + from,

@@ -128,7 +128,7 @@ func buildSettle(spec dialects.QueueSpec, lease bool, moveCols []dialects.MoveCo
 		s.destGroup = spec.DeadLetterGroup
 	} else if spec.DeadLetterTable != "" {
 		// The whole row: every column both tables share, read from the catalog at Open.
-		into, sel := moveLists(moveCols, false, func(c dialects.MoveColumn) string {
+		into, sel := dialects.MoveLists(moveCols, false, quote, func(c dialects.MoveColumn) string {
 			if lease && c.Role == "LockedUntil" {
 				return "NULL" // the moved row arrives without a lease
 			}
