@@ -165,14 +165,25 @@ func (b *Broker) Shutdown(ctx context.Context) (ShutdownReport, error) {
 		// The caller's context may end as its handler returns (a deferred cancel): the
 		// shutdown keeps its deadline, not its cancellation, and a later Shutdown from
 		// outside can still end the drain.
+		c, cancel := withoutCancelKeepDeadline(ctx)
+		drainCtx := b.startDrain(c)
 		go func() {
-			c, cancel := withoutCancelKeepDeadline(ctx)
 			defer cancel()
-			_, _ = b.shutdown(c)
+			_, _ = b.shutdown(c, drainCtx)
 		}()
 		return ShutdownReport{}, ErrShutdownInHandler
 	}
-	return b.shutdown(ctx)
+	return b.shutdown(ctx, b.startDrain(ctx))
+}
+
+// startDrain makes the drain's context, which endDrain ends, before anything of the
+// shutdown runs: a second Shutdown may call endDrain at once.
+func (b *Broker) startDrain(ctx context.Context) context.Context {
+	drainCtx, cancel := context.WithCancel(ctx)
+	b.mu.Lock()
+	b.cancelDrain = cancel
+	b.mu.Unlock()
+	return drainCtx
 }
 
 // withoutCancelKeepDeadline is ctx's values and deadline without its cancellation.
@@ -193,13 +204,9 @@ func (b *Broker) endDrain() {
 	}
 }
 
-func (b *Broker) shutdown(ctx context.Context) (ShutdownReport, error) {
+func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error) {
 	defer close(b.shutDown)
-	drainCtx, cancelDrain := context.WithCancel(ctx)
-	defer cancelDrain()
-	b.mu.Lock()
-	b.cancelDrain = cancelDrain
-	b.mu.Unlock()
+	defer b.endDrain()
 	var rep ShutdownReport
 	b.mu.Lock()
 	subs := b.subs

@@ -599,11 +599,12 @@ func (a *subscriptionActor) hold(c actor.Context, cl claimer.Claim) {
 			}
 			a.due = true
 			return
-		case left < cfg.Lease/2 && a.renewer != nil:
+		}
+		cl.Lease = cfg.Book.Add(cl.Row.ID, cl.Row.Token)
+		if left := cl.Row.Token.Sub(cfg.Now()); left < cfg.Lease/2 && a.renewer != nil {
 			// Less than half a lease left: the renewer's next round may come too late.
 			c.Send(a.renewer, leaserenewer.RenewNow{})
 		}
-		cl.Lease = cfg.Book.Add(cl.Row.ID, cl.Row.Token)
 	}
 	a.s.inWork.Add(1)
 	if a.draining != nil || a.paused {

@@ -143,14 +143,13 @@ func (d *Dialect) Limits() dialects.Limits {
 		conns = max(n-1, 1)
 	}
 	l := dialects.Limits{Connections: conns, ClaimsInFlight: 0, SessionConnections: true}
-	if conns > 0 {
-		l.Budget = dialects.BudgetSized(d.db, func() int {
-			if n := d.db.Stats().MaxOpenConnections; n > 0 {
-				return max(n-1, 1)
-			}
-			return math.MaxInt // no limit any more
-		})
-	}
+	// A budget even for an unlimited pool: one limited later is followed at the next take.
+	l.Budget = dialects.BudgetSized(d.db, func() int {
+		if n := d.db.Stats().MaxOpenConnections; n > 0 {
+			return max(n-1, 1)
+		}
+		return math.MaxInt // no limit
+	})
 	return l
 }
 
