@@ -499,9 +499,10 @@ func (v *victim) exhaust(ctx context.Context) (release func(), err error) {
 	}
 }
 
-// lockRow opens a transaction of the test's own that holds row id FOR UPDATE, and returns
-// its session id and its end.
-func lockRow(t *testing.T, h *harness, id int64) (session int64, rollback func()) {
+// lockTable opens a session of the test's own that holds the table locked against
+// writers and locking reads, not plain reads (a row lock would not do: the renewer skips rows another
+// session holds), and returns its session id and its end.
+func lockTable(t *testing.T, h *harness) (session int64, unlock func()) {
 	t.Helper()
 	ctx := context.Background()
 	switch h.drv.name {
@@ -513,7 +514,7 @@ func lockRow(t *testing.T, h *harness, id int64) (session int64, rollback func()
 		if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()::bigint").Scan(&session); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(ctx, "SELECT 1 FROM "+pgQuote(h.table.Name)+" WHERE id = $1 FOR UPDATE", id); err != nil {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+pgQuote(h.table.Name)+" IN EXCLUSIVE MODE"); err != nil {
 			t.Fatal(err)
 		}
 		return session, func() { _ = tx.Rollback(ctx) }
@@ -525,52 +526,71 @@ func lockRow(t *testing.T, h *harness, id int64) (session int64, rollback func()
 		if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&session); err != nil {
 			t.Fatal(err)
 		}
-		tx, err := conn.BeginTx(ctx, nil)
-		if err != nil {
+		if _, err := conn.ExecContext(ctx, "LOCK TABLES `"+h.table.Name+"` READ"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.ExecContext(ctx, "SELECT id FROM `"+h.table.Name+"` WHERE id = ? FOR UPDATE", id); err != nil {
-			t.Fatal(err)
-		}
-		return session, func() { _ = tx.Rollback(); _ = conn.Close() }
+		return session, func() { _, _ = conn.ExecContext(ctx, "UNLOCK TABLES"); _ = conn.Close() }
 	}
-	t.Fatalf("%s has no row locks", h.drv.name)
+	t.Fatalf("%s has no table locks", h.drv.name)
 	return 0, nil
 }
 
-// waitersOn returns the victim's sessions waiting for a lock the session holder holds.
-func (v *victim) waitersOn(ctx context.Context, holder int64) ([]int64, error) {
+// renewerText is a piece of the lease renewer's statement no other statement of a lease
+// subscription has: only the renewer names leases by (id, token) pairs, beside the
+// batched settlements (which name theirs by other parameters on PostgreSQL).
+func renewerText(driver string) string {
+	if driver == "postgres" {
+		return "unnest($2::bigint[], $3::timestamptz[])"
+	}
+	return ") IN ((?,?)"
+}
+
+// waitersOn returns the victim's sessions whose statement contains text and waits for a
+// lock: on PostgreSQL one the session holder holds, on MariaDB a table lock (LOCK TABLES
+// waits show in the process list, not in InnoDB's lock waits).
+func (v *victim) waitersOn(ctx context.Context, holder int64, text string) ([]int64, error) {
+	var (
+		rows *sql.Rows
+		err  error
+	)
 	switch v.h.drv.name {
 	case "postgres":
-		rows, err := pgPool(v.h.d).Query(ctx, `SELECT pid::bigint FROM pg_stat_activity
-			WHERE application_name = $1 AND $2::int = ANY (pg_blocking_pids(pid))`, v.app, holder)
+		prows, err := pgPool(v.h.d).Query(ctx, `SELECT pid::bigint FROM pg_stat_activity
+			WHERE application_name = $1 AND $2::int = ANY (pg_blocking_pids(pid)) AND strpos(query, $3) > 0`, v.app, holder, text)
 		if err != nil {
 			return nil, err
 		}
-		defer rows.Close()
+		defer prows.Close()
 		var out []int64
-		for rows.Next() {
+		for prows.Next() {
 			var id int64
-			if err := rows.Scan(&id); err != nil {
+			if err := prows.Scan(&id); err != nil {
 				return nil, err
 			}
 			out = append(out, id)
 		}
-		return out, rows.Err()
+		return out, prows.Err()
 	case "mysql":
-		pairs, err := mysqlLockWaits(ctx, mysqlDB(v.h.d), "b.trx_mysql_thread_id = ?", holder)
-		if err != nil {
+		rows, err = mysqlDB(v.h.d).QueryContext(ctx, `SELECT ID FROM information_schema.PROCESSLIST
+			WHERE STATE LIKE 'Waiting for table%' AND LOCATE(?, INFO) > 0`, text)
+	default:
+		return nil, fmt.Errorf("%s has no lock waits", v.h.drv.name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
 			return nil, err
 		}
-		var out []int64
-		for _, p := range pairs {
-			if v.conns.has(p[0]) {
-				out = append(out, p[0])
-			}
+		if v.conns.has(id) {
+			out = append(out, id)
 		}
-		return out, nil
 	}
-	return nil, fmt.Errorf("%s has no lock waits", v.h.drv.name)
+	return out, rows.Err()
 }
 
 // serverDrivers are the drivers whose deliveries stand on server sessions a test can kill.
@@ -1008,7 +1028,7 @@ func TestStalledRenewer(t *testing.T) {
 }
 
 // TestKilledRenewerConnection kills the lease renewer's connection in the middle of its
-// statement: a row lock of the test's holds the leased row, so the renewer's UPDATE waits
+// statement: a table lock of the test's holds the table, so the renewer's statement waits
 // on it, and the test kills the session that waits. The renewer must survive the failed
 // round: a later round extends the lease again, and the handler, running well past its
 // lease, acks once. SQLite has no session to kill (TestStalledRenewer stalls its renewer).
@@ -1040,17 +1060,17 @@ func TestKilledRenewerConnection(t *testing.T) {
 				}
 			}()
 
-			holder, rollback := lockRow(t, h, id)
+			holder, rollback := lockTable(t, h)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			// The renewer's UPDATE waits for the row. A round that timed out before it was
-			// found may leave its statement waiting on the server too (MariaDB notices the
-			// client's hang-up only when the statement ends): every waiting session of the
-			// broker's is the renewer's, since its only delivery is in work and nothing else
-			// writes the row.
+			// The renewer's statement waits for the table (the claimer's polls wait too; the
+			// renewer's is told by its text: only the renewer names leases by (id, token)
+			// pairs). A round that timed out before it was found may leave its statement
+			// waiting on the server too (MariaDB notices the client's hang-up only when the
+			// statement ends).
 			var renewers []int64
 			for deadline := time.Now().Add(4 * time.Second); len(renewers) == 0; time.Sleep(10 * time.Millisecond) {
-				waiters, err := v.waitersOn(ctx, holder)
+				waiters, err := v.waitersOn(ctx, holder, renewerText(h.drv.name))
 				if err != nil {
 					rollback()
 					t.Fatal(err)

@@ -99,7 +99,9 @@ type LeaseQueue interface {
 	ClaimLeases(ctx context.Context, now, until time.Time, limit int) ([]Row, error)
 
 	// ExtendLeases moves every lease in held that still holds its token to until, in one
-	// statement, and returns the ids it moved. An id missing from the result lost its lease.
+	// statement, and returns the ids it moved. An id missing from the result lost its lease,
+	// unless the error is a *RowsBusyError naming it: another session held its row's lock,
+	// the lease keeps its token, and the ids returned beside that error were moved.
 	ExtendLeases(ctx context.Context, until time.Time, held []Lease) ([]int64, error)
 
 	// SettleLease runs the step's statement fenced by the token. It reports false, with
@@ -124,7 +126,9 @@ type LeaseBatchQueue interface {
 	// SettleLeases runs kind's statement (StepAck: delete or set processed_at = now;
 	// StepRelease: clear the lease) for every lease in held whose row still holds its
 	// token, in one statement, and returns the ids it settled. An id missing from the
-	// result lost its lease and was left alone.
+	// result lost its lease and was left alone, unless the error is a *RowsBusyError
+	// naming it: another session held its row's lock and the row still holds its token;
+	// the ids returned beside that error were settled.
 	SettleLeases(ctx context.Context, kind StepKind, now time.Time, held []Lease) ([]int64, error)
 }
 

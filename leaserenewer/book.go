@@ -144,10 +144,17 @@ func leases(held []*Held) []dialects.Lease {
 // unless the round failed, in which case the leases it did not report moved keep their
 // tokens until the next round (a lease the failed round moved unseen is found lost then,
 // which is safe: its settlement changes nothing and the row returns when the lease ends).
-func (b *Book) end(held []*Held, until time.Time, moved []int64, failed bool) (lost []int64) {
+//
+// busy names leases the round left alone because another session held their rows' locks
+// (dialects.RowsBusyError): they keep their tokens, like those of a failed round.
+func (b *Book) end(held []*Held, until time.Time, moved []int64, failed bool, busy []int64) (lost []int64) {
 	set := make(map[int64]struct{}, len(moved))
 	for _, id := range moved {
 		set[id] = struct{}{}
+	}
+	kept := make(map[int64]struct{}, len(busy))
+	for _, id := range busy {
+		kept[id] = struct{}{}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -159,7 +166,7 @@ func (b *Book) end(held []*Held, until time.Time, moved []int64, failed bool) (l
 			}
 			continue
 		}
-		if !failed && !h.lost {
+		if _, wait := kept[h.id]; !failed && !wait && !h.lost {
 			h.lost = true
 			lost = append(lost, h.id)
 		}

@@ -42,7 +42,7 @@ func TestPinWaitsForAnExtensionInFlight(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	t1 := time.Unix(130, 0)
-	b.end(held, t1, []int64{1}, false)
+	b.end(held, t1, []int64{1}, false, nil)
 	if tok := <-got; !tok.Equal(t1) {
 		t.Fatalf("Pin token %v, want the extended %v", tok, t1)
 	}
@@ -64,11 +64,11 @@ func TestARoundMarksMissingLeasesLostAndAFailedRoundKeepsTokens(t *testing.T) {
 	h1 := b.Add(1, t0)
 	h2 := b.Add(2, t0)
 	held := b.begin()
-	if lost := b.end(held, time.Unix(130, 0), nil, true); len(lost) != 0 {
+	if lost := b.end(held, time.Unix(130, 0), nil, true, nil); len(lost) != 0 {
 		t.Fatalf("a failed round lost %v", lost)
 	}
 	held = b.begin()
-	lost := b.end(held, time.Unix(130, 0), []int64{2}, false)
+	lost := b.end(held, time.Unix(130, 0), []int64{2}, false, nil)
 	if len(lost) != 1 || lost[0] != 1 {
 		t.Fatalf("lost = %v, want [1]", lost)
 	}
@@ -97,7 +97,7 @@ func TestALaterClaimOfARowLosesTheEarlierLease(t *testing.T) {
 	if ls := leases(held); len(ls) != 1 || ls[0] != (dialects.Lease{ID: 7, Token: time.Unix(140, 0)}) {
 		t.Fatalf("the round extends %v, want only the later claim's lease", ls)
 	}
-	b.end(held, time.Unix(160, 0), []int64{7}, false)
+	b.end(held, time.Unix(160, 0), []int64{7}, false, nil)
 	l, lost, ok := stale.Pin()
 	if !ok || !lost || !l.Token.Equal(time.Unix(100, 0)) {
 		t.Fatalf("stale lease: token %v lost %v ok %v; want its own token, lost", l.Token, lost, ok)
@@ -110,9 +110,31 @@ func TestALaterClaimOfARowLosesTheEarlierLease(t *testing.T) {
 	if ls := leases(held); len(ls) != 1 || !ls[0].Token.Equal(time.Unix(160, 0)) {
 		t.Fatalf("after the stale settlement the round extends %v, want the later lease at its new token", ls)
 	}
-	b.end(held, time.Unix(160, 0), []int64{7}, false)
+	b.end(held, time.Unix(160, 0), []int64{7}, false, nil)
 	l, lost, ok = fresh.Pin()
 	if !ok || lost || !l.Token.Equal(time.Unix(160, 0)) {
 		t.Fatalf("fresh lease: token %v lost %v ok %v", l.Token, lost, ok)
+	}
+}
+
+func TestARoundKeepsTheTokensOfBusyLeases(t *testing.T) {
+	b := NewBook()
+	t0 := time.Unix(100, 0)
+	h1 := b.Add(1, t0)
+	h2 := b.Add(2, t0)
+	h3 := b.Add(3, t0)
+	held := b.begin()
+	lost := b.end(held, time.Unix(130, 0), []int64{2}, false, []int64{3})
+	if len(lost) != 1 || lost[0] != 1 {
+		t.Fatalf("lost = %v, want [1]", lost)
+	}
+	if l, lo, ok := h3.Pin(); !ok || lo || !l.Token.Equal(t0) {
+		t.Fatalf("busy lease 3: token %v lost %v ok %v, want its old token, not lost", l.Token, lo, ok)
+	}
+	if l, lo, ok := h2.Pin(); !ok || lo || !l.Token.Equal(time.Unix(130, 0)) {
+		t.Fatalf("lease 2: token %v lost %v ok %v", l.Token, lo, ok)
+	}
+	if _, lo, _ := h1.Pin(); !lo {
+		t.Fatal("lease 1 not lost")
 	}
 }

@@ -2,6 +2,7 @@ package leaserenewer
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,10 @@ type renewer struct {
 	cfg     Config
 	stopped atomic.Bool
 	timer   *time.Timer
+	// retry brings a round for leases whose rows another session held, an eighth of a
+	// lease after the round that skipped them; nil or fired when none is due.
+	retry   *time.Timer
+	retryAt time.Time
 }
 
 func (r *renewer) Receive(c actor.Context) {
@@ -64,16 +69,19 @@ func (r *renewer) Receive(c actor.Context) {
 		if r.stopped.Load() {
 			return
 		}
-		r.round()
+		r.round(c)
 		r.arm(c)
 	case RenewNow:
 		if !r.stopped.Load() {
-			r.round()
+			r.round(c)
 		}
 	case *actor.Stopping, *actor.Restarting:
 		r.stopped.Store(true)
 		if r.timer != nil {
 			r.timer.Stop()
+		}
+		if r.retry != nil {
+			r.retry.Stop()
 		}
 	}
 }
@@ -89,7 +97,22 @@ func (r *renewer) arm(c actor.Context) {
 	})
 }
 
-func (r *renewer) round() {
+// soon asks for a round an eighth of a lease from now, unless one is already due by then.
+func (r *renewer) soon(c actor.Context) {
+	at := r.cfg.Now().Add(r.cfg.Lease / 8)
+	if r.retry != nil && r.retryAt.After(r.cfg.Now()) {
+		return
+	}
+	sys, self := c.ActorSystem(), c.Self()
+	r.retryAt = at
+	r.retry = time.AfterFunc(r.cfg.Lease/8, func() {
+		if !r.stopped.Load() {
+			sys.Root.Send(self, RenewNow{})
+		}
+	})
+}
+
+func (r *renewer) round(c actor.Context) {
 	held := r.cfg.Book.begin()
 	if len(held) == 0 {
 		return
@@ -98,7 +121,21 @@ func (r *renewer) round() {
 	ctx, cancel := context.WithTimeout(r.cfg.Ctx, r.cfg.Lease/2)
 	moved, err := r.cfg.Queue.ExtendLeases(ctx, until, leases(held))
 	cancel()
-	lost := r.cfg.Book.end(held, until, moved, err != nil)
+	var (
+		busyErr *dialects.RowsBusyError
+		busy    []int64
+	)
+	if errors.As(err, &busyErr) {
+		busy, err = busyErr.IDs, nil
+	}
+	lost := r.cfg.Book.end(held, until, moved, err != nil, busy)
+	if len(busy) > 0 {
+		// Another session holds those rows: come back for them well before the next
+		// round, while their leases still run.
+		r.cfg.Log.Debug("rowactor: leases whose rows another session holds wait for a later round",
+			slog.Int("leases", len(busy)))
+		r.soon(c)
+	}
 	if err != nil {
 		r.cfg.Log.Warn("rowactor: lease extension failed; leases keep their tokens until the next round",
 			slog.Int("leases", len(held)), slog.Any("error", err))

@@ -2,6 +2,7 @@ package settler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -193,9 +194,21 @@ func (b *Batcher) settle(batch []*batchReq) {
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 		settled, err := b.run(ctx, kind, now, held)
 		cancel()
+		var busy *dialects.RowsBusyError
+		if errors.As(err, &busy) {
+			err = nil
+		} else {
+			busy = nil
+		}
 		slices.Sort(settled)
 		for _, r := range batch {
 			if r.kind != kind {
+				continue
+			}
+			if busy != nil && busy.Busy(r.held.ID) {
+				// Another session holds the row: it is settled alone, where waiting for
+				// that lock holds no other row, and answered when that is done.
+				go b.alone(r)
 				continue
 			}
 			_, found := slices.BinarySearch(settled, r.held.ID)
@@ -209,6 +222,22 @@ func (b *Batcher) settle(batch []*batchReq) {
 			close(r.done)
 		}
 	}
+}
+
+// alone settles one request of a batch by the single-row statement, fenced by its token,
+// and answers it.
+func (b *Batcher) alone(r *batchReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	settled, err := b.run(ctx, r.kind, r.now, []dialects.Lease{r.held})
+	cancel()
+	switch {
+	case err != nil:
+		r.err = err
+	case len(settled) == 0:
+		r.err = ErrLeaseLost
+	}
+	r.lease.Done()
+	close(r.done)
 }
 
 // run settles held: a lone row by the dialect's single-row statement (the batched shape,

@@ -18,8 +18,13 @@ var _ dialects.LeaseBatchQueue = (*leaseQueue)(nil)
 // or release of the ids it found, and a commit. The read's locks keep every row it found
 // on its token until the commit; the rows it did not find are not touched.
 type batchSQL struct {
-	// lock reads which rows hold their tokens, and locks them: (id, token) pairs.
+	// lock reads which rows hold their tokens, and locks them, skipping rows another
+	// session has locked: (id, token) pairs.
 	lock inList
+	// holding reads, without locking or waiting, which rows hold their tokens: (id,
+	// token) pairs. It tells the rows lock skipped that are still ours (busy) from those
+	// that lost their leases.
+	holding inList
 	// ack mirrors the single-row ack: DELETE, or, with a processed_at column,
 	// processed_at = now and the lease cleared ([now,] ids).
 	ack    inList
@@ -33,7 +38,9 @@ func newBatchSQL(t dialects.Table) *batchSQL {
 	where := " WHERE " + id + " IN ("
 	b := &batchSQL{
 		lock: inList{prefix: "SELECT " + id + " FROM " + tq + " WHERE (" + id + ", " + lu + ") IN (", item: "(?,?)",
-			suffix: ") FOR UPDATE"},
+			suffix: ") FOR UPDATE SKIP LOCKED"},
+		holding: inList{prefix: "SELECT " + id + " FROM " + tq + " WHERE (" + id + ", " + lu + ") IN (", item: "(?,?)",
+			suffix: ")"},
 		release: inList{prefix: "UPDATE " + tq + " SET " + lu + " = NULL" + where, item: "?", suffix: ")"},
 	}
 	if t.ProcessedAt != "" {
@@ -47,13 +54,16 @@ func newBatchSQL(t dialects.Table) *batchSQL {
 
 // texts lists the statements to prepare at Open (one item each).
 func (b *batchSQL) texts() []string {
-	return []string{b.lock.text(1), b.ack.text(0), b.release.text(0)}
+	return []string{b.lock.text(1), b.holding.text(1), b.ack.text(0), b.release.text(0)}
 }
 
 // SettleLeases acks or releases every lease in held whose row still holds its token, in
 // one transaction (retried after a deadlock or a lock wait timeout, which rolled it back),
 // and returns the ids it settled. A row holding another token, or gone, is left alone and
-// missing from the result. A single lease runs SettleLease's one fenced statement instead.
+// missing from the result. A row another session has locked is skipped rather than waited
+// for, since the wait would hold every other row of the batch locked with it: it is
+// reported in a *dialects.RowsBusyError for the caller to settle alone. A single lease
+// runs SettleLease's one fenced statement instead.
 func (q *leaseQueue) SettleLeases(ctx context.Context, kind dialects.StepKind, now time.Time, held []dialects.Lease) ([]int64, error) {
 	if len(held) == 0 {
 		return nil, nil
@@ -80,7 +90,28 @@ func (q *leaseQueue) SettleLeases(ctx context.Context, kind dialects.StepKind, n
 	if err != nil {
 		return nil, q.errorf(kind.String()+" batch", err)
 	}
+	// When the read of the skipped rows fails, every one is reported busy: the caller
+	// settles each alone, fenced by its token, so a lost lease still changes nothing.
+	if busy, _ := q.busyOf(ctx, held, settled); len(busy) > 0 {
+		return settled, &dialects.RowsBusyError{IDs: busy}
+	}
 	return settled, nil
+}
+
+// busyOf returns the rows of held missing from done that still hold their tokens: rows
+// the skipping locking read passed because another session held them. It reads without
+// locking or waiting; on an error it returns every missing row with it.
+func (q *leaseQueue) busyOf(ctx context.Context, held []dialects.Lease, done []int64) ([]int64, error) {
+	missing := dialects.Missing(held, done)
+	var busy []int64
+	for start := 0; start < len(missing); start += maxList {
+		ids, err := q.holding(ctx, missing[start:min(start+maxList, len(missing))])
+		if err != nil {
+			return dialects.IDs(missing), err
+		}
+		busy = append(busy, ids...)
+	}
+	return busy, nil
 }
 
 // settleOne settles a batch of one lease (every batch under light load) with the
@@ -149,10 +180,25 @@ func (q *leaseQueue) settleOnce(ctx context.Context, list *inList, first []any, 
 }
 
 // lockHolding locks, in tx, the rows of held (at most maxList leases) that hold their
-// tokens, and returns their ids.
+// tokens and that no other session has locked, and returns their ids.
 func (q *leaseQueue) lockHolding(ctx context.Context, tx *sql.Tx, held []dialects.Lease) ([]int64, error) {
+	return q.readPairs(ctx, &q.batch.lock, held, func(s *sql.Stmt, args []any) (*sql.Rows, error) {
+		return tx.StmtContext(ctx, s).QueryContext(ctx, args...)
+	})
+}
+
+// holding reads, outside any transaction and without waiting for locks, which rows of
+// held (at most maxList leases) hold their tokens.
+func (q *leaseQueue) holding(ctx context.Context, held []dialects.Lease) ([]int64, error) {
+	return q.readPairs(ctx, &q.batch.holding, held, func(s *sql.Stmt, args []any) (*sql.Rows, error) {
+		return s.QueryContext(ctx, args...)
+	})
+}
+
+// readPairs runs list, a read of ids by (id, token) pairs, on held.
+func (q *leaseQueue) readPairs(ctx context.Context, list *inList, held []dialects.Lease, query func(*sql.Stmt, []any) (*sql.Rows, error)) ([]int64, error) {
 	slot, n := pairSlotOf(len(held))
-	s, err := q.d.stmt(ctx, q.batch.lock.text(slot))
+	s, err := q.d.stmt(ctx, list.text(slot))
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +207,7 @@ func (q *leaseQueue) lockHolding(ctx context.Context, tx *sql.Tx, held []dialect
 		l := held[min(i, len(held)-1)]
 		args = append(args, l.ID, dbTime(l.Token))
 	}
-	rs, err := tx.StmtContext(ctx, s).QueryContext(ctx, args...)
+	rs, err := query(s, args)
 	if err != nil {
 		return nil, err
 	}

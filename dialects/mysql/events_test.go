@@ -350,8 +350,8 @@ func TestEventLeaseLost(t *testing.T) {
 }
 
 // While the lease form's event transaction holds the row (the confirmation locks it), a
-// renewal waits for it, so it cannot move the lease between the confirmation and the
-// event.
+// renewal cannot move the lease between the confirmation and the event: it skips the row
+// (reporting it busy, not lost), and once the event returned the row, finds it lost.
 func TestEventLeaseLocksRow(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_evlock", leaseTable)
@@ -369,24 +369,16 @@ func TestEventLeaseLocksRow(t *testing.T) {
 	if err := lt.x.tx.QueryRowContext(ctx, lt.q.confirm, held.ID, dbTime(held.Token)).Scan(&one); err != nil {
 		t.Fatal(err)
 	}
-	renewed := make(chan []int64, 1)
-	go func() {
-		moved, err := q.ExtendLeases(ctx, t0.Add(2*time.Minute), []dialects.Lease{held})
-		if err != nil {
-			t.Error(err)
-		}
-		renewed <- moved
-	}()
-	select {
-	case moved := <-renewed:
-		t.Fatalf("the renewal did not wait for the confirmed row: moved %v", moved)
-	case <-time.After(300 * time.Millisecond):
+	moved, err := q.ExtendLeases(ctx, t0.Add(2*time.Minute), []dialects.Lease{held})
+	var busy *dialects.RowsBusyError
+	if !errors.As(err, &busy) || len(moved) != 0 || !slices.Equal(busy.IDs, []int64{held.ID}) {
+		t.Fatalf("renewal while the event's transaction holds the row: moved %v, %v; want it busy", moved, err)
 	}
 	if ok, err := ltx.SettleLease(ctx, dialects.Step{Kind: dialects.StepCustom, Now: t0, Event: "park"}, held); !ok || err != nil {
 		t.Fatalf("settle: %v %v", ok, err)
 	}
-	if moved := <-renewed; len(moved) != 0 {
-		t.Errorf("the renewal moved %v after the event returned the row", moved)
+	if moved, err := q.ExtendLeases(ctx, t0.Add(2*time.Minute), []dialects.Lease{held}); len(moved) != 0 || err != nil {
+		t.Errorf("the renewal after the event returned the row: moved %v, %v; want it lost", moved, err)
 	}
 	if s, _ := stateOf(t, d, tbl, held.ID); s.Group != "parked" || s.LockedUntil != nil {
 		t.Errorf("row %+v", s)

@@ -240,7 +240,7 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 	if ev, own := q.events[dialects.EventExtend]; own {
 		return q.extendEach(ctx, ev, until, held)
 	}
-	var moved []int64
+	var moved, busy []int64
 	for start := 0; start < len(held); start += maxList {
 		chunk := held[start:min(start+maxList, len(held))]
 		ids, err := q.extendChunk(ctx, until, chunk)
@@ -248,6 +248,19 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 			return moved, q.errorf("extend", err)
 		}
 		moved = append(moved, ids...)
+		if len(ids) == len(chunk) {
+			continue
+		}
+		// A failed read says nothing of which leases were lost: the round fails, and
+		// the leases it did not move keep their tokens until the next.
+		b, err := q.busyOf(ctx, chunk, ids)
+		if err != nil {
+			return moved, q.errorf("extend: read the rows skipped", err)
+		}
+		busy = append(busy, b...)
+	}
+	if len(busy) > 0 {
+		return moved, &dialects.RowsBusyError{IDs: busy}
 	}
 	return moved, nil
 }
@@ -256,7 +269,10 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 // transaction (retried whole after a deadlock or a lock wait timeout, which rolled it
 // back): a locking read of the rows that still hold their tokens, the UPDATE of the ids
 // it found, and the commit. The read's locks keep every row it found on its token until
-// the commit, so the rows it returns are exactly the rows moved.
+// the commit, so the rows it returns are exactly the rows moved. The read skips rows
+// another session has locked (ExtendLeases tells which of those are still ours): waiting
+// for one would keep every other lease of the round from moving, and let them run out
+// behind a lock that is not theirs.
 //
 // A lease is never confirmed by its new value: a row that holds until after the renewal
 // may be one another claim took with that very expiry once this delivery's lease had run

@@ -11,37 +11,48 @@ import (
 var _ dialects.LeaseBatchQueue = (*leaseQueue)(nil)
 
 // batchSQL are the lease form's batched settlements: the ids and tokens travel as two
-// arrays, joined to the table, and RETURNING names the rows that still held their tokens.
+// arrays, joined to the table; a locking read skips the rows another session holds (a
+// batch waiting for one such lock would hold every other row it locked), and RETURNING
+// names the rows that held their tokens and were settled.
 type batchSQL struct {
 	ack     string // $1 ids, $2 tokens, $3 now (processed_at tables)
 	release string // $1 ids, $2 tokens
+	holding string // $1 ids, $2 tokens: the rows holding their tokens, read without locking
+}
+
+// lockedHolding is the locking read of the rows holding their tokens, as the CTE l: ids
+// and tokens are the parameters of the two arrays.
+func lockedHolding(t dialects.Table, ids, tokens string) string {
+	tq, id, lu := quote(t.Name), quote(t.ID), quote(t.LockedUntil)
+	return "WITH l AS (SELECT u." + id + " AS id FROM " + tq + " AS u JOIN unnest(" + ids + "::bigint[], " + tokens +
+		"::timestamptz[]) AS h(id, held) ON u." + id + " = h.id AND u." + lu + " = h.held FOR UPDATE OF u SKIP LOCKED) "
 }
 
 func buildBatch(t dialects.Table) batchSQL {
 	tq, id, lu := quote(t.Name), quote(t.ID), quote(t.LockedUntil)
-	held := " FROM unnest($1::bigint[], $2::timestamptz[]) AS h(id, held) WHERE u." + id + " = h.id AND u." + lu + " = h.held RETURNING u." + id
+	with := lockedHolding(t, "$1", "$2")
+	from := " FROM l WHERE u." + id + " = l.id RETURNING u." + id
 	var b batchSQL
 	if t.ProcessedAt != "" {
-		b.ack = "UPDATE " + tq + " AS u SET " + quote(t.ProcessedAt) + " = $3, " + lu + " = NULL" + held
+		b.ack = with + "UPDATE " + tq + " AS u SET " + quote(t.ProcessedAt) + " = $3, " + lu + " = NULL" + from
 	} else {
-		b.ack = "DELETE FROM " + tq + " AS u USING unnest($1::bigint[], $2::timestamptz[]) AS h(id, held) WHERE u." + id +
-			" = h.id AND u." + lu + " = h.held RETURNING u." + id
+		b.ack = with + "DELETE FROM " + tq + " AS u USING l WHERE u." + id + " = l.id RETURNING u." + id
 	}
-	b.release = "UPDATE " + tq + " AS u SET " + lu + " = NULL" + held
+	b.release = with + "UPDATE " + tq + " AS u SET " + lu + " = NULL" + from
+	b.holding = "SELECT u." + id + " FROM " + tq + " AS u JOIN unnest($1::bigint[], $2::timestamptz[]) AS h(id, held) ON u." +
+		id + " = h.id AND u." + lu + " = h.held"
 	return b
 }
 
 // SettleLeases acks or releases every lease in held that still holds its token, in one
-// statement (one commit), and returns the ids it settled.
+// statement (one commit), and returns the ids it settled. A row another session holds
+// locked is skipped and reported in a *dialects.RowsBusyError for the caller to settle
+// alone.
 func (q *leaseQueue) SettleLeases(ctx context.Context, kind dialects.StepKind, now time.Time, held []dialects.Lease) ([]int64, error) {
 	if len(held) == 0 {
 		return nil, nil
 	}
-	ids := make([]int64, len(held))
-	tokens := make([]time.Time, len(held))
-	for i, l := range held {
-		ids[i], tokens[i] = l.ID, l.Token
-	}
+	ids, tokens := leaseArrays(held)
 	var (
 		text string
 		args = []any{ids, tokens}
@@ -57,21 +68,58 @@ func (q *leaseQueue) SettleLeases(ctx context.Context, kind dialects.StepKind, n
 	default:
 		return nil, q.errorf("settle batch", fmt.Errorf("a %v step cannot be batched", kind))
 	}
-	rows, err := q.d.pool.Query(ctx, text, args...)
+	settled, err := q.queryIDs(ctx, text, args...)
 	if err != nil {
 		return nil, q.errorf(kind.String()+" batch", err)
 	}
+	// When the read of the skipped rows fails, every one is reported busy: the caller
+	// settles each alone, fenced by its token, so a lost lease still changes nothing.
+	if busy, _ := q.busyOf(ctx, held, settled); len(busy) > 0 {
+		return settled, &dialects.RowsBusyError{IDs: busy}
+	}
+	return settled, nil
+}
+
+// busyOf returns the rows of held missing from done that still hold their tokens: rows
+// the skipping locking read passed because another session held them. It reads without
+// locking or waiting; on an error it returns every missing row with it.
+func (q *leaseQueue) busyOf(ctx context.Context, held []dialects.Lease, done []int64) ([]int64, error) {
+	missing := dialects.Missing(held, done)
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	ids, tokens := leaseArrays(missing)
+	busy, err := q.queryIDs(ctx, q.batch.holding, ids, tokens)
+	if err != nil {
+		return dialects.IDs(missing), err
+	}
+	return busy, nil
+}
+
+// leaseArrays returns the ids and tokens of held as two arrays.
+func leaseArrays(held []dialects.Lease) ([]int64, []time.Time) {
+	ids := make([]int64, len(held))
+	tokens := make([]time.Time, len(held))
+	for i, l := range held {
+		ids[i], tokens[i] = l.ID, l.Token
+	}
+	return ids, tokens
+}
+
+// queryIDs runs a statement that returns row ids, on the pool.
+func (q *leaseQueue) queryIDs(ctx context.Context, text string, args ...any) ([]int64, error) {
+	rows, err := q.d.pool.Query(ctx, text, args...)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	settled := make([]int64, 0, len(held))
+	var out []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
-			return nil, q.errorf(kind.String()+" batch", err)
+			return nil, err
 		}
-		settled = append(settled, id)
+		out = append(out, id)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, q.errorf(kind.String()+" batch", err)
-	}
-	return settled, nil
+	return out, rows.Err()
 }

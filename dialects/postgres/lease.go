@@ -48,8 +48,8 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 		batch:   buildBatch(t),
 
 		hasProcessedAt: t.ProcessedAt != "",
-		extend: stmt{text: "UPDATE " + tq + " AS u SET " + lu + " = $1 FROM unnest($2::bigint[], $3::timestamptz[]) AS h(id, held)" +
-			" WHERE u." + id + " = h.id AND u." + lu + " = h.held RETURNING u." + id},
+		extend: stmt{text: lockedHolding(t, "$2", "$3") + "UPDATE " + tq + " AS u SET " + lu + " = $1 FROM l WHERE u." + id +
+			" = l.id RETURNING u." + id},
 	}
 }
 
@@ -98,7 +98,9 @@ func checkExpiry(now, until time.Time) error {
 }
 
 // ExtendLeases moves every lease still holding its token in one statement, whatever
-// their number: the ids and tokens travel as two arrays.
+// their number: the ids and tokens travel as two arrays. The statement skips rows another
+// session holds locked, since waiting for one would keep every other lease of the round
+// from moving; those still holding their tokens are reported in a *dialects.RowsBusyError.
 func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []dialects.Lease) ([]int64, error) {
 	if len(held) == 0 {
 		return nil, nil
@@ -106,26 +108,19 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 	if ev, own := q.events[dialects.EventExtend]; own {
 		return q.extendEach(ctx, ev, until, held)
 	}
-	ids := make([]int64, len(held))
-	tokens := make([]time.Time, len(held))
-	for i, l := range held {
-		ids[i], tokens[i] = l.ID, l.Token
-	}
-	rows, err := q.d.pool.Query(ctx, q.extend.text, until, ids, tokens)
+	ids, tokens := leaseArrays(held)
+	moved, err := q.queryIDs(ctx, q.extend.text, until, ids, tokens)
 	if err != nil {
 		return nil, q.errorf("extend", err)
 	}
-	defer rows.Close()
-	var moved []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, q.errorf("extend", err)
-		}
-		moved = append(moved, id)
+	// A failed read says nothing of which leases were lost: the round fails, and the
+	// leases it did not move keep their tokens until the next.
+	busy, err := q.busyOf(ctx, held, moved)
+	if err != nil {
+		return moved, q.errorf("extend: read the rows skipped", err)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, q.errorf("extend", err)
+	if len(busy) > 0 {
+		return moved, &dialects.RowsBusyError{IDs: busy}
 	}
 	return moved, nil
 }

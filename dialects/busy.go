@@ -1,0 +1,52 @@
+package dialects
+
+import (
+	"fmt"
+	"slices"
+)
+
+// RowsBusyError reports leases a batched statement (an extension round, a batch of acks
+// or releases) left alone because another session held their rows' locks while the rows
+// still held their tokens. Waiting for such a lock inside the batch would hold the locks
+// the batch already took on every other row in it, so the batch skips the row instead and
+// settles the rest. The leases named are still their holders': an extension round keeps
+// their tokens and comes back for them, a batch settles them one by one, where waiting
+// for the lock costs only that row. A dialect returns it beside the ids it did settle.
+type RowsBusyError struct {
+	IDs []int64
+}
+
+func (e *RowsBusyError) Error() string {
+	return fmt.Sprintf("rowactor: %d rows locked by another session were left for a later statement", len(e.IDs))
+}
+
+// Busy reports whether id is one of the rows left alone.
+func (e *RowsBusyError) Busy(id int64) bool { return slices.Contains(e.IDs, id) }
+
+// Missing returns the leases of held whose rows are not in done, each row once.
+func Missing(held []Lease, done []int64) []Lease {
+	if len(done) == len(held) {
+		return nil // each row of held is named once, and each was done
+	}
+	seen := make(map[int64]struct{}, len(held))
+	for _, id := range done {
+		seen[id] = struct{}{}
+	}
+	var out []Lease
+	for _, l := range held {
+		if _, ok := seen[l.ID]; !ok {
+			seen[l.ID] = struct{}{}
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// IDs returns the row ids of leases.
+func IDs(leases []Lease) []int64 {
+	out := make([]int64, len(leases))
+	for i, l := range leases {
+		out[i] = l.ID
+	}
+	return out
+}
