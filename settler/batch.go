@@ -90,16 +90,22 @@ func (b *Batcher) Settle(_ context.Context, step dialects.Step, lease HeldLease)
 }
 
 // lead runs batches until own has its answer, then hands the lead to the oldest request
-// still waiting, or gives it up when none is.
+// still waiting, or gives it up when none is. A batch whose statement runs longer than
+// slowBatch hands the lead on meanwhile (see watch), and its goroutine leads no more.
 func (b *Batcher) lead(own *batchReq) {
 	for {
 		b.mu.Lock()
 		batch := b.take()
+		w := b.watch()
 		b.mu.Unlock()
 
 		b.settle(b.pin(batch))
 
 		b.mu.Lock()
+		if w.end() {
+			b.mu.Unlock()
+			return // another request leads now
+		}
 		answered := isDone(own)
 		switch {
 		case len(b.pending) == 0:
@@ -114,6 +120,55 @@ func (b *Batcher) lead(own *batchReq) {
 		}
 		b.mu.Unlock()
 	}
+}
+
+// slowBatch is how long a batch's statements may run before the requests queued behind
+// it get a leader of their own: a statement that waits (a lone row's settlement waiting
+// for a lock another session holds, a slow server) must not hold up every other
+// settlement of the subscription.
+const slowBatch = 100 * time.Millisecond
+
+// batchWatch hands the lead on when the batch it watches runs longer than slowBatch.
+type batchWatch struct {
+	b      *Batcher
+	timer  *time.Timer
+	ended  bool // under b.mu: the batch ran; the watch may no longer hand the lead on
+	handed bool // under b.mu: the lead went to a queued request
+}
+
+// watch starts watching a batch; under b.mu, which fire takes before it reads the timer.
+func (b *Batcher) watch() *batchWatch {
+	w := &batchWatch{b: b}
+	w.timer = time.AfterFunc(slowBatch, w.fire)
+	return w
+}
+
+// fire hands the lead to the oldest queued request, if the batch still runs. Exactly one
+// goroutine leads at any time: the watched leader gives up the lead here, under the lock
+// it checks when its batch is done (end).
+func (w *batchWatch) fire() {
+	b := w.b
+	b.mu.Lock()
+	if w.ended {
+		b.mu.Unlock()
+		return
+	}
+	if len(b.pending) == 0 {
+		w.timer.Reset(slowBatch) // look again: requests may queue while the batch runs
+		b.mu.Unlock()
+		return
+	}
+	w.handed = true
+	next := b.pending[0]
+	b.mu.Unlock()
+	next.lead <- struct{}{}
+}
+
+// end, under b.mu, closes the watch and reports whether the lead was handed on.
+func (w *batchWatch) end() bool {
+	w.timer.Stop()
+	w.ended = true
+	return w.handed
 }
 
 // take removes the next batch from pending: up to max requests in arrival order, at most
