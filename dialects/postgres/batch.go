@@ -22,7 +22,11 @@ func buildBatch(t dialects.Table) batchSQL {
 	held := " FROM unnest($1::bigint[], $2::timestamptz[]) AS h(id, held) WHERE u." + id + " = h.id AND u." + lu + " = h.held RETURNING u." + id
 	var b batchSQL
 	if t.ProcessedAt != "" {
-		b.ack = "UPDATE " + tq + " AS u SET " + quote(t.ProcessedAt) + " = $3, " + lu + " = NULL" + held
+		clear := ""
+		if t.Error != "" {
+			clear = ", " + quote(t.Error) + " = NULL" // an ack clears a failed attempt's error
+		}
+		b.ack = "UPDATE " + tq + " AS u SET " + quote(t.ProcessedAt) + " = $3, " + lu + " = NULL" + clear + held
 	} else {
 		b.ack = "DELETE FROM " + tq + " AS u USING unnest($1::bigint[], $2::timestamptz[]) AS h(id, held) WHERE u." + id +
 			" = h.id AND u." + lu + " = h.held RETURNING u." + id
