@@ -93,7 +93,7 @@ func (s *Subscription) notePoison(r Result) {
 	if cfg.Classify(r.Err) != dialects.FaultData {
 		return
 	}
-	if s.batcher != nil && settler.Batchable(dialects.Step{Kind: r.Step, Event: r.Event}) {
+	if s.batcher != nil && settler.Batchable(dialects.Step{Kind: r.Step, Event: r.Event, Error: r.Outcome.Error}) {
 		return
 	}
 	s.poison.Suspect(r.Row.ID, r.Err)
