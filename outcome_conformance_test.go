@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/rowactor/rowactor"
 	"github.com/rowactor/rowactor/dialects"
 )
@@ -387,6 +389,38 @@ var outcomeScenarios = []scenario{
 				t.Fatalf("row after the ack %+v, error %q", st, errText(st))
 			}
 		}},
+	{name: "a batched ack clears the error column of every row", forms: []rowactor.Form{rowactor.FormLease}, shapes: []tableShape{withError, withProcessedAt},
+		run: func(t *testing.T, h *harness, _ rowactor.Form) {
+			ids := h.publish(h.broker(), 3)
+			h.exec(fmt.Sprintf("UPDATE %s SET last_error = 'an earlier failure'", h.table.Name))
+			q, err := h.d.Open(context.Background(), dialects.QueueSpec{Table: h.table, Group: h.queue})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			bq, ok := q.(dialects.LeaseBatchQueue)
+			if !ok {
+				t.Skipf("the %s lease queue does not batch", h.drv.name)
+			}
+			now := time.Now()
+			rows, err := bq.ClaimLeases(context.Background(), now, now.Add(time.Minute), len(ids))
+			if err != nil || len(rows) != len(ids) {
+				t.Fatalf("claimed %d rows: %v", len(rows), err)
+			}
+			held := make([]dialects.Lease, len(rows))
+			for i, r := range rows {
+				held[i] = dialects.Lease{ID: r.ID, Token: r.Token}
+			}
+			settled, err := bq.SettleLeases(context.Background(), dialects.StepAck, now, held)
+			if err != nil || len(settled) != len(ids) {
+				t.Fatalf("settled %v: %v", settled, err)
+			}
+			for _, id := range ids {
+				if st := h.row(id); st.processedAt == nil || st.lastError != nil {
+					t.Fatalf("row %d after a batched ack: %+v, error %q", id, st, errText(st))
+				}
+			}
+		}},
 	{name: "a failed delivery runs an own retry_after event with its error", shapes: []tableShape{withError},
 		run: func(t *testing.T, h *harness, form rowactor.Form) {
 			b := h.broker()
@@ -408,6 +442,42 @@ var outcomeScenarios = []scenario{
 				t.Fatalf("row after the own event %+v, error %q", st, errText(st))
 			}
 		}},
+}
+
+func init() {
+	telemetryScenarios = append(telemetryScenarios, scenario{name: "a failed delivery's span records the handler's error",
+		run: func(t *testing.T, h *harness, _ rowactor.Form) {
+			tel := newTelemetry(t)
+			b := h.broker(tel.options()...)
+			h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Fail(errBoom) },
+				rowactor.RetryPolicy(func(int, error) time.Duration { return time.Hour }))
+			h.publish(b, 1)
+			if s := h.waitSettled(1)[0]; s.Err != nil || !errors.Is(s.HandlerErr, errBoom) {
+				t.Fatalf("settlement %+v", s)
+			}
+			waitFor(t, func() bool { return len(tel.named("process ")) == 1 })
+			span := tel.named("process ")[0]
+			if span.Status().Code != codes.Error || span.Status().Description != errBoom.Error() {
+				t.Fatalf("span status %+v, want Error with the handler's error", span.Status())
+			}
+			if got := attr(span, "rowactor.outcome").AsString(); got != "fail" {
+				t.Fatalf("span outcome %q", got)
+			}
+			exceptions := 0
+			for _, e := range span.Events() {
+				if e.Name != "exception" {
+					continue
+				}
+				for _, kv := range e.Attributes {
+					if kv.Key == "exception.message" && kv.Value.AsString() == errBoom.Error() {
+						exceptions++
+					}
+				}
+			}
+			if exceptions != 1 {
+				t.Fatalf("span events %+v, want one exception event with the handler's error", span.Events())
+			}
+		}})
 }
 
 // TestOutcomeConformance runs the outcome scenarios over every database, form and mode:
