@@ -166,10 +166,12 @@ func Transactional() SubscribeOption { return func(c *subscribeConfig) { c.trans
 // OnEvent gives the subscription an event of the service's own: sql runs in place of a
 // built-in settlement when name is one ("ack", "drop", "retry", "retry_after",
 // "dead_letter", and "extend" for the lease extension), or when a handler returns
-// Custom(name) for any other name.
+// Custom(name) for any other name. A Fail runs the event of the step it plans
+// ("retry_after", "retry" or "dead_letter"); a Snooze has no event and always runs its
+// built-in statement.
 //
 // The SQL is the database's own dialect, with its values named in braces: {id} (which
-// every event must name), {now}, {group}, {attempt}, {error} (the text given with
+// every event must name), {now}, {group}, {attempt}, {error} (the text given with Fail or
 // Outcome.WithError), {at} (retry_after), {dead_letter} (the dead-letter group),
 // {arg1}, {arg2}, ... (Custom's values), and for extend {held} and {until}. Write a quote
 // inside a string literal doubled (”), not escaped with a backslash.

@@ -389,6 +389,45 @@ var outcomeScenarios = []scenario{
 				t.Fatalf("row after the ack %+v, error %q", st, errText(st))
 			}
 		}},
+	{name: "a batch handler's Fail and Snooze settle in the batch's commit", forms: []rowactor.Form{rowactor.FormRowLock}, shapes: []tableShape{withError},
+		run: func(t *testing.T, h *harness, _ rowactor.Form) {
+			if h.tx {
+				t.Skip("batch handlers cannot be transactional")
+			}
+			b := h.broker()
+			ids := h.publish(b, 2)
+			failed, snoozed := ids[0], ids[1]
+			before := time.Now()
+			_, err := b.SubscribeBatch(context.Background(), h.table, h.queue, 2, func(_ context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
+				out := make([]rowactor.Outcome, len(ds))
+				for i, d := range ds {
+					out[i] = rowactor.Snooze(time.Hour)
+					if d.ID() == failed {
+						out[i] = rowactor.Fail(errBoom)
+					}
+				}
+				return out
+			}, rowactor.RetryPolicy(func(int, error) time.Duration { return 2 * time.Hour }), rowactor.PollInterval(50*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range h.waitSettled(2) {
+				want := map[int64]string{failed: "retry_after", snoozed: "snooze"}[s.ID]
+				if s.Step != want || s.Err != nil {
+					t.Fatalf("settlement %+v, want %s", s, want)
+				}
+			}
+			st := h.row(failed)
+			within(t, st.retryAfter, before.Add(2*time.Hour), time.Minute)
+			if st.attempt != 2 || errText(st) != errBoom.Error() {
+				t.Fatalf("failed row %+v, error %q", st, errText(st))
+			}
+			st = h.row(snoozed)
+			within(t, st.retryAfter, before.Add(time.Hour), time.Minute)
+			if st.attempt != 1 || st.lastError != nil {
+				t.Fatalf("snoozed row %+v, error %q", st, errText(st))
+			}
+		}},
 	{name: "a batched ack clears the error column of every row", forms: []rowactor.Form{rowactor.FormLease}, shapes: []tableShape{withError, withProcessedAt},
 		run: func(t *testing.T, h *harness, _ rowactor.Form) {
 			ids := h.publish(h.broker(), 3)

@@ -19,8 +19,8 @@ const (
 
 // DefaultMaxAttempts caps the deliveries of a subscription that has a dead letter
 // (DeadLetterGroup or DeadLetterTable) and no MaxAttempts: a Fail, Retry or RetryAfter of
-// a row whose attempt reached it moves the row to its dead letter. As River's default, 25
-// attempts under DefaultBackoff take about a day.
+// a row whose attempt reached it moves the row to its dead letter. 25 is River's default
+// too; under DefaultBackoff a row's 24 waits add up to about twelve hours.
 const DefaultMaxAttempts = 25
 
 // DefaultBackoff is the retry policy of a subscription without RetryPolicy: 1 s after
