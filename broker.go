@@ -317,9 +317,9 @@ type Settlement struct {
 	Attempt int
 	// Outcome is the handler's outcome (the zero Outcome when it panicked or never returned).
 	Outcome Outcome
-	// Step is the statement that ran: "ack", "retry", "retry_after", "dead_letter",
-	// "custom" for an event of the handler's Custom, or "release" for a row given back
-	// unsettled.
+	// Step is the statement that ran: "ack", "retry", "retry_after", "snooze",
+	// "dead_letter", "custom" for an event of the handler's Custom, or "release" for a row
+	// given back unsettled. A Fail runs "retry_after" (or "retry", or "dead_letter").
 	Step string
 	// Event names the subscription's own event (OnEvent) that ran in place of the step's
 	// built-in statement; "" when none did.
@@ -331,6 +331,9 @@ type Settlement struct {
 	// changed). A database error means the outcome is unknown: a connection lost during
 	// COMMIT may have committed (MariaDB often does), so handlers must stay idempotent.
 	Err error
+	// HandlerErr is the error the handler's outcome carried (Fail(err), or an outcome's
+	// WithError(err)); nil when none. Err stays the settlement statement's own error.
+	HandlerErr error
 	// Panic is the handler's panic value, if it panicked.
 	Panic any
 }

@@ -100,10 +100,11 @@ func init() {
 				attempt             *int64
 				group               *string
 				locked, retry, proc *time.Time
+				lastError           *string
 			)
 			err := pgPool(d).QueryRow(context.Background(), "SELECT "+col(tb.Attempt, "bigint")+", "+col(tb.Group, "text")+", "+
-				col(tb.LockedUntil, "timestamptz")+", "+col(tb.RetryAfter, "timestamptz")+", "+col(tb.ProcessedAt, "timestamptz")+
-				" FROM "+pgQuote(tb.Name)+" WHERE "+pgQuote(tb.ID)+" = $1", id).Scan(&attempt, &group, &locked, &retry, &proc)
+				col(tb.LockedUntil, "timestamptz")+", "+col(tb.RetryAfter, "timestamptz")+", "+col(tb.ProcessedAt, "timestamptz")+", "+col(tb.Error, "text")+
+				" FROM "+pgQuote(tb.Name)+" WHERE "+pgQuote(tb.ID)+" = $1", id).Scan(&attempt, &group, &locked, &retry, &proc, &lastError)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return st
 			}
@@ -117,7 +118,7 @@ func init() {
 			if group != nil {
 				st.group = *group
 			}
-			st.lockedUntil, st.retryAfter, st.processedAt = locked, retry, proc
+			st.lockedUntil, st.retryAfter, st.processedAt, st.lastError = locked, retry, proc, lastError
 			return st
 		},
 		begin: func(t *testing.T, d dialects.Dialect) (any, func() error, func() error) {

@@ -58,9 +58,10 @@ func init() {
 				attempt             sql.NullInt64
 				group               sql.NullString
 				locked, retry, proc sql.NullString
+				lastError           sql.NullString
 			)
-			err := sqliteDB(d).QueryRow("SELECT "+col(tb.Attempt)+", "+col(tb.Group)+", "+col(tb.LockedUntil)+", "+col(tb.RetryAfter)+", "+col(tb.ProcessedAt)+
-				" FROM `"+tb.Name+"` WHERE `"+tb.ID+"` = ?", id).Scan(&attempt, &group, &locked, &retry, &proc)
+			err := sqliteDB(d).QueryRow("SELECT "+col(tb.Attempt)+", "+col(tb.Group)+", "+col(tb.LockedUntil)+", "+col(tb.RetryAfter)+", "+col(tb.ProcessedAt)+", "+col(tb.Error)+
+				" FROM `"+tb.Name+"` WHERE `"+tb.ID+"` = ?", id).Scan(&attempt, &group, &locked, &retry, &proc, &lastError)
 			if err == sql.ErrNoRows {
 				return st
 			}
@@ -68,6 +69,9 @@ func init() {
 				t.Fatalf("row %d: %v", id, err)
 			}
 			st.exists, st.attempt, st.group = true, int(attempt.Int64), group.String
+			if lastError.Valid {
+				st.lastError = &lastError.String
+			}
 			st.lockedUntil, st.retryAfter, st.processedAt = sqliteTime(t, locked), sqliteTime(t, retry), sqliteTime(t, proc)
 			return st
 		},

@@ -2,7 +2,9 @@ package rowactor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -161,4 +163,121 @@ func ExampleWorkersByKey() {
 	// Output:
 	// alice: [op0 op2 op4]
 	// bob: [op1 op3 op5]
+}
+
+// A handler that fails: the row comes back after the retry policy's delay, its error
+// kept in the last_error column, logged once with its attributes, and told to the hook.
+func ExampleFail() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "rowactor-example-")
+	defer os.RemoveAll(dir)
+	// The WARN line of the failure, without its time, on stdout.
+	log := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+	settled := make(chan rowactor.Settlement, 2)
+	b, _ := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"), rowactor.WithLogger(log),
+		rowactor.WithOnSettled(func(s rowactor.Settlement) { settled <- s }))
+	defer b.Shutdown(ctx)
+
+	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
+		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until", Error: "last_error"}
+	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
+	db := b.Dialect().(*sqlite.Dialect).DB()
+	_, _ = db.Exec(ddl)
+
+	seen := make(chan string, 1)
+	_, err := b.Subscribe(ctx, jobs, "emails", func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		if d.Attempt() == 1 {
+			return rowactor.Fail(errors.New("smtp: 451 try later"))
+		}
+		var lastError string
+		_ = db.QueryRow("SELECT last_error FROM jobs WHERE id = ?", d.ID()).Scan(&lastError)
+		seen <- lastError
+		return rowactor.Ack()
+	}, rowactor.RetryPolicy(func(attempt int, err error) time.Duration { return 10 * time.Millisecond }),
+		rowactor.PollInterval(10*time.Millisecond))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, _ = b.Publish(ctx, jobs, "emails", []byte("welcome@example.com"))
+	s := <-settled
+	fmt.Println(s.Outcome, s.Step, s.HandlerErr)
+	fmt.Println("the second delivery found:", <-seen)
+	s = <-settled
+	fmt.Println(s.Outcome, s.Step, s.HandlerErr)
+	// Output:
+	// level=WARN msg="rowactor: the handler failed; the row is retried" table=jobs queue=emails id=1 attempt=1 form=lease error="smtp: 451 try later" delay=10ms
+	// fail retry_after smtp: 451 try later
+	// the second delivery found: smtp: 451 try later
+	// ack ack <nil>
+}
+
+// rateLimited is an error that says when to try again.
+type rateLimited struct{ retryIn time.Duration }
+
+func (e *rateLimited) Error() string { return fmt.Sprintf("rate limited: retry in %v", e.retryIn) }
+
+// A retry policy that follows what the error says, and DefaultBackoff otherwise.
+func ExampleRetryPolicy() {
+	policy := func(attempt int, err error) time.Duration {
+		var limited *rateLimited
+		if errors.As(err, &limited) {
+			return limited.retryIn
+		}
+		return rowactor.DefaultBackoff(attempt, err)
+	}
+	fmt.Println(policy(3, fmt.Errorf("send: %w", &rateLimited{retryIn: time.Minute})))
+	d := policy(3, errors.New("connection reset")) // 4 s ± 20 %
+	fmt.Println(d >= 3200*time.Millisecond && d <= 4800*time.Millisecond)
+	d = policy(40, errors.New("connection reset")) // capped
+	fmt.Println(d >= 48*time.Minute && d <= time.Hour)
+
+	// Given to a subscription: rowactor.Fail(err) then waits policy(attempt, err).
+	_ = rowactor.RetryPolicy(policy)
+	// Output:
+	// 1m0s
+	// true
+	// true
+}
+
+// A handler that is not ready for its row yet snoozes it: the row comes back later, and
+// the snooze spends no attempt.
+func ExampleSnooze() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "rowactor-example-")
+	defer os.RemoveAll(dir)
+	b, _ := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"))
+	defer b.Shutdown(ctx)
+
+	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
+		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until"}
+	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
+	_, _ = b.Dialect().(*sqlite.Dialect).DB().Exec(ddl)
+
+	done := make(chan struct{})
+	snoozed := false
+	_, err := b.Subscribe(ctx, jobs, "reports", func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		if !snoozed {
+			snoozed = true
+			fmt.Println("attempt", d.Attempt(), "snoozed: the data is not in yet")
+			return rowactor.Snooze(20 * time.Millisecond)
+		}
+		fmt.Println("attempt", d.Attempt(), "done")
+		close(done)
+		return rowactor.Ack()
+	}, rowactor.PollInterval(10*time.Millisecond))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, _ = b.Publish(ctx, jobs, "reports", []byte("daily"))
+	<-done
+	// Output:
+	// attempt 1 snoozed: the data is not in yet
+	// attempt 1 done
 }

@@ -57,6 +57,7 @@ type rowState struct {
 	lockedUntil *time.Time
 	retryAfter  *time.Time
 	processedAt *time.Time
+	lastError   *string // the error column (Table.Error); nil when NULL or not described
 }
 
 var tableSeq atomic.Int64
@@ -71,6 +72,10 @@ type harness struct {
 	queue   string
 	logs    *syncBuffer
 	settled chan rowactor.Settlement
+	// tx runs the scenario's subscriptions in transactional mode (the outcome
+	// conformance's third axis); sideTable takes the handlers' writes then.
+	tx        bool
+	sideTable rowactor.Table
 }
 
 // tableShape edits the description before its table is created.
@@ -79,6 +84,7 @@ type tableShape func(*rowactor.Table)
 func withProcessedAt(t *rowactor.Table)   { t.ProcessedAt = "processed_at" }
 func withoutRetryAfter(t *rowactor.Table) { t.RetryAfter = "" }
 func withoutGroup(t *rowactor.Table)      { t.Group = "" }
+func withError(t *rowactor.Table)         { t.Error = "last_error" }
 
 func newHarness(t *testing.T, drv driver, form rowactor.Form, shapes ...tableShape) *harness {
 	t.Helper()
@@ -148,6 +154,9 @@ func (h *harness) brokerOn(d dialects.Dialect, opts ...rowactor.Option) *rowacto
 func (h *harness) subscribe(b *rowactor.Broker, fn rowactor.Handler, opts ...rowactor.SubscribeOption) *rowactor.Subscription {
 	h.t.Helper()
 	opts = append([]rowactor.SubscribeOption{rowactor.PollInterval(50 * time.Millisecond)}, opts...)
+	if h.tx {
+		opts = append(opts, rowactor.Transactional())
+	}
 	s, err := b.Subscribe(context.Background(), h.table, h.queue, fn, opts...)
 	if err != nil {
 		h.t.Fatalf("Subscribe: %v", err)

@@ -76,6 +76,7 @@ type subscribeConfig struct {
 	keyWorkers      bool
 	events          map[string]string
 	eventErr        error
+	retryPolicy     func(attempt int, err error) time.Duration
 }
 
 func defaultSubscribeConfig() subscribeConfig {
@@ -121,13 +122,16 @@ func Lease(d time.Duration) SubscribeOption {
 // this process wakes it at once. Defaults to 1 s.
 func PollInterval(d time.Duration) SubscribeOption { return func(c *subscribeConfig) { c.poll = d } }
 
-// MaxAttempts caps deliveries: a Retry or RetryAfter of a row whose attempt reached n
-// moves it to its dead letter instead (MaxAttempts(1) moves on the first failure). It
-// needs the table's attempt column and a dead letter (DeadLetterGroup or DeadLetterTable).
+// MaxAttempts caps deliveries: a Fail, Retry or RetryAfter of a row whose attempt reached
+// n moves it to its dead letter instead (MaxAttempts(1) moves on the first failure); a
+// Snooze never does. It needs the table's attempt column and a dead letter
+// (DeadLetterGroup or DeadLetterTable). Defaults to DefaultMaxAttempts (25) when the
+// subscription has a dead letter; without one, rows are retried for ever.
 func MaxAttempts(n int) SubscribeOption { return func(c *subscribeConfig) { c.maxAttempts = n } }
 
 // DeadLetterGroup moves spent rows to group g of the same table (an UPDATE of the group
-// column). Set it together with MaxAttempts.
+// column). It needs the table's attempt column; without MaxAttempts a row's attempts are
+// spent at DefaultMaxAttempts.
 func DeadLetterGroup(g string) SubscribeOption {
 	return func(c *subscribeConfig) { c.deadLetterGroup = g }
 }
@@ -140,8 +144,8 @@ func DeadLetterGroup(g string) SubscribeOption {
 // table has as NOT NULL without a default (its value would be lost), or that has such a
 // column the queue table lacks (every move would fail). A move the database refuses
 // anyway (a constraint, a trigger) leaves the row in the queue table, set aside at its
-// next claim rather than delivered again, and logs an error. Set it together with
-// MaxAttempts.
+// next claim rather than delivered again, and logs an error. It needs the table's attempt
+// column; without MaxAttempts a row's attempts are spent at DefaultMaxAttempts.
 func DeadLetterTable(t string) SubscribeOption {
 	return func(c *subscribeConfig) { c.deadLetterTable = t }
 }
@@ -162,10 +166,12 @@ func Transactional() SubscribeOption { return func(c *subscribeConfig) { c.trans
 // OnEvent gives the subscription an event of the service's own: sql runs in place of a
 // built-in settlement when name is one ("ack", "drop", "retry", "retry_after",
 // "dead_letter", and "extend" for the lease extension), or when a handler returns
-// Custom(name) for any other name.
+// Custom(name) for any other name. A Fail runs the event of the step it plans
+// ("retry_after", "retry" or "dead_letter"); a Snooze has no event and always runs its
+// built-in statement.
 //
 // The SQL is the database's own dialect, with its values named in braces: {id} (which
-// every event must name), {now}, {group}, {attempt}, {error} (the text given with
+// every event must name), {now}, {group}, {attempt}, {error} (the text given with Fail or
 // Outcome.WithError), {at} (retry_after), {dead_letter} (the dead-letter group),
 // {arg1}, {arg2}, ... (Custom's values), and for extend {held} and {until}. Write a quote
 // inside a string literal doubled (”), not escaped with a backslash.
@@ -232,12 +238,13 @@ func (c *subscribeConfig) check(t Table, queue string) error {
 		return bad("MaxAttempts", fmt.Sprintf("MaxAttempts(%d) is negative", c.maxAttempts), "use MaxAttempts(1) or more")
 	case c.deadLetterGroup != "" && c.deadLetterTable != "":
 		return bad("DeadLetterGroup", "a subscription has one dead letter: a group or a table", "drop DeadLetterGroup or DeadLetterTable")
-	case c.maxAttempts > 0 && c.deadLetterGroup == "" && c.deadLetterTable == "":
+	case c.maxAttempts > 0 && !c.hasDeadLetter():
 		return bad("MaxAttempts", "MaxAttempts without a dead letter leaves nowhere to move spent rows", "add DeadLetterGroup(...) or DeadLetterTable(...)")
-	case c.maxAttempts == 0 && (c.deadLetterGroup != "" || c.deadLetterTable != ""):
-		return bad("DeadLetterGroup/DeadLetterTable", "a dead letter without MaxAttempts is never used", "add MaxAttempts(n)")
 	case c.maxAttempts > 0 && t.Attempt == "":
 		return bad("MaxAttempts", "MaxAttempts counts deliveries in the attempt column, and the table names none", "set Table.Attempt to an INTEGER column defaulting to 1")
+	case c.hasDeadLetter() && t.Attempt == "":
+		return bad(c.deadLetterOption(), fmt.Sprintf("a dead letter takes the rows whose attempts are spent (MaxAttempts, by default %d), counted in the attempt column, and the table names none", DefaultMaxAttempts),
+			"set Table.Attempt to an INTEGER column defaulting to 1")
 	case c.deadLetterGroup != "" && t.Group == "":
 		return bad("DeadLetterGroup", "a dead-letter group needs the table's group column, and the table names none", "set Table.Group, or use DeadLetterTable")
 	case c.deadLetterGroup != "" && c.deadLetterGroup == queue:
@@ -250,6 +257,26 @@ func (c *subscribeConfig) check(t Table, queue string) error {
 			"drop DatabaseClock and keep the hosts' clocks in step")
 	}
 	return nil
+}
+
+func (c *subscribeConfig) hasDeadLetter() bool {
+	return c.deadLetterGroup != "" || c.deadLetterTable != ""
+}
+
+func (c *subscribeConfig) deadLetterOption() string {
+	if c.deadLetterGroup != "" {
+		return "DeadLetterGroup"
+	}
+	return "DeadLetterTable"
+}
+
+// attemptCap is where a row's attempts are spent: MaxAttempts, DefaultMaxAttempts for a
+// subscription with a dead letter and no MaxAttempts, 0 (never) without a dead letter.
+func (c *subscribeConfig) attemptCap() int {
+	if c.maxAttempts == 0 && c.hasDeadLetter() {
+		return DefaultMaxAttempts
+	}
+	return c.maxAttempts
 }
 
 // leaseLength rounds the lease up to whole seconds, at least one.

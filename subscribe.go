@@ -147,7 +147,8 @@ func (b *Broker) subscribe(ctx context.Context, t Table, queue string, h Handler
 		Table: t.Name, QueueName: queue, DeadLetter: deadLetter, DeadLetterTable: cfg.deadLetterTable != "",
 		Form: t.Form(), Queue: q,
 		Workers: cfg.workers, Prefetch: cfg.prefetch, FIFO: t.FIFO, KeyOf: keyOf(cfg.keyOf, t.Name, queue), Lease: cfg.leaseLength(), Poll: cfg.poll,
-		Rules:   settler.Rules{MaxAttempts: cfg.maxAttempts, HasRetryAfter: t.RetryAfter != "", Events: eventNames(cfg.events)},
+		Rules: settler.Rules{MaxAttempts: cfg.attemptCap(), HasRetryAfter: t.RetryAfter != "", LeaseDelays: t.Form() == FormLease,
+			Backoff: safePolicy(cfg.retryPolicy, b.log, t.Name, queue), Events: eventNames(cfg.events)},
 		Handler: wrap(h, t.Name, queue), BatchHandler: wrapBatch(bh, t.Name, queue), BatchSize: size,
 		Now: b.now, Log: b.log, Policy: defaultPolicy, Limits: b.d.Limits(), Dispatcher: b.dispatcher,
 		Classify:      func(err error) dialects.Fault { return dialects.Classify(b.d, err) },
@@ -233,7 +234,8 @@ func (b *Broker) settledHook(table, queue string) func(actors.Result) {
 		}
 		b.onSettled(Settlement{
 			Table: table, Queue: queue, ID: r.Row.ID, Attempt: r.Row.Attempt,
-			Outcome: Outcome{r.Outcome}, Step: r.Step.String(), Event: r.Event, Released: r.Released, Err: r.Err, Panic: r.Panic,
+			Outcome: Outcome{r.Outcome}, Step: r.Step.String(), Event: r.Event, Released: r.Released, Err: r.Err,
+			HandlerErr: r.Outcome.Err, Panic: r.Panic,
 		})
 	}
 }

@@ -115,11 +115,8 @@ func (d *batchDelivery) settle() []Result {
 	results := make([]Result, len(d.rows))
 	for i, row := range d.rows {
 		step, note := cfg.Rules.Plan(d.outcomes[i], row.Attempt, now)
-		if note == settler.NoteAttemptsSpent {
-			cfg.Log.Warn("rowactor: attempts are spent; moving the row to its dead letter",
-				slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Int("attempt", row.Attempt))
-		}
-		results[i] = Result{Row: row, Outcome: d.outcomes[i], Step: step.Kind, Event: step.Event, Tag: d.tag(i)}
+		refused := d.sub.notePlan(row, d.outcomes[i], step, note)
+		results[i] = Result{Row: row, Outcome: d.outcomes[i], Step: step.Kind, Event: step.Event, Tag: d.tag(i), Err: refused}
 		if step.Kind == dialects.StepCustom && !cfg.Rules.Events[step.Event] {
 			step = dialects.Step{Kind: dialects.StepRelease, Now: now} // commits nothing for the row: it returns
 			results[i].Step, results[i].Event, results[i].Released = dialects.StepRelease, "", true

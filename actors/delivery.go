@@ -244,17 +244,14 @@ func (d *delivery) settle() Result {
 		return r
 	}
 	step, note := cfg.Rules.Plan(d.outcome, row.Attempt, cfg.Now())
-	switch note {
-	case settler.NoteAttemptsSpent:
-		cfg.Log.Warn("rowactor: attempts are spent; moving the row to its dead letter",
-			slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Int("attempt", row.Attempt),
-			slog.String("dead_letter", cfg.DeadLetter))
-	case settler.NoteNoRetryAfter:
-		cfg.Log.Warn("rowactor: the table has no retry_after column; RetryAfter runs as Retry",
-			slog.String("table", cfg.Table), slog.Int64("id", row.ID))
-	}
+	refused := d.sub.notePlan(row, d.outcome, step, note)
 	if step.Kind == dialects.StepRelease {
-		return d.release(d.outcome)
+		r := d.release(d.outcome)
+		if refused != nil {
+			r.Tag = d.tag
+			r.Err = errors.Join(refused, r.Err)
+		}
+		return r
 	}
 	if step.Kind == dialects.StepCustom && !cfg.Rules.Events[step.Event] {
 		r := d.release(d.outcome)

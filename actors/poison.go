@@ -72,7 +72,7 @@ func setAsideFix(way claimer.Way, deadLetter string) string {
 		return "correct the row's data, then set its locked_until column (Table.LockedUntil) to NULL to return it to the queue"
 	case claimer.Skipped:
 		return "correct the row's data or delete the row: this subscription passes over it until the process restarts; " +
-			"a dead letter (MaxAttempts with DeadLetterGroup or DeadLetterTable) or a retry_after column would set such rows aside for good"
+			"a dead letter (DeadLetterGroup or DeadLetterTable) or a retry_after column would set such rows aside for good"
 	}
 	return "correct the row's data or delete the row, or give the subscription a dead letter (MaxAttempts with DeadLetterGroup or DeadLetterTable)"
 }
@@ -93,7 +93,7 @@ func (s *Subscription) notePoison(r Result) {
 	if cfg.Classify(r.Err) != dialects.FaultData {
 		return
 	}
-	if s.batcher != nil && settler.Batchable(dialects.Step{Kind: r.Step, Event: r.Event}) {
+	if s.batcher != nil && settler.Batchable(dialects.Step{Kind: r.Step, Event: r.Event, Error: r.Outcome.Error}) {
 		return
 	}
 	s.poison.Suspect(r.Row.ID, r.Err)

@@ -105,9 +105,13 @@ type Subscription struct {
 	inHand     map[*claimer.Claimed]struct{}
 
 	wakePending atomic.Bool
-	inWork      atomic.Int64
-	released    atomic.Int64
-	closed      atomic.Int64
+	// warnedFailNoDelay and warnedSnooze: the table's missing retry_after was logged for
+	// a Fail, for a Snooze (outcome.go).
+	warnedFailNoDelay, warnedSnooze atomic.Bool
+
+	inWork   atomic.Int64
+	released atomic.Int64
+	closed   atomic.Int64
 }
 
 // batchMax is the most rows one batched settlement statement writes.

@@ -70,6 +70,12 @@ func (d *delivery) finishSpan(r Result, handlerTook time.Duration) {
 	tel := d.sub.cfg.Telemetry
 	outcome := r.Outcome.Verdict.String()
 	d.span.SetAttributes(telemetry.Outcome.String(outcome), telemetry.Step.String(r.Step.String()))
+	if r.Outcome.Err != nil {
+		// The handler's own error (Fail, WithError): an exception event, and the span's
+		// status unless the settlement failed too.
+		d.span.RecordError(r.Outcome.Err)
+		d.span.SetStatus(codes.Error, r.Outcome.Err.Error())
+	}
 	switch {
 	case r.Panic != nil:
 		err := fmt.Errorf("handler panicked: %v", r.Panic)

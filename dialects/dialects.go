@@ -281,7 +281,11 @@ const (
 	// StepRetry returns the row to the queue at once. Row lock: attempt + 1. Lease:
 	// locked_until = NULL (the claim counted). Advisory: no statement (the unlock returns it).
 	StepRetry
-	// StepRetryAfter returns the row due at Step.At (and counts the attempt in the row lock form).
+	// StepRetryAfter returns the row due at Step.At (and counts the attempt in the row lock
+	// form). A lease table without a retry_after column keeps the row leased until Step.At
+	// instead (locked_until = At): no claim takes it before, and the token fence stays
+	// sound, since every later claim writes a token after At and every earlier token lies
+	// before the claim that this delivery made.
 	StepRetryAfter
 	// StepDeadLetter moves the row to the dead letter: an UPDATE of the group, or a move
 	// into the dead-letter table.
@@ -291,6 +295,10 @@ const (
 	// StepCustom runs an event of the service's own (Step.Event), with no built-in
 	// statement behind it.
 	StepCustom
+	// StepSnooze returns the row due at Step.At without spending an attempt: the lease and
+	// advisory forms give back the attempt their claim counted (UncountAttempt), the row
+	// lock form counts none. It never moves a row to a dead letter.
+	StepSnooze
 )
 
 func (k StepKind) String() string {
@@ -307,6 +315,8 @@ func (k StepKind) String() string {
 		return "release"
 	case StepCustom:
 		return "custom"
+	case StepSnooze:
+		return "snooze"
 	}
 	return "unknown"
 }
@@ -322,7 +332,8 @@ type Step struct {
 	// Event, when set, names the event of QueueSpec.Events the dialect runs instead of
 	// the step's built-in statement (always set for StepCustom).
 	Event string
-	// Error is the text the handler gave with its outcome, for an event's {error}.
+	// Error is the text the handler gave with its outcome, for an event's {error} and the
+	// table's error column (ErrorValue).
 	Error string
 	// Attempt is the attempt the delivery reported, for an event's {attempt}.
 	Attempt int

@@ -41,7 +41,8 @@ const (
 	ParamNow
 	// ParamAt is {at}: when a retry_after row becomes due.
 	ParamAt
-	// ParamError is {error}: the text the handler gave with Outcome.WithError ("" when none).
+	// ParamError is {error}: the text the handler gave with Fail or Outcome.WithError ("" when
+	// none).
 	ParamError
 	// ParamGroup is {group}: the subscription's group ("" for a table without groups).
 	ParamGroup

@@ -31,6 +31,15 @@ type Table struct {
 	LockedUntil string
 	// Headers holds message metadata as a JSON object (including W3C traceparent).
 	Headers string
+	// Error, when set, keeps the text of the last error a handler settled its row with
+	// (Fail(err), or an outcome's WithError(err)): a nullable text column (PostgreSQL
+	// text, MySQL TEXT, SQLite TEXT; a varchar must hold MaxErrorBytes), written by the
+	// settlement statement itself and moved with the row to a dead letter. The text is
+	// cut to MaxErrorBytes (ErrorText). A retry without an error leaves the column as it
+	// was; Ack and Drop write the outcome's error, or clear the column when it carries
+	// none (a row kept with processed_at after it succeeded shows no stale error). A
+	// requeue keeps it.
+	Error string
 	// AdvisoryKey selects the advisory lock form: a template such as "jobs-{id}" whose
 	// {placeholders} name columns; rows with equal keys are worked one at a time. Keys are
 	// database-wide, so prefix them with something unique to the table.
@@ -129,6 +138,7 @@ func (t Table) Columns() []NamedColumn {
 	add("ProcessedAt", t.ProcessedAt)
 	add("LockedUntil", t.LockedUntil)
 	add("Headers", t.Headers)
+	add("Error", t.Error)
 	if parts, err := ParseKey(t.AdvisoryKey); err == nil {
 		for _, p := range parts {
 			if p.Column != "" {

@@ -40,10 +40,10 @@ type batchReq struct {
 }
 
 // Batchable says whether a step can join a batch: acks, retries and releases (one
-// statement shape for every row). RetryAfter carries a time per row, dead-letter moves
-// and the service's own events run alone.
+// statement shape for every row). RetryAfter and snoozes carry a time per row, a step
+// with an error its text; they, dead-letter moves and the service's own events run alone.
 func Batchable(step dialects.Step) bool {
-	if step.Event != "" {
+	if step.Event != "" || step.Error != "" {
 		return false
 	}
 	switch step.Kind {

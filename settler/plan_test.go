@@ -1,6 +1,8 @@
 package settler
 
 import (
+	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -42,5 +44,59 @@ func TestPlanNamesTheEventsThatReplaceSettlements(t *testing.T) {
 	step, _ := own.Plan(Outcome{Verdict: Retry, Error: "boom"}, 1, now)
 	if step.Error != "boom" {
 		t.Errorf("step error %q, want the outcome's", step.Error)
+	}
+}
+
+func TestPlanFailAndSnooze(t *testing.T) {
+	now := time.Now()
+	boom := errors.New("boom")
+	var asked []int
+	backoff := func(attempt int, err error) time.Duration {
+		if !errors.Is(err, boom) {
+			t.Errorf("the policy got error %v, want the handler's", err)
+		}
+		asked = append(asked, attempt)
+		return time.Duration(attempt) * time.Minute
+	}
+	table := Rules{MaxAttempts: 3, HasRetryAfter: true, Backoff: backoff}
+	lease := Rules{MaxAttempts: 3, LeaseDelays: true, Backoff: backoff}
+	bare := Rules{MaxAttempts: 3, Backoff: backoff}
+	fail := Outcome{Verdict: Fail, Err: boom, Error: "boom"}
+	snooze := Outcome{Verdict: Snooze, Delay: time.Hour}
+	for _, c := range []struct {
+		name    string
+		rules   Rules
+		o       Outcome
+		attempt int
+		kind    dialects.StepKind
+		at      time.Time // zero: not checked
+		note    Note
+	}{
+		{"fail waits the policy's delay", table, fail, 2, dialects.StepRetryAfter, now.Add(2 * time.Minute), NoNote},
+		{"fail at the cap moves the row", table, fail, 3, dialects.StepDeadLetter, time.Time{}, NoteAttemptsSpent},
+		{"fail waits in the lease without retry_after", lease, fail, 1, dialects.StepRetryAfter, now.Add(time.Minute), NoNote},
+		{"fail retries at once without retry_after outside the lease form", bare, fail, 1, dialects.StepRetry, time.Time{}, NoteFailNoRetryAfter},
+		{"a negative delay is none", Rules{HasRetryAfter: true, Backoff: func(int, error) time.Duration { return -time.Hour }}, fail, 1, dialects.StepRetryAfter, now, NoNote},
+		{"no policy returns the row at once", Rules{HasRetryAfter: true}, fail, 1, dialects.StepRetryAfter, now, NoNote},
+		{"snooze waits its delay", table, snooze, 1, dialects.StepSnooze, now.Add(time.Hour), NoNote},
+		{"snooze at the cap is no dead letter", table, snooze, 7, dialects.StepSnooze, now.Add(time.Hour), NoNote},
+		{"snooze waits in the lease without retry_after", lease, snooze, 1, dialects.StepSnooze, now.Add(time.Hour), NoNote},
+		{"snooze is refused without retry_after outside the lease form", bare, snooze, 1, dialects.StepRelease, time.Time{}, NoteSnoozeNoRetryAfter},
+		{"a retry after without retry_after keeps its rule in the lease form", lease, Outcome{Verdict: RetryAfter, Delay: time.Hour}, 1, dialects.StepRetry, time.Time{}, NoteNoRetryAfter},
+	} {
+		step, note := c.rules.Plan(c.o, c.attempt, now)
+		if step.Kind != c.kind || note != c.note || (!c.at.IsZero() && !step.At.Equal(c.at)) {
+			t.Errorf("%s: step %v at %v note %v, want %v at %v note %v", c.name, step.Kind, step.At, note, c.kind, c.at, c.note)
+		}
+		if step.Error != c.o.Error {
+			t.Errorf("%s: step error %q, want %q", c.name, step.Error, c.o.Error)
+		}
+	}
+	if want := []int{2, 1, 1}; !slices.Equal(asked, want) {
+		t.Errorf("the policy was asked for attempts %v, want %v (never for a dead letter)", asked, want)
+	}
+	// A step carrying an error never joins a batch: the batch statements write no error.
+	if Batchable(dialects.Step{Kind: dialects.StepRetry, Error: "boom"}) || !Batchable(dialects.Step{Kind: dialects.StepRetry}) {
+		t.Error("a retry with an error must run alone, one without may join a batch")
 	}
 }

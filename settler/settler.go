@@ -2,8 +2,8 @@
 // calls for, and runs it where the form says: with the lease token (lease form) or on the
 // session that holds the key (advisory form).
 //
-// It keeps no backoff policy: the handler reads its attempt and picks its own delay.
-// Delays never leave the database.
+// The backoff of a failed delivery (Fail) is the subscription's policy (Rules.Backoff);
+// Retry and RetryAfter keep the handler's own choice. Delays never leave the database.
 package settler
 
 import (
@@ -40,6 +40,12 @@ const (
 	RetryAfter
 	// Custom runs an event of the service's own, named by Outcome.Event.
 	Custom
+	// Fail is a failed delivery: the row returns after the subscription's backoff
+	// (Rules.Backoff), with its error recorded, or moves to its dead letter once its
+	// attempts are spent.
+	Fail
+	// Snooze returns the row after Outcome.Delay without spending an attempt.
+	Snooze
 )
 
 func (v Verdict) String() string {
@@ -54,28 +60,42 @@ func (v Verdict) String() string {
 		return "retry_after"
 	case Custom:
 		return "custom"
+	case Fail:
+		return "fail"
+	case Snooze:
+		return "snooze"
 	}
 	return "unsettled"
 }
 
-// Outcome is a verdict and, for RetryAfter, its delay.
+// Outcome is a verdict and, for RetryAfter and Snooze, its delay.
 type Outcome struct {
 	Verdict Verdict
 	Delay   time.Duration
 	// Event names a Custom outcome's event; Args are its {arg1}, {arg2}, ... values.
 	Event string
 	Args  []any
-	// Error is the handler's reason, for an event's {error}.
+	// Error is the handler's reason, for an event's {error} and the error column.
 	Error string
+	// Err is the handler's error itself (Fail's, or WithError's), for the backoff policy,
+	// the log, the span and the OnSettled hook.
+	Err error
 }
 
 // Rules are a subscription's settlement rules.
 type Rules struct {
-	// MaxAttempts, when above zero, turns a Retry or RetryAfter of a row whose attempt
-	// reached it into a dead-letter move.
+	// MaxAttempts, when above zero, turns a Retry, RetryAfter or Fail of a row whose
+	// attempt reached it into a dead-letter move.
 	MaxAttempts int
 	// HasRetryAfter says the table can store a delay; without it RetryAfter is a Retry.
 	HasRetryAfter bool
+	// LeaseDelays says a delay without retry_after can be kept in the row's lease
+	// (locked_until = the due time): the lease form. Fail and Snooze then delay; RetryAfter
+	// keeps its rule (a Retry, with a warning).
+	LeaseDelays bool
+	// Backoff is a failed delivery's delay from the attempt it reported and its error.
+	// nil returns the row at once.
+	Backoff func(attempt int, err error) time.Duration
 	// Events are the names of the subscription's own events (QueueSpec.Events): a step
 	// whose built-in name (ack, drop, retry, retry_after, dead_letter) is among them runs
 	// the event instead.
@@ -91,6 +111,12 @@ const (
 	NoteAttemptsSpent
 	// NoteNoRetryAfter: RetryAfter ran as Retry because the table has no retry_after column.
 	NoteNoRetryAfter
+	// NoteFailNoRetryAfter: a Fail ran as Retry (no delay) because the table has no
+	// retry_after column and is not in the lease form.
+	NoteFailNoRetryAfter
+	// NoteSnoozeNoRetryAfter: a Snooze was refused (the step releases the row unsettled)
+	// because the table has no retry_after column and is not in the lease form.
+	NoteSnoozeNoRetryAfter
 )
 
 // Plan returns the step for an outcome of a delivery that reported attempt, as of now.
@@ -110,13 +136,22 @@ func (r Rules) plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note)
 	case Ack, Drop:
 		step.Kind = dialects.StepAck
 		return step, NoNote
-	case Retry, RetryAfter:
+	case Retry, RetryAfter, Fail:
 		if r.MaxAttempts > 0 && attempt >= r.MaxAttempts {
 			step.Kind = dialects.StepDeadLetter
 			return step, NoteAttemptsSpent
 		}
-		if o.Verdict == Retry {
+		switch o.Verdict {
+		case Retry:
 			step.Kind = dialects.StepRetry
+			return step, NoNote
+		case Fail:
+			step.At = now.Add(r.backoff(attempt, o.Err))
+			if !r.HasRetryAfter && !r.LeaseDelays && !r.Events[dialects.EventRetryAfter] {
+				step.Kind = dialects.StepRetry
+				return step, NoteFailNoRetryAfter
+			}
+			step.Kind = dialects.StepRetryAfter
 			return step, NoNote
 		}
 		step.At = now.Add(max(o.Delay, 0))
@@ -125,6 +160,15 @@ func (r Rules) plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note)
 			return step, NoteNoRetryAfter
 		}
 		step.Kind = dialects.StepRetryAfter
+		return step, NoNote
+	case Snooze:
+		// Never a dead letter: a snooze spends no attempt.
+		step.At = now.Add(max(o.Delay, 0))
+		if !r.HasRetryAfter && !r.LeaseDelays {
+			step.Kind = dialects.StepRelease
+			return step, NoteSnoozeNoRetryAfter
+		}
+		step.Kind = dialects.StepSnooze
 		return step, NoNote
 	case Custom:
 		step.Kind, step.Event, step.Args = dialects.StepCustom, o.Event, o.Args
@@ -135,7 +179,16 @@ func (r Rules) plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note)
 	}
 }
 
-// builtinEvent names the built-in settlement a step runs, as events replace them.
+// backoff is a failed delivery's delay by the policy, never negative.
+func (r Rules) backoff(attempt int, err error) time.Duration {
+	if r.Backoff == nil {
+		return 0
+	}
+	return max(r.Backoff(attempt, err), 0)
+}
+
+// builtinEvent names the built-in settlement a step runs, as events replace them. A
+// snooze has no event of its own: it always runs its built-in statement.
 func builtinEvent(v Verdict, k dialects.StepKind) string {
 	switch k {
 	case dialects.StepAck:

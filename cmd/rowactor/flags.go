@@ -70,6 +70,7 @@ var tableFlags = []struct {
 	{"locked-until", "Table.LockedUntil", "", "the lease expiry column (the lease form)", func(t *rowactor.Table) *string { return &t.LockedUntil }},
 	{"advisory-key", "Table.AdvisoryKey", "", "the advisory key template, e.g. jobs-{id} (the advisory lock form)", func(t *rowactor.Table) *string { return &t.AdvisoryKey }},
 	{"headers", "Table.Headers", "", "the headers column (a JSON object)", func(t *rowactor.Table) *string { return &t.Headers }},
+	{"error", "Table.Error", "", "the last error column (the text of a handler's Fail)", func(t *rowactor.Table) *string { return &t.Error }},
 }
 
 // addTableFlags binds the column flags to t's fields.

@@ -44,7 +44,11 @@ func newBatchSQL(t dialects.Table) *batchSQL {
 		release: inList{prefix: "UPDATE " + tq + " SET " + lu + " = NULL" + where, item: "?", suffix: ")"},
 	}
 	if t.ProcessedAt != "" {
-		b.ack = inList{prefix: "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?, " + lu + " = NULL" + where, item: "?", suffix: ")"}
+		clear := ""
+		if t.Error != "" {
+			clear = ", " + quote(t.Error) + " = NULL" // an ack clears a failed attempt's error
+		}
+		b.ack = inList{prefix: "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?, " + lu + " = NULL" + clear + where, item: "?", suffix: ")"}
 		b.ackNow = true
 	} else {
 		b.ack = inList{prefix: "DELETE FROM " + tq + where, item: "?", suffix: ")"}

@@ -116,20 +116,33 @@ func (q *queue) errorf(op string, err error) error {
 }
 
 // settleSQL holds the settlement statements of one subscription, with ? placeholders in
-// a fixed order: the SET values, the id, then (lease form) the token. The lease form's
-// statements are fenced by the token and clear the lease; the others name the id only,
-// since the row lock or the key excludes every other delivery. An empty text means the
-// step writes nothing, or (retryAfter, dead letters) that the table cannot run it.
+// a fixed order: the SET values, the error (when the table has an error column), the id,
+// then (lease form) the token. The lease form's statements are fenced by the token and
+// clear the lease; the others name the id only, since the row lock or the key excludes
+// every other delivery. An empty text means the step writes nothing, or (retryAfter,
+// snooze, dead letters) that the table cannot run it.
+//
+// A lease table without a retry_after column delays a row (retryAfter, snooze) by leaving
+// it leased until then: locked_until = at (parks; see dialects.StepRetryAfter).
 type settleSQL struct {
-	ack        string // [processed_at,] id[, token]
-	ackNow     bool   // ack sets processed_at
+	ack    string // [processed_at, [error,]] id[, token]
+	ackNow bool   // ack sets processed_at
+	// hasErr says the table has an error column: every statement but release binds the
+	// outcome's error after its SET values (the move's insert binds it first).
+	hasErr     bool
 	release    string // lease form: id, token
-	retry      string // row lock form with an attempt column: id
-	retryAfter string // at, id[, token]
-	deadGroup  string // dest, id[, token]
+	retry      string // [error,] id[, token]: see below
+	retryAfter string // at, [error,] id[, token]
+	snooze     string // at, [error,] id[, token]
+	parks      bool   // retryAfter and snooze write locked_until (lease form, no retry_after)
+	deadGroup  string // dest, [error,] id[, token]
 	destGroup  string
-	moveInsert string // id[, token]
+	moveInsert string // [error,] id[, token]
+	moveErr    bool   // moveInsert binds the error first
 	moveDelete string // id[, token]
+	// retryNeedsError: the advisory form's retry writes only the error (the take counted
+	// the attempt, the unlock returns the row), so it runs only for a step with one.
+	retryNeedsError bool
 }
 
 // buildSettle builds the settlements; attemptMax is where the row lock form's count stops,
@@ -144,35 +157,60 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 		where += " AND " + quote(t.LockedUntil) + " = ?"
 		unlease = ", " + quote(t.LockedUntil) + " = NULL"
 	}
+	keepErr := ""
+	if t.Error != "" {
+		keepErr = ", " + quote(t.Error) + " = " + dialects.KeepError(quote(t.Error), "?")
+	}
 	count := ""
 	if form == dialects.FormRowLock && t.Attempt != "" {
 		// The row lock form counts the attempt when a retry returns the row.
 		count = ", " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), attemptMax)
 	}
-	var s settleSQL
+	uncount := ""
+	if form != dialects.FormRowLock && t.Attempt != "" {
+		// The claim counted the attempt; a snooze gives it back.
+		uncount = ", " + quote(t.Attempt) + " = " + dialects.UncountAttempt(quote(t.Attempt))
+	}
+	delay, delayUnlease := t.RetryAfter, unlease
+	s := settleSQL{hasErr: t.Error != ""}
+	if lease && delay == "" {
+		delay, delayUnlease, s.parks = t.LockedUntil, "", true
+	}
 	if t.ProcessedAt != "" {
-		s.ack = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?" + unlease + where
+		ackErr := ""
+		if t.Error != "" {
+			// An ack writes the outcome's error as is: NULL clears a failed attempt's.
+			ackErr = ", " + quote(t.Error) + " = ?"
+		}
+		s.ack = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?" + unlease + ackErr + where
 		s.ackNow = true
 	} else {
 		s.ack = "DELETE FROM " + tq + where
 	}
 	if lease {
 		s.release = "UPDATE " + tq + " SET " + quote(t.LockedUntil) + " = NULL" + where
+		s.retry = "UPDATE " + tq + " SET " + quote(t.LockedUntil) + " = NULL" + keepErr + where
+	} else if set := count + keepErr; set != "" {
+		s.retry = "UPDATE " + tq + " SET" + strings.TrimPrefix(set, ",") + where
+		s.retryNeedsError = form == dialects.FormAdvisory
 	}
-	if count != "" {
-		s.retry = "UPDATE " + tq + " SET" + strings.TrimPrefix(count, ",") + where
-	}
-	if t.RetryAfter != "" {
-		s.retryAfter = "UPDATE " + tq + " SET " + quote(t.RetryAfter) + " = ?" + count + unlease + where
+	if delay != "" {
+		s.retryAfter = "UPDATE " + tq + " SET " + quote(delay) + " = ?" + delayUnlease + count + keepErr + where
+		s.snooze = "UPDATE " + tq + " SET " + quote(delay) + " = ?" + delayUnlease + uncount + keepErr + where
 	}
 	if spec.DeadLetterGroup != "" {
-		s.deadGroup = "UPDATE " + tq + " SET " + quote(t.Group) + " = ?" + unlease + where
+		s.deadGroup = "UPDATE " + tq + " SET " + quote(t.Group) + " = ?" + unlease + keepErr + where
 		s.destGroup = spec.DeadLetterGroup
 	} else if spec.DeadLetterTable != "" {
 		// The whole row: every column both tables share, read from the catalog at Open.
+		// The error's ? comes before the WHERE's: the Error role is copied once.
 		into, sel := dialects.MoveLists(moveCols, false, quote, func(c dialects.MoveColumn) string {
-			if lease && c.Role == "LockedUntil" {
+			switch {
+			case lease && c.Role == "LockedUntil":
 				return "NULL" // the moved row arrives without a lease
+			case c.Role == "Error":
+				s.moveErr = true
+				return dialects.KeepError(quote(c.Name), "?")
 			}
 			return ""
 		})
@@ -185,7 +223,7 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 // texts lists the statements to prepare: the move's too, which checks it against the live
 // schema although it runs inside a transaction.
 func (s *settleSQL) texts() []string {
-	return []string{s.ack, s.release, s.retry, s.retryAfter, s.deadGroup, s.moveInsert, s.moveDelete}
+	return []string{s.ack, s.release, s.retry, s.retryAfter, s.snooze, s.deadGroup, s.moveInsert, s.moveDelete}
 }
 
 var (
@@ -195,44 +233,68 @@ var (
 
 // statement returns the text and arguments of a step's one statement. fence is appended
 // after the id (the lease token). move reports a dead letter into a table, which runs as
-// two statements in a transaction with args. An empty text with no error means the step
-// writes nothing in this form.
+// two statements in a transaction with args (move). An empty text with no error means
+// the step writes nothing in this form.
 func (s *settleSQL) statement(step dialects.Step, id int64, fence ...any) (text string, args []any, move bool, err error) {
 	key := append([]any{id}, fence...)
+	// with binds a statement's SET values, then the error, then the key.
+	with := func(values ...any) []any {
+		if s.hasErr {
+			values = append(values, step.ErrorValue())
+		}
+		return append(values, key...)
+	}
 	switch step.Kind {
 	case dialects.StepAck:
 		if s.ackNow {
-			return s.ack, append([]any{dbTime(step.Now)}, key...), false, nil
+			return s.ack, with(dbTime(step.Now)), false, nil
 		}
 		return s.ack, key, false, nil
 	case dialects.StepRetry:
-		if s.release != "" {
-			return s.release, key, false, nil
+		if s.retry == "" || (s.retryNeedsError && step.Error == "") {
+			return "", nil, false, nil
 		}
-		if s.retry != "" {
-			return s.retry, key, false, nil
-		}
-		return "", nil, false, nil
+		return s.retry, with(), false, nil
 	case dialects.StepRelease:
 		if s.release != "" {
 			return s.release, key, false, nil
 		}
 		return "", nil, false, nil
-	case dialects.StepRetryAfter:
-		if s.retryAfter == "" {
+	case dialects.StepRetryAfter, dialects.StepSnooze:
+		text := s.retryAfter
+		if step.Kind == dialects.StepSnooze {
+			text = s.snooze
+		}
+		if text == "" {
 			return "", nil, false, errNoRetryAfter
 		}
-		return s.retryAfter, append([]any{dbTime(step.At)}, key...), false, nil
+		return text, with(s.parkAt(step.At, fence)), false, nil
 	case dialects.StepDeadLetter:
 		switch {
 		case s.deadGroup != "":
-			return s.deadGroup, append([]any{s.destGroup}, key...), false, nil
+			return s.deadGroup, with(s.destGroup), false, nil
 		case s.moveInsert != "":
+			if s.moveErr {
+				return "", append([]any{step.ErrorValue()}, key...), true, nil
+			}
 			return "", key, true, nil
 		}
 		return "", nil, false, errNoDeadLetter
 	}
 	return "", nil, false, fmt.Errorf("unknown step %v", step.Kind)
+}
+
+// parkAt is the time a delayed row waits for. A row parked in its lease must change when
+// parked, for MySQL counts only changed rows and an unchanged row reads as a lost lease:
+// a time equal to the token (as stored) moves one microsecond on.
+func (s *settleSQL) parkAt(at time.Time, fence []any) time.Time {
+	at = dbTime(at)
+	if s.parks && len(fence) > 0 {
+		if token, ok := fence[0].(time.Time); ok && at.Equal(token) {
+			at = at.Add(time.Microsecond)
+		}
+	}
+	return at
 }
 
 // execer runs a statement: a pool, a transaction or a dedicated connection.
@@ -248,6 +310,9 @@ func (q *queue) move(ctx context.Context, tx execer, args []any) (bool, error) {
 	copied, err := affected(tx.ExecContext(ctx, q.settle.moveInsert, args...))
 	if err != nil {
 		return false, fmt.Errorf("copy: %w", err)
+	}
+	if q.settle.moveErr {
+		args = args[1:] // the copy's error value; the delete names the row alone
 	}
 	deleted, err := affected(tx.ExecContext(ctx, q.settle.moveDelete, args...))
 	if err != nil {

@@ -61,6 +61,8 @@ func columnType(role string) string {
 		return "DATETIME(6) NULL"
 	case "Headers":
 		return "JSON NULL"
+	case "Error":
+		return "TEXT NULL" // up to 65535 bytes; rowactor writes at most dialects.MaxErrorBytes
 	}
 	// Advisory key placeholder columns.
 	return "VARCHAR(191) NULL"

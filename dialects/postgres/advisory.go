@@ -216,28 +216,15 @@ func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) erro
 		}
 		return err
 	}
-	st := &q.settle
-	b := q.bind()
-	b.id, b.now, b.at = id, step.Now, step.At
-	var err error
-	switch step.Kind {
-	case dialects.StepAck:
-		_, err = q.exec(ctx, db, "ack", st.ack, &b)
-	case dialects.StepRetry, dialects.StepRelease:
-		// The take counted the attempt; releasing the key returns the row.
-	case dialects.StepRetryAfter:
-		if st.retryAfter.text == "" {
-			return q.errorf("retry_after", errNoRetryAfter)
-		}
-		_, err = q.exec(ctx, db, "retry_after", st.retryAfter, &b)
-	case dialects.StepDeadLetter:
-		dl, derr := st.deadLetter()
-		if derr != nil {
-			return q.errorf("dead-letter", derr)
-		}
-		_, err = q.exec(ctx, db, "dead-letter", dl, &b)
-	default:
-		err = q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
+	st, err := q.settle.pick(step)
+	switch {
+	case err != nil:
+		err = q.errorf(step.Kind.String(), err)
+	case st.text != "":
+		// A retry or a release writes nothing but a retry's error: the take counted the
+		// attempt, and releasing the key returns the row.
+		b := q.stepBind(step, id)
+		_, err = q.exec(ctx, db, step.Kind.String(), st, &b)
 	}
 	if s.open {
 		err = ended(err)

@@ -34,7 +34,11 @@ func buildBatch(t dialects.Table) batchSQL {
 	from := " FROM l WHERE u." + id + " = l.id RETURNING u." + id
 	var b batchSQL
 	if t.ProcessedAt != "" {
-		b.ack = with + "UPDATE " + tq + " AS u SET " + quote(t.ProcessedAt) + " = $3, " + lu + " = NULL" + from
+		clear := ""
+		if t.Error != "" {
+			clear = ", " + quote(t.Error) + " = NULL" // an ack clears a failed attempt's error
+		}
+		b.ack = with + "UPDATE " + tq + " AS u SET " + quote(t.ProcessedAt) + " = $3, " + lu + " = NULL" + clear + from
 	} else {
 		b.ack = with + "DELETE FROM " + tq + " AS u USING l WHERE u." + id + " = l.id RETURNING u." + id
 	}

@@ -136,28 +136,18 @@ func (q *leaseQueue) SettleLease(ctx context.Context, step dialects.Step, held d
 
 // settleOn runs SettleLease's statement on db: the pool, or a delivery's transaction.
 func (q *leaseQueue) settleOn(ctx context.Context, db querier, step dialects.Step, held dialects.Lease) (bool, error) {
-	b := q.bind()
-	b.id, b.token, b.now, b.at = held.ID, held.Token, step.Now, step.At
-	s := &q.settle
-	switch step.Kind {
-	case dialects.StepAck:
-		return q.exec(ctx, db, "ack", s.ack, &b)
-	case dialects.StepRetry, dialects.StepRelease:
-		return q.exec(ctx, db, step.Kind.String(), s.release, &b)
-	case dialects.StepRetryAfter:
-		if s.retryAfter.text == "" {
-			return false, q.errorf("retry_after", errNoRetryAfter)
-		}
-		return q.exec(ctx, db, "retry_after", s.retryAfter, &b)
-	case dialects.StepDeadLetter:
-		dl, err := s.deadLetter()
-		if err != nil {
-			return false, q.errorf("dead-letter", err)
-		}
-		// The move's command tag counts the rows inserted, which are the rows deleted.
-		return q.exec(ctx, db, "dead-letter", dl, &b)
+	op := step.Kind.String()
+	st, err := q.settle.pick(step)
+	if err == nil && st.text == "" {
+		err = fmt.Errorf("no statement for step %v", step.Kind)
 	}
-	return false, q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
+	if err != nil {
+		return false, q.errorf(op, err)
+	}
+	b := q.stepBind(step, held.ID)
+	b.token = held.Token
+	// A move's command tag counts the rows inserted, which are the rows deleted.
+	return q.exec(ctx, db, op, st, &b)
 }
 
 // txLeaseQueue is a transactional subscription's lease queue: the claim has committed

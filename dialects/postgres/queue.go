@@ -133,22 +133,31 @@ func (q *queue) exec(ctx context.Context, db querier, op string, s stmt, b *bind
 // settleSQL holds one subscription's settlement statements. The lease form's are fenced
 // by the token and clear the lease; the row lock and advisory forms' name the id only,
 // since the row lock or the key excludes every other delivery. An empty text is a step
-// the table cannot run.
+// the table cannot run, or (retry, release) one with nothing to write.
 type settleSQL struct {
-	ack        stmt
-	release    stmt // lease form: clear the lease
-	retry      stmt // row lock form with an attempt column: count the attempt
-	retryAfter stmt
-	deadGroup  stmt
-	move       stmt // into the dead-letter table, in one statement
+	ack     stmt
+	release stmt // lease form: clear the lease
+	// retry returns the row at once: the row lock form counts the attempt, the lease form
+	// clears the lease; either writes the outcome's error into the error column. The
+	// advisory form writes only the error (the take counted; the unlock returns the row),
+	// and runs it only for a step that carries one (retryNeedsError).
+	retry           stmt
+	retryNeedsError bool
+	retryAfter      stmt
+	snooze          stmt
+	deadGroup       stmt
+	move            stmt // into the dead-letter table, in one statement
 }
 
 func (s *settleSQL) all() []stmt {
-	return []stmt{s.ack, s.release, s.retry, s.retryAfter, s.deadGroup, s.move}
+	return []stmt{s.ack, s.release, s.retry, s.retryAfter, s.snooze, s.deadGroup, s.move}
 }
 
 // buildSettle builds the settlements; attemptMax is where the row lock form's count stops,
 // moveCols the columns a move into the dead-letter table copies (deadLetterColumns).
+//
+// A lease table without a retry_after column delays a row (retry_after, snooze) by
+// leaving it leased until then: locked_until = at (see dialects.StepRetryAfter).
 func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, moveCols []dialects.MoveColumn) settleSQL {
 	t := spec.Table
 	tq := quote(t.Name)
@@ -164,15 +173,37 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 	if lease {
 		unlease = ", " + quote(t.LockedUntil) + " = NULL"
 	}
+	// keepErr writes the outcome's error, or keeps the column's, in a statement that
+	// returns or moves the row.
+	keepErr := func(w *builder) string {
+		if t.Error == "" {
+			return ""
+		}
+		return ", " + quote(t.Error) + " = " + dialects.KeepError(quote(t.Error), w.p(pErr))
+	}
 	count := ""
 	if form == dialects.FormRowLock && t.Attempt != "" {
 		// The row lock form counts the attempt when a retry returns the row.
 		count = ", " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), attemptMax)
 	}
+	uncount := ""
+	if form != dialects.FormRowLock && t.Attempt != "" {
+		// The claim counted the attempt; a snooze gives it back.
+		uncount = ", " + quote(t.Attempt) + " = " + dialects.UncountAttempt(quote(t.Attempt))
+	}
+	// delay is the column a delayed row waits in, and what else its statement sets.
+	delay, delayUnlease := t.RetryAfter, unlease
+	if lease && delay == "" {
+		delay, delayUnlease = t.LockedUntil, ""
+	}
 	var s settleSQL
 	var w builder
 	if t.ProcessedAt != "" {
 		w.w("UPDATE ", tq, " SET ", quote(t.ProcessedAt), " = ", w.p(pNow), unlease)
+		if t.Error != "" {
+			// An ack writes the outcome's error as is: NULL clears a failed attempt's.
+			w.w(", ", quote(t.Error), " = ", w.p(pErr))
+		}
 	} else {
 		w.w("DELETE FROM ", tq)
 	}
@@ -184,29 +215,49 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 		where(&w)
 		s.release = w.stmt()
 	}
-	if form == dialects.FormRowLock && t.Attempt != "" {
+	switch {
+	case lease:
 		w = builder{}
-		w.w("UPDATE ", tq, " SET ", quote(t.Attempt), " = ", dialects.CountAttempt(quote(t.Attempt), attemptMax))
+		w.w("UPDATE ", tq, " SET ", quote(t.LockedUntil), " = NULL", keepErr(&w))
 		where(&w)
 		s.retry = w.stmt()
-	}
-	if t.RetryAfter != "" {
+	case form == dialects.FormRowLock && (t.Attempt != "" || t.Error != ""):
 		w = builder{}
-		w.w("UPDATE ", tq, " SET ", quote(t.RetryAfter), " = ", w.p(pAt), unlease, count)
+		set := count + keepErr(&w)
+		w.w("UPDATE ", tq, " SET ", set[2:])
+		where(&w)
+		s.retry = w.stmt()
+	case form == dialects.FormAdvisory && t.Error != "":
+		w = builder{}
+		w.w("UPDATE ", tq, " SET ", keepErr(&w)[2:])
+		where(&w)
+		s.retry, s.retryNeedsError = w.stmt(), true
+	}
+	if delay != "" {
+		w = builder{}
+		w.w("UPDATE ", tq, " SET ", quote(delay), " = ", w.p(pAt), delayUnlease, count, keepErr(&w))
 		where(&w)
 		s.retryAfter = w.stmt()
+		w = builder{}
+		w.w("UPDATE ", tq, " SET ", quote(delay), " = ", w.p(pAt), delayUnlease, uncount, keepErr(&w))
+		where(&w)
+		s.snooze = w.stmt()
 	}
 	switch {
 	case spec.DeadLetterGroup != "":
 		w = builder{}
-		w.w("UPDATE ", tq, " SET ", quote(t.Group), " = ", w.p(pDest), unlease)
+		w.w("UPDATE ", tq, " SET ", quote(t.Group), " = ", w.p(pDest), unlease, keepErr(&w))
 		where(&w)
 		s.deadGroup = w.stmt()
 	case spec.DeadLetterTable != "":
+		w = builder{}
 		// The whole row: every column both tables share, read from the catalog at Open.
 		into, sel := dialects.MoveLists(moveCols, false, quote, func(c dialects.MoveColumn) string {
-			if lease && c.Role == "LockedUntil" {
+			switch {
+			case lease && c.Role == "LockedUntil":
 				return "NULL" // the moved row arrives without a lease
+			case c.Role == "Error":
+				return dialects.KeepError(quote(c.Name), w.p(pErr))
 			}
 			return ""
 		})
@@ -214,7 +265,6 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 		for i, c := range moveCols {
 			returning[i] = quote(c.Name)
 		}
-		w = builder{}
 		w.w("WITH moved AS (DELETE FROM ", tq)
 		where(&w)
 		// OVERRIDING SYSTEM VALUE keeps the row's id even when the dead-letter table's id
@@ -240,6 +290,43 @@ func (s *settleSQL) deadLetter() (stmt, error) {
 		return s.move, nil
 	}
 	return stmt{}, errNoDeadLetter
+}
+
+// pick returns a built-in step's statement; an empty one writes nothing (a row lock
+// release, a retry with nothing to count or record). It refuses a step the table cannot
+// run.
+func (s *settleSQL) pick(step dialects.Step) (stmt, error) {
+	switch step.Kind {
+	case dialects.StepAck:
+		return s.ack, nil
+	case dialects.StepRetry:
+		if s.retryNeedsError && step.Error == "" {
+			return stmt{}, nil
+		}
+		return s.retry, nil
+	case dialects.StepRelease:
+		return s.release, nil
+	case dialects.StepRetryAfter:
+		if s.retryAfter.text == "" {
+			return stmt{}, errNoRetryAfter
+		}
+		return s.retryAfter, nil
+	case dialects.StepSnooze:
+		if s.snooze.text == "" {
+			return stmt{}, errNoRetryAfter
+		}
+		return s.snooze, nil
+	case dialects.StepDeadLetter:
+		return s.deadLetter()
+	}
+	return stmt{}, fmt.Errorf("unknown step %v", step.Kind)
+}
+
+// stepBind is the bind of a built-in step for row id.
+func (q *queue) stepBind(step dialects.Step, id int64) bind {
+	b := q.bind()
+	b.id, b.now, b.at, b.err = id, step.Now, step.At, step.ErrorValue()
+	return b
 }
 
 // scanRow reads id, payload[, attempt][, headers][, key]. A row whose values do not scan

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -145,29 +144,10 @@ func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
 	if step.Event != "" {
 		return c.settleEvent(ctx, step)
 	}
-	s := &q.settle
-	var st stmt
-	switch step.Kind {
-	case dialects.StepAck:
-		st = s.ack
-	case dialects.StepRetry:
-		st = s.retry // empty without an attempt column: nothing to write
-	case dialects.StepRetryAfter:
-		if s.retryAfter.text == "" {
-			c.end(ctx)
-			return q.errorf("retry_after", errNoRetryAfter)
-		}
-		st = s.retryAfter
-	case dialects.StepDeadLetter:
-		var err error
-		if st, err = s.deadLetter(); err != nil {
-			c.end(ctx)
-			return q.errorf("dead-letter", err)
-		}
-	case dialects.StepRelease:
-	default:
+	st, err := q.settle.pick(step)
+	if err != nil {
 		c.end(ctx)
-		return q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
+		return q.errorf(step.Kind.String(), err)
 	}
 	op := step.Kind.String()
 	if st.text == "" {
@@ -183,8 +163,7 @@ func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
 		c.end(ctx)
 		return q.errorf(op, err)
 	}
-	b := q.bind()
-	b.id, b.now, b.at = c.row.ID, step.Now, step.At
+	b := q.stepBind(step, c.row.ID)
 	if _, err := c.tx.Exec(ctx, st.text, st.args(&b)...); err != nil {
 		c.end(ctx)
 		return q.errorf(op, ended(err))

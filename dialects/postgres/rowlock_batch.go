@@ -112,32 +112,14 @@ func (lb *lockedBatch) run(ctx context.Context, step dialects.Step, id int64) er
 		_, err := q.runEvent(ctx, lb.tx, step, id)
 		return err
 	}
-	s := &q.settle
-	var st stmt
-	switch step.Kind {
-	case dialects.StepAck:
-		st = s.ack
-	case dialects.StepRetry:
-		st = s.retry // empty without an attempt column: nothing to write
-	case dialects.StepRetryAfter:
-		if s.retryAfter.text == "" {
-			return q.errorf("retry_after", errNoRetryAfter)
-		}
-		st = s.retryAfter
-	case dialects.StepDeadLetter:
-		var err error
-		if st, err = s.deadLetter(); err != nil {
-			return q.errorf("dead-letter", err)
-		}
-	case dialects.StepRelease:
-	default:
-		return q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
+	st, err := q.settle.pick(step)
+	if err != nil {
+		return q.errorf(step.Kind.String(), err)
 	}
 	if st.text == "" {
 		return nil
 	}
-	b := q.bind()
-	b.id, b.now, b.at = id, step.Now, step.At
+	b := q.stepBind(step, id)
 	if _, err := lb.tx.Exec(ctx, st.text, st.args(&b)...); err != nil {
 		return q.errorf(step.Kind.String(), err)
 	}

@@ -84,6 +84,8 @@ func columnType(role string) string {
 		return "timestamptz"
 	case "Headers":
 		return "jsonb"
+	case "Error":
+		return "text" // nullable: only a failed settlement writes it
 	}
 	// Key placeholder columns.
 	return "text"

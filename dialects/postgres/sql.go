@@ -63,6 +63,7 @@ const (
 	pDest                   // the dead-letter group
 	pSkip                   // the ids set aside in memory (a bigint[])
 	pKey                    // the advisory key a session locked
+	pErr                    // the outcome's error text for the error column (NULL when none)
 )
 
 // bind holds the values a statement's parameters take.
@@ -76,6 +77,7 @@ type bind struct {
 	key        string
 	limit      int64
 	skip       []int64
+	err        any // nil or a string: Step.ErrorValue
 }
 
 // stmt is a statement text and the values of its $n, in order. An empty text is a
@@ -109,6 +111,8 @@ func (s stmt) args(b *bind) []any {
 			args[i] = b.skip
 		case pKey:
 			args[i] = b.key
+		case pErr:
+			args[i] = b.err
 		}
 	}
 	return args

@@ -89,6 +89,7 @@ var roleTypes = map[string][]string{
 	"ProcessedAt": {"timestamp with time zone"},
 	"LockedUntil": {"timestamp with time zone"},
 	"Headers":     {"jsonb", "json", "text", "character varying"},
+	"Error":       {"text", "character varying"},
 }
 
 // checkColumns refuses a description the live table cannot serve: a missing table, a

@@ -200,29 +200,7 @@ func (q *advisoryQueue) advisorySettlement(step dialects.Step, id int64) (settle
 	if step.Event != "" {
 		return q.eventSettlement(step, id)
 	}
-	st := &q.settle
-	rid := sql.Named("id", id)
-	switch step.Kind {
-	case dialects.StepAck:
-		return settlement{op: "ack", text: st.ack, args: []any{rid, sql.Named("now", formatTime(step.Now))}}, nil
-	case dialects.StepRetry, dialects.StepRelease:
-		// The take counted the attempt; releasing the key returns the row.
-		return settlement{op: step.Kind.String()}, nil
-	case dialects.StepRetryAfter:
-		if st.retryAfter == "" {
-			return settlement{}, q.errorf("retry_after", errNoRetryAfter)
-		}
-		return settlement{op: "retry_after", text: st.retryAfter, args: []any{rid, sql.Named("at", formatTime(step.At))}}, nil
-	case dialects.StepDeadLetter:
-		switch {
-		case st.deadGroup != "":
-			return settlement{op: "dead-letter", text: st.deadGroup, args: []any{rid, sql.Named("dest", st.destGroup)}}, nil
-		case st.moveInsert != "":
-			return settlement{op: "dead-letter move", move: true, args: []any{rid}}, nil
-		}
-		return settlement{}, q.errorf("dead-letter", errNoDeadLetter)
-	}
-	return settlement{}, q.errorf("settle", fmt.Errorf("unknown step %v", step.Kind))
+	return q.settlement(step, sql.Named("id", id))
 }
 
 // Unlock ends a transaction still open (rolling it back) and releases the key. It

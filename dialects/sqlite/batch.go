@@ -72,7 +72,11 @@ func newBatchSQL(t dialects.Table) *batchSQL {
 	suffix := ") RETURNING " + id
 	b := &batchSQL{release: valuesList{prefix: "UPDATE " + tq + " SET " + lu + " = NULL" + where, suffix: suffix}}
 	if t.ProcessedAt != "" {
-		b.ack.prefix = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?, " + lu + " = NULL" + where
+		clear := ""
+		if t.Error != "" {
+			clear = ", " + quote(t.Error) + " = NULL" // an ack clears a failed attempt's error
+		}
+		b.ack.prefix = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?, " + lu + " = NULL" + clear + where
 		b.ackNow = true
 	} else {
 		b.ack.prefix = "DELETE FROM " + tq + where

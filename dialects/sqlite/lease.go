@@ -242,25 +242,42 @@ func (q *leaseQueue) leaseSettlement(step dialects.Step, held dialects.Lease) (s
 	if step.Event != "" {
 		return q.leaseEvent(step, held)
 	}
-	id := sql.Named("id", held.ID)
-	token := sql.Named("token", formatTime(held.Token))
+	return q.settlement(step, sql.Named("id", held.ID), sql.Named("token", formatTime(held.Token)))
+}
+
+// settlement picks a built-in step's statement; key names the row (:id, and :token in
+// the lease form). Every statement gets :err, which only those writing the error column
+// name.
+func (q *queue) settlement(step dialects.Step, key ...any) (settlement, error) {
 	s := &q.settle
+	args := func(more ...any) []any {
+		return append(append(append([]any{}, key...), sql.Named("err", step.ErrorValue())), more...)
+	}
 	switch step.Kind {
 	case dialects.StepAck:
-		return settlement{op: "ack", text: s.ack, args: []any{id, token, sql.Named("now", formatTime(step.Now))}}, nil
-	case dialects.StepRetry, dialects.StepRelease:
-		return settlement{op: step.Kind.String(), text: s.release, args: []any{id, token}}, nil
-	case dialects.StepRetryAfter:
-		if s.retryAfter == "" {
-			return settlement{}, q.errorf("retry_after", errNoRetryAfter)
+		return settlement{op: "ack", text: s.ack, args: args(sql.Named("now", formatTime(step.Now)))}, nil
+	case dialects.StepRetry:
+		if s.retryNeedsError && step.Error == "" {
+			return settlement{op: "retry"}, nil // the unlock returns the row
 		}
-		return settlement{op: "retry_after", text: s.retryAfter, args: []any{id, token, sql.Named("at", formatTime(step.At))}}, nil
+		return settlement{op: "retry", text: s.retry, args: args()}, nil
+	case dialects.StepRelease:
+		return settlement{op: "release", text: s.release, args: args()}, nil
+	case dialects.StepRetryAfter, dialects.StepSnooze:
+		text := s.retryAfter
+		if step.Kind == dialects.StepSnooze {
+			text = s.snooze
+		}
+		if text == "" {
+			return settlement{}, q.errorf(step.Kind.String(), errNoRetryAfter)
+		}
+		return settlement{op: step.Kind.String(), text: text, args: args(sql.Named("at", formatTime(step.At)))}, nil
 	case dialects.StepDeadLetter:
 		switch {
 		case s.deadGroup != "":
-			return settlement{op: "dead-letter", text: s.deadGroup, args: []any{id, token, sql.Named("dest", s.destGroup)}}, nil
+			return settlement{op: "dead-letter", text: s.deadGroup, args: args(sql.Named("dest", s.destGroup))}, nil
 		case s.moveInsert != "":
-			return settlement{op: "dead-letter move", move: true, args: []any{id, token}}, nil
+			return settlement{op: "dead-letter move", move: true, args: args()}, nil
 		}
 		return settlement{}, q.errorf("dead-letter", errNoDeadLetter)
 	}

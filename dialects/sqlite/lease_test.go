@@ -293,10 +293,33 @@ func TestSettleLeaseWithoutColumns(t *testing.T) {
 	createTable(t, d, tbl)
 	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
 	l := claimOne(t, d, q, tbl)
-	if _, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepRetryAfter, At: t0}, l); err == nil {
-		t.Error("retry_after without the column succeeded")
-	}
 	if _, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepDeadLetter}, l); err == nil {
 		t.Error("dead letter without a destination succeeded")
+	}
+	// Without retry_after a delay is kept in the lease: the row stays leased until it is due.
+	at := t0.Add(time.Hour)
+	if ok, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepRetryAfter, At: at}, l); err != nil || !ok {
+		t.Fatalf("retry_after parked in the lease: %v %v", ok, err)
+	}
+	if n := count(t, d, "SELECT count(*) FROM jobs WHERE id = ? AND locked_until = ?", l.ID, formatTime(at)); n != 1 {
+		t.Fatal("the row is not leased until its due time")
+	}
+	if rows, err := q.ClaimLeases(ctx, at.Add(-time.Second), at.Add(time.Minute), 1); err != nil || len(rows) != 0 {
+		t.Fatalf("claimed before its due time: %v %v", rows, err)
+	}
+	if ok, _ := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck}, l); ok {
+		t.Error("the parked delivery's token settled again")
+	}
+	rows, err := q.ClaimLeases(ctx, at, at.Add(time.Minute), 1)
+	if err != nil || len(rows) != 1 || rows[0].Attempt != 2 {
+		t.Fatalf("claim once due: %v %v", rows, err)
+	}
+	// A snooze parks too, and gives back the attempt the claim counted.
+	l = dialects.Lease{ID: rows[0].ID, Token: rows[0].Token}
+	if ok, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepSnooze, At: at.Add(time.Hour)}, l); err != nil || !ok {
+		t.Fatalf("snooze parked in the lease: %v %v", ok, err)
+	}
+	if n := count(t, d, "SELECT count(*) FROM jobs WHERE id = ? AND locked_until = ? AND attempt = 2", l.ID, formatTime(at.Add(time.Hour))); n != 1 {
+		t.Fatal("the snoozed row is not leased until its due time with its attempt given back")
 	}
 }

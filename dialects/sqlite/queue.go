@@ -89,15 +89,26 @@ func (q *queue) errorf(op string, err error) error {
 
 // settleSQL holds the settlement statements of one subscription. The lease form's are
 // fenced by :token and clear the lease; the advisory form's name the id only, since the
-// key excludes every other delivery. An empty text means the table cannot run that step.
+// key excludes every other delivery. An empty text means the table cannot run that step
+// (or, retry, that it writes nothing). Every statement but release may name :err, the
+// outcome's error for the error column (settlement.args binds it).
+//
+// A lease table without a retry_after column delays a row (retryAfter, snooze) by leaving
+// it leased until then: locked_until = :at (see dialects.StepRetryAfter).
 type settleSQL struct {
-	ack        string // :id, :now, :token
-	release    string // lease form only: :id, :token
-	retryAfter string // :id, :at, :token
-	deadGroup  string // :id, :dest, :token
-	destGroup  string
-	moveInsert string // :id, :token
-	moveDelete string // :id, :token
+	ack     string // :id, :now, :token
+	release string // lease form only: :id, :token
+	// retry: the lease form clears the lease; the advisory form writes only the error
+	// (the take counted the attempt, the unlock returns the row), and runs it only for a
+	// step with one (retryNeedsError).
+	retry           string // :id, :token
+	retryNeedsError bool
+	retryAfter      string // :id, :at, :token
+	snooze          string // :id, :at, :token
+	deadGroup       string // :id, :dest, :token
+	destGroup       string
+	moveInsert      string // :id, :token
+	moveDelete      string // :id, :token
 }
 
 // buildSettle builds the settlements; moveCols are the columns a move into the
@@ -111,26 +122,52 @@ func buildSettle(spec dialects.QueueSpec, lease bool, moveCols []dialects.MoveCo
 		where += " AND " + quote(t.LockedUntil) + " = :token"
 		unlease = ", " + quote(t.LockedUntil) + " = NULL"
 	}
+	keepErr := ""
+	if t.Error != "" {
+		keepErr = ", " + quote(t.Error) + " = " + dialects.KeepError(quote(t.Error), ":err")
+	}
+	uncount := ""
+	if t.Attempt != "" {
+		// The claim (or the take) counted the attempt; a snooze gives it back.
+		uncount = ", " + quote(t.Attempt) + " = " + dialects.UncountAttempt(quote(t.Attempt))
+	}
+	delay, delayUnlease := t.RetryAfter, unlease
+	if lease && delay == "" {
+		delay, delayUnlease = t.LockedUntil, ""
+	}
 	var s settleSQL
 	if t.ProcessedAt != "" {
-		s.ack = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = :now" + unlease + where
+		ackErr := ""
+		if t.Error != "" {
+			// An ack writes the outcome's error as is: NULL clears a failed attempt's.
+			ackErr = ", " + quote(t.Error) + " = :err"
+		}
+		s.ack = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = :now" + unlease + ackErr + where
 	} else {
 		s.ack = "DELETE FROM " + tq + where
 	}
 	if lease {
 		s.release = "UPDATE " + tq + " SET " + quote(t.LockedUntil) + " = NULL" + where
+		s.retry = "UPDATE " + tq + " SET " + quote(t.LockedUntil) + " = NULL" + keepErr + where
+	} else if keepErr != "" {
+		s.retry = "UPDATE " + tq + " SET " + keepErr[2:] + where
+		s.retryNeedsError = true
 	}
-	if t.RetryAfter != "" {
-		s.retryAfter = "UPDATE " + tq + " SET " + quote(t.RetryAfter) + " = :at" + unlease + where
+	if delay != "" {
+		s.retryAfter = "UPDATE " + tq + " SET " + quote(delay) + " = :at" + delayUnlease + keepErr + where
+		s.snooze = "UPDATE " + tq + " SET " + quote(delay) + " = :at" + delayUnlease + uncount + keepErr + where
 	}
 	if spec.DeadLetterGroup != "" {
-		s.deadGroup = "UPDATE " + tq + " SET " + quote(t.Group) + " = :dest" + unlease + where
+		s.deadGroup = "UPDATE " + tq + " SET " + quote(t.Group) + " = :dest" + unlease + keepErr + where
 		s.destGroup = spec.DeadLetterGroup
 	} else if spec.DeadLetterTable != "" {
 		// The whole row: every column both tables share, read from the catalog at Open.
 		into, sel := dialects.MoveLists(moveCols, false, quote, func(c dialects.MoveColumn) string {
-			if lease && c.Role == "LockedUntil" {
+			switch {
+			case lease && c.Role == "LockedUntil":
 				return "NULL" // the moved row arrives without a lease
+			case c.Role == "Error":
+				return dialects.KeepError(quote(c.Name), ":err")
 			}
 			return ""
 		})
@@ -143,7 +180,7 @@ func buildSettle(spec dialects.QueueSpec, lease bool, moveCols []dialects.MoveCo
 // texts lists the statements to prepare. The move runs as text in a transaction on a
 // connection of its own; preparing it here still checks it against the live schema.
 func (s *settleSQL) texts() []string {
-	return []string{s.ack, s.release, s.retryAfter, s.deadGroup, s.moveInsert, s.moveDelete}
+	return []string{s.ack, s.release, s.retry, s.retryAfter, s.snooze, s.deadGroup, s.moveInsert, s.moveDelete}
 }
 
 // settlement is what one step runs: a statement with its arguments, or the dead-letter

@@ -54,7 +54,7 @@ func columnType(role string) string {
 	case "Attempt":
 		return "INTEGER NOT NULL DEFAULT 1"
 	}
-	// RetryAfter, ProcessedAt, LockedUntil (TimeLayout text), Headers (JSON text) and
-	// key placeholder columns.
+	// RetryAfter, ProcessedAt, LockedUntil (TimeLayout text), Headers (JSON text), Error
+	// (nullable) and key placeholder columns.
 	return "TEXT"
 }
