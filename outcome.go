@@ -67,6 +67,17 @@ func Snooze(d time.Duration) Outcome {
 	return Outcome{settler.Outcome{Verdict: settler.Snooze, Delay: d}}
 }
 
+// Cancel ends a row that can never succeed (a payload that does not decode, a job the
+// service no longer wants), whatever its attempts: it moves to its dead letter at once
+// when the subscription has one, else it is dropped. err's text is kept like Fail's (the
+// error column, moved with the row to its dead letter; the WithOnSettled hook's
+// HandlerErr; the span), and the cancel is logged once at WARN. In transactional mode the
+// handler's writes are rolled back first.
+func Cancel(err error) Outcome {
+	o := Outcome{settler.Outcome{Verdict: settler.Cancel}}
+	return o.WithError(err)
+}
+
 // Custom settles the row with an event of the service's own: the SQL the subscription
 // gave for name with OnEvent, binding args to {arg1}, {arg2}, ... It runs where the form
 // runs a settlement, and in transactional mode it commits the handler's writes with it,
@@ -94,7 +105,7 @@ func (o Outcome) WithError(err error) Outcome {
 func (o Outcome) Event() string { return o.o.Event }
 
 // String names the outcome ("ack", "drop", "retry", "retry_after", "fail", "snooze",
-// "custom", "unsettled").
+// "cancel", "custom", "unsettled").
 func (o Outcome) String() string { return o.o.Verdict.String() }
 
 // Delay is RetryAfter's or Snooze's delay (a Fail's comes from the retry policy when it

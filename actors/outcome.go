@@ -26,6 +26,15 @@ func (s *Subscription) notePlan(row dialects.Row, o settler.Outcome, step dialec
 		}
 	}
 	switch note {
+	case settler.NoteCancelled:
+		attrs := []any{slog.String("table", cfg.Table), slog.String("queue", cfg.QueueName), slog.Int64("id", row.ID),
+			slog.Int("attempt", row.Attempt), slog.String("form", cfg.Form.String()), slog.Any("error", o.Err)}
+		if step.Kind == dialects.StepDeadLetter {
+			log.Warn("rowactor: the handler cancelled the row; moving it to its dead letter",
+				append(attrs, slog.String("dead_letter", cfg.DeadLetter))...)
+		} else {
+			log.Warn("rowactor: the handler cancelled the row; it has no dead letter, so the row is dropped", attrs...)
+		}
 	case settler.NoteAttemptsSpent:
 		if o.Verdict != settler.Fail {
 			log.Warn("rowactor: attempts are spent; moving the row to its dead letter",

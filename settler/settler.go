@@ -46,6 +46,9 @@ const (
 	Fail
 	// Snooze returns the row after Outcome.Delay without spending an attempt.
 	Snooze
+	// Cancel ends a row that can never succeed: it moves to its dead letter at once when
+	// the subscription has one (MaxAttempts above zero), else it is dropped, with its error.
+	Cancel
 )
 
 func (v Verdict) String() string {
@@ -64,6 +67,8 @@ func (v Verdict) String() string {
 		return "fail"
 	case Snooze:
 		return "snooze"
+	case Cancel:
+		return "cancel"
 	}
 	return "unsettled"
 }
@@ -117,6 +122,8 @@ const (
 	// NoteSnoozeNoRetryAfter: a Snooze was refused (the step releases the row unsettled)
 	// because the table has no retry_after column and is not in the lease form.
 	NoteSnoozeNoRetryAfter
+	// NoteCancelled: a Cancel ends the row (dead letter, or dropped without one).
+	NoteCancelled
 )
 
 // Plan returns the step for an outcome of a delivery that reported attempt, as of now.
@@ -136,6 +143,13 @@ func (r Rules) plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note)
 	case Ack, Drop:
 		step.Kind = dialects.StepAck
 		return step, NoNote
+	case Cancel:
+		if r.MaxAttempts > 0 { // a dead letter is configured (it caps the attempts)
+			step.Kind = dialects.StepDeadLetter
+			return step, NoteCancelled
+		}
+		step.Kind = dialects.StepAck
+		return step, NoteCancelled
 	case Retry, RetryAfter, Fail:
 		if r.MaxAttempts > 0 && attempt >= r.MaxAttempts {
 			step.Kind = dialects.StepDeadLetter
@@ -192,7 +206,7 @@ func (r Rules) backoff(attempt int, err error) time.Duration {
 func builtinEvent(v Verdict, k dialects.StepKind) string {
 	switch k {
 	case dialects.StepAck:
-		if v == Drop {
+		if v == Drop || v == Cancel {
 			return dialects.EventDrop
 		}
 		return dialects.EventAck

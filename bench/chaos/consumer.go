@@ -59,7 +59,7 @@ type consumerSpec struct {
 const (
 	kindPlain  = ""
 	kindSlow   = "slow"   // the handler runs Slow, longer than the lease
-	kindPoison = "poison" // the handler always returns Retry()
+	kindPoison = "poison" // the handler always fails: Fail(errPoison)
 	kindHot    = "hot"    // the transactional handler locks the two hot rows, in an order by id parity
 )
 
@@ -205,6 +205,7 @@ func runConsumer(specText string) int {
 	}
 
 	var seq atomic.Int64
+	errPoison := errors.New("chaos: a poison row fails at every attempt")
 	handler := func(sub int, ss subSpec) rowactor.Handler {
 		return func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
 			n := seq.Add(1)
@@ -215,7 +216,7 @@ func runConsumer(specText string) int {
 			switch kind {
 			case kindPoison:
 				sleepCtx(ctx, rand.N(spec.Work+1))
-				out = rowactor.Retry()
+				out = rowactor.Fail(errPoison)
 			case kindSlow:
 				sleepCtx(ctx, spec.Slow+rand.N(spec.Slow/10+1))
 			default:

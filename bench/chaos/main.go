@@ -25,7 +25,7 @@
 //   - deadlock (PostgreSQL, MySQL): Transactional() subscriptions whose handler updates two
 //     hot rows in an order by id parity and logs its writes to a side table through d.Tx();
 //     a side session locks the hot rows in the opposite order.
-//   - poison: -poison rows whose handler always returns Retry(), with MaxAttempts and a
+//   - poison: -poison rows whose handler always fails (Fail: the default backoff), with MaxAttempts and a
 //     dead-letter group; poison-nodlq: the same without, so they retry forever.
 //
 // Each consumer writes its history to a file (consumer.go); the parent merges them and
@@ -128,7 +128,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.timeout, "timeout", 3*time.Minute, "per scenario: rows still queued after this count as lost")
 	fs.DurationVar(&cfg.stall, "stall", 20*time.Second, "per scenario: end the drain when the queued count has not changed for this long (the rows left count as lost)")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the consumers' files and the tables (they are kept anyway when a scenario fails)")
-	fs.IntVar(&cfg.poison, "poison", 10, "poison faults: rows whose handler always returns Retry()")
+	fs.IntVar(&cfg.poison, "poison", 10, "poison faults: rows whose handler always fails with Fail(err)")
 	fs.IntVar(&cfg.maxAttempts, "max-attempts", 3, "poison fault: MaxAttempts before the dead letter")
 	fs.Float64Var(&cfg.slowFrac, "slow", 0.003, "extend fault: fraction of rows whose handler runs 1.5 leases")
 	fs.Float64Var(&cfg.hotFrac, "hot", 0.02, "deadlock fault: fraction of rows whose handler locks the two hot rows")

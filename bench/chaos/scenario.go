@@ -540,6 +540,9 @@ func (sc *scen) makeTables() []qtable {
 		switch sc.s.fault {
 		case "poison", "poison-nodlq":
 			t.Group = "grp"
+			// Poison rows fail: the retry policy's growing delay lives in retry_after,
+			// their error in last_error.
+			t.RetryAfter, t.Error = "retry_after", "last_error"
 			if sc.s.fault == "poison" {
 				sub.MaxAttempts, sub.DeadGroup = sc.cfg.maxAttempts, "dead"
 			}
