@@ -281,3 +281,78 @@ func ExampleSnooze() {
 	// attempt 1 snoozed: the data is not in yet
 	// attempt 1 done
 }
+
+// A handler of typed messages: JSON decodes each payload, nil acks, an error fails with
+// the retry policy's backoff, and an Outcome can be returned as an error. A payload that
+// does not decode goes to the dead letter at once, its decoding error kept.
+func ExampleJSON() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "rowactor-example-")
+	defer os.RemoveAll(dir)
+	settled := make(chan rowactor.Settlement, 2)
+	b, _ := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"),
+		rowactor.WithOnSettled(func(s rowactor.Settlement) { settled <- s }))
+	defer b.Shutdown(ctx)
+
+	emails := rowactor.Table{Name: "email_jobs", ID: "id", Payload: "payload", Group: "queue",
+		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until", Error: "last_error"}
+	ddl, _ := rowactor.Schema(b.Dialect(), emails)
+	db := b.Dialect().(*sqlite.Dialect).DB()
+	_, _ = db.Exec(ddl)
+
+	type Email struct {
+		To      string `json:"to"`
+		Subject string `json:"subject"`
+	}
+	_, err := b.Subscribe(ctx, emails, "emails",
+		rowactor.JSON(func(ctx context.Context, d *rowactor.Delivery, m Email) error {
+			if m.To == "" {
+				return rowactor.Cancel(errors.New("no recipient")) // never succeeds: dead letter now
+			}
+			fmt.Println("sending", m.Subject, "to", m.To)
+			return nil
+		}), rowactor.MaxAttempts(5), rowactor.DeadLetterGroup("emails-dead"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, _ = rowactor.PublishJSON(ctx, b, emails, "emails", Email{To: "a@example.com", Subject: "welcome"})
+	fmt.Println((<-settled).Step)
+	_, _ = rowactor.PublishJSON(ctx, b, emails, "emails", Email{Subject: "lost"})
+	s := <-settled
+	fmt.Println(s.Outcome, s.Step, s.HandlerErr)
+	// Output:
+	// sending welcome to a@example.com
+	// ack
+	// cancel dead_letter no recipient
+}
+
+// An ordinary function as a handler: Func acks on nil and fails on an error; Snooze and
+// the other outcomes are errors too, so they can be returned (here wrapped with %w).
+func ExampleFunc() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "rowactor-example-")
+	defer os.RemoveAll(dir)
+	settled := make(chan rowactor.Settlement, 1)
+	b, _ := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"),
+		rowactor.WithOnSettled(func(s rowactor.Settlement) { settled <- s }))
+	defer b.Shutdown(ctx)
+
+	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
+		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until"}
+	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
+	_, _ = b.Dialect().(*sqlite.Dialect).DB().Exec(ddl)
+
+	_, err := b.Subscribe(ctx, jobs, "reports", rowactor.Func(func(ctx context.Context, d *rowactor.Delivery) error {
+		return fmt.Errorf("the data is not in yet: %w", rowactor.Snooze(time.Hour))
+	}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, _ = b.Publish(ctx, jobs, "reports", []byte("daily"))
+	s := <-settled
+	fmt.Println(s.Outcome, s.Step, s.Attempt)
+	// Output:
+	// snooze snooze 1
+}

@@ -3,7 +3,6 @@ package rowactor
 import (
 	"context"
 	"errors"
-	"fmt"
 )
 
 // Func adapts an ordinary Go function to a Handler, so a handler needs no outcome
@@ -34,14 +33,10 @@ func outcomeOf(err error) Outcome {
 	return Fail(err)
 }
 
-// Error makes an Outcome an error, so a Func handler can return it: "rowactor: outcome
-// snooze", with the outcome's own error's text after it when it carries one.
-func (o Outcome) Error() string {
-	if o.o.Err != nil {
-		return fmt.Sprintf("rowactor: outcome %s: %v", o.o.Verdict, o.o.Err)
-	}
-	return "rowactor: outcome " + o.o.Verdict.String()
-}
+// Error makes an Outcome an error, so a Func handler can return it. Its text is the
+// outcome's name, as String's ("snooze"), so an Outcome prints the same either way; the
+// error it carries stays reachable through Unwrap.
+func (o Outcome) Error() string { return o.o.Verdict.String() }
 
 // Unwrap returns the error the outcome carries (Fail's, Cancel's, WithError's), so
 // errors.Is and errors.As see through an Outcome returned as an error.
