@@ -52,6 +52,9 @@ type GroupStats struct {
 	Processed int64
 	// Oldest is the due row the next claim takes (the lowest id); ID 0 when none is due.
 	Oldest DueRow
+	// Errors are the group's most frequent error texts (TopErrors at most, most frequent
+	// first) among its rows that hold one; nil for a table without an error column.
+	Errors []ErrorCount
 }
 
 // DueRow is what a table tells about when a due row became due.

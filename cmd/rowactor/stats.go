@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -104,6 +105,15 @@ type statsLine struct {
 	OldestDueID *int64 `json:"oldest_due_id"`
 	// OldestDueAge is how long it has waited, in seconds; nil when unknown.
 	OldestDueAge *float64 `json:"oldest_due_age_seconds"`
+	// Errors are the group's most frequent errors among its rows that hold one (tables
+	// with an error column, -error).
+	Errors []errorLine `json:"errors,omitempty"`
+}
+
+// errorLine is one error text (its first 200 characters) and how many rows hold it.
+type errorLine struct {
+	Error string `json:"error"`
+	Rows  int64  `json:"rows"`
 }
 
 func newStatsLine(t rowactor.Table, g dialects.GroupStats, now time.Time) statsLine {
@@ -112,6 +122,9 @@ func newStatsLine(t rowactor.Table, g dialects.GroupStats, now time.Time) statsL
 		l.Group = &g.Group
 	}
 	l.NullGroup = g.NullGroup
+	for _, e := range g.Errors {
+		l.Errors = append(l.Errors, errorLine{Error: e.Error, Rows: e.Rows})
+	}
 	if t.RetryAfter != "" {
 		l.Delayed = &g.Delayed
 	}
@@ -170,7 +183,59 @@ func printStats(w io.Writer, t rowactor.Table, lines []statsLine) error {
 	if len(lines) == 0 {
 		fmt.Fprintln(tw, "(no rows)")
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printErrors(w, t, lines)
+}
+
+// printErrors lists each group's most frequent errors, when some row holds one.
+func printErrors(w io.Writer, t rowactor.Table, lines []statsLine) error {
+	some := false
+	for _, l := range lines {
+		some = some || len(l.Errors) > 0
+	}
+	if !some {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if t.Group != "" {
+		fmt.Fprint(tw, "GROUP\t")
+	}
+	fmt.Fprintln(tw, "ROWS\tMOST FREQUENT ERRORS")
+	for _, l := range lines {
+		for _, e := range l.Errors {
+			if t.Group != "" {
+				fmt.Fprint(tw, groupName(l)+"\t")
+			}
+			fmt.Fprintf(tw, "%d\t%s\n", e.Rows, oneLine(e.Error))
+		}
+	}
 	return tw.Flush()
+}
+
+// groupName prints a line's group as the table does.
+func groupName(l statsLine) string {
+	switch {
+	case l.NullGroup:
+		return "NULL"
+	case l.Group != nil && *l.Group == "":
+		return "''"
+	case l.Group != nil:
+		return *l.Group
+	}
+	return ""
+}
+
+// oneLine keeps an error on its line: line breaks and tabs read as spaces, and a text
+// longer than 120 characters is cut with an ellipsis.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > 120 {
+		s = string(r[:119]) + "…"
+	}
+	return s
 }
 
 func count(n *int64) string {
