@@ -31,6 +31,7 @@ func (a *subscriptionActor) startBatch(c actor.Context, b dialects.LockedBatch) 
 		d.releaseOnly = true
 	} else {
 		a.busy++
+		a.handling++
 	}
 	c.Spawn(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithDispatcher(cfg.Dispatcher)))
 }
@@ -193,7 +194,7 @@ func (d *batchDelivery) finish(c actor.Context, results []Result, tookWorker, re
 			d.sub.report(r)
 		}
 	}
-	c.Send(c.Parent(), settledMsg{freed: true, rows: len(d.rows), workerFreed: !tookWorker})
+	c.Send(c.Parent(), settledMsg{freed: true, rows: len(d.rows), workerFreed: !tookWorker, handled: !d.releaseOnly})
 	if _, stopping := c.Message().(*actor.Stopping); !stopping {
 		c.Stop(c.Self())
 	}
