@@ -60,7 +60,7 @@ func (d *batchDelivery) Receive(c actor.Context) {
 		d.spans = make([]*delivery, len(d.rows))
 		for i, r := range d.rows {
 			d.spans[i] = &delivery{sub: d.sub, claim: claimer.Claim{Row: r}}
-			d.spans[i].startSpan()
+			d.spans[i].startSpan(!d.releaseOnly)
 		}
 		if d.releaseOnly {
 			d.finish(c, d.release(settler.ErrClosed), false, true)

@@ -106,7 +106,7 @@ func (workerFreeMsg) IgnoreDeadLetterLogging() {}
 func (d *delivery) Receive(c actor.Context) {
 	switch c.Message().(type) {
 	case *actor.Started:
-		d.startSpan()
+		d.startSpan(!d.releaseOnly)
 		if d.releaseOnly {
 			r := d.release(settler.Outcome{})
 			r.Err = errors.Join(r.Err, settler.ErrClosed)
