@@ -176,9 +176,10 @@ Commands:
 
 The database (stats, requeue) is -dsn URL, or the DATABASE_URL environment variable, in
 the forms rowactor.Open takes:
-  sqlite:PATH                                  (or a bare PATH ending in .db, .sqlite or .sqlite3)
+  sqlite:PATH                                  (or a bare PATH ending in .db, .sqlite or
+                                               .sqlite3, or file:PATH)
   postgres://user@host:5432/db?sslmode=disable
-  mysql://user:pass@tcp(host:3306)/db
+  mysql://user:pass@tcp(host:3306)/db          (or the bare DSN: user:pass@tcp(host:3306)/db)
 
 The table is described by one flag per field of rowactor.Table; a flag left out names no
 column: -id (default id), -payload (default payload), -group, -attempt, -retry-after,
