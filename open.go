@@ -41,7 +41,8 @@ import (
 func Open(ctx context.Context, url string, opts ...Option) (*Broker, error) {
 	t, err := dsn.Parse(url)
 	if err != nil {
-		return nil, &maskedError{msg: fmt.Sprintf("rowactor: Open(%q): %v", hideUserinfo(url), err), cause: err}
+		msg := fmt.Sprintf("rowactor: Open(%q): %v", hideUserinfo(url), err)
+		return nil, &maskedError{msg: mask(msg, secrets(url)), cause: err}
 	}
 	var d dialects.Dialect
 	switch t.Kind {
@@ -96,6 +97,9 @@ var passwordParam = regexp.MustCompile(`(?i)((?:ssl)?password)=('(?:[^'\\]|\\.)*
 // hint when the URL's shape explains the failure. No part of the URL's password reaches
 // its text, whatever the driver wrote: every piece of it is masked (see secrets).
 func openError(rawURL string, cause error) error {
+	if t, err := dsn.Parse(rawURL); err == nil {
+		rawURL = t.URL // a bare name in the form the masks know: mysql://DSN, sqlite:PATH
+	}
 	msg := fmt.Sprintf("rowactor: Open(%q): ", redact(rawURL))
 	scheme, _, _ := strings.Cut(rawURL, ":")
 	if info, ok := userinfo(rawURL); ok && strings.Contains(info, "@") && (scheme == "postgres" || scheme == "postgresql") {
