@@ -87,6 +87,10 @@ func TestBadOpenURL(t *testing.T) {
 		"mysql://root:" + badSecret + "@tcp(127.0.0.1:1)/test?timeout=zz",
 		"mysql://root@tcp(127.0.0.1:1)/test?timeout=2s",
 		"mysql://root:" + badSecret + "@tcp(127.0.0.1:1)/test?timeout=2s",
+		// Bare DSNs: Open reads them as mysql://, and hides their passwords as well.
+		"root:" + badSecret + "@tcp(127.0.0.1:1)/test?timeout=2s",
+		"root:" + badSecret + "@tcp(127.0.0.1:1/test",
+		"root:" + badSecret + "@not a dsn",
 	}
 	for _, url := range cases {
 		t.Run(strings.ReplaceAll(url, "/", "_"), func(t *testing.T) {

@@ -43,8 +43,8 @@ type Broker struct {
 	closing    atomic.Bool   // Shutdown closes the queues and the dialect
 
 	dispatcher    *actors.Dispatcher
-	shutDown      chan struct{}      // closed when Shutdown finished
-	cancelDrain   context.CancelFunc // ends the drain of the Shutdown in progress (under mu)
+	shutDown      chan struct{}           // closed when Shutdown finished
+	cancelDrain   context.CancelCauseFunc // ends the drain of the Shutdown in progress (under mu)
 	tel           *telemetry.Telemetry
 	stopListening context.CancelFunc
 	listening     chan struct{} // closed when the listener returned
@@ -125,7 +125,10 @@ func (b *Broker) Dialect() dialects.Dialect { return b.d }
 
 // ShutdownReport is what Shutdown found and gave back.
 type ShutdownReport struct {
-	// Drained is true when every delivery settled before the context ended.
+	// Drained is true when every delivery given to a handler settled before the context
+	// ended (rows claimed but never handed to a handler are released either way, and
+	// counted in Released). When it is false, Shutdown's error matches ErrNotDrained and
+	// what ended the context.
 	Drained bool
 	// Released counts rows given back unsettled: leases cleared, keys unlocked.
 	Released int
@@ -140,6 +143,13 @@ type ShutdownReport struct {
 // it cuts short returns ErrClosed too, never the driver's word about a closed pool). No
 // goroutine of rowactor's survives it; a handler that ignores its context keeps its own.
 // A second call waits for the first to finish (or for its own ctx) and returns ErrClosed.
+//
+// A Shutdown that drained returns a nil error (unless a release or a close failed). One
+// whose ctx ended while rows were still in work returns the report and an error that
+// matches ErrNotDrained and what ended ctx (errors.Is(err, context.DeadlineExceeded) for a
+// deadline, context.Canceled for a cancel), and says what was left: "rowactor: shutdown
+// did not drain: 3 rows released: context deadline exceeded". A service that shuts down
+// with a short budget on purpose checks errors.Is(err, ErrNotDrained) and reads the report.
 //
 // Called from a handler (or a hook rowactor runs), Shutdown cannot wait for the delivery
 // that called it: it returns ErrShutdownInHandler at once, and the shutdown runs in the
@@ -156,7 +166,7 @@ func (b *Broker) Shutdown(ctx context.Context) (ShutdownReport, error) {
 		case <-ctx.Done():
 			// This caller's budget is spent too: end the drain, so that deliveries still
 			// in work are released now rather than when the first caller's ends.
-			b.endDrain()
+			b.endDrain(fmt.Errorf("a second Shutdown's context ended: %w", ctx.Err()))
 			<-b.shutDown
 		}
 		return ShutdownReport{}, ErrClosed
@@ -179,7 +189,7 @@ func (b *Broker) Shutdown(ctx context.Context) (ShutdownReport, error) {
 // startDrain makes the drain's context, which endDrain ends, before anything of the
 // shutdown runs: a second Shutdown may call endDrain at once.
 func (b *Broker) startDrain(ctx context.Context) context.Context {
-	drainCtx, cancel := context.WithCancel(ctx)
+	drainCtx, cancel := context.WithCancelCause(ctx)
 	b.mu.Lock()
 	b.cancelDrain = cancel
 	b.mu.Unlock()
@@ -194,19 +204,54 @@ func withoutCancelKeepDeadline(ctx context.Context) (context.Context, context.Ca
 	return context.WithCancel(context.WithoutCancel(ctx))
 }
 
-// endDrain ends the drain of a Shutdown in progress.
-func (b *Broker) endDrain() {
+// endDrain ends the drain of a Shutdown in progress; cause is what its error reports.
+func (b *Broker) endDrain(cause error) {
 	b.mu.Lock()
 	cancel := b.cancelDrain
 	b.mu.Unlock()
 	if cancel != nil {
-		cancel()
+		cancel(cause)
 	}
 }
 
+// drainEndedBy is what ended a drain: the caller's ctx (its error, and its cause when it
+// has one of its own), or else the cause a second Shutdown gave endDrain.
+func drainEndedBy(ctx, drainCtx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		if cause := context.Cause(ctx); cause != nil && cause != err {
+			return fmt.Errorf("%w: %w", err, cause)
+		}
+		return err
+	}
+	return context.Cause(drainCtx)
+}
+
+// notDrained is Shutdown's error for a drain that ctx cut short: what was left, and why.
+func notDrained(rep ShutdownReport, why error) error {
+	left := fmt.Sprintf("%d rows released", rep.Released)
+	if rep.Released == 1 {
+		left = "1 row released"
+	}
+	if rep.ConnectionsClosed > 0 {
+		left += fmt.Sprintf(", %d session connections closed", rep.ConnectionsClosed)
+	}
+	return &notDrainedError{msg: fmt.Sprintf("%v: %s: %v", ErrNotDrained, left, why), why: why}
+}
+
+// notDrainedError matches ErrNotDrained and unwraps to what ended the drain. It wraps one
+// error, not two, so that a caller taking Shutdown's errors.Join apart finds it whole.
+type notDrainedError struct {
+	msg string
+	why error
+}
+
+func (e *notDrainedError) Error() string        { return e.msg }
+func (e *notDrainedError) Is(target error) bool { return target == ErrNotDrained }
+func (e *notDrainedError) Unwrap() error        { return e.why }
+
 func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error) {
 	defer close(b.shutDown)
-	defer b.endDrain()
+	defer b.endDrain(nil)
 	var rep ShutdownReport
 	b.mu.Lock()
 	subs := b.subs
@@ -215,19 +260,18 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 
 	// Counted from before the drain: it gives back prefetched rows that never started.
 	relRows, relConns := make([]int, len(subs)), make([]int, len(subs))
-	drained := make([]<-chan struct{}, len(subs))
+	drains := make([]actors.Draining, len(subs))
 	for i, s := range subs {
 		relRows[i], relConns[i] = s.run.Released()
-		drained[i] = s.run.Drain()
+		drains[i] = s.run.Drain()
 	}
+	// Drained unless a delivery was still in work when the drain ended: a subscription
+	// with nothing in work drains even under a context that ended before Shutdown began.
 	rep.Drained = true
-	for _, ch := range drained {
-		select {
-		case <-ch:
-		case <-drainCtx.Done():
-			rep.Drained = false
-		}
-		if !rep.Drained {
+	var endedBy error
+	for _, dr := range drains {
+		if !dr.Wait(drainCtx) {
+			rep.Drained, endedBy = false, drainEndedBy(ctx, drainCtx)
 			break
 		}
 	}
@@ -264,6 +308,12 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 		if err := b.d.Close(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if !rep.Drained {
+		errs = append([]error{notDrained(rep, endedBy)}, errs...)
+	}
+	if len(errs) == 1 {
+		return rep, errs[0]
 	}
 	return rep, errors.Join(errs...)
 }

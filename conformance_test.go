@@ -482,8 +482,8 @@ var scenarios = []scenario{
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		rep, err := b.Shutdown(ctx)
-		if err != nil || rep.Drained || rep.Released != 2 {
-			t.Fatalf("Shutdown = %+v, %v", rep, err)
+		if !errors.Is(err, rowactor.ErrNotDrained) || !errors.Is(err, context.DeadlineExceeded) || rep.Drained || rep.Released != 2 {
+			t.Fatalf("Shutdown = %+v, %v; want not drained, 2 released, and an error matching ErrNotDrained and the deadline", rep, err)
 		}
 		for _, s := range h.waitSettled(2) {
 			if !errors.Is(s.Err, rowactor.ErrClosed) || s.Outcome.String() != "ack" {

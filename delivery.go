@@ -2,10 +2,10 @@ package rowactor
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/headers"
 )
 
 // Handler handles one delivery and returns its outcome. It runs on a goroutine of its own
@@ -15,11 +15,13 @@ type Handler func(ctx context.Context, d *Delivery) Outcome
 
 // Delivery is one claimed row lent to a handler.
 type Delivery struct {
-	row     dialects.Row
-	table   string
-	queue   string
-	headers map[string]string
-	tx      any
+	row   dialects.Row
+	table string
+	queue string
+	tx    any
+
+	headersOnce sync.Once
+	headers     map[string]string
 
 	mu      sync.Mutex
 	pending []wakeTarget // queues published into through tx, woken once the Ack commits
@@ -70,12 +72,16 @@ func (d *Delivery) Queue() string { return d.queue }
 // Key is the row's advisory key (advisory form).
 func (d *Delivery) Key() string { return d.row.Key }
 
-// Headers returns the row's headers column decoded as a JSON object of strings; nil
-// when the table has none or the value is not such an object.
+// Headers returns the row's headers column, a JSON object of strings; nil when the table
+// has none. A malformed column is read as far as it can be: a value that is not a string
+// reads as its JSON text ({"n":1} as n="1", a nested object as its compact JSON), and a
+// column that is not a JSON object reads as nil. rowactor logs a malformed column once
+// per delivery (a warning naming the table, queue and id), as the delivery starts. The map
+// is decoded once per delivery: every call returns the same map.
 func (d *Delivery) Headers() map[string]string {
-	if d.headers == nil && len(d.row.Headers) > 0 {
-		_ = json.Unmarshal(d.row.Headers, &d.headers)
-	}
+	d.headersOnce.Do(func() {
+		d.headers, _ = headers.Decode(d.row.Headers) // logged by the runtime as the delivery started
+	})
 	return d.headers
 }
 

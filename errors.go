@@ -30,6 +30,12 @@ var (
 	ErrShutdownInHandler = errors.New("rowactor: Shutdown was called from a handler and cannot wait for the delivery that called it; " +
 		"the broker shuts down once that handler returns (call Shutdown outside handlers, or again from outside, to wait for it)")
 
+	// ErrNotDrained reports a Shutdown whose context ended (or was ended by a second
+	// Shutdown's) while rows were still in work: they were released unsettled, as its
+	// ShutdownReport counts. The error also matches what ended the context
+	// (context.DeadlineExceeded, context.Canceled).
+	ErrNotDrained = errors.New("rowactor: shutdown did not drain")
+
 	// ErrAlreadySubscribed reports a second subscription to the same table and queue on
 	// one broker; scale one subscription with Workers instead.
 	ErrAlreadySubscribed = errors.New("rowactor: already subscribed")

@@ -14,6 +14,7 @@ import (
 	"github.com/rowactor/rowactor/dialects/mysql"
 	"github.com/rowactor/rowactor/dialects/postgres"
 	"github.com/rowactor/rowactor/dialects/sqlite"
+	"github.com/rowactor/rowactor/internal/dsn"
 )
 
 // Open opens a database by URL and returns a broker that owns it (Shutdown closes it):
@@ -21,36 +22,39 @@ import (
 //   - "sqlite:path/to/file.db" (or "sqlite://path"): the embedded default, with WAL, a busy
 //     timeout and synchronous=NORMAL: durable against a crash of the process; a power loss
 //     may take the last commits. For full durability open the *sql.DB yourself and use
-//     New(sqlite.New(db)).
+//     New(sqlite.New(db)). A bare path ending in .db, .sqlite or .sqlite3 ("./jobs.db",
+//     "/var/lib/app/jobs.sqlite") and a file URI without parameters ("file:jobs.db",
+//     "file:///var/lib/app/jobs.db") name a SQLite file too. The file is created if missing.
 //   - "postgres://user@host:5432/db?sslmode=disable" (or "postgresql://"): a pgx pool.
-//   - "mysql://" followed by a go-sql-driver DSN, e.g. "mysql://root@tcp(127.0.0.1:3306)/app".
+//   - "mysql://" followed by a go-sql-driver DSN, e.g. "mysql://root@tcp(127.0.0.1:3306)/app",
+//     or the DSN alone, with its protocol: "root@tcp(127.0.0.1:3306)/app?parseTime=true"
+//     (tcp, tcp4, tcp6 or unix; a user named mysql, sqlite or file needs the prefix).
+//
+// The rowactor command takes the same names (one reader serves both). Anything else is
+// refused with an error saying which prefix to add.
 //
 // Open's errors never show the URL's password, nor any piece of it a driver may report (a
 // password with an unencoded '@' or ':' is cut into a host or a port by a URL parser):
-// write such characters %-encoded in postgres:// URLs (%40 for '@'). The errors match
-// their cause with errors.Is, but do not unwrap to it.
+// write such characters %-encoded in postgres:// URLs (%40 for '@'). They show a bare
+// name in its prefixed form ("sqlite:./jobs.db", "mysql://root@tcp(…)/app"). The errors
+// match their cause with errors.Is, but do not unwrap to it.
 func Open(ctx context.Context, url string, opts ...Option) (*Broker, error) {
-	scheme, rest, _ := strings.Cut(url, ":")
-	var (
-		d   dialects.Dialect
-		err error
-	)
-	switch scheme {
-	case "sqlite", "sqlite3":
-		path := strings.TrimPrefix(rest, "//")
-		if path == "" {
-			return nil, fmt.Errorf("rowactor: Open(%q): no file path; use sqlite:path/to/file.db", url)
-		}
-		d, err = openDialect(sqlite.Open(ctx, path))
-	case "postgres", "postgresql":
-		d, err = openDialect(postgres.Open(ctx, url))
-	case "mysql":
-		d, err = openDialect(mysql.Open(ctx, strings.TrimPrefix(rest, "//")))
-	default:
-		return nil, openError(url, fmt.Errorf("unknown scheme %q; use sqlite:PATH, postgres://... or mysql://DSN", scheme))
+	t, err := dsn.Parse(url)
+	if err != nil {
+		msg := fmt.Sprintf("rowactor: Open(%q): %v", hideUserinfo(url), err)
+		return nil, &maskedError{msg: mask(msg, secrets(url)), cause: err}
+	}
+	var d dialects.Dialect
+	switch t.Kind {
+	case dsn.SQLite:
+		d, err = openDialect(sqlite.Open(ctx, t.Addr))
+	case dsn.Postgres:
+		d, err = openDialect(postgres.Open(ctx, t.Addr))
+	case dsn.MySQL:
+		d, err = openDialect(mysql.Open(ctx, t.Addr))
 	}
 	if err != nil {
-		return nil, openError(url, err)
+		return nil, openError(t.URL, err)
 	}
 	b, err := New(d, opts...)
 	if err != nil {
@@ -59,6 +63,21 @@ func Open(ctx context.Context, url string, opts ...Option) (*Broker, error) {
 	}
 	b.ownsD = true
 	return b, nil
+}
+
+// hideUserinfo is a name Open could not read, for its error: it may be a DSN whose
+// password redact cannot find, so everything before its last '@' is hidden (and password
+// parameters), unless it is a URL redact knows.
+func hideUserinfo(name string) string {
+	name = passwordParam.ReplaceAllString(name, "${1}=xxxxx")
+	at := strings.LastIndex(name, "@")
+	if at < 0 {
+		return name
+	}
+	if strings.Contains(name[:at], "://") {
+		return redact(name)
+	}
+	return "xxxxx" + name[at:]
 }
 
 // openDialect turns a dialect constructor's typed result into the interface without
@@ -78,6 +97,9 @@ var passwordParam = regexp.MustCompile(`(?i)((?:ssl)?password)=('(?:[^'\\]|\\.)*
 // hint when the URL's shape explains the failure. No part of the URL's password reaches
 // its text, whatever the driver wrote: every piece of it is masked (see secrets).
 func openError(rawURL string, cause error) error {
+	if t, err := dsn.Parse(rawURL); err == nil {
+		rawURL = t.URL // a bare name in the form the masks know: mysql://DSN, sqlite:PATH
+	}
 	msg := fmt.Sprintf("rowactor: Open(%q): ", redact(rawURL))
 	scheme, _, _ := strings.Cut(rawURL, ":")
 	if info, ok := userinfo(rawURL); ok && strings.Contains(info, "@") && (scheme == "postgres" || scheme == "postgresql") {

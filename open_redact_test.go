@@ -19,6 +19,9 @@ var openTargets = []string{
 	"mysql://USER:PASS@tcp(127.0.0.1:1)/test?timeout=3s",
 	"oracle://USER:PASS@127.0.0.1:1521/test",
 	"sqlite:USER:PASS@/nonexistent-dir/x.db",
+	// Bare MySQL DSNs, which Open reads as mysql://.
+	"USER:PASS@tcp(127.0.0.1:3306)/test?timeout=3s",
+	"USER:PASS@tcp(127.0.0.1:1)/test?timeout=3s",
 }
 
 // passwordPieces are the password and its pieces split at '@' and ':' (which a parser takes

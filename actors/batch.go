@@ -31,6 +31,7 @@ func (a *subscriptionActor) startBatch(c actor.Context, b dialects.LockedBatch) 
 		d.releaseOnly = true
 	} else {
 		a.busy++
+		a.handling++
 	}
 	c.Spawn(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithDispatcher(cfg.Dispatcher)))
 }
@@ -59,7 +60,7 @@ func (d *batchDelivery) Receive(c actor.Context) {
 		d.spans = make([]*delivery, len(d.rows))
 		for i, r := range d.rows {
 			d.spans[i] = &delivery{sub: d.sub, claim: claimer.Claim{Row: r}}
-			d.spans[i].startSpan()
+			d.spans[i].startSpan(!d.releaseOnly)
 		}
 		if d.releaseOnly {
 			d.finish(c, d.release(settler.ErrClosed), false, true)
@@ -190,7 +191,7 @@ func (d *batchDelivery) finish(c actor.Context, results []Result, tookWorker, re
 			d.sub.report(r)
 		}
 	}
-	c.Send(c.Parent(), settledMsg{freed: true, rows: len(d.rows), workerFreed: !tookWorker})
+	c.Send(c.Parent(), settledMsg{freed: true, rows: len(d.rows), workerFreed: !tookWorker, handled: !d.releaseOnly})
 	if _, stopping := c.Message().(*actor.Stopping); !stopping {
 		c.Stop(c.Self())
 	}

@@ -89,6 +89,9 @@ type settledMsg struct {
 	key   string
 	// workerFreed says the delivery gave its worker back already (workerFreeMsg).
 	workerFreed bool
+	// handled says the delivery was spawned to run its handler (not only to give its
+	// row back).
+	handled bool
 }
 
 func (settledMsg) IgnoreDeadLetterLogging() {}
@@ -103,7 +106,7 @@ func (workerFreeMsg) IgnoreDeadLetterLogging() {}
 func (d *delivery) Receive(c actor.Context) {
 	switch c.Message().(type) {
 	case *actor.Started:
-		d.startSpan()
+		d.startSpan(!d.releaseOnly)
 		if d.releaseOnly {
 			r := d.release(settler.Outcome{})
 			r.Err = errors.Join(r.Err, settler.ErrClosed)
@@ -169,7 +172,7 @@ func (d *delivery) end(c actor.Context, r Result) {
 	// A custom event may have returned its row or not: one claim finds out.
 	freed := r.Step == dialects.StepRetry || r.Step == dialects.StepRelease || r.Step == dialects.StepCustom ||
 		d.sub.cfg.Form == dialects.FormAdvisory
-	c.Send(c.Parent(), settledMsg{freed: freed, workerFreed: d.workerFreed, keyed: d.keyed, key: d.key})
+	c.Send(c.Parent(), settledMsg{freed: freed, workerFreed: d.workerFreed, keyed: d.keyed, key: d.key, handled: !d.releaseOnly})
 }
 
 // run calls the handler on its own goroutine. A panic is an unsettled delivery.

@@ -185,12 +185,39 @@ func (s *Subscription) ask(ctx context.Context, msg func(chan struct{}) any) err
 // InWork is the number of deliveries in work.
 func (s *Subscription) InWork() int { return int(s.inWork.Load()) }
 
-// Drain stops claiming. The channel closes when no delivery is in work and no claim is in
-// flight.
-func (s *Subscription) Drain() <-chan struct{} {
+// Drain stops claiming: no handler starts from then on. It returns the drain in progress.
+func (s *Subscription) Drain() Draining {
 	ch := make(chan struct{})
 	s.sys.Root.Send(s.pid, &drainMsg{done: ch})
-	return ch
+	return Draining{Done: ch, s: s}
+}
+
+// Draining is a subscription's drain in progress.
+type Draining struct {
+	// Done closes when no delivery is in work and no claim is in flight.
+	Done <-chan struct{}
+	s    *Subscription
+}
+
+// Wait waits until the drain is done, or ctx ends, and reports whether every delivery
+// given to a handler settled. When ctx ends before Done closes, it asks the subscription
+// actor (which answers at once: handlers run elsewhere) whether a delivery is still in
+// work: rows claimed but never handed to a handler (a claim in flight, rows given back as
+// the drain began) are not, and Shutdown releases them either way.
+func (d Draining) Wait(ctx context.Context) bool {
+	select {
+	case <-d.Done:
+		return true
+	case <-ctx.Done():
+	}
+	reply := make(chan int, 1)
+	d.s.sys.Root.Send(d.s.pid, handlingMsg{reply: reply}) // after the drainMsg: no handler starts any more
+	select {
+	case n := <-reply:
+		return n == 0
+	case <-d.s.done:
+		return d.s.inWork.Load() == 0
+	}
 }
 
 // Stop stops the subscription actor, releasing every row still in work (each release
@@ -244,6 +271,7 @@ type (
 	budgetMsg     struct{}
 	setWorkersMsg struct{ n int }
 	drainMsg      struct{ done chan struct{} }
+	handlingMsg   struct{ reply chan<- int }
 	pauseMsg      struct{ done chan struct{} }
 	resumeMsg     struct{ done chan struct{} }
 )
@@ -253,6 +281,7 @@ func (tickMsg) IgnoreDeadLetterLogging()       {}
 func (budgetMsg) IgnoreDeadLetterLogging()     {}
 func (setWorkersMsg) IgnoreDeadLetterLogging() {}
 func (*drainMsg) IgnoreDeadLetterLogging()     {}
+func (handlingMsg) IgnoreDeadLetterLogging()   {}
 func (pauseMsg) IgnoreDeadLetterLogging()      {}
 func (resumeMsg) IgnoreDeadLetterLogging()     {}
 
@@ -272,6 +301,9 @@ type subscriptionActor struct {
 	// busy counts deliveries that take a worker: spawned, and neither settled nor (lease
 	// form, batched) past their handler. inWork counts rows held until settled.
 	busy int
+	// handling counts the deliveries (and batches) spawned to run their handler, until
+	// settled: what a drain waits for.
+	handling int
 	// backlog holds claimed rows waiting for a worker (Prefetch) or, with KeyOf, for
 	// their key's previous row; in claim order.
 	backlog []waiting
@@ -395,6 +427,9 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		if !m.workerFreed {
 			a.busy--
 		}
+		if m.handled {
+			a.handling--
+		}
 		if m.keyed {
 			if a.keys[m.key]--; a.keys[m.key] <= 0 {
 				delete(a.keys, m.key)
@@ -427,6 +462,8 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.draining = m.done
 		a.releaseBacklog(c)
 		a.checkDrained()
+	case handlingMsg:
+		m.reply <- a.handling
 	case budgetMsg:
 		a.claim(c)
 		a.share.Unused() // handed over while waiting, and not needed after all
@@ -677,6 +714,7 @@ func (a *subscriptionActor) spawnDelivery(c actor.Context, d *delivery) {
 		d.workerFreed = true // it never took a worker
 	} else {
 		a.busy++
+		a.handling++
 	}
 	c.Spawn(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithDispatcher(cfg.Dispatcher)))
 }

@@ -2,9 +2,9 @@ package actors
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rowactor/rowactor/dialects"
+	rowheaders "github.com/rowactor/rowactor/internal/headers"
 	"github.com/rowactor/rowactor/internal/telemetry"
 	"github.com/rowactor/rowactor/settler"
 )
@@ -20,12 +21,18 @@ import (
 // startSpan opens the delivery's consumer span when its actor starts. The publisher's span
 // context rides in the headers column: the first delivery is its child; a redelivery
 // starts a trace of its own, linked to it, so retries do not stretch the publisher's trace.
-func (d *delivery) startSpan() {
+//
+// A headers column that is not a JSON object of strings is read as far as it can be (see
+// internal/headers) and, when the row goes to its handler (handing), logged: once per
+// delivery, here, rather than at each Delivery.Headers call.
+func (d *delivery) startSpan(handing bool) {
 	tel := d.sub.cfg.Telemetry
 	row := d.claim.Row
-	var headers map[string]string
-	if len(row.Headers) > 0 {
-		_ = json.Unmarshal(row.Headers, &headers) // a malformed headers column carries no context
+	headers, err := rowheaders.Decode(row.Headers)
+	if err != nil && handing {
+		d.sub.cfg.Log.Warn("rowactor: a row's headers column is malformed; the delivery reads what it can",
+			slog.String("table", d.sub.cfg.Table), slog.String("queue", d.sub.cfg.QueueName), slog.Int64("id", row.ID),
+			slog.Any("error", err))
 	}
 	first := row.Attempt <= 1
 	opts := []trace.SpanStartOption{

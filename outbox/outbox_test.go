@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,7 @@ func TestOutbox(t *testing.T) {
 		{"FailingDatabaseBacksOffAndRecovers", testDatabaseFault},
 		{"RefusesATableItCannotServe", testRefuses},
 		{"DedupeOncePerRecord", testDedupe},
+		{"MalformedHeadersAreSentAsFarAsTheyRead", testMalformedHeaders},
 	}
 	for _, db := range databases {
 		t.Run(db.name, func(t *testing.T) {
@@ -64,6 +66,33 @@ func (c *collect) ids() []int64 {
 		ids[i] = r.ID
 	}
 	return ids
+}
+
+// A record whose headers column holds values that are not strings (written by hand, or
+// by another program) is sent with every header: those values as their JSON text.
+func testMalformedHeaders(t *testing.T, e *env) {
+	ob := e.newOutbox()
+	id := e.record(ob, "orders", "x", true)
+	tb := ob.Table()
+	if err := e.db.exec(e.obD, "UPDATE "+tb.Name+" SET "+tb.Headers+" = ? WHERE "+tb.ID+" = ?", `{"k":"x","n":1,"o":{"a":[true]}}`, id); err != nil {
+		t.Fatal(err)
+	}
+	sink := &collect{}
+	r, err := ob.StartRelay(sink, outbox.PollInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopAtCleanup(t, r)
+	eventually(t, 10*time.Second, "the record is sent", func() bool { return len(sink.ids()) == 1 })
+	if err := r.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	want := map[string]string{"k": "x", "n": "1", "o": `{"a":[true]}`, outbox.IDHeader: strconv.FormatInt(id, 10), outbox.TableHeader: tb.Name}
+	if got := sink.recs[0].Headers; !maps.Equal(got, want) {
+		t.Fatalf("sent headers %v, want %v", got, want)
+	}
 }
 
 // A record written in a transaction that rolls back never exists, so nothing is sent for

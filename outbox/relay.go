@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/rowactor/rowactor/actors"
 	"github.com/rowactor/rowactor/dialects"
+	rowheaders "github.com/rowactor/rowactor/internal/headers"
 	"github.com/rowactor/rowactor/supervision"
 )
 
@@ -372,14 +372,14 @@ func (w *worker) round(m *roundMsg) *roundDone {
 // send hands one record to the sink, then stamps it sent.
 func (w *worker) send(rec dialects.OutboxRecord) error {
 	r := w.r
-	headers := make(map[string]string, 4)
-	if len(rec.Headers) > 0 {
-		if err := json.Unmarshal(rec.Headers, &headers); err != nil {
-			// Refusing would block every later record behind this one for good.
-			r.o.cfg.log.Warn("rowactor/outbox: the record's headers are not a JSON object of strings; it is sent without them",
-				slog.String("outbox", r.o.t.Name), slog.Int64("record", rec.ID), slog.Any("error", err))
-			headers = make(map[string]string, 2)
-		}
+	headers, err := rowheaders.Decode(rec.Headers)
+	if err != nil {
+		// Refusing would block every later record behind this one for good.
+		r.o.cfg.log.Warn("rowactor/outbox: the record's headers column is malformed; it is sent with what could be read",
+			slog.String("outbox", r.o.t.Name), slog.Int64("record", rec.ID), slog.Any("error", err))
+	}
+	if headers == nil {
+		headers = make(map[string]string, 2)
 	}
 	headers[IDHeader] = strconv.FormatInt(rec.ID, 10)
 	headers[TableHeader] = r.o.t.Name

@@ -112,13 +112,16 @@ const sideWritesPerRow = 2
 //	h <seq> <ns> <outcome> <error or ->                          that handler returned
 //	S <sub> <id> <attempt> <ns> <step> <released> <class> <err>  WithOnSettled: a settlement
 //	q <ns> <term|cancelled>                                      Shutdown called
-//	x <ns> drained=<b> released=<n> connections_closed=<n> err=<e>  Shutdown returned
+//	x <ns> drained=<b> released=<n> connections_closed=<n> err=<e> drain=<e>  Shutdown returned
 //	s <message>                                                  a start-up retry
 //	p <ns> <ns>                                                  the process did not run (a late heartbeat)
 //
 // <seq> numbers the process's deliveries; <sub> is the subscription's index in the spec.
 // <class> of a settlement is ok (Err == nil), leaselost (ErrLeaseLost), closed
-// (ErrClosed) or error.
+// (ErrClosed) or error. Shutdown's error is split: drain= is its report of a drain the
+// context cut short (rowactor.ErrNotDrained, expected under a cancelled context and told
+// by drained= too), err= anything else it returned (<nil> when nothing), which alone makes
+// the consumer exit 1.
 type lineWriter struct {
 	mu sync.Mutex
 	f  *os.File
@@ -307,14 +310,19 @@ func runConsumer(specText string) int {
 	}
 	defer cancel()
 	w.printf("q %d %s", now(), kind)
-	rep, err := b.Shutdown(sctx)
+	rep, serr := b.Shutdown(sctx)
+	cut, err := splitNotDrained(serr)
 	if closer != nil {
 		// A pool the consumer made itself (rowactor.New): the broker does not own it.
 		if cerr := closer(); cerr != nil && err == nil {
 			err = fmt.Errorf("close the pool: %w", cerr)
 		}
 	}
-	w.printf("x %d drained=%v released=%d connections_closed=%d err=%s", now(), rep.Drained, rep.Released, rep.ConnectionsClosed, errText(err))
+	drain := "-"
+	if cut != nil {
+		drain = oneLine(cut.Error())
+	}
+	w.printf("x %d drained=%v released=%d connections_closed=%d err=%s drain=%s", now(), rep.Drained, rep.Released, rep.ConnectionsClosed, errText(err), drain)
 	fmt.Println("x")
 	<-stdinEOF
 	if err != nil {
@@ -322,6 +330,27 @@ func runConsumer(specText string) int {
 		return 1
 	}
 	return 0
+}
+
+// splitNotDrained separates Shutdown's report of a drain its context cut short from any
+// other error Shutdown returned (errors.Join'd beside it).
+func splitNotDrained(err error) (notDrained, other error) {
+	if err == nil {
+		return nil, nil
+	}
+	parts := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		parts = j.Unwrap()
+	}
+	var rest []error
+	for _, e := range parts {
+		if notDrained == nil && errors.Is(e, rowactor.ErrNotDrained) {
+			notDrained = e
+			continue
+		}
+		rest = append(rest, e)
+	}
+	return notDrained, errors.Join(rest...)
 }
 
 func errText(err error) string {

@@ -225,6 +225,23 @@ func TestStatsAndRequeueByGroup(t *testing.T) {
 					t.Errorf("stats after requeue: %v, want the jobs group only", got)
 				}
 				checkCounts(t, "jobs", got["jobs"], want)
+
+				// The dead-letter group is empty now, and a misspelt one always was: each
+				// says so on stderr and exits 1, changing nothing.
+				before = f.rows(tb, tb.Name)
+				for _, args := range [][]string{
+					slices.Concat(requeue, []string{tb.Name}),
+					slices.Concat(requeue, []string{"-dry-run", tb.Name}),
+					slices.Concat([]string{"requeue", "-dsn", f.dsn, "-from-group", "jobs-daed", "-to-group", "jobs"}, columnFlags(tb), []string{tb.Name}),
+				} {
+					code, out, errOut = cli(args...)
+					if code != exitFailed || out != "" || !strings.Contains(errOut, "no rows in group") || !strings.Contains(errOut, tb.Name) {
+						t.Errorf("rowactor %v of an empty group: exit %d, stdout %q, stderr %q; want 1 and the empty group named", args, code, out, errOut)
+					}
+				}
+				if after := f.rows(tb, tb.Name); !maps.EqualFunc(before, after, maps.Equal) {
+					t.Errorf("a requeue of an empty group changed the table:\nbefore %v\nafter  %v", before, after)
+				}
 			})
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rowactor/rowactor"
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/dsn"
 )
 
 // newFlags makes a command's flag set. Flags may come before or after the arguments
@@ -121,41 +122,29 @@ func describe(err error) string {
 
 // dsnFlag adds -dsn.
 func dsnFlag(fs *flag.FlagSet) *string {
-	return fs.String("dsn", "", "the database: sqlite:PATH, a PATH ending in .db/.sqlite/.sqlite3, postgres://... or mysql://DSN (default $DATABASE_URL)")
+	return fs.String("dsn", "", "the database, as rowactor.Open takes it: sqlite:PATH (or a PATH ending in .db/.sqlite/.sqlite3), "+
+		"postgres://..., or mysql://DSN (or a bare user@tcp(host:port)/db DSN) (default $DATABASE_URL)")
 }
 
-// sqliteSuffixes are the file names read as a bare SQLite path.
-var sqliteSuffixes = []string{".db", ".sqlite", ".sqlite3"}
-
-// resolveDSN picks -dsn or DATABASE_URL and turns a bare SQLite file path into sqlite:PATH.
-// A SQLite file must exist: rowactor.Open would create an empty one, and an operator's
-// typo should not leave a database behind.
+// resolveDSN picks -dsn or DATABASE_URL. It reads it as rowactor.Open does (internal/dsn,
+// one reader for both) only to find a SQLite file, which must exist: rowactor.Open would
+// create an empty one, and an operator's typo should not leave a database behind. A name
+// Open cannot read goes on to Open, whose error says which prefix to add and hides any
+// password.
 func resolveDSN(e *env, flagValue string) (string, error) {
-	dsn := flagValue
-	if dsn == "" {
-		dsn = e.getenv("DATABASE_URL")
+	name := flagValue
+	if name == "" {
+		name = e.getenv("DATABASE_URL")
 	}
-	if dsn == "" {
+	if name == "" {
 		return "", usagef("no database: give -dsn URL or set DATABASE_URL (sqlite:PATH, postgres://..., mysql://DSN)")
 	}
-	scheme, rest, found := strings.Cut(dsn, ":")
-	bare := !found || strings.ContainsAny(scheme, `/\.`) || len(scheme) == 1 // a path, or a Windows drive letter
-	if bare {
-		lower := strings.ToLower(dsn)
-		for _, s := range sqliteSuffixes {
-			if strings.HasSuffix(lower, s) {
-				scheme, rest, dsn = "sqlite", dsn, "sqlite:"+dsn
-				break
-			}
+	if t, err := dsn.Parse(name); err == nil && t.Kind == dsn.SQLite {
+		if _, err := os.Stat(t.Addr); err != nil {
+			return "", fmt.Errorf("the SQLite database %s: %w", t.Addr, err)
 		}
 	}
-	if scheme == "sqlite" || scheme == "sqlite3" {
-		path := strings.TrimPrefix(rest, "//")
-		if _, err := os.Stat(path); err != nil {
-			return "", fmt.Errorf("the SQLite database %s: %w", path, err)
-		}
-	}
-	return dsn, nil
+	return name, nil
 }
 
 // openTimeout bounds connecting to the database, not the command.

@@ -12,7 +12,8 @@
 // times are stored) lives in the dialects, behind dialects.Admin: this command asks the
 // dialect and never switches on the database's name.
 //
-// Exit status: 0 done, 1 the database failed or refused, 2 the command line is wrong.
+// Exit status: 0 done, 1 the database failed or refused (or requeue found no rows in its
+// -from-group), 2 the command line is wrong.
 package main
 
 import (
@@ -176,9 +177,10 @@ Commands:
 
 The database (stats, requeue) is -dsn URL, or the DATABASE_URL environment variable, in
 the forms rowactor.Open takes:
-  sqlite:PATH                                  (or a bare PATH ending in .db, .sqlite or .sqlite3)
+  sqlite:PATH                                  (or a bare PATH ending in .db, .sqlite or
+                                               .sqlite3, or file:PATH)
   postgres://user@host:5432/db?sslmode=disable
-  mysql://user:pass@tcp(host:3306)/db
+  mysql://user:pass@tcp(host:3306)/db          (or the bare DSN: user:pass@tcp(host:3306)/db)
 
 The table is described by one flag per field of rowactor.Table; a flag left out names no
 column: -id (default id), -payload (default payload), -group, -attempt, -retry-after,
@@ -186,7 +188,7 @@ column: -id (default id), -payload (default payload), -group, -attempt, -retry-a
 against the live table before anything is read or written.
 
 Exit status: 0 done; 1 the database failed or refused (unreachable, a column the table
-lacks, ...); 2 the command line is wrong.
+lacks, a requeue -from-group with no rows, ...); 2 the command line is wrong.
 
 Examples:
   rowactor schema -db postgres -group queue -attempt attempt -locked-until locked_until jobs

@@ -28,6 +28,8 @@ Each moved row starts afresh: attempt 1, retry_after, locked_until and processed
 cleared (for the columns described). The rows are locked, then moved -chunk at a time,
 and everything commits at once, or nothing does: an error, or Ctrl-C, rolls it all back.
 It prints how many rows moved; -dry-run prints how many would, and changes nothing.
+A -from-group with no rows at all is an error (exit status 1): a misspelt group reads
+as an empty one.
 Progress goes to stderr when there is more than one chunk: a bar on a terminal, a line
 per tenth otherwise.
 
@@ -81,6 +83,12 @@ func runRequeue(ctx context.Context, e *env, args []string) error {
 	bar.end()
 	if err != nil {
 		return err
+	}
+	if n == 0 && spec.FromGroup != "" {
+		// A group is a value, not a name the database knows: a misspelt one would read as
+		// an empty dead-letter group, and a script would go on as if rows had moved.
+		return fmt.Errorf("no rows in group %q of table %s (column %s): nothing to move; check -from-group and -group",
+			spec.FromGroup, t.Name, t.Group)
 	}
 	from := fmt.Sprintf("from table %s into table %s", spec.FromTable, t.Name)
 	if spec.FromGroup != "" {

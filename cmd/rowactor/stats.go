@@ -12,6 +12,7 @@ import (
 
 	"github.com/rowactor/rowactor"
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/headers"
 	"github.com/rowactor/rowactor/internal/telemetry"
 )
 
@@ -151,13 +152,9 @@ func dueSince(r dialects.DueRow) time.Time {
 	if r.LockedUntil.After(since) {
 		since = r.LockedUntil
 	}
-	if len(r.Headers) > 0 {
-		var h map[string]string
-		if json.Unmarshal(r.Headers, &h) == nil {
-			if p, err := time.Parse(time.RFC3339Nano, h[telemetry.PublishedAtHeader]); err == nil && p.After(since) {
-				since = p
-			}
-		}
+	h, _ := headers.Decode(r.Headers) // a malformed column: what can be read of it
+	if p, err := time.Parse(time.RFC3339Nano, h[telemetry.PublishedAtHeader]); err == nil && p.After(since) {
+		since = p
 	}
 	return since
 }
