@@ -73,20 +73,22 @@ func (b *Batcher) Settle(_ context.Context, step dialects.Step, lease HeldLease)
 		done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
-	if b.leading {
-		b.mu.Unlock()
+	leader := !b.leading
+	b.leading = true
+	b.mu.Unlock()
+	if leader {
+		b.lead(r)
+	}
+	// The lead may come to r more than once: a leader whose batch ran long handed it on
+	// (see watch) possibly to r itself, still queued behind that batch.
+	for {
 		select {
 		case <-r.done:
 			return wrapBatch(step, r.held, r.err)
 		case <-r.lead:
+			b.lead(r)
 		}
-	} else {
-		b.leading = true
-		b.mu.Unlock()
 	}
-	b.lead(r)
-	<-r.done
-	return wrapBatch(step, r.held, r.err)
 }
 
 // lead runs batches until own has its answer, then hands the lead to the oldest request
