@@ -854,11 +854,24 @@ func (sc *scen) leftovers(ctx context.Context, who []*consumer, all bool, label 
 			r.dAdd("write_lock", lim, "%s: a write transaction still holds the SQLite database", label)
 		}
 	}
-	// The consumers' own histories: deliveries Shutdown never reported.
+	// The consumers' own histories: deliveries Shutdown never reported. A delivery whose
+	// row Shutdown released while its handler still ran is reported (ErrClosed) by the
+	// handler's goroutine when the handler returns, which may be a moment after Shutdown
+	// returned: each consumer's file is read again for up to two seconds (it still runs,
+	// waiting for its stdin) until every delivery in it has its report.
 	mine := map[rowKey]bool{}
 	hist := map[int]*consHist{}
 	for _, c := range who {
-		h, err := parseConsumer(c.out, c.n)
+		var (
+			h   *consHist
+			err error
+		)
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			h, err = parseConsumer(c.out, c.n)
+			if err != nil || h.xAt == 0 || allReported(h) || time.Now().After(deadline) {
+				break
+			}
+		}
 		if err != nil {
 			r.problem("%s: %v", label, err)
 			continue
@@ -1400,4 +1413,14 @@ func tail(path string, n int) string {
 		data = data[len(data)-n:]
 	}
 	return strings.ReplaceAll(strings.TrimSpace(string(data)), "\n", " | ")
+}
+
+// allReported says every delivery in a consumer's history has its settlement report.
+func allReported(h *consHist) bool {
+	for _, d := range h.deliveries {
+		if d.settle == nil {
+			return false
+		}
+	}
+	return true
 }
