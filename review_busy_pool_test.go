@@ -71,6 +71,19 @@ func holdRows(t *testing.T, h *harness, ids []int64) (end func()) {
 // nobody locked (and the renewer's rounds, and the claims) wait for the lock too.
 // (Before both commits this failed as well: the batcher waited on the locked rows.)
 func TestBusyRowsSettledAloneDoNotTakeThePool(t *testing.T) {
+	// together: the locked rows' acks join one batch, which finds them busy and settles
+	// each alone; spaced: each ack is a lone batch whose statement waits, and hands the
+	// lead on to the next.
+	for _, spacing := range []time.Duration{0, 250 * time.Millisecond} {
+		name := "together"
+		if spacing > 0 {
+			name = "spaced"
+		}
+		t.Run(name, func(t *testing.T) { busyRowsPool(t, spacing) })
+	}
+}
+
+func busyRowsPool(t *testing.T, spacing time.Duration) {
 	for _, drv := range serverDrivers() {
 		t.Run(drv.name, func(t *testing.T) {
 			t.Parallel()
@@ -101,6 +114,7 @@ func TestBusyRowsSettledAloneDoNotTakeThePool(t *testing.T) {
 			defer unlock()
 			for _, id := range ids[:locked] {
 				close(release[id])
+				time.Sleep(spacing)
 			}
 			time.Sleep(time.Second) // their acks are waiting on the server now
 			for _, id := range ids[locked:] {
