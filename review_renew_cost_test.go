@@ -49,6 +49,14 @@ func TestOneBusyRowDoesNotMultiplyTheRenewersWrites(t *testing.T) {
 				t.Fatalf("the free row's lease moved %d times in 12 s (lease 8 s: a round every 4 s) while one other row "+
 					"was locked: every busy retry moves every lease in work", moves)
 			}
+			// The busy row's own retries go on: once the lock ends, its lease moves within
+			// a retry or two (an eighth of a lease each), not only at the next round.
+			before := h.row(locked).lockedUntil
+			unlock()
+			waitFor(t, func() bool {
+				lu := h.row(locked).lockedUntil
+				return lu != nil && before != nil && lu.After(*before)
+			})
 		})
 	}
 }
