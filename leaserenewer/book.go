@@ -117,12 +117,22 @@ func (b *Book) Len() int {
 // begin marks every live lease (the newest of its row, neither lost nor pinned) as being
 // extended and returns them: at most one per row, so a round's result names each by its
 // row alone.
-func (b *Book) begin() []*Held {
+func (b *Book) begin() []*Held { return b.beginOf(nil) }
+
+// beginOf is begin for the live leases of the rows in only (every row when only is nil).
+func (b *Book) beginOf(only map[int64]struct{}) []*Held {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	held := make([]*Held, 0, len(b.rows))
-	for _, h := range b.rows {
+	n := len(b.rows)
+	if only != nil {
+		n = min(n, len(only))
+	}
+	held := make([]*Held, 0, n)
+	for id, h := range b.rows {
 		if h.lost || h.pinned {
+			continue
+		}
+		if _, want := only[id]; only != nil && !want {
 			continue
 		}
 		h.extending = true

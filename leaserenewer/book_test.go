@@ -138,3 +138,19 @@ func TestARoundKeepsTheTokensOfBusyLeases(t *testing.T) {
 		t.Fatal("lease 1 not lost")
 	}
 }
+
+func TestBeginOfTakesOnlyTheLiveLeasesOfItsRows(t *testing.T) {
+	b := NewBook()
+	t0 := time.Unix(100, 0)
+	b.Add(1, t0)
+	b.Add(2, t0)
+	b.Add(3, t0).Pin()
+	held := b.beginOf(map[int64]struct{}{2: {}, 3: {}, 4: {}})
+	if ls := leases(held); len(ls) != 1 || ls[0].ID != 2 {
+		t.Fatalf("beginOf extends %v, want only row 2 (3 is pinned, 4 unknown)", ls)
+	}
+	b.end(held, time.Unix(130, 0), []int64{2}, false, nil)
+	if all := b.begin(); len(all) != 2 {
+		t.Fatalf("begin takes %d leases, want rows 1 and 2", len(all))
+	}
+}

@@ -40,6 +40,12 @@ type RenewNow struct{}
 // IgnoreDeadLetterLogging: a request that arrives after the renewer stopped is expected.
 func (RenewNow) IgnoreDeadLetterLogging() {}
 
+// retryBusy asks the renewer to extend again the leases its last round found busy (their
+// rows held by another session), and only those.
+type retryBusy struct{}
+
+func (retryBusy) IgnoreDeadLetterLogging() {}
+
 // Props returns the props of a renewer actor: every half lease it extends every lease in
 // the book in one statement. A round that fails leaves every token as it was; the next
 // round tries again.
@@ -59,6 +65,10 @@ type renewer struct {
 	// lease after the round that skipped them; nil or fired when none is due.
 	retry   *time.Timer
 	retryAt time.Time
+	// busy are the rows whose leases the last round left busy: a retry extends only
+	// them, so a row locked for minutes costs its own retries, not a round of every
+	// lease each eighth of a lease.
+	busy map[int64]struct{}
 }
 
 func (r *renewer) Receive(c actor.Context) {
@@ -74,6 +84,10 @@ func (r *renewer) Receive(c actor.Context) {
 	case RenewNow:
 		if !r.stopped.Load() {
 			r.round(c)
+		}
+	case retryBusy:
+		if !r.stopped.Load() && len(r.busy) > 0 {
+			r.roundOf(c, r.busy)
 		}
 	case *actor.Stopping, *actor.Restarting:
 		r.stopped.Store(true)
@@ -97,7 +111,8 @@ func (r *renewer) arm(c actor.Context) {
 	})
 }
 
-// soon asks for a round an eighth of a lease from now, unless one is already due by then.
+// soon asks for a retry of the busy leases an eighth of a lease from now, unless one is
+// already due by then.
 func (r *renewer) soon(c actor.Context) {
 	at := r.cfg.Now().Add(r.cfg.Lease / 8)
 	if r.retry != nil && r.retryAt.After(r.cfg.Now()) {
@@ -107,13 +122,19 @@ func (r *renewer) soon(c actor.Context) {
 	r.retryAt = at
 	r.retry = time.AfterFunc(r.cfg.Lease/8, func() {
 		if !r.stopped.Load() {
-			sys.Root.Send(self, RenewNow{})
+			sys.Root.Send(self, retryBusy{})
 		}
 	})
 }
 
-func (r *renewer) round(c actor.Context) {
-	held := r.cfg.Book.begin()
+func (r *renewer) round(c actor.Context) { r.roundOf(c, nil) }
+
+// roundOf extends the live leases of the rows in only, or of every row when only is nil.
+func (r *renewer) roundOf(c actor.Context, only map[int64]struct{}) {
+	held := r.cfg.Book.beginOf(only)
+	if only != nil {
+		r.busy = nil // the retry looks at them again; those still busy come back below
+	}
 	if len(held) == 0 {
 		return
 	}
@@ -129,6 +150,15 @@ func (r *renewer) round(c actor.Context) {
 		busy, err = busyErr.IDs, nil
 	}
 	lost := r.cfg.Book.end(held, until, moved, err != nil, busy)
+	if only == nil {
+		r.busy = nil // a whole round tells afresh which rows are busy
+	}
+	for _, id := range busy {
+		if r.busy == nil {
+			r.busy = make(map[int64]struct{}, len(busy))
+		}
+		r.busy[id] = struct{}{}
+	}
 	if len(busy) > 0 {
 		// Another session holds those rows: come back for them well before the next
 		// round, while their leases still run.

@@ -21,16 +21,22 @@ type batchSQL struct {
 }
 
 // lockedHolding is the locking read of the rows holding their tokens, as the CTE l: ids
-// and tokens are the parameters of the two arrays.
-func lockedHolding(t dialects.Table, ids, tokens string) string {
+// and tokens are the parameters of the two arrays. mode is the lock the statement that
+// follows takes on its rows anyway: "NO KEY UPDATE" for an UPDATE of the lease (non-key
+// columns), "UPDATE" for a DELETE. A stronger lock than the statement's own would skip
+// rows the statement need not wait for: FOR UPDATE conflicts with the KEY SHARE a
+// foreign key check of a referencing row holds, which an UPDATE of the lease does not.
+// Either mode keeps the row on its token until the statement ends: every UPDATE takes at
+// least NO KEY UPDATE, and every DELETE takes UPDATE.
+func lockedHolding(t dialects.Table, ids, tokens, mode string) string {
 	tq, id, lu := quote(t.Name), quote(t.ID), quote(t.LockedUntil)
 	return "WITH l AS (SELECT u." + id + " AS id FROM " + tq + " AS u JOIN unnest(" + ids + "::bigint[], " + tokens +
-		"::timestamptz[]) AS h(id, held) ON u." + id + " = h.id AND u." + lu + " = h.held FOR UPDATE OF u SKIP LOCKED) "
+		"::timestamptz[]) AS h(id, held) ON u." + id + " = h.id AND u." + lu + " = h.held FOR " + mode + " OF u SKIP LOCKED) "
 }
 
 func buildBatch(t dialects.Table) batchSQL {
 	tq, id, lu := quote(t.Name), quote(t.ID), quote(t.LockedUntil)
-	with := lockedHolding(t, "$1", "$2")
+	with := lockedHolding(t, "$1", "$2", "NO KEY UPDATE")
 	from := " FROM l WHERE u." + id + " = l.id RETURNING u." + id
 	var b batchSQL
 	if t.ProcessedAt != "" {
@@ -40,7 +46,7 @@ func buildBatch(t dialects.Table) batchSQL {
 		}
 		b.ack = with + "UPDATE " + tq + " AS u SET " + quote(t.ProcessedAt) + " = $3, " + lu + " = NULL" + clear + from
 	} else {
-		b.ack = with + "DELETE FROM " + tq + " AS u USING l WHERE u." + id + " = l.id RETURNING u." + id
+		b.ack = lockedHolding(t, "$1", "$2", "UPDATE") + "DELETE FROM " + tq + " AS u USING l WHERE u." + id + " = l.id RETURNING u." + id
 	}
 	b.release = with + "UPDATE " + tq + " AS u SET " + lu + " = NULL" + from
 	b.holding = "SELECT u." + id + " FROM " + tq + " AS u JOIN unnest($1::bigint[], $2::timestamptz[]) AS h(id, held) ON u." +

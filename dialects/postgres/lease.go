@@ -48,7 +48,7 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 		batch:   buildBatch(t),
 
 		hasProcessedAt: t.ProcessedAt != "",
-		extend: stmt{text: lockedHolding(t, "$2", "$3") + "UPDATE " + tq + " AS u SET " + lu + " = $1 FROM l WHERE u." + id +
+		extend: stmt{text: lockedHolding(t, "$2", "$3", "NO KEY UPDATE") + "UPDATE " + tq + " AS u SET " + lu + " = $1 FROM l WHERE u." + id +
 			" = l.id RETURNING u." + id},
 	}
 }
