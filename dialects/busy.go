@@ -1,8 +1,10 @@
 package dialects
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // RowsBusyError reports leases a batched statement (an extension round, a batch of acks
@@ -49,4 +51,13 @@ func IDs(leases []Lease) []int64 {
 		out[i] = l.ID
 	}
 	return out
+}
+
+// WaitingExtender is a lease queue that can also extend leases by waiting for the locks
+// other sessions hold on their rows (bounded by ctx), where ExtendLeases skips such rows.
+// The renewer uses it for leases it found busy, one statement at a time: a lock held a
+// moment (another claim's read of the row, say) is waited out before the lease runs out,
+// and at most the renewer's one connection waits.
+type WaitingExtender interface {
+	ExtendLeasesWaiting(ctx context.Context, until time.Time, held []Lease) ([]int64, error)
 }

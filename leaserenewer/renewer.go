@@ -139,15 +139,31 @@ func (r *renewer) roundOf(c actor.Context, only map[int64]struct{}) {
 		return
 	}
 	until := Expiry(r.cfg.Now(), r.cfg.Lease)
-	ctx, cancel := context.WithTimeout(r.cfg.Ctx, r.cfg.Lease/2)
-	moved, err := r.cfg.Queue.ExtendLeases(ctx, until, leases(held))
-	cancel()
 	var (
+		moved   []int64
+		err     error
 		busyErr *dialects.RowsBusyError
 		busy    []int64
 	)
-	if errors.As(err, &busyErr) {
-		busy, err = busyErr.IDs, nil
+	if w, ok := r.cfg.Queue.(dialects.WaitingExtender); ok && only != nil {
+		// A retry of leases found busy waits for their rows' locks, an eighth of a lease
+		// at most: a lock held a moment (another claim reading the row) is waited out
+		// before the lease runs out; one held longer leaves them busy for the next try.
+		ctx, cancel := context.WithTimeout(r.cfg.Ctx, r.cfg.Lease/8)
+		moved, err = w.ExtendLeasesWaiting(ctx, until, leases(held))
+		timedOut := ctx.Err() != nil && r.cfg.Ctx.Err() == nil
+		cancel()
+		if err != nil && timedOut {
+			// Those not moved (the statement cut short rolled back) are busy still.
+			busy, err = dialects.IDs(dialects.Missing(leases(held), moved)), nil
+		}
+	} else {
+		ctx, cancel := context.WithTimeout(r.cfg.Ctx, r.cfg.Lease/2)
+		moved, err = r.cfg.Queue.ExtendLeases(ctx, until, leases(held))
+		cancel()
+		if errors.As(err, &busyErr) {
+			busy, err = busyErr.IDs, nil
+		}
 	}
 	lost := r.cfg.Book.end(held, until, moved, err != nil, busy)
 	if only == nil {

@@ -27,6 +27,9 @@ type Batcher struct {
 	mu      sync.Mutex
 	pending []*batchReq
 	leading bool // a goroutine runs batches, or has been handed the lead
+	// running counts batches whose statements run: a long one hands the lead on (watch),
+	// but no more than maxRunning run at once.
+	running int
 }
 
 type batchReq struct {
@@ -34,9 +37,16 @@ type batchReq struct {
 	now   time.Time
 	lease HeldLease
 	held  dialects.Lease // the token, pinned when the request joins a batch
-	err   error
-	done  chan struct{} // closed once err is set
-	lead  chan struct{} // signalled when this request's goroutine is to lead
+	// pinned: the token was pinned by an earlier batch that found the row busy.
+	pinned bool
+	// busySince is when a batch first found the row locked by another session; tries
+	// counts those batches. The request is queued again after a backoff until the row
+	// settles, its lease is lost, or the batcher's timeout passes.
+	busySince time.Time
+	tries     int
+	err       error
+	done      chan struct{} // closed once err is set
+	lead      chan struct{} // signalled when this request's goroutine is to lead
 }
 
 // Batchable says whether a step can join a batch: acks, retries and releases (one
@@ -99,11 +109,13 @@ func (b *Batcher) lead(own *batchReq) {
 		b.mu.Lock()
 		batch := b.take()
 		w := b.watch()
+		b.running++
 		b.mu.Unlock()
 
 		b.settle(b.pin(batch))
 
 		b.mu.Lock()
+		b.running--
 		if w.end() {
 			b.mu.Unlock()
 			return // another request leads now
@@ -130,6 +142,10 @@ func (b *Batcher) lead(own *batchReq) {
 // settlement of the subscription.
 const slowBatch = 100 * time.Millisecond
 
+// maxRunning bounds the batches whose statements run at once: a hand-off past it waits
+// for one to end (each running batch holds a pool connection).
+const maxRunning = 2
+
 // batchWatch hands the lead on when the batch it watches runs longer than slowBatch.
 type batchWatch struct {
 	b      *Batcher
@@ -155,7 +171,7 @@ func (w *batchWatch) fire() {
 		b.mu.Unlock()
 		return
 	}
-	if len(b.pending) == 0 {
+	if len(b.pending) == 0 || b.running >= maxRunning {
 		w.timer.Reset(slowBatch) // look again: requests may queue while the batch runs
 		b.mu.Unlock()
 		return
@@ -199,6 +215,10 @@ func (b *Batcher) take() []*batchReq {
 func (b *Batcher) pin(batch []*batchReq) []*batchReq {
 	kept := batch[:0]
 	for _, r := range batch {
+		if r.pinned {
+			kept = append(kept, r) // a busy row's next try, with the token pinned then
+			continue
+		}
 		held, lost, ok := r.lease.Pin()
 		switch {
 		case !ok:
@@ -263,9 +283,9 @@ func (b *Batcher) settle(batch []*batchReq) {
 				continue
 			}
 			if busy != nil && busy.Busy(r.held.ID) {
-				// Another session holds the row: it is settled alone, where waiting for
-				// that lock holds no other row, and answered when that is done.
-				go b.alone(r)
+				// Another session holds the row: try again later, still pinned.
+				r.pinned = true
+				b.retryBusy(r, time.Now())
 				continue
 			}
 			_, found := slices.BinarySearch(settled, r.held.ID)
@@ -281,31 +301,41 @@ func (b *Batcher) settle(batch []*batchReq) {
 	}
 }
 
-// alone settles one request of a batch by the single-row statement, fenced by its token,
-// and answers it.
-func (b *Batcher) alone(r *batchReq) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-	settled, err := b.run(ctx, r.kind, r.now, []dialects.Lease{r.held})
-	cancel()
-	switch {
-	case err != nil:
-		r.err = err
-	case len(settled) == 0:
-		r.err = ErrLeaseLost
-	}
-	r.lease.Done()
-	close(r.done)
+// busyBackoff is the wait before a busy row's next try: 50 ms doubling to a second.
+func busyBackoff(tries int) time.Duration {
+	return min(50*time.Millisecond<<min(tries-1, 5), time.Second)
 }
 
-// run settles held: a lone row by the dialect's single-row statement (the batched shape,
-// a row-value list, costs more for one row on some databases), more in one batch.
+// retryBusy queues a request whose row another session holds again after a backoff, or
+// answers it when the batcher's timeout has passed since the row was first found busy.
+// Nothing waits for the lock meanwhile: no connection is held.
+func (b *Batcher) retryBusy(r *batchReq, now time.Time) {
+	if r.tries == 0 {
+		r.busySince = now
+	}
+	r.tries++
+	if now.Sub(r.busySince) >= b.timeout {
+		r.err = fmt.Errorf("%w: the row stayed locked by another session for %v", context.DeadlineExceeded, b.timeout)
+		r.lease.Done()
+		close(r.done)
+		return
+	}
+	time.AfterFunc(busyBackoff(r.tries), func() {
+		b.mu.Lock()
+		b.pending = append(b.pending, r)
+		if b.leading {
+			b.mu.Unlock()
+			return
+		}
+		b.leading = true
+		b.mu.Unlock()
+		r.lead <- struct{}{} // r's goroutine waits in Settle, for its answer or the lead
+	})
+}
+
+// run settles held in one batched statement, even a lone row: the batched statements
+// never wait for a row lock another session holds (the single-row statement would, with a
+// pool connection held meanwhile), and report such rows busy instead.
 func (b *Batcher) run(ctx context.Context, kind dialects.StepKind, now time.Time, held []dialects.Lease) ([]int64, error) {
-	if len(held) > 1 {
-		return b.q.SettleLeases(ctx, kind, now, held)
-	}
-	ok, err := b.q.SettleLease(ctx, dialects.Step{Kind: kind, Now: now}, held[0])
-	if err != nil || !ok {
-		return nil, err
-	}
-	return []int64{held[0].ID}, nil
+	return b.q.SettleLeases(ctx, kind, now, held)
 }

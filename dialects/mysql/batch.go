@@ -25,6 +25,9 @@ type batchSQL struct {
 	// token) pairs. It tells the rows lock skipped that are still ours (busy) from those
 	// that lost their leases.
 	holding inList
+	// lockWait is lock without skipping: it waits for rows another session has locked
+	// (ExtendLeasesWaiting).
+	lockWait inList
 	// ack mirrors the single-row ack: DELETE, or, with a processed_at column,
 	// processed_at = now and the lease cleared ([now,] ids).
 	ack    inList
@@ -41,6 +44,8 @@ func newBatchSQL(t dialects.Table) *batchSQL {
 			suffix: ") FOR UPDATE SKIP LOCKED"},
 		holding: inList{prefix: "SELECT " + id + " FROM " + tq + " WHERE (" + id + ", " + lu + ") IN (", item: "(?,?)",
 			suffix: ")"},
+		lockWait: inList{prefix: "SELECT " + id + " FROM " + tq + " WHERE (" + id + ", " + lu + ") IN (", item: "(?,?)",
+			suffix: ") FOR UPDATE"},
 		release: inList{prefix: "UPDATE " + tq + " SET " + lu + " = NULL" + where, item: "?", suffix: ")"},
 	}
 	if t.ProcessedAt != "" {
@@ -66,8 +71,9 @@ func (b *batchSQL) texts() []string {
 // and returns the ids it settled. A row holding another token, or gone, is left alone and
 // missing from the result. A row another session has locked is skipped rather than waited
 // for, since the wait would hold every other row of the batch locked with it: it is
-// reported in a *dialects.RowsBusyError for the caller to settle alone. A single lease
-// runs SettleLease's one fenced statement instead.
+// reported in a *dialects.RowsBusyError for the caller to try again. A batch of one runs
+// the same transaction: SettleLease's single fenced statement would wait for such a lock,
+// holding a pool connection meanwhile.
 func (q *leaseQueue) SettleLeases(ctx context.Context, kind dialects.StepKind, now time.Time, held []dialects.Lease) ([]int64, error) {
 	if len(held) == 0 {
 		return nil, nil
@@ -86,9 +92,6 @@ func (q *leaseQueue) SettleLeases(ctx context.Context, kind dialects.StepKind, n
 		list = &q.batch.release
 	default:
 		return nil, q.errorf("settle batch", fmt.Errorf("a %v step cannot be batched", kind))
-	}
-	if len(held) == 1 {
-		return q.settleOne(ctx, kind, now, held[0])
 	}
 	settled, err := withRetry(ctx, func() ([]int64, error) { return q.settleOnce(ctx, list, first, held) })
 	if err != nil {
@@ -116,18 +119,6 @@ func (q *leaseQueue) busyOf(ctx context.Context, held []dialects.Lease, done []i
 		busy = append(busy, ids...)
 	}
 	return busy, nil
-}
-
-// settleOne settles a batch of one lease (every batch under light load) with the
-// single-row statement SettleLease runs, fenced by the token in its WHERE: one autocommit
-// statement rather than a transaction of five.
-func (q *leaseQueue) settleOne(ctx context.Context, kind dialects.StepKind, now time.Time, held dialects.Lease) ([]int64, error) {
-	step := dialects.Step{Kind: kind, Now: now}
-	ok, err := withRetry(ctx, func() (bool, error) { return q.SettleLease(ctx, step, held) })
-	if err != nil || !ok {
-		return nil, err
-	}
-	return []int64{held.ID}, nil
 }
 
 // settleOnce runs one batch transaction: the locking read of the rows holding their
@@ -186,7 +177,12 @@ func (q *leaseQueue) settleOnce(ctx context.Context, list *inList, first []any, 
 // lockHolding locks, in tx, the rows of held (at most maxList leases) that hold their
 // tokens and that no other session has locked, and returns their ids.
 func (q *leaseQueue) lockHolding(ctx context.Context, tx *sql.Tx, held []dialects.Lease) ([]int64, error) {
-	return q.readPairs(ctx, &q.batch.lock, held, func(s *sql.Stmt, args []any) (*sql.Rows, error) {
+	return q.lockPairs(ctx, tx, &q.batch.lock, held)
+}
+
+// lockPairs runs list, a locking read of (id, token) pairs, in tx.
+func (q *leaseQueue) lockPairs(ctx context.Context, tx *sql.Tx, list *inList, held []dialects.Lease) ([]int64, error) {
+	return q.readPairs(ctx, list, held, func(s *sql.Stmt, args []any) (*sql.Rows, error) {
 		return tx.StmtContext(ctx, s).QueryContext(ctx, args...)
 	})
 }

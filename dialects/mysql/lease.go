@@ -281,10 +281,25 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 // in the claim's second asks for the value the row already holds, which the server does
 // not count as a change.
 func (q *leaseQueue) extendChunk(ctx context.Context, until time.Time, held []dialects.Lease) ([]int64, error) {
-	return withRetry(ctx, func() ([]int64, error) { return q.extendOnce(ctx, until, held) })
+	return withRetry(ctx, func() ([]int64, error) { return q.extendOnce(ctx, until, held, &q.batch.lock) })
 }
 
-func (q *leaseQueue) extendOnce(ctx context.Context, until time.Time, held []dialects.Lease) ([]int64, error) {
+// ExtendLeasesWaiting moves the leases of held that still hold their tokens, waiting (up
+// to ctx) for rows another session has locked: the locking read does not skip them.
+func (q *leaseQueue) ExtendLeasesWaiting(ctx context.Context, until time.Time, held []dialects.Lease) ([]int64, error) {
+	var moved []int64
+	for start := 0; start < len(held); start += maxList {
+		chunk := held[start:min(start+maxList, len(held))]
+		ids, err := q.extendOnce(ctx, until, chunk, &q.batch.lockWait)
+		if err != nil {
+			return moved, q.errorf("extend", err)
+		}
+		moved = append(moved, ids...)
+	}
+	return moved, nil
+}
+
+func (q *leaseQueue) extendOnce(ctx context.Context, until time.Time, held []dialects.Lease, lock *inList) ([]int64, error) {
 	x, err := q.d.begin(ctx, sql.LevelReadCommitted)
 	if err != nil {
 		return nil, err
@@ -295,7 +310,7 @@ func (q *leaseQueue) extendOnce(ctx context.Context, until time.Time, held []dia
 			_ = x.rollback()
 		}
 	}()
-	found, err := q.lockHolding(ctx, x.tx, held)
+	found, err := q.lockPairs(ctx, x.tx, lock, held)
 	if err != nil {
 		return nil, err
 	}

@@ -14,11 +14,14 @@ import (
 
 type leaseQueue struct {
 	queue
-	claim   stmt
-	extend  stmt   // $1 until, $2 ids, $3 tokens
-	confirm string // $1 id, $2 token: locks the row if it holds the token
-	batch   batchSQL
-	guard   stmt // FIFO tables: the group guard; claim is then the head claim (fifo.go)
+	claim  stmt
+	extend stmt // $1 until, $2 ids, $3 tokens
+	// extendWait is extend waiting for rows another session has locked: $1 until, $2
+	// ids, $3 tokens.
+	extendWait stmt
+	confirm    string // $1 id, $2 token: locks the row if it holds the token
+	batch      batchSQL
+	guard      stmt // FIFO tables: the group guard; claim is then the head claim (fifo.go)
 
 	hasProcessedAt bool
 }
@@ -50,6 +53,8 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 		hasProcessedAt: t.ProcessedAt != "",
 		extend: stmt{text: lockedHolding(t, "$2", "$3", "NO KEY UPDATE") + "UPDATE " + tq + " AS u SET " + lu + " = $1 FROM l WHERE u." + id +
 			" = l.id RETURNING u." + id},
+		extendWait: stmt{text: "UPDATE " + tq + " AS u SET " + lu + " = $1 FROM unnest($2::bigint[], $3::timestamptz[]) AS h(id, held)" +
+			" WHERE u." + id + " = h.id AND u." + lu + " = h.held RETURNING u." + id},
 	}
 }
 
@@ -121,6 +126,17 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 	}
 	if len(busy) > 0 {
 		return moved, &dialects.RowsBusyError{IDs: busy}
+	}
+	return moved, nil
+}
+
+// ExtendLeasesWaiting moves the leases of held that still hold their tokens, waiting (up
+// to ctx) for rows another session has locked.
+func (q *leaseQueue) ExtendLeasesWaiting(ctx context.Context, until time.Time, held []dialects.Lease) ([]int64, error) {
+	ids, tokens := leaseArrays(held)
+	moved, err := q.queryIDs(ctx, q.extendWait.text, until, ids, tokens)
+	if err != nil {
+		return nil, q.errorf("extend", err)
 	}
 	return moved, nil
 }
