@@ -33,7 +33,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 
 // WithMeterProvider records metrics through mp: deliveries by outcome, handler and claim
 // durations, rows per claim, rows in work, time from publish to claim, lease extensions and
-// leases lost, dead letters, restarts. Defaults to the otel global provider.
+// leases lost, dead letters, deliveries abandoned past their deadline (Timeout), restarts.
+// Defaults to the otel global provider.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *brokerConfig) { c.meters = mp }
 }

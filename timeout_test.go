@@ -401,3 +401,88 @@ func TestTimeoutRefusesNegative(t *testing.T) {
 		t.Fatalf("Subscribe with Timeout(-1s): %v, want a *ConfigError naming Timeout", err)
 	}
 }
+
+// TestTimeoutStatementInFlight: a transactional handler whose statement is running
+// through its lent transaction when the deadline passes, and which then ignores its
+// context, is abandoned all the same: its row becomes claimable, and the connection the
+// statement ran on is not used from two goroutines (run with -race). With the handler's
+// context the driver cuts the statement off at the deadline. On PostgreSQL a statement run
+// with a context of the handler's own is cut off by the abandonment itself (its socket
+// closed under it); through database/sql the release waits for such a statement.
+func TestTimeoutStatementInFlight(t *testing.T) {
+	sleeps := map[string]string{"postgres": "SELECT pg_sleep(30)", "mysql": "SELECT SLEEP(30)"}
+	for _, drv := range drivers {
+		sleep, ok := sleeps[drv.name]
+		if !ok {
+			continue
+		}
+		for _, form := range drv.forms {
+			for _, own := range []bool{false, true} {
+				if own && drv.name != "postgres" {
+					continue
+				}
+				ctxName := "the handler's context"
+				if own {
+					ctxName = "a context of its own"
+				}
+				t.Run(fmt.Sprintf("%s/%s/%s", drv.name, form, ctxName), func(t *testing.T) {
+					t.Parallel()
+					h := newHarness(t, drv, form)
+					h.tx, h.sideTable = true, h.side()
+					abandoned, checked := make(chan rowactor.Settlement, 1), make(chan struct{})
+					b := h.broker(rowactor.WithOnSettled(func(s rowactor.Settlement) {
+						if errors.Is(s.Err, rowactor.ErrAbandoned) {
+							abandoned <- s
+							<-checked
+						}
+						h.settled <- s
+					}))
+					stuck := make(chan struct{})
+					unblock := sync.OnceFunc(func() { close(stuck) })
+					t.Cleanup(unblock)
+					stmtErr := make(chan error, 1)
+					var calls atomic.Int64
+					h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+						if calls.Add(1) > 1 {
+							return rowactor.Ack()
+						}
+						sctx := ctx
+						if own {
+							sctx = context.Background()
+						}
+						stmtErr <- h.drv.txExec(sctx, d.Tx(), sleep)
+						<-stuck // and then ignores ctx
+						return rowactor.Ack()
+					}, append(leaseOptions(form, time.Hour), rowactor.Timeout(200*time.Millisecond), rowactor.Workers(1))...)
+					id := h.publish(b, 1)[0]
+					var s rowactor.Settlement
+					select {
+					case s = <-abandoned:
+					case <-time.After(20 * time.Second):
+						close(checked)
+						t.Fatal("no abandonment")
+					}
+					start := time.Now()
+					wantClaimable(t, h, form, id)
+					t.Logf("claimable %v after the abandonment", time.Since(start))
+					close(checked)
+					if s.ID != id || !s.Released {
+						t.Fatalf("abandonment %+v", s)
+					}
+					select {
+					case err := <-stmtErr:
+						if err == nil {
+							t.Fatal("the handler's statement succeeded")
+						}
+					case <-time.After(5 * time.Second):
+						t.Fatal("the handler's statement was not cut off")
+					}
+					if s := h.waitSettled(2)[1]; s.Step != "ack" || s.Err != nil {
+						t.Fatalf("the released row's next delivery %+v", s)
+					}
+					unblock()
+				})
+			}
+		}
+	}
+}
