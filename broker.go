@@ -378,7 +378,9 @@ type Settlement struct {
 	Released bool
 	// Err is nil when the settlement took effect; ErrLeaseLost when a later claim owns the
 	// row (nothing changed); ErrClosed when Shutdown released the row first (nothing
-	// changed). A database error means the outcome is unknown: a connection lost during
+	// changed); ErrAbandoned, with context.DeadlineExceeded, when the handler ran past its
+	// deadline and the grace after it and the row was released (Step "release"; told as
+	// the row is released, not when the handler returns). A database error means the outcome is unknown: a connection lost during
 	// COMMIT may have committed (MariaDB often does), so handlers must stay idempotent.
 	Err error
 	// HandlerErr is the error the handler's outcome carried (Fail(err), or an outcome's

@@ -5,12 +5,15 @@ import (
 	"sync"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/deadline"
 	"github.com/rowactor/rowactor/internal/headers"
 )
 
 // Handler handles one delivery and returns its outcome. It runs on a goroutine of its own
-// while its delivery actor holds the row; ctx ends when the broker's Shutdown gives up
-// waiting. A panic is an unsettled delivery: the row is released at once.
+// while its delivery actor holds the row. ctx ends at the delivery's deadline, if it has
+// one (Timeout, Delivery.SetTimeout: ctx.Err() is then context.DeadlineExceeded), when the
+// broker's Shutdown gives up waiting, and when the handler returns. A panic is an
+// unsettled delivery: the row is released at once.
 type Handler func(ctx context.Context, d *Delivery) Outcome
 
 // Delivery is one claimed row lent to a handler.
@@ -22,6 +25,9 @@ type Delivery struct {
 
 	headersOnce sync.Once
 	headers     map[string]string
+	// deadline is the handler's context, whose deadline SetTimeout moves (nil outside a
+	// subscription's handler).
+	deadline *deadline.Context
 
 	mu      sync.Mutex
 	pending []wakeTarget // queues published into through tx, woken once the Ack commits

@@ -20,6 +20,13 @@ var (
 	// was not given with OnEvent; the row was released unsettled.
 	ErrUnknownEvent = settler.ErrUnknownEvent
 
+	// ErrAbandoned reports a delivery given up on: its handler ran past its deadline
+	// (Timeout, Delivery.SetTimeout) and the grace after it without returning, so rowactor
+	// released its row by the form's rule and freed its worker. Whatever the handler
+	// returns later changes nothing. The WithOnSettled hook is told at the abandonment, with
+	// an error that wraps ErrAbandoned and context.DeadlineExceeded.
+	ErrAbandoned = settler.ErrAbandoned
+
 	// ErrConfig matches every *ConfigError.
 	ErrConfig = dialects.ErrConfig
 

@@ -356,3 +356,54 @@ func ExampleFunc() {
 	// Output:
 	// snooze snooze 1
 }
+
+// A deadline per handler call: the handler's context ends at it, and a delivery that
+// overran it fails, retried after the retry policy's delay. A handler that knows its row
+// needs longer moves its own deadline.
+func ExampleTimeout() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "rowactor-example-")
+	defer os.RemoveAll(dir)
+	settled := make(chan rowactor.Settlement, 2)
+	b, _ := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"), rowactor.WithLogger(slog.New(slog.DiscardHandler)),
+		rowactor.WithOnSettled(func(s rowactor.Settlement) { settled <- s }))
+	defer b.Shutdown(ctx)
+
+	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
+		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until", Error: "last_error"}
+	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
+	_, _ = b.Dialect().(*sqlite.Dialect).DB().Exec(ddl)
+
+	// render stands for a call that takes 200 ms and honours its context.
+	render := func(ctx context.Context) error {
+		select {
+		case <-time.After(200 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	_, err := b.Subscribe(ctx, jobs, "reports", func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		if d.Attempt() > 1 {
+			d.SetTimeout(time.Minute) // it timed out once: give it all the time it needs
+		}
+		if err := render(ctx); err != nil {
+			return rowactor.Fail(fmt.Errorf("render: %w", err))
+		}
+		return rowactor.Ack()
+	}, rowactor.Timeout(50*time.Millisecond),
+		rowactor.RetryPolicy(func(int, error) time.Duration { return 10 * time.Millisecond }),
+		rowactor.PollInterval(10*time.Millisecond))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, _ = b.Publish(ctx, jobs, "reports", []byte("yearly"))
+	s := <-settled
+	fmt.Println(s.Attempt, s.Outcome, s.Step, s.HandlerErr)
+	s = <-settled
+	fmt.Println(s.Attempt, s.Outcome, s.Step, s.HandlerErr)
+	// Output:
+	// 1 fail retry_after render: context deadline exceeded
+	// 2 ack ack <nil>
+}

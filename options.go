@@ -33,7 +33,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 
 // WithMeterProvider records metrics through mp: deliveries by outcome, handler and claim
 // durations, rows per claim, rows in work, time from publish to claim, lease extensions and
-// leases lost, dead letters, restarts. Defaults to the otel global provider.
+// leases lost, dead letters, deliveries abandoned past their deadline (Timeout), restarts.
+// Defaults to the otel global provider.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *brokerConfig) { c.meters = mp }
 }
@@ -77,6 +78,7 @@ type subscribeConfig struct {
 	events          map[string]string
 	eventErr        error
 	retryPolicy     func(attempt int, err error) time.Duration
+	timeout         time.Duration
 }
 
 func defaultSubscribeConfig() subscribeConfig {
@@ -221,6 +223,8 @@ func (c *subscribeConfig) check(t Table, queue string) error {
 		return bad("Prefetch", "a FIFO group is handled one row at a time, so no row can wait ahead of a worker", "drop Prefetch")
 	case t.FIFO && c.keyWorkers:
 		return bad("WorkersByKey", "a FIFO group is handled one row at a time in order already", "drop WorkersByKey, or FIFO")
+	case c.timeout < 0:
+		return bad("Timeout", fmt.Sprintf("Timeout(%v) is negative", c.timeout), "use a positive duration, or Timeout(0) for no deadline")
 	case c.prefetch < 0:
 		return bad("Prefetch", fmt.Sprintf("Prefetch(%d) is negative", c.prefetch), "use Prefetch(0) or more")
 	case c.prefetch > 0 && t.Form() != FormLease:

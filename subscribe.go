@@ -6,6 +6,7 @@ import (
 
 	"github.com/rowactor/rowactor/actors"
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/deadline"
 	"github.com/rowactor/rowactor/settler"
 )
 
@@ -154,6 +155,7 @@ func (b *Broker) subscribe(ctx context.Context, t Table, queue string, h Handler
 		Classify:      func(err error) dialects.Fault { return dialects.Classify(b.d, err) },
 		Culprit:       func(err error) dialects.Culprit { return dialects.CulpritOf(b.d, err) },
 		Transactional: cfg.transactional,
+		Timeout:       cfg.timeout,
 		Telemetry:     b.tel.Subscription(t.Name, queue, t.Form().String()),
 		OnSettled:     b.settledHook(t.Name, queue),
 	})
@@ -193,7 +195,7 @@ func servesForm(d dialects.Dialect, q dialects.Queue, t Table, transactional boo
 // Ack committed it.
 func wrap(h Handler, table, queue string) actors.Handler {
 	return func(ctx context.Context, row dialects.Row, tx any) (settler.Outcome, any) {
-		d := &Delivery{row: row, table: table, queue: queue, tx: tx}
+		d := &Delivery{row: row, table: table, queue: queue, tx: tx, deadline: deadline.From(ctx)}
 		if tx != nil {
 			ctx = context.WithValue(ctx, deliveryKey{}, d)
 		}
@@ -209,8 +211,9 @@ func wrapBatch(h BatchHandler, table, queue string) actors.BatchHandler {
 	return func(ctx context.Context, rows []dialects.Row) ([]settler.Outcome, []any) {
 		ds := make([]*Delivery, len(rows))
 		tags := make([]any, len(rows))
+		dl := deadline.From(ctx) // the batch's, shared by its deliveries
 		for i, r := range rows {
-			ds[i] = &Delivery{row: r, table: table, queue: queue}
+			ds[i] = &Delivery{row: r, table: table, queue: queue, deadline: dl}
 			tags[i] = ds[i]
 		}
 		out := h(ctx, ds)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rowactor/rowactor/claimer"
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/deadline"
 	"github.com/rowactor/rowactor/settler"
 )
 
@@ -45,7 +46,8 @@ type batchDelivery struct {
 	// spans holds a consumer span per row, each on a delivery of its own.
 	spans []*delivery
 
-	state       atomic.Uint32 // running, handled, released (as delivery's)
+	state       atomic.Uint32 // running, handled, released, abandoned (as delivery's)
+	dctx        *deadline.Context
 	outcomes    []settler.Outcome
 	tags        []any
 	panic       any
@@ -67,7 +69,12 @@ func (d *batchDelivery) Receive(c actor.Context) {
 			return
 		}
 		sys, self := c.ActorSystem(), c.Self()
+		d.dctx = d.sub.deadlineCtx(sys, self)
 		d.sub.cfg.Dispatcher.Schedule(func() { d.run(sys, self) })
+	case overrunMsg:
+		if !d.settled && d.state.CompareAndSwap(running, abandoned) {
+			d.abandon(c)
+		}
 	case handledMsg:
 		d.finish(c, d.settle(), true, true)
 	case *actor.Stopping:
@@ -87,10 +94,24 @@ func (d *batchDelivery) Receive(c actor.Context) {
 
 func (d *batchDelivery) run(sys *actor.ActorSystem, self *actor.PID) {
 	start := time.Now()
-	d.outcomes, d.tags, d.panic = callBatch(d.sub.handlerCtx, d.sub.cfg.BatchHandler, d.rows, d.sub.cfg.Log, d.sub.cfg.Table)
+	d.dctx.SetTimeout(d.sub.cfg.Timeout)
+	d.outcomes, d.tags, d.panic = callBatch(d.dctx, d.sub.cfg.BatchHandler, d.rows, d.sub.cfg.Log, d.sub.cfg.Table)
 	d.took = time.Since(start)
+	if d.panic == nil && d.dctx.Expired() {
+		// Returned after the batch's deadline: every row failed (a wrong number of
+		// outcomes still releases the batch).
+		for i, o := range d.outcomes {
+			d.outcomes[i] = lateOutcome(o, d.dctx.Timeout())
+		}
+	}
+	d.dctx.Finish()
 	if d.state.CompareAndSwap(running, handled) {
 		sys.Root.Send(self, handledMsg{})
+		return
+	}
+	if d.state.Load() == abandoned {
+		// The actor rolled the batch back and told the hook already.
+		d.sub.noteLateReturn(d.rows[0], fmt.Sprintf("a batch of %d rows", len(d.rows)), d.took)
 		return
 	}
 	for i, r := range d.rows {

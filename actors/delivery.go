@@ -14,6 +14,7 @@ import (
 
 	"github.com/rowactor/rowactor/claimer"
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/deadline"
 	"github.com/rowactor/rowactor/leaserenewer"
 	"github.com/rowactor/rowactor/settler"
 )
@@ -41,9 +42,10 @@ type Result struct {
 
 // delivery states, moved by compare-and-swap between the handler goroutine and the actor.
 const (
-	running  uint32 = iota
-	handled         // the handler returned; its outcome waits for the actor
-	released        // the actor released the row before the handler returned
+	running   uint32 = iota
+	handled          // the handler returned; its outcome waits for the actor
+	released         // the actor released the row before the handler returned (a stop)
+	abandoned        // the actor gave up on the handler past its deadline (timeout.go)
 )
 
 type delivery struct {
@@ -58,6 +60,10 @@ type delivery struct {
 	// not be opened (the handler then never ran).
 	leaseTx  dialects.LeaseTx
 	beginErr error
+	// dctx is the handler's context, whose deadline Config.Timeout sets (timeout.go);
+	// started is when the actor started.
+	dctx    *deadline.Context
+	started time.Time
 	// span is the delivery's consumer span, started with the actor; spanCtx carries it.
 	span        trace.Span
 	spanCtx     context.Context
@@ -118,7 +124,14 @@ func (d *delivery) Receive(c actor.Context) {
 			return
 		}
 		sys, self := c.ActorSystem(), c.Self()
+		d.started = time.Now()
+		d.dctx = d.sub.deadlineCtx(sys, self)
 		d.sub.cfg.Dispatcher.Schedule(func() { d.run(sys, self) })
+	case overrunMsg:
+		// The handler runs a grace past its deadline, unless it returned meanwhile.
+		if !d.settled && d.state.CompareAndSwap(running, abandoned) {
+			d.abandon(c)
+		}
 	case handledMsg:
 		if d.sub.batcher != nil {
 			c.Send(c.Parent(), workerFreeMsg{})
@@ -175,15 +188,27 @@ func (d *delivery) end(c actor.Context, r Result) {
 	c.Send(c.Parent(), settledMsg{freed: freed, workerFreed: d.workerFreed, keyed: d.keyed, key: d.key, handled: !d.releaseOnly})
 }
 
-// run calls the handler on its own goroutine. A panic is an unsettled delivery.
+// run calls the handler on its own goroutine. A panic is an unsettled delivery; a return
+// after the deadline is a failure (lateOutcome).
 func (d *delivery) run(sys *actor.ActorSystem, self *actor.PID) {
 	if tx, ok := d.begin(); ok {
 		start := time.Now()
-		d.outcome, d.tag, d.panic = d.sub.call(trace.ContextWithSpan(d.sub.handlerCtx, d.span), d.claim.Row, tx)
+		d.dctx.SetTimeout(d.sub.cfg.Timeout)
+		d.outcome, d.tag, d.panic = d.sub.call(trace.ContextWithSpan(d.dctx, d.span), d.claim.Row, tx)
 		d.handlerTook = time.Since(start)
+		if d.panic == nil && d.dctx.Expired() {
+			d.outcome = lateOutcome(d.outcome, d.dctx.Timeout())
+		}
 	}
+	d.dctx.Finish()
 	if d.state.CompareAndSwap(running, handled) {
 		sys.Root.Send(self, handledMsg{})
+		return
+	}
+	if d.state.Load() == abandoned {
+		// The actor gave the row back (and ended a lent transaction) already, and told the
+		// hook: the outcome changes nothing.
+		d.sub.noteLateReturn(d.claim.Row, d.outcome.Verdict.String(), d.handlerTook)
 		return
 	}
 	// The row was released (shutdown) while the handler ran: its outcome cannot settle.

@@ -70,6 +70,9 @@ type Config struct {
 	Dispatcher *Dispatcher
 	// Transactional lends each delivery a transaction.
 	Transactional bool
+	// Timeout is each handler's deadline from its start (0: none); a handler may move its
+	// own (timeout.go).
+	Timeout time.Duration
 	// Telemetry records the subscription's spans and metrics.
 	Telemetry *telemetry.Sub
 

@@ -32,6 +32,25 @@ var ErrTxEnded = errors.New("rowactor: the database ended the delivery's transac
 type DeliveryTx interface {
 	// Tx is the driver's transaction: pgx.Tx on PostgreSQL, *sql.Tx on MySQL and SQLite.
 	Tx() any
+
+	// Interrupt ends the lent transaction while the handler it was lent to may still be
+	// running and using it: the runtime gives up on a handler that overran its deadline
+	// (rowactor.Timeout) and gives the row back without waiting for it. It is called from
+	// another goroutine than the handler's, and must be safe against the handler's
+	// statements on the transaction, before, during and after it. Afterwards the
+	// transaction is rolled back (or will be, by the server, as after a crash), and what it
+	// held is given up as Rollback (row lock: the row's lock) or Abort (advisory: the key,
+	// and the session's connection) would: the row is claimable again, except in the
+	// lease form, whose lease the runtime releases itself. The transaction's pool
+	// connection is given up too (returned, closed, or taken out of its pool), and every
+	// later call on the holder ends nothing more. The handler's later statements through the
+	// transaction fail.
+	//
+	// It may wait for a statement the handler is running through the transaction, where
+	// the driver serialises a rollback behind it (database/sql); a statement run with the
+	// handler's context ends with that context, and has ended by the time the runtime
+	// calls Interrupt. It never waits for a handler that runs no statement.
+	Interrupt(ctx context.Context) error
 }
 
 // TxLockedClaim is a row lock claim whose transaction is lent to the handler. A

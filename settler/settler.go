@@ -25,6 +25,10 @@ var (
 	// ErrUnknownEvent reports a Custom outcome naming an event the subscription does not
 	// have; the row was released unsettled.
 	ErrUnknownEvent = errors.New("rowactor: unknown event")
+	// ErrAbandoned reports a delivery whose handler ran past its deadline and its grace:
+	// the runtime gave its row back without its outcome, which changes nothing when it
+	// comes.
+	ErrAbandoned = errors.New("rowactor: delivery abandoned past its deadline")
 )
 
 // Verdict is what a handler decided.

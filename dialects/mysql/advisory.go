@@ -467,6 +467,12 @@ func (s txSession) Commit(ctx context.Context) error {
 	return nil
 }
 
+// Interrupt ends the session while its handler may still be using the lent transaction,
+// as Abort does: the transaction is rolled back (database/sql serialises the rollback
+// behind a statement the handler is running through the *sql.Tx, and fails its later
+// ones), the key released, and the connection closed.
+func (s txSession) Interrupt(ctx context.Context) error { return s.Abort(ctx) }
+
 // Rollback discards the transaction (a no-op once it ended).
 func (s txSession) Rollback(ctx context.Context) error {
 	s.mu.Lock()

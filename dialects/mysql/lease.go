@@ -501,6 +501,10 @@ func (t *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 	return true, nil
 }
 
+// Interrupt rolls the transaction back while its handler may still be using it, as
+// Rollback does (see txClaim.Interrupt); the lease is the caller's to release.
+func (t *leaseTx) Interrupt(ctx context.Context) error { return t.Rollback(ctx) }
+
 // Rollback discards the transaction, the handler's writes with it; a no-op once it ended.
 func (t *leaseTx) Rollback(ctx context.Context) error {
 	t.mu.Lock()

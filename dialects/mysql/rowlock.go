@@ -205,6 +205,12 @@ var _ dialects.TxLockedClaim = txClaim{}
 // Tx is the claim transaction, a *sql.Tx. It ends with the claim's Settle or Rollback.
 func (c txClaim) Tx() any { return c.x.tx }
 
+// Interrupt rolls the claim transaction back while its handler may still be using it, as
+// Rollback does: database/sql serialises the rollback behind a statement the handler is
+// running through the *sql.Tx and fails the handler's later ones (sql.ErrTxDone), so
+// neither the transaction nor its connection is used by two goroutines at once.
+func (c txClaim) Interrupt(ctx context.Context) error { return c.Rollback(ctx) }
+
 // Savepoint has nothing to do: the claim set the savepoint rowactor_claim when it lent
 // its transaction, right after the claim (one statement fewer per delivery).
 func (c txClaim) Savepoint(ctx context.Context) error {

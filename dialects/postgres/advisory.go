@@ -396,6 +396,23 @@ func (s *txSession) Commit(ctx context.Context) error {
 	return nil
 }
 
+// Interrupt ends the session while its handler may still be using the lent transaction
+// (see sever): the server rolls the transaction back and releases the key as the session
+// ends. Later calls end nothing more.
+func (s *txSession) Interrupt(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return nil
+	}
+	err := sever(s.conn)
+	s.conn, s.key, s.held, s.open = nil, "", false, false
+	if err != nil {
+		return s.q.errorf("interrupt", err)
+	}
+	return nil
+}
+
 // Rollback discards the transaction; a no-op once it ended. A rollback that failed leaves
 // the session doubtful: Unlock closes it.
 func (s *txSession) Rollback(ctx context.Context) error {

@@ -266,6 +266,22 @@ func (l *leaseTx) Rollback(ctx context.Context) error {
 	return nil
 }
 
+// Interrupt ends the transaction while its handler may still be using it (see sever); the
+// lease is the caller's to release. Later calls end nothing more.
+func (l *leaseTx) Interrupt(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == nil {
+		return nil
+	}
+	err := sever(l.conn)
+	l.conn = nil
+	if err != nil {
+		return l.q.errorf("interrupt", err)
+	}
+	return nil
+}
+
 // end rolls back and gives the connection up: to the pool, or closed when the rollback
 // failed. The caller holds mu.
 func (l *leaseTx) end(ctx context.Context) error {

@@ -241,6 +241,23 @@ const savepoint = "rowactor_claim"
 // Settle commits it, Rollback and the other steps roll it back.
 func (c *txLockedClaim) Tx() any { return c.tx }
 
+// Interrupt ends the claim while its handler may still be using the lent transaction
+// (see sever): the server rolls it back and the row's lock goes with it. Later calls end
+// nothing more.
+func (c *txLockedClaim) Interrupt(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		return nil
+	}
+	err := sever(c.conn)
+	c.conn = nil
+	if err != nil {
+		return c.q.errorf("interrupt", err)
+	}
+	return nil
+}
+
 // Savepoint sets the savepoint rowactor_claim.
 func (c *txLockedClaim) Savepoint(ctx context.Context) error {
 	return c.run(ctx, "savepoint", "SAVEPOINT "+savepoint)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -89,4 +90,22 @@ func endConn(conn *pgxpool.Conn, failed error) {
 		return
 	}
 	conn.Release()
+}
+
+// sever gives up a lent transaction's connection from a goroutine other than the
+// handler's, which may still be using it (Interrupt). A pgx connection is not safe for
+// concurrent use, so no statement runs on it and none of its state is touched: its socket
+// is closed (a net.Conn is safe for concurrent use; pgx closes it from other goroutines
+// too), so the server ends the session, rolling its transaction back and releasing its row
+// locks and advisory keys, as after a crash; and the pool connection is hijacked out of the
+// pool, so the pool's slot is free at once and a pool's Close does not wait for the
+// handler. The *pgx.Conn, its socket closed, stays with the handler's pgx.Tx: its next
+// statement fails, and nothing else of it needs closing.
+func sever(conn *pgxpool.Conn) error {
+	err := conn.Conn().PgConn().Conn().Close()
+	conn.Hijack()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil // pgx closed it already (a statement cut off by the handler's context)
+	}
+	return err
 }

@@ -359,6 +359,12 @@ func (t *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 	return true, nil
 }
 
+// Interrupt rolls the transaction back while its handler may still be using it, as
+// Rollback does: database/sql serialises the rollback behind a statement the handler is
+// running through the *sql.Tx and fails its later ones (sql.ErrTxDone). The lease is the
+// caller's to release.
+func (t *leaseTx) Interrupt(ctx context.Context) error { return t.Rollback(ctx) }
+
 // Rollback discards the transaction (a no-op once it ended).
 func (t *leaseTx) Rollback(ctx context.Context) error {
 	_, err := t.end(false)
@@ -435,6 +441,11 @@ func (s *session) Commit(ctx context.Context) error {
 	_, err := t.end(true)
 	return err
 }
+
+// Interrupt ends the session while its handler may still be using the lent transaction,
+// as Abort does: the transaction is rolled back (see leaseTx.Interrupt) and the key
+// released.
+func (s *session) Interrupt(ctx context.Context) error { return s.Abort(ctx) }
 
 // Rollback discards the transaction (a no-op once it ended, or before Begin).
 func (s *session) Rollback(ctx context.Context) error {

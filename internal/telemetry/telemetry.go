@@ -55,6 +55,7 @@ type Telemetry struct {
 	extensions  metric.Int64Counter
 	leasesLost  metric.Int64Counter
 	deadLetters metric.Int64Counter
+	abandoned   metric.Int64Counter
 	restarts    metric.Int64Counter
 	published   metric.Int64Counter
 
@@ -92,6 +93,10 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider, db string) (*Telemetr
 		return nil, err
 	}
 	if t.deadLetters, err = m.Int64Counter("rowactor.dead_letters", metric.WithDescription("Rows moved to their dead letter.")); err != nil {
+		return nil, err
+	}
+	if t.abandoned, err = m.Int64Counter("rowactor.deliveries.abandoned",
+		metric.WithDescription("Deliveries whose handler ran past its deadline and its grace: given up on, their rows released.")); err != nil {
 		return nil, err
 	}
 	if t.restarts, err = m.Int64Counter("rowactor.restarts", metric.WithDescription("Claimers and renewers restarted after a failure.")); err != nil {
@@ -160,6 +165,11 @@ func (s *Sub) Settled(ctx context.Context, outcome string, handler time.Duration
 	if deadLetter {
 		s.t.deadLetters.Add(ctx, 1, s.opt())
 	}
+}
+
+// Abandoned records deliveries given up on past their deadline (rows: a batch's).
+func (s *Sub) Abandoned(ctx context.Context, rows int) {
+	s.t.abandoned.Add(ctx, int64(rows), s.opt())
 }
 
 // Renewed records a lease renewal round.

@@ -1,0 +1,287 @@
+package deadline
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// ended waits up to within for ctx to end and returns how long it took.
+func ended(t *testing.T, ctx context.Context, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return time.Since(start)
+	case <-time.After(within):
+		t.Fatalf("the context did not end within %v", within)
+		return 0
+	}
+}
+
+func running(t *testing.T, ctx context.Context) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		t.Fatalf("the context ended: %v", ctx.Err())
+	default:
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Err %v on a running context", ctx.Err())
+	}
+}
+
+func TestNoDeadline(t *testing.T) {
+	c := New(context.Background())
+	if _, ok := c.Deadline(); ok {
+		t.Fatal("a context without a timeout reports a deadline")
+	}
+	time.Sleep(20 * time.Millisecond)
+	running(t, c)
+	c.Finish()
+	if !errors.Is(c.Err(), context.Canceled) || c.Expired() {
+		t.Fatalf("after Finish: Err %v, Expired %v", c.Err(), c.Expired())
+	}
+}
+
+func TestDeadlineEndsTheContext(t *testing.T) {
+	c := New(context.Background())
+	before := time.Now()
+	c.SetTimeout(50 * time.Millisecond)
+	dl, ok := c.Deadline()
+	if !ok || dl.Sub(before) < 50*time.Millisecond || dl.Sub(before) > 80*time.Millisecond {
+		t.Fatalf("Deadline %v %v, want about 50 ms from now", dl.Sub(before), ok)
+	}
+	running(t, c)
+	if c.Expired() {
+		t.Fatal("Expired before the deadline")
+	}
+	ended(t, c, time.Second)
+	if !errors.Is(c.Err(), context.DeadlineExceeded) || !c.Expired() {
+		t.Fatalf("Err %v, Expired %v; want DeadlineExceeded", c.Err(), c.Expired())
+	}
+	if !errors.Is(context.Cause(c), context.DeadlineExceeded) {
+		t.Fatalf("Cause %v, want DeadlineExceeded", context.Cause(c))
+	}
+	c.SetTimeout(time.Hour) // an ended context never runs again
+	if !errors.Is(c.Err(), context.DeadlineExceeded) {
+		t.Fatalf("Err %v after a late SetTimeout", c.Err())
+	}
+	c.Finish()
+	if !errors.Is(c.Err(), context.DeadlineExceeded) {
+		t.Fatalf("Finish changed Err to %v", c.Err())
+	}
+}
+
+func TestMoveLater(t *testing.T) {
+	c := New(context.Background())
+	c.SetTimeout(30 * time.Millisecond)
+	c.SetTimeout(150 * time.Millisecond)
+	time.Sleep(60 * time.Millisecond)
+	running(t, c) // the first timer was stopped, or does nothing
+	if took := ended(t, c, time.Second); took < 50*time.Millisecond {
+		t.Fatalf("ended %v after the first deadline, want about 90 ms more", took)
+	}
+	if !errors.Is(c.Err(), context.DeadlineExceeded) || c.Timeout() != 150*time.Millisecond {
+		t.Fatalf("Err %v, Timeout %v", c.Err(), c.Timeout())
+	}
+}
+
+func TestMoveSooner(t *testing.T) {
+	c := New(context.Background())
+	c.SetTimeout(time.Hour)
+	c.SetTimeout(20 * time.Millisecond)
+	if took := ended(t, c, time.Second); took > 500*time.Millisecond {
+		t.Fatalf("ended after %v", took)
+	}
+	if !errors.Is(c.Err(), context.DeadlineExceeded) {
+		t.Fatalf("Err %v", c.Err())
+	}
+}
+
+func TestRemoveDeadline(t *testing.T) {
+	c := New(context.Background())
+	c.SetTimeout(20 * time.Millisecond)
+	c.SetTimeout(0)
+	if _, ok := c.Deadline(); ok {
+		t.Fatal("SetTimeout(0) left a deadline")
+	}
+	time.Sleep(50 * time.Millisecond)
+	running(t, c)
+	c.Finish()
+}
+
+func TestParentCancel(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	c := New(parent)
+	c.SetTimeout(time.Hour)
+	cancel()
+	ended(t, c, time.Second)
+	if !errors.Is(c.Err(), context.Canceled) || c.Expired() {
+		t.Fatalf("Err %v, Expired %v; want the parent's Canceled", c.Err(), c.Expired())
+	}
+	c.Finish()
+}
+
+func TestParentEndedAlready(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	cancel()
+	c := New(parent)
+	ended(t, c, time.Second)
+	if !errors.Is(c.Err(), context.Canceled) {
+		t.Fatalf("Err %v", c.Err())
+	}
+}
+
+func TestParentDeadlineIsEarlier(t *testing.T) {
+	parent, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	pd, _ := parent.Deadline()
+	c := New(parent)
+	c.SetTimeout(time.Hour)
+	if dl, ok := c.Deadline(); !ok || !dl.Equal(pd) {
+		t.Fatalf("Deadline %v, want the parent's %v", dl, pd)
+	}
+	ended(t, c, time.Second)
+	if !errors.Is(c.Err(), context.DeadlineExceeded) || c.Expired() {
+		t.Fatalf("Err %v, Expired %v: the parent's deadline is not the context's own", c.Err(), c.Expired())
+	}
+}
+
+type valueKey struct{}
+
+func TestValuesAndFrom(t *testing.T) {
+	parent := context.WithValue(context.Background(), valueKey{}, "v")
+	c := New(parent)
+	defer c.Finish()
+	if c.Value(valueKey{}) != "v" {
+		t.Fatal("the parent's value is not seen")
+	}
+	derived := context.WithValue(c, valueKey{}, "w")
+	if From(derived) != c || From(parent) != nil {
+		t.Fatal("From does not find the context")
+	}
+}
+
+// A context derived from it ends with its error: DeadlineExceeded, not Canceled.
+func TestDerivedContexts(t *testing.T) {
+	parent, cancelParent := context.WithCancel(context.Background())
+	defer cancelParent()
+	c := New(parent)
+	derived, cancel := context.WithCancel(c)
+	defer cancel()
+	timed, cancelTimed := context.WithTimeout(c, time.Hour)
+	defer cancelTimed()
+	var ran atomic.Bool
+	stop := context.AfterFunc(c, func() { ran.Store(true) })
+	defer stop()
+	c.SetTimeout(20 * time.Millisecond)
+	ended(t, derived, time.Second)
+	ended(t, timed, time.Second)
+	for _, d := range []context.Context{derived, timed} {
+		if !errors.Is(d.Err(), context.DeadlineExceeded) {
+			t.Fatalf("a derived context ended with %v, want DeadlineExceeded", d.Err())
+		}
+	}
+	deadline := time.Now().Add(time.Second)
+	for !ran.Load() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !ran.Load() {
+		t.Fatal("context.AfterFunc did not run")
+	}
+	c.Finish()
+}
+
+func TestAfterFuncStop(t *testing.T) {
+	c := New(context.Background())
+	var ran atomic.Bool
+	stop := c.AfterFunc(func() { ran.Store(true) })
+	if !stop() || stop() {
+		t.Fatal("stop did not report unregistering once")
+	}
+	c.Finish()
+	time.Sleep(10 * time.Millisecond)
+	if ran.Load() {
+		t.Fatal("a stopped AfterFunc ran")
+	}
+	done := make(chan struct{})
+	if c.AfterFunc(func() { close(done) })() {
+		t.Fatal("stop on an ended context reported true")
+	}
+	<-done
+}
+
+func TestWatch(t *testing.T) {
+	c := New(context.Background())
+	fired := make(chan time.Time, 1)
+	c.Watch(func(d time.Duration) time.Duration { return d / 2 }, func() { fired <- time.Now() })
+	start := time.Now()
+	c.SetTimeout(40 * time.Millisecond)
+	select {
+	case at := <-fired:
+		if took := at.Sub(start); took < 60*time.Millisecond {
+			t.Fatalf("the watch fired after %v, want the deadline and its grace (60 ms)", took)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the watch did not fire")
+	}
+	c.Finish()
+}
+
+func TestWatchMovesAndStops(t *testing.T) {
+	c := New(context.Background())
+	var fired atomic.Int32
+	c.Watch(func(time.Duration) time.Duration { return 10 * time.Millisecond }, func() { fired.Add(1) })
+	c.SetTimeout(10 * time.Millisecond)
+	c.SetTimeout(200 * time.Millisecond) // the watch moves with the deadline
+	time.Sleep(60 * time.Millisecond)
+	if fired.Load() != 0 {
+		t.Fatal("the watch of a moved deadline fired")
+	}
+	c.Finish() // the handler returned: the watch never fires
+	time.Sleep(250 * time.Millisecond)
+	if fired.Load() != 0 {
+		t.Fatal("the watch fired after Finish")
+	}
+}
+
+// Moves, reads and Finish from many goroutines at once: run with -race.
+func TestConcurrentUse(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 50 {
+		c := New(parent)
+		c.Watch(func(time.Duration) time.Duration { return time.Millisecond }, func() {})
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 20 {
+					c.SetTimeout(time.Duration(i+j%3) * time.Millisecond)
+					_, _ = c.Deadline()
+					_ = c.Err()
+					_ = c.Expired()
+					stop := c.AfterFunc(func() {})
+					stop()
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-c.Done()
+		}()
+		time.Sleep(time.Millisecond)
+		c.Finish()
+		wg.Wait()
+	}
+}
