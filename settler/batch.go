@@ -30,6 +30,10 @@ type Batcher struct {
 	// running counts batches whose statements run: a long one hands the lead on (watch),
 	// but no more than maxRunning run at once.
 	running int
+	// busy are requests whose rows another session held when their batch ran, for the
+	// busy lane (queueBusy); laneRunning says its goroutine runs.
+	busy        []*batchReq
+	laneRunning bool
 }
 
 type batchReq struct {
@@ -37,16 +41,9 @@ type batchReq struct {
 	now   time.Time
 	lease HeldLease
 	held  dialects.Lease // the token, pinned when the request joins a batch
-	// pinned: the token was pinned by an earlier batch that found the row busy.
-	pinned bool
-	// busySince is when a batch first found the row locked by another session; tries
-	// counts those batches. The request is queued again after a backoff until the row
-	// settles, its lease is lost, or the batcher's timeout passes.
-	busySince time.Time
-	tries     int
-	err       error
-	done      chan struct{} // closed once err is set
-	lead      chan struct{} // signalled when this request's goroutine is to lead
+	err   error
+	done  chan struct{} // closed once err is set
+	lead  chan struct{} // signalled when this request's goroutine is to lead
 }
 
 // Batchable says whether a step can join a batch: acks, retries and releases (one
@@ -215,10 +212,6 @@ func (b *Batcher) take() []*batchReq {
 func (b *Batcher) pin(batch []*batchReq) []*batchReq {
 	kept := batch[:0]
 	for _, r := range batch {
-		if r.pinned {
-			kept = append(kept, r) // a busy row's next try, with the token pinned then
-			continue
-		}
 		held, lost, ok := r.lease.Pin()
 		switch {
 		case !ok:
@@ -283,9 +276,7 @@ func (b *Batcher) settle(batch []*batchReq) {
 				continue
 			}
 			if busy != nil && busy.Busy(r.held.ID) {
-				// Another session holds the row: try again later, still pinned.
-				r.pinned = true
-				b.retryBusy(r, time.Now())
+				b.queueBusy(r) // another session holds the row: the busy lane waits for it
 				continue
 			}
 			_, found := slices.BinarySearch(settled, r.held.ID)
@@ -301,41 +292,54 @@ func (b *Batcher) settle(batch []*batchReq) {
 	}
 }
 
-// busyBackoff is the wait before a busy row's next try: 50 ms doubling to a second.
-func busyBackoff(tries int) time.Duration {
-	return min(50*time.Millisecond<<min(tries-1, 5), time.Second)
+// queueBusy hands a request whose row another session holds to the busy lane: one
+// goroutine per batcher that settles such rows one at a time, each with the single-row
+// statement, which waits for the lock. Waiting keeps the row's place in the lock's queue
+// (a claim elsewhere cannot take it first once the lock ends, even with its lease run
+// out), and one lane holds at most one pool connection, whatever the number of rows
+// another session holds.
+func (b *Batcher) queueBusy(r *batchReq) {
+	b.mu.Lock()
+	b.busy = append(b.busy, r)
+	start := !b.laneRunning
+	b.laneRunning = true
+	b.mu.Unlock()
+	if start {
+		go b.lane()
+	}
 }
 
-// retryBusy queues a request whose row another session holds again after a backoff, or
-// answers it when the batcher's timeout has passed since the row was first found busy.
-// Nothing waits for the lock meanwhile: no connection is held.
-func (b *Batcher) retryBusy(r *batchReq, now time.Time) {
-	if r.tries == 0 {
-		r.busySince = now
-	}
-	r.tries++
-	if now.Sub(r.busySince) >= b.timeout {
-		r.err = fmt.Errorf("%w: the row stayed locked by another session for %v", context.DeadlineExceeded, b.timeout)
-		r.lease.Done()
-		close(r.done)
-		return
-	}
-	time.AfterFunc(busyBackoff(r.tries), func() {
+// lane settles the busy requests in turn until none is left.
+func (b *Batcher) lane() {
+	for {
 		b.mu.Lock()
-		b.pending = append(b.pending, r)
-		if b.leading {
+		if len(b.busy) == 0 {
+			b.laneRunning = false
 			b.mu.Unlock()
 			return
 		}
-		b.leading = true
+		r := b.busy[0]
+		b.busy = b.busy[1:]
 		b.mu.Unlock()
-		r.lead <- struct{}{} // r's goroutine waits in Settle, for its answer or the lead
-	})
+
+		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+		ok, err := b.q.SettleLease(ctx, dialects.Step{Kind: r.kind, Now: r.now}, r.held)
+		cancel()
+		switch {
+		case err != nil:
+			r.err = err
+		case !ok:
+			r.err = ErrLeaseLost
+		}
+		r.lease.Done()
+		close(r.done)
+	}
 }
 
 // run settles held in one batched statement, even a lone row: the batched statements
 // never wait for a row lock another session holds (the single-row statement would, with a
-// pool connection held meanwhile), and report such rows busy instead.
+// pool connection held meanwhile), and report such rows busy instead; the busy lane
+// settles those.
 func (b *Batcher) run(ctx context.Context, kind dialects.StepKind, now time.Time, held []dialects.Lease) ([]int64, error) {
 	return b.q.SettleLeases(ctx, kind, now, held)
 }
