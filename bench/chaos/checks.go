@@ -180,6 +180,12 @@ func overlapExcuse(h *history, an *analysis, k rowKey, d, e *delivery) string {
 		// starter may hold the older claim, lost to a fault (see checkA).
 		return ""
 	}
+	if an.forms[k.sub] == "advisory" && e.attempt < d.attempt && staleByFault(h, an, e) {
+		// The advisory take counts the attempt, so e's claim came first: its session
+		// was killed (releasing the key) before its handler started, d took the row
+		// meanwhile, and e's settlement did not take effect.
+		return ""
+	}
 	if s.ok() {
 		return "the earlier run's " + s.step + " then took effect"
 	}
