@@ -93,4 +93,3 @@ func TestReadmeUseIsExampleCode(t *testing.T) {
 		t.Fatalf("README.md's Use block and Example_readmeUse differ; copy one to the other.\nREADME:\n%s\nexample:\n%s", snippet, got)
 	}
 }
-
