@@ -305,11 +305,24 @@ func (q *leaseQueue) extendOnce(ctx context.Context, until time.Time, held []dia
 		return nil, err
 	}
 	done := false
+	var connID int64
 	defer func() {
 		if !done {
 			_ = x.rollback()
+			if connID != 0 && ctx.Err() != nil {
+				q.killWaiting(connID)
+			}
 		}
 	}()
+	if lock == &q.batch.lockWait {
+		// A waiting read cut short by ctx: the driver closes its socket, but the server
+		// does not notice while the read waits in a lock's queue, and its transaction
+		// keeps the rows it locked already (up to innodb_lock_wait_timeout). Its
+		// session is killed then (killWaiting).
+		if err := x.tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&connID); err != nil {
+			return nil, err
+		}
+	}
 	found, err := q.lockPairs(ctx, x.tx, lock, held)
 	if err != nil {
 		return nil, err
@@ -336,6 +349,16 @@ func (q *leaseQueue) extendOnce(ctx context.Context, until time.Time, held []dia
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return found, nil
+}
+
+// killWaiting ends the server session id, whose waiting statement its caller gave up on
+// (its connection is closed already): its transaction rolls back and its locks go at once.
+func (q *leaseQueue) killWaiting(id int64) {
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Best effort: a session that ended already (ER_NO_SUCH_THREAD) needs nothing, and
+	// one that cannot be killed ends at its lock wait timeout, as before.
+	_, _ = q.d.db.ExecContext(c, fmt.Sprintf("KILL CONNECTION %d", id))
 }
 
 // SettleLease runs the step's statement fenced by the token; false when the row holds
