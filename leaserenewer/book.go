@@ -96,6 +96,18 @@ func (h *Held) Pin() (held dialects.Lease, lost, ok bool) {
 	return dialects.Lease{ID: h.id, Token: h.token}, h.lost, true
 }
 
+// Unpin gives a pinned lease back to the renewer, which extends it again: its settlement
+// waits (its row is held by another session) and will Pin it again to run. A lease that
+// is lost or done stays as it is.
+func (h *Held) Unpin() {
+	b := h.book
+	b.mu.Lock()
+	if !h.done {
+		h.pinned = false
+	}
+	b.mu.Unlock()
+}
+
 // Done takes the lease out of the book once its settlement ran (whatever its result).
 func (h *Held) Done() {
 	b := h.book

@@ -31,9 +31,11 @@ type Batcher struct {
 	// but no more than maxRunning run at once.
 	running int
 	// busy are requests whose rows another session held when their batch ran, for the
-	// busy lane (queueBusy); laneRunning says its goroutine runs.
+	// busy lane (queueBusy); laneRunning says its goroutine runs, waiting that its waiter
+	// does.
 	busy        []*batchReq
 	laneRunning bool
+	waiting     bool
 }
 
 type batchReq struct {
@@ -292,13 +294,17 @@ func (b *Batcher) settle(batch []*batchReq) {
 	}
 }
 
-// queueBusy hands a request whose row another session holds to the busy lane: one
-// goroutine per batcher that settles such rows one at a time, each with the single-row
-// statement, which waits for the lock. Waiting keeps the row's place in the lock's queue
-// (a claim elsewhere cannot take it first once the lock ends, even with its lease run
-// out), and one lane holds at most one pool connection, whatever the number of rows
-// another session holds.
+// queueBusy hands a request whose row another session holds to the busy lane. The lane
+// (one goroutine per batcher while it has work) keeps one waiter: the oldest busy request
+// runs the single-row statement, which waits for the lock, and so keeps the row's place
+// in the lock's queue (a claim elsewhere cannot take it first once the lock ends, even
+// with its lease run out); the others are tried every busyPoll with the batched statement,
+// which skips rows still held, so a row whose lock ends soon is settled at once instead
+// of queuing behind a long wait. At most one pool connection waits, whatever the number
+// of rows another session holds. A queued request's lease is unpinned meanwhile: the
+// renewer keeps extending it, and the lane pins it again to run.
 func (b *Batcher) queueBusy(r *batchReq) {
+	r.lease.Unpin()
 	b.mu.Lock()
 	b.busy = append(b.busy, r)
 	start := !b.laneRunning
@@ -309,31 +315,131 @@ func (b *Batcher) queueBusy(r *batchReq) {
 	}
 }
 
-// lane settles the busy requests in turn until none is left.
+// busyPoll is how often the lane tries the busy requests that are not its waiter.
+const busyPoll = 100 * time.Millisecond
+
+// lane runs the busy requests until none is left (see queueBusy).
 func (b *Batcher) lane() {
 	for {
 		b.mu.Lock()
-		if len(b.busy) == 0 {
+		if len(b.busy) == 0 && !b.waiting {
 			b.laneRunning = false
 			b.mu.Unlock()
 			return
 		}
-		r := b.busy[0]
-		b.busy = b.busy[1:]
+		if !b.waiting && len(b.busy) > 0 {
+			head := b.busy[0]
+			b.busy = b.busy[1:]
+			b.waiting = true
+			go b.wait(head)
+		}
+		rest := b.busy
+		b.busy = nil
 		b.mu.Unlock()
 
-		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		ok, err := b.q.SettleLease(ctx, dialects.Step{Kind: r.kind, Now: r.now}, r.held)
-		cancel()
-		switch {
-		case err != nil:
-			r.err = err
-		case !ok:
-			r.err = ErrLeaseLost
-		}
-		r.lease.Done()
-		close(r.done)
+		still := b.tryBusy(rest)
+		b.mu.Lock()
+		b.busy = append(still, b.busy...)
+		b.mu.Unlock()
+		time.Sleep(busyPoll)
 	}
+}
+
+// wait settles the lane's waiter: skipping first (its lock may have ended), then with
+// the single-row statement that waits for the lock, up to the batcher's timeout.
+func (b *Batcher) wait(r *batchReq) {
+	defer func() {
+		b.mu.Lock()
+		b.waiting = false
+		b.mu.Unlock()
+	}()
+	held, ok := b.repin(r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	defer cancel()
+	settled, err := b.q.SettleLeases(ctx, r.kind, r.now, []dialects.Lease{held})
+	var busy *dialects.RowsBusyError
+	if errors.As(err, &busy) {
+		var done bool
+		done, err = b.q.SettleLease(ctx, dialects.Step{Kind: r.kind, Now: r.now}, held)
+		if done {
+			settled = []int64{held.ID}
+		}
+	}
+	b.answer(r, settled, err)
+}
+
+// tryBusy tries busy requests with the batched statements, which skip rows still held,
+// answers those that settled or lost their leases, and returns the others, unpinned.
+func (b *Batcher) tryBusy(rs []*batchReq) (still []*batchReq) {
+	for _, kind := range []dialects.StepKind{dialects.StepAck, dialects.StepRelease} {
+		var (
+			reqs []*batchReq
+			held []dialects.Lease
+			now  time.Time
+		)
+		for _, r := range rs {
+			if r.kind != kind {
+				continue
+			}
+			if h, ok := b.repin(r); ok {
+				reqs, held, now = append(reqs, r), append(held, h), r.now
+			}
+		}
+		if len(held) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+		settled, err := b.q.SettleLeases(ctx, kind, now, held)
+		cancel()
+		var busy *dialects.RowsBusyError
+		if !errors.As(err, &busy) {
+			busy = nil
+		} else {
+			err = nil
+		}
+		for _, r := range reqs {
+			if busy != nil && busy.Busy(r.held.ID) {
+				r.lease.Unpin()
+				still = append(still, r)
+				continue
+			}
+			b.answer(r, settled, err)
+		}
+	}
+	return still
+}
+
+// repin pins a queued busy request's lease again, reading the token the renewer moved
+// meanwhile; a lease lost or closed meanwhile is answered, and ok is false.
+func (b *Batcher) repin(r *batchReq) (dialects.Lease, bool) {
+	held, lost, ok := r.lease.Pin()
+	switch {
+	case !ok:
+		r.err = ErrClosed
+	case lost:
+		r.err = ErrLeaseLost
+	default:
+		r.held = held
+		return held, true
+	}
+	r.lease.Done()
+	close(r.done)
+	return dialects.Lease{}, false
+}
+
+// answer answers a request from its statement's result.
+func (b *Batcher) answer(r *batchReq, settled []int64, err error) {
+	switch {
+	case err != nil:
+		r.err = err
+	case !slices.Contains(settled, r.held.ID):
+		r.err = ErrLeaseLost
+	}
+	r.lease.Done()
+	close(r.done)
 }
 
 // run settles held in one batched statement, even a lone row: the batched statements

@@ -233,6 +233,9 @@ type HeldLease interface {
 	// Pin stops the lease's renewal and returns its current token. lost reports a lease
 	// that is gone for good; ok is false for a lease pinned already (settled or released).
 	Pin() (held dialects.Lease, lost, ok bool)
+	// Unpin gives a pinned lease back to its renewer while its settlement waits (a row
+	// another session holds): Pin reads its token again when the settlement runs.
+	Unpin()
 	// Done takes the lease out of its book.
 	Done()
 }
