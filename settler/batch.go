@@ -43,9 +43,11 @@ type batchReq struct {
 	now   time.Time
 	lease HeldLease
 	held  dialects.Lease // the token, pinned when the request joins a batch
-	err   error
-	done  chan struct{} // closed once err is set
-	lead  chan struct{} // signalled when this request's goroutine is to lead
+	// busySince is when its batch found the row held by another session (queueBusy).
+	busySince time.Time
+	err       error
+	done      chan struct{} // closed once err is set
+	lead      chan struct{} // signalled when this request's goroutine is to lead
 }
 
 // Batchable says whether a step can join a batch: acks, retries and releases (one
@@ -304,6 +306,7 @@ func (b *Batcher) settle(batch []*batchReq) {
 // of rows another session holds. A queued request's lease is unpinned meanwhile: the
 // renewer keeps extending it, and the lane pins it again to run.
 func (b *Batcher) queueBusy(r *batchReq) {
+	r.busySince = time.Now()
 	r.lease.Unpin()
 	b.mu.Lock()
 	b.busy = append(b.busy, r)
@@ -401,12 +404,18 @@ func (b *Batcher) tryBusy(rs []*batchReq) (still []*batchReq) {
 			err = nil
 		}
 		for _, r := range reqs {
-			if busy != nil && busy.Busy(r.held.ID) {
+			switch {
+			case busy == nil || !busy.Busy(r.held.ID):
+				b.answer(r, settled, err)
+			case time.Since(r.busySince) >= b.timeout:
+				// No request waits longer than a settlement may take, whatever its place
+				// in the lane: its delivery (and a Shutdown waiting for it) gets an answer.
+				b.answer(r, nil, fmt.Errorf("%w: the row stayed locked by another session for %v",
+					context.DeadlineExceeded, b.timeout))
+			default:
 				r.lease.Unpin()
 				still = append(still, r)
-				continue
 			}
-			b.answer(r, settled, err)
 		}
 	}
 	return still
