@@ -47,3 +47,30 @@ func AddTopError(stats []GroupStats, grouped bool, group *string, text string, r
 		return
 	}
 }
+
+// Rows is what FileTopErrors reads: *sql.Rows and pgx.Rows both are.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// FileTopErrors reads TopErrorsText's result into stats (AddTopError).
+func FileTopErrors(rows Rows, t Table, stats []GroupStats) error {
+	for rows.Next() {
+		var (
+			group *string
+			text  string
+			n     int64
+		)
+		dest := []any{&text, &n}
+		if t.Group != "" {
+			dest = append([]any{&group}, dest...)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		AddTopError(stats, t.Group != "", group, text, n)
+	}
+	return rows.Err()
+}

@@ -216,19 +216,9 @@ func (b *Batcher) take() []*batchReq {
 func (b *Batcher) pin(batch []*batchReq) []*batchReq {
 	kept := batch[:0]
 	for _, r := range batch {
-		held, lost, ok := r.lease.Pin()
-		switch {
-		case !ok:
-			r.err = ErrClosed
-		case lost:
-			r.err = ErrLeaseLost
-		default:
-			r.held = held
+		if _, ok := b.repin(r); ok {
 			kept = append(kept, r)
-			continue
 		}
-		r.lease.Done()
-		close(r.done)
 	}
 	return kept
 }
@@ -421,8 +411,9 @@ func (b *Batcher) tryBusy(rs []*batchReq) (still []*batchReq) {
 	return still
 }
 
-// repin pins a queued busy request's lease again, reading the token the renewer moved
-// meanwhile; a lease lost or closed meanwhile is answered, and ok is false.
+// repin pins a request's lease, reading its current token (for a queued busy request,
+// the one the renewer moved meanwhile); a lease lost or closed is answered, and ok is
+// false.
 func (b *Batcher) repin(r *batchReq) (dialects.Lease, bool) {
 	held, lost, ok := r.lease.Pin()
 	switch {

@@ -140,26 +140,7 @@ func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([
 		return nil, adminErr("stats", t.Name, err)
 	}
 	defer erows.Close()
-	for erows.Next() {
-		var (
-			group sql.NullString
-			text  string
-			n     int64
-		)
-		dest := []any{&text, &n}
-		if t.Group != "" {
-			dest = append([]any{&group}, dest...)
-		}
-		if err := erows.Scan(dest...); err != nil {
-			return nil, adminErr("stats", t.Name, err)
-		}
-		var g *string
-		if group.Valid {
-			g = &group.String
-		}
-		dialects.AddTopError(out, t.Group != "", g, text, n)
-	}
-	if err := erows.Err(); err != nil {
+	if err := dialects.FileTopErrors(erows, t, out); err != nil {
 		return nil, adminErr("stats", t.Name, err)
 	}
 	return out, nil

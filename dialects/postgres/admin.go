@@ -161,22 +161,7 @@ func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([
 		return nil, adminErr("stats", t.Name, err)
 	}
 	defer erows.Close()
-	for erows.Next() {
-		var (
-			group *string
-			text  string
-			n     int64
-		)
-		dest := []any{&text, &n}
-		if t.Group != "" {
-			dest = append([]any{&group}, dest...)
-		}
-		if err := erows.Scan(dest...); err != nil {
-			return nil, adminErr("stats", t.Name, err)
-		}
-		dialects.AddTopError(out, t.Group != "", group, text, n)
-	}
-	if err := erows.Err(); err != nil {
+	if err := dialects.FileTopErrors(erows, t, out); err != nil {
 		return nil, adminErr("stats", t.Name, err)
 	}
 	return out, nil
