@@ -522,7 +522,10 @@ func init() {
 // TestOutcomeConformance runs the outcome scenarios over every database, form and mode:
 // in transactional mode each handler also writes through its delivery's transaction, and
 // the scenario checks that only an Ack kept the write.
-func TestOutcomeConformance(t *testing.T) {
+func TestOutcomeConformance(t *testing.T) { runModeMatrix(t, outcomeScenarios) }
+
+// runModeMatrix runs scenarios over every (database, form), plain and transactional.
+func runModeMatrix(t *testing.T, scenarios []scenario) {
 	for _, drv := range drivers {
 		for _, form := range drv.forms {
 			for _, tx := range []bool{false, true} {
@@ -530,7 +533,7 @@ func TestOutcomeConformance(t *testing.T) {
 				if tx {
 					mode = "transactional"
 				}
-				for _, sc := range outcomeScenarios {
+				for _, sc := range scenarios {
 					if sc.forms != nil && !hasForm(sc.forms, form) {
 						continue
 					}

@@ -365,31 +365,7 @@ func wantClaimable(t *testing.T, h *harness, form rowactor.Form, id int64) {
 }
 
 // TestTimeoutConformance runs the timeout scenarios over every database, form and mode.
-func TestTimeoutConformance(t *testing.T) {
-	for _, drv := range drivers {
-		for _, form := range drv.forms {
-			for _, tx := range []bool{false, true} {
-				mode := "plain"
-				if tx {
-					mode = "transactional"
-				}
-				for _, sc := range timeoutScenarios {
-					if sc.forms != nil && !hasForm(sc.forms, form) {
-						continue
-					}
-					t.Run(fmt.Sprintf("%s/%s/%s/%s", drv.name, form, mode, sc.name), func(t *testing.T) {
-						t.Parallel()
-						h := newHarness(t, drv, form, sc.shapes...)
-						if h.tx = tx; tx {
-							h.sideTable = h.side()
-						}
-						sc.run(t, h, form)
-					})
-				}
-			}
-		}
-	}
-}
+func TestTimeoutConformance(t *testing.T) { runModeMatrix(t, timeoutScenarios) }
 
 // TestTimeoutRefusesNegative: a negative Timeout is a *ConfigError naming the option.
 func TestTimeoutRefusesNegative(t *testing.T) {
