@@ -273,15 +273,7 @@ func (b *Batcher) settle(batch []*batchReq) {
 				b.queueBusy(r) // another session holds the row: the busy lane waits for it
 				continue
 			}
-			_, found := slices.BinarySearch(settled, r.held.ID)
-			switch {
-			case err != nil:
-				r.err = err
-			case !found:
-				r.err = ErrLeaseLost
-			}
-			r.lease.Done()
-			close(r.done)
+			b.answer(r, settled, err)
 		}
 	}
 }
@@ -387,6 +379,7 @@ func (b *Batcher) tryBusy(rs []*batchReq) (still []*batchReq) {
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 		settled, err := b.q.SettleLeases(ctx, kind, now, held)
 		cancel()
+		slices.Sort(settled)
 		var busy *dialects.RowsBusyError
 		if !errors.As(err, &busy) {
 			busy = nil
@@ -430,12 +423,14 @@ func (b *Batcher) repin(r *batchReq) (dialects.Lease, bool) {
 	return dialects.Lease{}, false
 }
 
-// answer answers a request from its statement's result.
+// answer answers a request from its statement's result: settled sorted, the ids its
+// statement settled; err, the statement's error.
 func (b *Batcher) answer(r *batchReq, settled []int64, err error) {
+	_, found := slices.BinarySearch(settled, r.held.ID)
 	switch {
 	case err != nil:
 		r.err = err
-	case !slices.Contains(settled, r.held.ID):
+	case !found:
 		r.err = ErrLeaseLost
 	}
 	r.lease.Done()
