@@ -347,10 +347,17 @@ func (b *Batcher) wait(r *batchReq) {
 	settled, err := b.q.SettleLeases(ctx, r.kind, r.now, []dialects.Lease{held})
 	var busy *dialects.RowsBusyError
 	if errors.As(err, &busy) {
+		// The wait ends when the request has been busy for the timeout, as in tryBusy:
+		// a request that became the waiter late in the lane waits no longer than that.
+		wctx, wcancel := context.WithDeadline(ctx, r.busySince.Add(b.timeout))
 		var done bool
-		done, err = b.q.SettleLease(ctx, dialects.Step{Kind: r.kind, Now: r.now}, held)
+		done, err = b.q.SettleLease(wctx, dialects.Step{Kind: r.kind, Now: r.now}, held)
+		wcancel()
 		if done {
 			settled = []int64{held.ID}
+		} else if errors.Is(err, context.DeadlineExceeded) && wctx.Err() != nil {
+			err = fmt.Errorf("%w: the row stayed locked by another session for %v",
+				context.DeadlineExceeded, b.timeout)
 		}
 	}
 	b.answer(r, settled, err)
