@@ -18,11 +18,11 @@ import (
 
 const (
 	lease   = 30 * time.Second
-	poll    = 10 * time.Millisecond
 	timeout = 10 * time.Minute // for a whole drain; only a broken run comes near it
 )
 
-// prefetch is the -prefetch flag: rowactor's Prefetch(n) in the lease form.
+// prefetch is the -prefetch flag: rowactor's Prefetch(n) in the lease form, given only
+// when the flag is (0 leaves rowactor's default).
 var prefetch int
 
 // A contender drains a filled table with n workers.
@@ -174,9 +174,14 @@ func drainRowactor(ctx context.Context, tg *target, t tableDesc, workers, rows i
 		l.begin()
 		return rowactor.Ack()
 	}
-	sopts := []rowactor.SubscribeOption{rowactor.Workers(workers), rowactor.PollInterval(poll)}
+	// rowactor's defaults but for the worker count and the lease: no PollInterval (a
+	// drain never idles, and an untuned user keeps the default), Prefetch only when asked.
+	sopts := []rowactor.SubscribeOption{rowactor.Workers(workers)}
 	if t.Form() == dialects.FormLease {
-		sopts = append(sopts, rowactor.Lease(lease), rowactor.Prefetch(prefetch))
+		sopts = append(sopts, rowactor.Lease(lease))
+		if prefetch > 0 {
+			sopts = append(sopts, rowactor.Prefetch(prefetch))
+		}
 	}
 	before, cpuBefore, stmtsBefore := mallocs(), cpuTime(), tg.stmtCount()
 	_, err = b.Subscribe(ctx, t.Table, "bench", handler, sopts...)
