@@ -149,8 +149,22 @@ func (l *latch) wait(ctx context.Context) (time.Duration, error) {
 // tracing, the broker gets an SDK tracer provider (always sampling, batching to an
 // exporter that discards) and an SDK meter provider (a manual reader); without, it gets
 // neither option and so otel's global providers, which are no-ops unless a program sets
-// them, as here it does not.
+// them, as here it does not. Shutdown must find every row settled.
 func drainRowactor(ctx context.Context, tg *target, t tableDesc, workers, rows int, tracing bool) (result, error) {
+	r, rep, err := runRowactor(ctx, tg, t, workers, rows, tracing)
+	if err != nil {
+		return result{}, err
+	}
+	if rep.Released != 0 {
+		return result{}, fmt.Errorf("shutdown: %+v", rep)
+	}
+	return r, nil
+}
+
+// runRowactor is drainRowactor's run, timed until rows are settled (the table may hold
+// more): Shutdown must drain what is in work, and may give back rows claimed but not yet
+// started.
+func runRowactor(ctx context.Context, tg *target, t tableDesc, workers, rows int, tracing bool) (result, rowactor.ShutdownReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	l := newLatch(rows)
@@ -168,7 +182,7 @@ func drainRowactor(ctx context.Context, tg *target, t tableDesc, workers, rows i
 	}
 	b, err := rowactor.New(tg.d, opts...)
 	if err != nil {
-		return result{}, err
+		return result{}, rowactor.ShutdownReport{}, err
 	}
 	handler := func(context.Context, *rowactor.Delivery) rowactor.Outcome {
 		l.begin()
@@ -210,18 +224,18 @@ func drainRowactor(ctx context.Context, tg *target, t tableDesc, workers, rows i
 		}
 	}
 	if err != nil {
-		return result{}, err
+		return result{}, rep, err
 	}
 	if serr != nil {
-		return result{}, fmt.Errorf("shutdown: %w", serr)
+		return result{}, rep, fmt.Errorf("shutdown: %w", serr)
 	}
-	if !rep.Drained || rep.Released != 0 {
-		return result{}, fmt.Errorf("shutdown: %+v", rep)
+	if !rep.Drained {
+		return result{}, rep, fmt.Errorf("shutdown: %+v", rep)
 	}
 	if rep.ConnectionsClosed > 0 {
 		r.note = strings.TrimPrefix(r.note+fmt.Sprintf(", %d session connections closed", rep.ConnectionsClosed), ", ")
 	}
-	return r, nil
+	return r, rep, nil
 }
 
 // tally is what one raw worker ran: statements by construction (see costs), and the

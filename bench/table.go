@@ -28,7 +28,12 @@ type tableDesc struct{ rowactor.Table }
 // tableFor names the table after the form and this process, so that a run never touches
 // another run's table; advisory keys are database-wide, so they carry the table's name.
 func tableFor(f dialects.Form) tableDesc {
-	name := fmt.Sprintf("bench_%s_%d", f, os.Getpid())
+	return tableNamed(f, fmt.Sprintf("bench_%s_%d", f, os.Getpid()))
+}
+
+// tableNamed is tableFor's description under another name (another process's table, a
+// second table of this one).
+func tableNamed(f dialects.Form, name string) tableDesc {
 	t := rowactor.Table{Name: name, ID: "id", Payload: "payload", Attempt: "attempt"}
 	switch f {
 	case dialects.FormLease:
@@ -89,17 +94,8 @@ func openTarget(ctx context.Context, db string, cfg config) (*target, error) {
 // refill drops and recreates the table (rowactor.Schema's DDL) and fills it, outside the
 // timed window.
 func (tg *target) refill(ctx context.Context, t rowactor.Table, rows int) error {
-	ddl, err := rowactor.Schema(tg.d, t)
-	if err != nil {
+	if _, err := tg.create(ctx, t); err != nil {
 		return err
-	}
-	tg.drop(ctx, t.Name)
-	for _, s := range strings.Split(ddl, ";\n") {
-		if s = strings.TrimSpace(s); s != "" {
-			if err := tg.exec(ctx, s); err != nil {
-				return fmt.Errorf("%s: %w", s, err)
-			}
-		}
 	}
 	if err := tg.fill(ctx, t.Name, rows); err != nil {
 		return err
@@ -108,6 +104,24 @@ func (tg *target) refill(ctx context.Context, t rowactor.Table, rows int) error 
 		return fmt.Errorf("filled %d rows of %d: %v", n, rows, err)
 	}
 	return tg.settle(ctx, t.Name)
+}
+
+// create drops the table and creates it afresh with the DDL rowactor.Schema renders,
+// which it returns.
+func (tg *target) create(ctx context.Context, t rowactor.Table) (string, error) {
+	ddl, err := rowactor.Schema(tg.d, t)
+	if err != nil {
+		return "", err
+	}
+	tg.drop(ctx, t.Name)
+	for _, s := range strings.Split(ddl, ";\n") {
+		if s = strings.TrimSpace(s); s != "" {
+			if err := tg.exec(ctx, s); err != nil {
+				return "", fmt.Errorf("%s: %w", s, err)
+			}
+		}
+	}
+	return ddl, nil
 }
 
 func (tg *target) drop(ctx context.Context, table string) {
