@@ -31,6 +31,7 @@ import (
 )
 
 type config struct {
+	mode       string // drain, latency, growth, idle, rss
 	dbs        []string
 	forms      []dialects.Form
 	workers    []int
@@ -42,9 +43,24 @@ type config struct {
 	mysqlDSN   string
 	cpuprofile string
 	memprofile string
+
+	// -mode latency
+	latencyN       int           // idle single publishes
+	latencyGap     time.Duration // the pause after each idle publish was handled
+	latencyRate    int           // steady publishes per second
+	latencySeconds int           // how long the steady load runs
 }
 
 func main() {
+	// A latency run on PostgreSQL starts this binary again as a bare publisher in another
+	// process; the flag is not among -help's, being of no use by hand.
+	if len(os.Args) > 1 && os.Args[1] == publisherFlag {
+		if err := publisherMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench publisher:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
@@ -74,6 +90,7 @@ var formNames = map[string]dialects.Form{
 func parseFlags(args []string) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&cfg.mode, "mode", "drain", "what to measure: drain or latency")
 	dbs := fs.String("db", "sqlite", "databases, comma-separated: sqlite, postgres, mysql")
 	forms := fs.String("form", "lease", "claim forms, comma-separated: rowlock, lease, advisory")
 	workers := fs.String("workers", "1,8", "worker counts, comma-separated")
@@ -86,8 +103,20 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.mysqlDSN, "mysql", "root@tcp(127.0.0.1:3306)/test", "MySQL/MariaDB DSN (go-sql-driver)")
 	fs.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (samples are labelled contender, tracing, db, form, workers)")
 	fs.StringVar(&cfg.memprofile, "memprofile", "", "record every allocation (slow: the rates are then meaningless) and write the heap profile to this file at the end")
+	fs.IntVar(&cfg.latencyN, "latency-n", 200, "-mode latency: idle single publishes, each handled before the next")
+	fs.DurationVar(&cfg.latencyGap, "latency-gap", 100*time.Millisecond, "-mode latency: pause after each idle publish was handled")
+	fs.IntVar(&cfg.latencyRate, "latency-rate", 100, "-mode latency: publishes per second of the steady load")
+	fs.IntVar(&cfg.latencySeconds, "latency-seconds", 5, "-mode latency: seconds of the steady load")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	switch cfg.mode {
+	case "drain", "latency":
+	default:
+		return cfg, fmt.Errorf("-mode %q: want drain or latency", cfg.mode)
+	}
+	if cfg.latencyN < 1 || cfg.latencyRate < 1 || cfg.latencySeconds < 1 || cfg.latencyGap < 0 {
+		return cfg, errors.New("-latency-* needs positive values")
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -226,7 +255,12 @@ func run(cfg config) error {
 			return fmt.Errorf("open %s: %w", db, err)
 		}
 		fmt.Fprintf(os.Stderr, "bench: %s %s\n", db, tg.version)
-		err = runTarget(ctx, cfg, tg, contenders, out)
+		switch cfg.mode {
+		case "latency":
+			err = runLatency(ctx, cfg, tg, out)
+		default:
+			err = runTarget(ctx, cfg, tg, contenders, out)
+		}
 		tg.close()
 		if err != nil {
 			return err
