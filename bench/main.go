@@ -49,6 +49,10 @@ type config struct {
 	latencyGap     time.Duration // the pause after each idle publish was handled
 	latencyRate    int           // steady publishes per second
 	latencySeconds int           // how long the steady load runs
+	// -mode growth
+	growthSizes    []int // queued rows of each case
+	growthN        int   // rows timed per case (and claims timed by the raw loop)
+	growthFinished int   // finished rows of the kept-history case; 0 skips it
 }
 
 func main() {
@@ -90,7 +94,7 @@ var formNames = map[string]dialects.Form{
 func parseFlags(args []string) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.StringVar(&cfg.mode, "mode", "drain", "what to measure: drain or latency")
+	fs.StringVar(&cfg.mode, "mode", "drain", "what to measure: drain, latency or growth")
 	dbs := fs.String("db", "sqlite", "databases, comma-separated: sqlite, postgres, mysql")
 	forms := fs.String("form", "lease", "claim forms, comma-separated: rowlock, lease, advisory")
 	workers := fs.String("workers", "1,8", "worker counts, comma-separated")
@@ -107,16 +111,26 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.latencyGap, "latency-gap", 100*time.Millisecond, "-mode latency: pause after each idle publish was handled")
 	fs.IntVar(&cfg.latencyRate, "latency-rate", 100, "-mode latency: publishes per second of the steady load")
 	fs.IntVar(&cfg.latencySeconds, "latency-seconds", 5, "-mode latency: seconds of the steady load")
+	sizes := fs.String("growth-sizes", "10000,100000,1000000", "-mode growth: queued rows of each case, comma-separated")
+	fs.IntVar(&cfg.growthN, "growth-n", 5000, "-mode growth: rows timed per case (the rest of the table is dropped undrained)")
+	fs.IntVar(&cfg.growthFinished, "growth-finished", 1000000, "-mode growth: finished rows kept (processed_at) beside 10,000 queued in the last case; 0 skips it")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	switch cfg.mode {
-	case "drain", "latency":
+	case "drain", "latency", "growth":
 	default:
-		return cfg, fmt.Errorf("-mode %q: want drain or latency", cfg.mode)
+		return cfg, fmt.Errorf("-mode %q: want drain, latency or growth", cfg.mode)
 	}
-	if cfg.latencyN < 1 || cfg.latencyRate < 1 || cfg.latencySeconds < 1 || cfg.latencyGap < 0 {
-		return cfg, errors.New("-latency-* needs positive values")
+	for _, f := range splitList(*sizes) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return cfg, fmt.Errorf("-growth-sizes %q: want positive integers separated by commas", *sizes)
+		}
+		cfg.growthSizes = append(cfg.growthSizes, n)
+	}
+	if cfg.latencyN < 1 || cfg.latencyRate < 1 || cfg.latencySeconds < 1 || cfg.latencyGap < 0 || cfg.growthN < 1 || cfg.growthFinished < 0 {
+		return cfg, errors.New("-latency-* and -growth-* need positive values (-growth-finished may be 0)")
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -258,6 +272,8 @@ func run(cfg config) error {
 		switch cfg.mode {
 		case "latency":
 			err = runLatency(ctx, cfg, tg, out)
+		case "growth":
+			err = runGrowth(ctx, cfg, tg, out)
 		default:
 			err = runTarget(ctx, cfg, tg, contenders, out)
 		}
