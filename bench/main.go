@@ -53,6 +53,9 @@ type config struct {
 	growthSizes    []int // queued rows of each case
 	growthN        int   // rows timed per case (and claims timed by the raw loop)
 	growthFinished int   // finished rows of the kept-history case; 0 skips it
+	// -mode idle
+	idleSubs    int
+	idleSeconds int
 }
 
 func main() {
@@ -94,7 +97,7 @@ var formNames = map[string]dialects.Form{
 func parseFlags(args []string) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.StringVar(&cfg.mode, "mode", "drain", "what to measure: drain, latency or growth")
+	fs.StringVar(&cfg.mode, "mode", "drain", "what to measure: drain, latency, growth or idle")
 	dbs := fs.String("db", "sqlite", "databases, comma-separated: sqlite, postgres, mysql")
 	forms := fs.String("form", "lease", "claim forms, comma-separated: rowlock, lease, advisory")
 	workers := fs.String("workers", "1,8", "worker counts, comma-separated")
@@ -114,13 +117,15 @@ func parseFlags(args []string) (config, error) {
 	sizes := fs.String("growth-sizes", "10000,100000,1000000", "-mode growth: queued rows of each case, comma-separated")
 	fs.IntVar(&cfg.growthN, "growth-n", 5000, "-mode growth: rows timed per case (the rest of the table is dropped undrained)")
 	fs.IntVar(&cfg.growthFinished, "growth-finished", 1000000, "-mode growth: finished rows kept (processed_at) beside 10,000 queued in the last case; 0 skips it")
+	fs.IntVar(&cfg.idleSubs, "idle-subs", 100, "-mode idle: idle subscriptions on one PostgreSQL broker")
+	fs.IntVar(&cfg.idleSeconds, "idle-seconds", 30, "-mode idle: seconds of CPU time measured")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	switch cfg.mode {
-	case "drain", "latency", "growth":
+	case "drain", "latency", "growth", "idle":
 	default:
-		return cfg, fmt.Errorf("-mode %q: want drain, latency or growth", cfg.mode)
+		return cfg, fmt.Errorf("-mode %q: want drain, latency, growth or idle", cfg.mode)
 	}
 	for _, f := range splitList(*sizes) {
 		n, err := strconv.Atoi(f)
@@ -129,8 +134,8 @@ func parseFlags(args []string) (config, error) {
 		}
 		cfg.growthSizes = append(cfg.growthSizes, n)
 	}
-	if cfg.latencyN < 1 || cfg.latencyRate < 1 || cfg.latencySeconds < 1 || cfg.latencyGap < 0 || cfg.growthN < 1 || cfg.growthFinished < 0 {
-		return cfg, errors.New("-latency-* and -growth-* need positive values (-growth-finished may be 0)")
+	if cfg.latencyN < 1 || cfg.latencyRate < 1 || cfg.latencySeconds < 1 || cfg.latencyGap < 0 || cfg.growthN < 1 || cfg.growthFinished < 0 || cfg.idleSubs < 1 || cfg.idleSeconds < 1 {
+		return cfg, errors.New("-latency-*, -growth-* and -idle-* need positive values (-growth-finished may be 0)")
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -262,6 +267,10 @@ func run(cfg config) error {
 	defer func() { fmt.Fprintf(os.Stderr, "bench: load average %s at the end\n", loadavg()) }()
 
 	out := json.NewEncoder(os.Stdout)
+	switch cfg.mode {
+	case "idle":
+		return runIdle(ctx, cfg, out) // PostgreSQL only
+	}
 	contenders := contendersFor(cfg.tracing)
 	for _, db := range cfg.dbs {
 		tg, err := openTarget(ctx, db, cfg)
