@@ -56,6 +56,8 @@ type config struct {
 	// -mode idle
 	idleSubs    int
 	idleSeconds int
+	// -mode rss
+	rssRows int
 }
 
 func main() {
@@ -97,7 +99,7 @@ var formNames = map[string]dialects.Form{
 func parseFlags(args []string) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.StringVar(&cfg.mode, "mode", "drain", "what to measure: drain, latency, growth or idle")
+	fs.StringVar(&cfg.mode, "mode", "drain", "what to measure: drain, latency, growth, idle or rss")
 	dbs := fs.String("db", "sqlite", "databases, comma-separated: sqlite, postgres, mysql")
 	forms := fs.String("form", "lease", "claim forms, comma-separated: rowlock, lease, advisory")
 	workers := fs.String("workers", "1,8", "worker counts, comma-separated")
@@ -119,13 +121,14 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.growthFinished, "growth-finished", 1000000, "-mode growth: finished rows kept (processed_at) beside 10,000 queued in the last case; 0 skips it")
 	fs.IntVar(&cfg.idleSubs, "idle-subs", 100, "-mode idle: idle subscriptions on one PostgreSQL broker")
 	fs.IntVar(&cfg.idleSeconds, "idle-seconds", 30, "-mode idle: seconds of CPU time measured")
+	fs.IntVar(&cfg.rssRows, "rss-rows", 1000000, "-mode rss: rows drained from SQLite")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	switch cfg.mode {
-	case "drain", "latency", "growth", "idle":
+	case "drain", "latency", "growth", "idle", "rss":
 	default:
-		return cfg, fmt.Errorf("-mode %q: want drain, latency, growth or idle", cfg.mode)
+		return cfg, fmt.Errorf("-mode %q: want drain, latency, growth, idle or rss", cfg.mode)
 	}
 	for _, f := range splitList(*sizes) {
 		n, err := strconv.Atoi(f)
@@ -134,8 +137,9 @@ func parseFlags(args []string) (config, error) {
 		}
 		cfg.growthSizes = append(cfg.growthSizes, n)
 	}
-	if cfg.latencyN < 1 || cfg.latencyRate < 1 || cfg.latencySeconds < 1 || cfg.latencyGap < 0 || cfg.growthN < 1 || cfg.growthFinished < 0 || cfg.idleSubs < 1 || cfg.idleSeconds < 1 {
-		return cfg, errors.New("-latency-*, -growth-* and -idle-* need positive values (-growth-finished may be 0)")
+	if cfg.latencyN < 1 || cfg.latencyRate < 1 || cfg.latencySeconds < 1 || cfg.latencyGap < 0 ||
+		cfg.growthN < 1 || cfg.growthFinished < 0 || cfg.idleSubs < 1 || cfg.idleSeconds < 1 || cfg.rssRows < 10 {
+		return cfg, errors.New("-latency-*, -growth-*, -idle-* and -rss-rows need positive values (-rss-rows at least 10, -growth-finished may be 0)")
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -270,6 +274,8 @@ func run(cfg config) error {
 	switch cfg.mode {
 	case "idle":
 		return runIdle(ctx, cfg, out) // PostgreSQL only
+	case "rss":
+		return runRSS(ctx, cfg, out) // SQLite only
 	}
 	contenders := contendersFor(cfg.tracing)
 	for _, db := range cfg.dbs {
