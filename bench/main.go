@@ -10,6 +10,33 @@
 // to round), and drops the table. After the rounds it prints one JSON line per contender,
 // one with the ratio of rowactor to the raw loop, and with -tracing both one with the cost
 // of tracing. docs/benchmarks.md describes the method and the numbers.
+//
+// That is -mode drain, the default. The other modes keep rowactor's defaults (no
+// PollInterval; Prefetch only with -prefetch) and print one JSON line per result, with
+// "mode" set, and progress on stderr:
+//
+//	-mode latency  publish to handler start, per -db and -form, one worker: -latency-n idle
+//	               publishes (each handled, then a -latency-gap pause, default 100 ms), then
+//	               -latency-rate msgs/s for -latency-seconds; p50/p90/p99/max and the
+//	               deliveries that waited rowactor's 1 s poll. On PostgreSQL also with the
+//	               publisher in another process (this binary again), woken by NOTIFY.
+//	go run ./bench -mode latency -db sqlite,postgres,mysql -form lease -latency-n 200
+//
+//	-mode growth   per -db, the lease form with 8 workers: msgs/s and allocs/msg over the
+//	               first -growth-n rows (default 5000) of tables of -growth-sizes queued
+//	               rows (default 10000,100000,1000000), then the raw loop's claim p50/p99
+//	               on the rest; last, -growth-finished rows (default 1000000; 0 skips)
+//	               kept by a processed_at column beside 10,000 queued.
+//	go run ./bench -mode growth -db sqlite,postgres,mysql
+//
+//	-mode idle     PostgreSQL (-pg) only: -idle-subs subscriptions (default 100, the groups
+//	               of one lease table) on one broker; CPU as % of a core over
+//	               -idle-seconds (default 30) and the broker's connections.
+//	go run ./bench -mode idle
+//
+//	-mode rss      SQLite (-dir) only: drains -rss-rows (default 1000000) with 8 workers,
+//	               the RSS at every tenth, and its growth after the first tenth.
+//	go run ./bench -mode rss
 package main
 
 import (
