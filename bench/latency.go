@@ -78,8 +78,12 @@ func runLatency(ctx context.Context, cfg config, tg *target, out *json.Encoder) 
 				return fmt.Errorf("latency %s %s, publisher %s: %w", tg.db, form, who, err)
 			}
 			for _, l := range lines {
-				fmt.Fprintf(os.Stderr, "bench: latency %s %s %-6s %-13s n=%d p50 %.2f p90 %.2f p99 %.2f max %.2f ms, %d waited a poll (publish p50 %.2f ms; load %s)\n",
-					l.DB, l.Form, l.Load, l.Publisher, l.N, l.P50, l.P90, l.P99, l.Max, l.WaitedPoll, l.PublishP50, loadavg())
+				pub := fmt.Sprintf("publish p50 %.2f ms", l.PublishP50)
+				if l.Load == "steady" {
+					pub = fmt.Sprintf("%.1f published/s", l.PublishedPerS)
+				}
+				fmt.Fprintf(os.Stderr, "bench: latency %s %s %-6s %-13s n=%d p50 %.2f p90 %.2f p99 %.2f max %.2f ms, %d waited a poll (%s; load %s)\n",
+					l.DB, l.Form, l.Load, l.Publisher, l.N, l.P50, l.P90, l.P99, l.Max, l.WaitedPoll, pub, loadavg())
 				if err := out.Encode(l); err != nil {
 					return err
 				}
