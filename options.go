@@ -73,6 +73,7 @@ type subscribeConfig struct {
 	deadLetterTable string
 	transactional   bool
 	prefetch        int
+	prefetchSet     bool
 	keyOf           func(*Delivery) string
 	keyWorkers      bool
 	events          map[string]string
@@ -89,13 +90,18 @@ func defaultSubscribeConfig() subscribeConfig {
 // while running with Subscription.SetWorkers. Defaults to 1.
 func Workers(n int) SubscribeOption { return func(c *subscribeConfig) { c.workers = n } }
 
-// Prefetch lets a lease-form subscription hold up to n claimed rows beyond its Workers,
-// waiting for a worker. A claim then takes many rows in one statement even while every
-// worker is busy, so fast handlers need not wait for a claim's commit between rows; the
-// price is that up to n rows sit leased in this process (their leases renewed) where no
-// other consumer can take them. Shutdown gives back the rows still waiting. Defaults to 0;
-// the lease form only (a row lock or advisory row waiting would hold a connection).
-func Prefetch(n int) SubscribeOption { return func(c *subscribeConfig) { c.prefetch = n } }
+// Prefetch fixes how many claimed rows a lease-form subscription may hold beyond its
+// Workers, waiting for a worker. Without it a lease-form subscription sizes that room
+// itself: enough rows to keep its workers busy through one claim's round trip (measured:
+// the claim's latency times the rate its workers finish rows), no more, so fast handlers
+// get rows claimed many at a time while slow handlers hold about Workers plus one. Rows
+// that wait sit leased in this process (their leases renewed) where no other consumer can
+// take them; Shutdown gives them back. Prefetch(0) claims only for free workers;
+// Prefetch(n) lets up to n wait whatever the measurements say. The lease form only (a row
+// lock or advisory row waiting would hold a connection).
+func Prefetch(n int) SubscribeOption {
+	return func(c *subscribeConfig) { c.prefetch, c.prefetchSet = n, true }
+}
 
 // WorkersByKey runs n workers where rows of one partition key are handled one at a time,
 // in claim order, and rows of different keys side by side. key names a delivery's
@@ -290,4 +296,10 @@ func (c *subscribeConfig) leaseLength() time.Duration {
 		l = r + time.Second
 	}
 	return max(l, time.Second)
+}
+
+// autoPrefetch says whether the subscription sizes its waiting room itself: the lease
+// form without Prefetch (a FIFO group's head is handled alone, so nothing waits).
+func (c *subscribeConfig) autoPrefetch(t Table) bool {
+	return !c.prefetchSet && t.Form() == FormLease && !t.FIFO
 }

@@ -70,6 +70,10 @@ type delivery struct {
 	handlerTook time.Duration
 	// workerFreed: the worker was given back before the settlement (workerFreeMsg).
 	workerFreed bool
+	// spawned is when the delivery took its worker, and workTook how long it kept it:
+	// the subscription sizes its waiting room from it (room.go).
+	spawned  time.Time
+	workTook time.Duration
 	// releaseOnly gives a prefetched row back without calling the handler (a drain began
 	// before a worker took it).
 	releaseOnly bool
@@ -87,6 +91,7 @@ func (handledMsg) IgnoreDeadLetterLogging() {}
 // may have made a row claimable at once: a row returned to the queue, or (advisory form)
 // a key unlocked, behind which rows of the same key wait.
 type settledMsg struct {
+	d     *delivery
 	freed bool
 	// rows is how many rows the delivery held (a batch's); 0 means one.
 	rows int
@@ -105,7 +110,7 @@ func (settledMsg) IgnoreDeadLetterLogging() {}
 // workerFreeMsg tells the subscription actor a delivery's handler returned and its
 // settlement waits for a batch: its worker may take the next row meanwhile. The row
 // stays in work (leased, its lease renewed) until the batch settled it.
-type workerFreeMsg struct{}
+type workerFreeMsg struct{ d *delivery }
 
 func (workerFreeMsg) IgnoreDeadLetterLogging() {}
 
@@ -134,7 +139,8 @@ func (d *delivery) Receive(c actor.Context) {
 		}
 	case handledMsg:
 		if d.sub.batcher != nil {
-			c.Send(c.Parent(), workerFreeMsg{})
+			d.workTook = time.Since(d.spawned)
+			c.Send(c.Parent(), workerFreeMsg{d})
 			d.workerFreed = true
 		}
 		r := d.settleTraced()
@@ -185,7 +191,10 @@ func (d *delivery) end(c actor.Context, r Result) {
 	// A custom event may have returned its row or not: one claim finds out.
 	freed := r.Step == dialects.StepRetry || r.Step == dialects.StepRelease || r.Step == dialects.StepCustom ||
 		d.sub.cfg.Form == dialects.FormAdvisory
-	c.Send(c.Parent(), settledMsg{freed: freed, workerFreed: d.workerFreed, keyed: d.keyed, key: d.key, handled: !d.releaseOnly})
+	if !d.workerFreed && d.state.Load() == handled {
+		d.workTook = time.Since(d.spawned)
+	}
+	c.Send(c.Parent(), settledMsg{d: d, freed: freed, workerFreed: d.workerFreed, keyed: d.keyed, key: d.key, handled: !d.releaseOnly})
 }
 
 // run calls the handler on its own goroutine. A panic is an unsettled delivery; a return
@@ -194,7 +203,11 @@ func (d *delivery) run(sys *actor.ActorSystem, self *actor.PID) {
 	if tx, ok := d.begin(); ok {
 		start := time.Now()
 		d.dctx.SetTimeout(d.sub.cfg.Timeout)
-		d.outcome, d.tag, d.panic = d.sub.call(trace.ContextWithSpan(d.dctx, d.span), d.claim.Row, tx)
+		var ctx context.Context = d.dctx
+		if d.span != noSpan {
+			ctx = trace.ContextWithSpan(ctx, d.span)
+		}
+		d.outcome, d.tag, d.panic = d.sub.call(ctx, d.claim.Row, tx)
 		d.handlerTook = time.Since(start)
 		if d.panic == nil && d.dctx.Expired() {
 			d.outcome = lateOutcome(d.outcome, d.dctx.Timeout())
@@ -290,9 +303,14 @@ func (d *delivery) settle() Result {
 			slog.Int64("id", row.ID), slog.String("event", step.Event))
 		return r
 	}
+	r := Result{Row: row, Outcome: d.outcome, Step: step.Kind, Event: step.Event, Tag: d.tag}
+	if b := d.sub.batcher; b != nil && d.leaseTx == nil && settler.Batchable(step) {
+		// The batch bounds its own statement: no context of the delivery's is needed.
+		r.Err = b.Settle(cfg.Ctx, step, d.claim.Lease)
+		return r
+	}
 	ctx, cancel := context.WithTimeout(cfg.Ctx, cfg.SettleTimeout)
 	defer cancel()
-	r := Result{Row: row, Outcome: d.outcome, Step: step.Kind, Event: step.Event, Tag: d.tag}
 	switch cfg.Form {
 	case dialects.FormLease:
 		if d.leaseTx != nil && d.outcome.KeepsWrites() {

@@ -36,6 +36,9 @@ type Config struct {
 	// Prefetch is how many claimed rows may wait for a worker beyond Workers (lease form;
 	// the root package refuses it elsewhere). Their leases are renewed while they wait.
 	Prefetch int
+	// AutoPrefetch sizes the waiting room from what the subscription measures (room.go)
+	// instead of Prefetch.
+	AutoPrefetch bool
 	// BatchHandler, when set, makes each delivery a batch of up to BatchSize rows of the
 	// row lock form, claimed in one transaction and settled in one commit; each batch
 	// takes one worker. Handler is not used then.
@@ -330,6 +333,8 @@ type subscriptionActor struct {
 	// share is the subscription's part of its pool's connection budget.
 	share   *dialects.BudgetShare
 	failing int // claims failed in a row, for the log line when they succeed again
+	// room sizes the rows that wait for a worker (AutoPrefetch).
+	room roomSizer
 }
 
 func (a *subscriptionActor) Receive(c actor.Context) {
@@ -395,6 +400,9 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		}
 		got += a.setAside(m)
 		cfg.Telemetry.Claimed(cfg.Ctx, m.Took, got)
+		if m.Err == nil {
+			a.room.claimed(m.Took)
+		}
 		for _, cl := range m.Claims {
 			a.hold(c, cl)
 		}
@@ -419,6 +427,7 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.claim(c)
 		a.checkDrained()
 	case workerFreeMsg:
+		a.room.freed(m.d.workTook)
 		a.busy--
 		a.startBacklog(c)
 		a.claim(c)
@@ -429,6 +438,9 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		}
 		if !m.workerFreed {
 			a.busy--
+			if m.d != nil {
+				a.room.freed(m.d.workTook)
+			}
 		}
 		if m.handled {
 			a.handling--
@@ -716,6 +728,7 @@ func (a *subscriptionActor) spawnDelivery(c actor.Context, d *delivery) {
 	if d.releaseOnly {
 		d.workerFreed = true // it never took a worker
 	} else {
+		d.spawned = time.Now()
 		a.busy++
 		a.handling++
 	}
@@ -727,6 +740,9 @@ func (a *subscriptionActor) spawnDelivery(c actor.Context, d *delivery) {
 // does not stop the claims that find other keys.
 func (a *subscriptionActor) waitRoom() int {
 	room := a.s.cfg.Prefetch
+	if a.s.cfg.AutoPrefetch {
+		room = a.room.size(a.workers)
+	}
 	if a.s.cfg.KeyOf != nil {
 		room += a.workers
 	}

@@ -35,6 +35,15 @@ func (d *delivery) startSpan(handing bool) {
 			slog.Any("error", err))
 	}
 	first := row.Attempt <= 1
+	if !tel.Tracing() {
+		d.spanCtx, d.span = context.Background(), noSpan
+		if headers != nil && first {
+			if at, err := time.Parse(time.RFC3339Nano, headers[telemetry.PublishedAtHeader]); err == nil {
+				tel.Waited(d.spanCtx, time.Since(at))
+			}
+		}
+		return
+	}
 	opts := []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(tel.SpanAttributes()...),
@@ -58,8 +67,14 @@ func (d *delivery) startSpan(handing bool) {
 	d.span.AddEvent("claimed")
 }
 
+// noSpan is the span of a delivery made while nothing records spans (Tracing).
+var noSpan = trace.SpanFromContext(context.Background())
+
 // settleTraced runs the settlement in a child span of the delivery's.
 func (d *delivery) settleTraced() Result {
+	if d.span == noSpan {
+		return d.settle()
+	}
 	_, span := d.sub.cfg.Telemetry.Tracer().Start(d.spanCtx, d.sub.cfg.Telemetry.SettleName())
 	r := d.settle()
 	span.SetAttributes(telemetry.Step.String(r.Step.String()))
@@ -76,6 +91,13 @@ func (d *delivery) settleTraced() Result {
 func (d *delivery) finishSpan(r Result, handlerTook time.Duration) {
 	tel := d.sub.cfg.Telemetry
 	outcome := r.Outcome.Verdict.String()
+	if d.span == noSpan {
+		if errors.Is(r.Err, settler.ErrLeaseLost) {
+			tel.LeaseLost(d.spanCtx)
+		}
+		tel.Settled(d.spanCtx, outcome, handlerTook, r.Step == dialects.StepDeadLetter && r.Err == nil)
+		return
+	}
 	d.span.SetAttributes(telemetry.Outcome.String(outcome), telemetry.Step.String(r.Step.String()))
 	if r.Outcome.Err != nil {
 		// The handler's own error (Fail, WithError): an exception event, and the span's

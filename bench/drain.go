@@ -22,7 +22,7 @@ const (
 )
 
 // prefetch is the -prefetch flag: rowactor's Prefetch(n) in the lease form, given only
-// when the flag is (0 leaves rowactor's default).
+// when the flag is (-1, the default, leaves rowactor to size the room itself).
 var prefetch int
 
 // A contender drains a filled table with n workers.
@@ -193,7 +193,7 @@ func runRowactor(ctx context.Context, tg *target, t tableDesc, workers, rows int
 	sopts := []rowactor.SubscribeOption{rowactor.Workers(workers)}
 	if t.Form() == dialects.FormLease {
 		sopts = append(sopts, rowactor.Lease(lease))
-		if prefetch > 0 {
+		if prefetch >= 0 {
 			sopts = append(sopts, rowactor.Prefetch(prefetch))
 		}
 	}

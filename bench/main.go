@@ -132,7 +132,7 @@ func parseFlags(args []string) (config, error) {
 	workers := fs.String("workers", "1,8", "worker counts, comma-separated")
 	fs.IntVar(&cfg.rows, "rows", 20000, "rows per drain")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds per database, form and worker count")
-	fs.IntVar(&prefetch, "prefetch", 0, "rowactor's Prefetch(n) in the lease form: claimed rows that may wait for a worker")
+	fs.IntVar(&prefetch, "prefetch", -1, "rowactor's Prefetch(n) in the lease form (default: not given, rowactor sizes the room itself; 0 claims only for free workers)")
 	fs.StringVar(&cfg.tracing, "tracing", "off", "rowactor's OpenTelemetry: off, on, or both (rowactor runs twice per round)")
 	fs.StringVar(&cfg.dir, "dir", "", "directory for the SQLite file (default: a fresh temporary one)")
 	fs.StringVar(&cfg.pgURL, "pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable&pool_max_conns=16", "PostgreSQL URL (pgx)")

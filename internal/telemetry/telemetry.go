@@ -8,8 +8,10 @@ package telemetry
 
 import (
 	"context"
+	"reflect"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -60,12 +62,18 @@ type Telemetry struct {
 	published   metric.Int64Counter
 
 	db string
+	// global is otel's global provider as New found it when nothing had been set: its
+	// tracer records nothing until a program sets one (see Tracing).
+	global trace.TracerProvider
 }
 
 // New creates the tracer and instruments for a broker on database db.
 func New(tp trace.TracerProvider, mp metric.MeterProvider, db string) (*Telemetry, error) {
 	m := mp.Meter(Scope)
 	t := &Telemetry{Tracer: tp.Tracer(Scope), Propagator: propagation.TraceContext{}, db: db}
+	if isUnsetGlobal(tp) {
+		t.global = tp
+	}
 	var err error
 	seconds := metric.WithUnit("s")
 	if t.deliveries, err = m.Int64Counter("rowactor.deliveries", metric.WithDescription("Deliveries settled, by outcome.")); err != nil {
@@ -201,6 +209,21 @@ func (t *Telemetry) Published(ctx context.Context, table, queue string) {
 
 // DB is the database's name, for span attributes.
 func (t *Telemetry) DB() string { return t.db }
+
+// Tracing says whether the subscription's spans can be recorded. They cannot while the
+// tracer is otel's global one and no program set a provider: every span would then be a
+// non-recording one that carries nothing, and a delivery skips making it (its span
+// options, contexts and attributes cost a dozen allocations a message). Once a provider
+// is set, otel.GetTracerProvider returns it, and spans are made again.
+func (s *Sub) Tracing() bool {
+	return s.t.global == nil || otel.GetTracerProvider() != s.t.global
+}
+
+// isUnsetGlobal says whether tp is otel's global provider with nothing set: the type
+// otel's internal/global package returns until SetTracerProvider is called.
+func isUnsetGlobal(tp trace.TracerProvider) bool {
+	return tp == otel.GetTracerProvider() && reflect.TypeOf(tp).String() == "*global.tracerProvider"
+}
 
 // Tracer is the subscription's tracer.
 func (s *Sub) Tracer() trace.Tracer { return s.t.Tracer }

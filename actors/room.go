@@ -1,0 +1,66 @@
+package actors
+
+import (
+	"slices"
+	"time"
+)
+
+// roomSizer sizes the rows a lease-form subscription holds beyond its workers when the
+// service did not fix it (Prefetch): enough to keep every worker busy while one claim is
+// on its way, and no more. By Little's law the workers finish workers/work rows per unit
+// of time, so a claim that takes claim to come back must find that many rows in hand:
+//
+//	room = ceil(workers × claim / work)
+//
+// An instant handler (work of microseconds) gets claims of many rows, one statement and
+// one commit for all of them; a 100 ms handler gets room for one row, so the subscription
+// holds Workers plus one and leaves the rest of a backlog to the other consumers
+// (invariant: a consumer does not hoard rows it cannot start within one claim's latency;
+// prefetch_test.go).
+type roomSizer struct {
+	// claims are the last claims' round trips; the quickest of them is the claim latency
+	// the room covers. Slower claims are those that opened a connection first (tens of
+	// milliseconds, seen on PostgreSQL) or queued behind other work: covering them would
+	// hold rows against the usual case, and holding too few costs a worker a short wait
+	// while holding too many starves other consumers.
+	claims [8]time.Duration
+	next   int
+	// work is a moving average of how long deliveries kept their workers (0 until one
+	// did): the handling rate is what it is on average, outliers included.
+	work time.Duration
+	// claim is the quickest of claims.
+	claim time.Duration
+}
+
+// roomMax bounds the measured room: a stalled claim (seconds) or a handler that does
+// nothing must not make a subscription lease thousands of rows. It is also one batched
+// settlement's worth (batchMax).
+const roomMax = batchMax
+
+// claimed records a claim's round trip.
+func (r *roomSizer) claimed(took time.Duration) {
+	r.claims[r.next%len(r.claims)] = max(took, time.Nanosecond)
+	r.next++
+	r.claim = slices.Min(r.claims[:min(r.next, len(r.claims))])
+}
+
+// freed records how long a delivery kept its worker (0: it did not run to its end, and
+// says nothing of the handler's speed).
+func (r *roomSizer) freed(took time.Duration) {
+	switch {
+	case took <= 0:
+	case r.work <= 0:
+		r.work = took
+	default:
+		r.work += (took - r.work) / 8
+	}
+}
+
+// size is the room for workers workers: none until a claim and a delivery were measured.
+func (r *roomSizer) size(workers int) int {
+	if r.claim <= 0 || r.work <= 0 {
+		return 0
+	}
+	n := (int64(workers)*int64(r.claim) + int64(r.work) - 1) / int64(r.work)
+	return int(min(n, roomMax))
+}
