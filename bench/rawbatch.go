@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -64,16 +65,33 @@ func rawBatchLease(ctx context.Context, q dialects.LeaseBatchQueue, c costs, l *
 		for _, r := range claimed {
 			held = append(held, dialects.Lease{ID: r.ID, Token: r.Token})
 		}
-		settled, err := q.SettleLeases(ctx, dialects.StepAck, time.Now(), held)
-		tl.stmts += int64(c.settleBatch)
-		if err != nil {
-			return tl, err
-		}
-		if len(settled) != len(held) {
-			return tl, fmt.Errorf("%d of %d leases lost", len(held)-len(settled), len(held))
-		}
-		for range settled {
-			l.settled()
+		total := len(held)
+		for len(held) > 0 {
+			settled, err := q.SettleLeases(ctx, dialects.StepAck, time.Now(), held)
+			tl.stmts += int64(c.settleBatch)
+			var busy *dialects.RowsBusyError
+			if errors.As(err, &busy) {
+				// Another goroutine's claim locked some of the rows for a moment (on
+				// PostgreSQL a claim's skipping read may lock a row it then finds leased,
+				// until it commits): settle those again, as rowactor's busy lane does.
+				err = nil
+			}
+			if err != nil {
+				return tl, err
+			}
+			for range settled {
+				l.settled()
+			}
+			kept := held[:0]
+			for _, h := range held {
+				if busy != nil && busy.Busy(h.ID) {
+					kept = append(kept, h)
+				}
+			}
+			if len(settled)+len(kept) != len(held) {
+				return tl, fmt.Errorf("%d of %d leases lost", len(held)-len(settled)-len(kept), total)
+			}
+			held = kept
 		}
 	}
 }
