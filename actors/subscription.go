@@ -507,6 +507,11 @@ func (a *subscriptionActor) claim(c actor.Context) {
 		}
 		if a.probing || cfg.KeyOf != nil || cfg.FIFO {
 			maxInFlight = 1 // with partition keys or FIFO groups, one claim at a time keeps claim order
+		} else if cfg.AutoPrefetch && a.waitRoom() > 0 {
+			// Rows wait ahead of the workers: two claims in flight keep them coming (one
+			// runs while the other's rows are handed out), and more would only split the
+			// same rows into smaller claims, each a statement and a commit.
+			maxInFlight = min(maxInFlight, 2)
 		}
 		if free <= 0 || a.inFlight >= maxInFlight {
 			return
