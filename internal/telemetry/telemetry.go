@@ -128,16 +128,19 @@ type Sub struct {
 	// Span names, built once.
 	processName, settleName string
 	// byOutcome caches the attribute set per outcome name.
-	byOutcome map[string]metric.MeasurementOption
+	byOutcome map[string][]metric.AddOption
+	addOpts   []metric.AddOption
+	recOpts   []metric.RecordOption
 }
 
 // Subscription returns the view of a subscription to table's queue in the given form.
 func (t *Telemetry) Subscription(table, queue, form string) *Sub {
-	s := &Sub{t: t, table: table, queue: queue, form: form, byOutcome: map[string]metric.MeasurementOption{}}
+	s := &Sub{t: t, table: table, queue: queue, form: form, byOutcome: map[string][]metric.AddOption{}}
 	s.base = metric.WithAttributeSet(attribute.NewSet(Destination.String(table), Queue.String(queue), Form.String(form)))
+	s.addOpts, s.recOpts = []metric.AddOption{s.base}, []metric.RecordOption{s.base}
 	s.processName, s.settleName = "process "+table, "settle "+table
 	for _, o := range []string{"ack", "drop", "retry", "retry_after", "unsettled"} {
-		s.byOutcome[o] = metric.WithAttributeSet(attribute.NewSet(Destination.String(table), Queue.String(queue), Form.String(form), Outcome.String(o)))
+		s.byOutcome[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(Destination.String(table), Queue.String(queue), Form.String(form), Outcome.String(o)))}
 	}
 	s.spanA = []attribute.KeyValue{System.String("rowactor"), DBSystem.String(t.db), Destination.String(table),
 		Queue.String(queue), ConsumerGroup.String(queue), Form.String(form),
@@ -145,53 +148,57 @@ func (t *Telemetry) Subscription(table, queue, form string) *Sub {
 	return s
 }
 
-func (s *Sub) opt() metric.MeasurementOption { return s.base }
+// adds and recs are the subscription's attributes as the option lists Add and Record take:
+// built once, because a list made at each call (the variadic argument of an interface
+// method) is an allocation a message.
+func (s *Sub) adds() []metric.AddOption    { return s.addOpts }
+func (s *Sub) recs() []metric.RecordOption { return s.recOpts }
 
 // Claimed records one claim.
 func (s *Sub) Claimed(ctx context.Context, took time.Duration, rows int) {
-	s.t.claimDur.Record(ctx, took.Seconds(), s.opt())
-	s.t.claimRows.Record(ctx, int64(rows), s.opt())
+	s.t.claimDur.Record(ctx, took.Seconds(), s.recs()...)
+	s.t.claimRows.Record(ctx, int64(rows), s.recs()...)
 	if rows > 0 {
-		s.t.inWork.Add(ctx, int64(rows), s.opt())
+		s.t.inWork.Add(ctx, int64(rows), s.adds()...)
 	}
 }
 
 // Waited records the time a row waited in the table, from publish to claim.
 func (s *Sub) Waited(ctx context.Context, d time.Duration) {
-	s.t.queueWait.Record(ctx, d.Seconds(), s.opt())
+	s.t.queueWait.Record(ctx, d.Seconds(), s.recs()...)
 }
 
 // Settled records a delivery's end.
 func (s *Sub) Settled(ctx context.Context, outcome string, handler time.Duration, deadLetter bool) {
 	o, ok := s.byOutcome[outcome]
 	if !ok {
-		o = metric.WithAttributes(Destination.String(s.table), Queue.String(s.queue), Form.String(s.form), Outcome.String(outcome))
+		o = []metric.AddOption{metric.WithAttributes(Destination.String(s.table), Queue.String(s.queue), Form.String(s.form), Outcome.String(outcome))}
 	}
-	s.t.deliveries.Add(ctx, 1, o)
-	s.t.handlerDur.Record(ctx, handler.Seconds(), s.opt())
-	s.t.inWork.Add(ctx, -1, s.opt())
+	s.t.deliveries.Add(ctx, 1, o...)
+	s.t.handlerDur.Record(ctx, handler.Seconds(), s.recs()...)
+	s.t.inWork.Add(ctx, -1, s.adds()...)
 	if deadLetter {
-		s.t.deadLetters.Add(ctx, 1, s.opt())
+		s.t.deadLetters.Add(ctx, 1, s.adds()...)
 	}
 }
 
 // Abandoned records deliveries given up on past their deadline (rows: a batch's).
 func (s *Sub) Abandoned(ctx context.Context, rows int) {
-	s.t.abandoned.Add(ctx, int64(rows), s.opt())
+	s.t.abandoned.Add(ctx, int64(rows), s.adds()...)
 }
 
 // Renewed records a lease renewal round.
 func (s *Sub) Renewed(ctx context.Context, extended, lost int) {
 	if extended > 0 {
-		s.t.extensions.Add(ctx, int64(extended), s.opt())
+		s.t.extensions.Add(ctx, int64(extended), s.adds()...)
 	}
 	if lost > 0 {
-		s.t.leasesLost.Add(ctx, int64(lost), s.opt())
+		s.t.leasesLost.Add(ctx, int64(lost), s.adds()...)
 	}
 }
 
 // LeaseLost records a settlement that found its lease gone.
-func (s *Sub) LeaseLost(ctx context.Context) { s.t.leasesLost.Add(ctx, 1, s.opt()) }
+func (s *Sub) LeaseLost(ctx context.Context) { s.t.leasesLost.Add(ctx, 1, s.adds()...) }
 
 // Restarted records a claimer or renewer restart, with the fault behind it ("connection",
 // "contention", "schema", "unknown": a closed set, so the attribute stays cheap).
