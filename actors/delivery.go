@@ -108,8 +108,8 @@ type settledMsg struct {
 func (settledMsg) IgnoreDeadLetterLogging() {}
 
 // workerFreeMsg tells the subscription actor a delivery's handler returned and its
-// settlement waits for a batch: its worker may take the next row meanwhile. The row
-// stays in work (leased, its lease renewed) until the batch settled it.
+// settlement is under way (freesWorkerEarly): its worker may take the next row meanwhile.
+// The row stays in work (leased and renewed, locked, or its key held) until settled.
 type workerFreeMsg struct{ d *delivery }
 
 func (workerFreeMsg) IgnoreDeadLetterLogging() {}
@@ -138,7 +138,7 @@ func (d *delivery) Receive(c actor.Context) {
 			d.abandon(c)
 		}
 	case handledMsg:
-		if d.sub.batcher != nil {
+		if d.freesWorkerEarly() {
 			d.workTook = time.Since(d.spawned)
 			c.Send(c.Parent(), workerFreeMsg{d})
 			d.workerFreed = true
@@ -177,6 +177,17 @@ func (d *delivery) Receive(c actor.Context) {
 		d.sub.report(r)
 		d.end(c, r)
 	}
+}
+
+// freesWorkerEarly says whether the delivery gives its worker back as its handler returns,
+// before its settlement: the next row's claim (and handler) then overlaps this row's
+// settlement instead of waiting for its round trips. Workers bounds the handlers running,
+// not the settlements; a row still counts in work, and holds its connection against the
+// pool's budget (row lock, advisory, transactional), until settled. A FIFO group's next
+// row waits for its head's settlement, so a FIFO subscription keeps the worker until then.
+func (d *delivery) freesWorkerEarly() bool {
+	cfg := d.sub.cfg
+	return d.sub.batcher != nil || cfg.Form != dialects.FormLease && !cfg.FIFO
 }
 
 // end counts what the delivery gave back (directly: at shutdown the subscription actor

@@ -67,7 +67,7 @@ func parseFlags(args []string) (config, error) {
 	workers := fs.String("workers", "1,8", "worker counts, comma-separated")
 	fs.IntVar(&cfg.rows, "rows", 5000, "messages per drain")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds per database and worker count")
-	fs.IntVar(&prefetch, "prefetch", 0, "rowactor's Prefetch(n) in the lease form (0: the library's default)")
+	fs.IntVar(&prefetch, "prefetch", -1, "rowactor's Prefetch(n) in the lease form (default: not given, rowactor sizes the room itself)")
 	fs.StringVar(&cfg.pgURL, "pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable&pool_max_conns=16", "PostgreSQL URL (pgx); rowactor and River each get a pool of their own on it")
 	fs.StringVar(&cfg.dir, "dir", "", "directory for the SQLite files (default: a fresh temporary one)")
 	fs.DurationVar(&cfg.riverCooldown, "river-fetch-cooldown", time.Millisecond, "River's Config.FetchCooldown (its minimum, 1ms; its default is 100ms)")

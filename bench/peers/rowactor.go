@@ -80,13 +80,14 @@ func (q *rowactorQueue) check(ctx context.Context, _ int) error {
 	return err
 }
 
-// drain runs a broker on the shared dialect, as bench/drain.go does with tracing off:
-// prefetch is the -prefetch flag: rowactor's Prefetch(n) in the lease form (0 by default,
-// the library's default).
+// prefetch is the -prefetch flag: rowactor's Prefetch(n) in the lease form, given only
+// when the flag is (-1, the default, leaves rowactor to size the room itself).
 var prefetch int
 
-// Workers(n), PollInterval(10ms), Lease(30s) in the lease form, a handler that acks, and
-// the latch counted down by WithOnSettled.
+// drain runs a broker on the shared dialect, as bench/drain.go does with tracing off:
+// Workers(n), Lease(30s) in the lease form, rowactor's defaults otherwise (its poll
+// interval, its own room for rows in hand), a handler that acks, and the latch counted
+// down by WithOnSettled.
 func (q *rowactorQueue) drain(ctx context.Context, workers, rows int) (result, error) {
 	ctx, cancel := context.WithTimeout(ctx, drainTimeout)
 	defer cancel()
@@ -107,9 +108,12 @@ func (q *rowactorQueue) drain(ctx context.Context, workers, rows int) (result, e
 		tl.handle(seqOf(d.Payload()))
 		return rowactor.Ack()
 	}
-	opts := []rowactor.SubscribeOption{rowactor.Workers(workers), rowactor.PollInterval(pollInterval)}
+	opts := []rowactor.SubscribeOption{rowactor.Workers(workers)}
 	if q.t.Form() == dialects.FormLease {
-		opts = append(opts, rowactor.Lease(leaseLength), rowactor.Prefetch(prefetch))
+		opts = append(opts, rowactor.Lease(leaseLength))
+		if prefetch >= 0 {
+			opts = append(opts, rowactor.Prefetch(prefetch))
+		}
 	}
 	m := startMeter(q.stmts)
 	_, err = b.Subscribe(ctx, q.t, "peers", handler, opts...)
