@@ -48,8 +48,8 @@ func fastHandlersClaimAhead(t *testing.T, h *harness, _ rowactor.Form) {
 
 // slowHandlersDoNotHoard: two brokers on pools of their own (two processes, as far as the
 // table can tell) with equal workers and 100 ms handlers drain one backlog. Each holds
-// at most its workers plus one claim's worth (the room a 100 ms handler measures is one
-// row), so each handles 40–60% of the rows.
+// at most its workers plus one claim's worth (the room a 100 ms handler measures is a row
+// or two), so each handles 40–60% of the rows.
 func slowHandlersDoNotHoard(t *testing.T, h *harness, _ rowactor.Form) {
 	const (
 		rows    = 60
@@ -100,8 +100,11 @@ func slowHandlersDoNotHoard(t *testing.T, h *harness, _ rowactor.Form) {
 			t.Fatalf("settlement %+v", s)
 		}
 	}
-	if most, limit := <-peak, 2*(workers+1); most > limit {
-		t.Errorf("two subscriptions of %d workers with 100 ms handlers held %d rows at once; want at most %d (workers and one row of room each)", workers, most, limit)
+	// One claim's worth is the rows the workers finish while a claim is on its way: one
+	// row for claims of a few milliseconds, two while a broker's first claims open their
+	// connections (tens of milliseconds on PostgreSQL).
+	if most, limit := <-peak, 2*(workers+2); most > limit {
+		t.Errorf("two subscriptions of %d workers with 100 ms handlers held %d rows at once; want at most %d (workers and one claim's worth, a row or two, each)", workers, most, limit)
 	}
 	a, b := handled[0].Load(), handled[1].Load()
 	if a+b != rows || a < rows*4/10 || b < rows*4/10 {

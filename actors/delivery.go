@@ -71,9 +71,11 @@ type delivery struct {
 	// workerFreed: the worker was given back before the settlement (workerFreeMsg).
 	workerFreed bool
 	// spawned is when the delivery took its worker, and workTook how long it kept it:
-	// the subscription sizes its waiting room from it (room.go).
+	// the subscription sizes its waiting room from it (room.go), if roomGen, the room's
+	// generation when the row was claimed, is still the room's.
 	spawned  time.Time
 	workTook time.Duration
+	roomGen  uint64
 	// releaseOnly gives a prefetched row back without calling the handler (a drain began
 	// before a worker took it).
 	releaseOnly bool
@@ -217,6 +219,8 @@ func (d *delivery) run(sys *actor.ActorSystem, self *actor.PID) {
 		var ctx context.Context = d.dctx
 		if d.span != noSpan {
 			ctx = trace.ContextWithSpan(ctx, d.span)
+		} else if sc := trace.SpanContextFromContext(d.spanCtx); sc.IsValid() {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, sc) // the publisher's (startSpan)
 		}
 		d.outcome, d.tag, d.panic = d.sub.call(ctx, d.claim.Row, tx)
 		d.handlerTook = time.Since(start)

@@ -26,8 +26,13 @@ type roomSizer struct {
 	claims [8]time.Duration
 	next   int
 	// work is a moving average of how long deliveries kept their workers (0 until one
-	// did): the handling rate is what it is on average, outliers included.
-	work time.Duration
+	// did): the handling rate is what it is on average, outliers included. last is the
+	// latest delivery's: the room follows the slower of the two, so handlers that turn
+	// slow shrink it at their first return rather than after the average caught up.
+	work, last time.Duration
+	// gen counts the times the queue ran dry: a delivery claimed before the latest says
+	// nothing of the rows that come after it (ranDry).
+	gen uint64
 	// claim is the quickest of claims.
 	claim time.Duration
 }
@@ -45,8 +50,14 @@ func (r *roomSizer) claimed(took time.Duration) {
 }
 
 // freed records how long a delivery kept its worker (0: it did not run to its end, and
-// says nothing of the handler's speed).
-func (r *roomSizer) freed(took time.Duration) {
+// says nothing of the handler's speed); gen is the generation it was started in.
+func (r *roomSizer) freed(took time.Duration, gen uint64) {
+	if gen != r.gen {
+		return
+	}
+	if took > 0 {
+		r.last = took
+	}
 	switch {
 	case took <= 0:
 	case r.work <= 0:
@@ -56,11 +67,19 @@ func (r *roomSizer) freed(took time.Duration) {
 	}
 }
 
+// ranDry forgets the handling time when a claim found the queue short: the rows that come
+// next (after a pause, a quiet spell) may be of another kind, so the room starts again
+// from none and is measured on them alone (deliveries started before, still finishing,
+// are not counted), rather than sized by handlers that ran long ago (invariant: fast
+// rows drained earlier do not make a subscription hoard slow ones).
+func (r *roomSizer) ranDry() { r.work, r.last, r.gen = 0, 0, r.gen+1 }
+
 // size is the room for workers workers: none until a claim and a delivery were measured.
 func (r *roomSizer) size(workers int) int {
-	if r.claim <= 0 || r.work <= 0 {
+	work := max(r.work, r.last)
+	if r.claim <= 0 || work <= 0 {
 		return 0
 	}
-	n := (int64(workers)*int64(r.claim) + int64(r.work) - 1) / int64(r.work)
+	n := (int64(workers)*int64(r.claim) + int64(work) - 1) / int64(work)
 	return int(min(n, roomMax))
 }

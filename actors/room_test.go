@@ -11,12 +11,12 @@ func TestRoomCoversOneClaimOfHandling(t *testing.T) {
 		t.Fatalf("room %d before anything was measured; want 0", n)
 	}
 	r.claimed(2 * time.Millisecond)
-	r.freed(100 * time.Millisecond)
+	r.freed(100*time.Millisecond, 0)
 	if n := r.size(8); n != 1 {
 		t.Fatalf("8 workers, 100 ms handlers, 2 ms claims: room %d; want 1 (8 × 2/100 rounded up)", n)
 	}
 	for range 100 {
-		r.freed(20 * time.Microsecond)
+		r.freed(20*time.Microsecond, 0)
 	}
 	if n := r.size(8); n != roomMax {
 		t.Fatalf("instant handlers: room %d; want the cap %d", n, roomMax)
@@ -24,7 +24,7 @@ func TestRoomCoversOneClaimOfHandling(t *testing.T) {
 	// One slow claim (a connection opened first) does not move the room: the quickest of
 	// the last claims counts.
 	var s roomSizer
-	s.freed(10 * time.Millisecond)
+	s.freed(10*time.Millisecond, 0)
 	s.claimed(time.Millisecond)
 	s.claimed(80 * time.Millisecond)
 	if n := s.size(4); n != 1 {

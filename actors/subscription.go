@@ -414,6 +414,7 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 			a.due, a.probing = true, true
 		case got < m.Limit:
 			a.claimSucceeded()
+			a.room.ranDry()
 			// The queue ran short as this claim read it. A wake or a poll that came
 			// while it ran may be for a row it could not see (published after it read
 			// the table): then one more claim finds out, else the queue waits for the
@@ -427,7 +428,7 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.claim(c)
 		a.checkDrained()
 	case workerFreeMsg:
-		a.room.freed(m.d.workTook)
+		a.room.freed(m.d.workTook, m.d.roomGen)
 		a.busy--
 		a.startBacklog(c)
 		a.claim(c)
@@ -439,7 +440,7 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		if !m.workerFreed {
 			a.busy--
 			if m.d != nil {
-				a.room.freed(m.d.workTook)
+				a.room.freed(m.d.workTook, m.d.roomGen)
 			}
 		}
 		if m.handled {
@@ -470,6 +471,7 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		close(m.done)
 	case resumeMsg:
 		a.paused = false
+		a.room.ranDry() // the rows after a pause are measured afresh
 		a.due, a.probing = true, true
 		a.claim(c)
 		close(m.done)
@@ -672,7 +674,7 @@ func (a *subscriptionActor) hold(c actor.Context, cl claimer.Claim) {
 		a.start(c, cl, true) // claimed as a drain or a pause began: give it back
 		return
 	}
-	w := waiting{claim: cl}
+	w := waiting{claim: cl, gen: a.room.gen}
 	if cfg.KeyOf != nil {
 		w.key = cfg.KeyOf(cl.Row)
 	}
@@ -714,12 +716,13 @@ func (a *subscriptionActor) startBacklog(c actor.Context) {
 type waiting struct {
 	claim claimer.Claim
 	key   string
+	gen   uint64 // the room's generation when claimed (room.go)
 }
 
 // startKeyed starts a waiting row on a worker; with WorkersByKey the row counts against
 // its key until settled.
 func (a *subscriptionActor) startKeyed(c actor.Context, w waiting) {
-	a.spawnDelivery(c, &delivery{sub: a.s, claim: w.claim, key: w.key, keyed: a.s.cfg.KeyOf != nil})
+	a.spawnDelivery(c, &delivery{sub: a.s, claim: w.claim, key: w.key, keyed: a.s.cfg.KeyOf != nil, roomGen: w.gen})
 }
 
 // start spawns the delivery actor of a held row; releaseOnly gives the row back at once

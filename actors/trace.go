@@ -38,6 +38,13 @@ func (d *delivery) startSpan(handing bool) {
 	if !tel.Tracing() {
 		d.spanCtx, d.span = context.Background(), noSpan
 		if headers != nil && first {
+			// No span is made, but the publisher's span context still reaches the handler,
+			// as a non-recording span would have carried it: its logs, calls and publishes
+			// stay in the caller's trace.
+			parent := tel.Propagator().Extract(d.spanCtx, propagation.MapCarrier(headers))
+			if trace.SpanContextFromContext(parent).IsValid() {
+				d.spanCtx = parent
+			}
 			if at, err := time.Parse(time.RFC3339Nano, headers[telemetry.PublishedAtHeader]); err == nil {
 				tel.Waited(d.spanCtx, time.Since(at))
 			}
