@@ -706,10 +706,41 @@ func (a *subscriptionActor) startBacklog(c actor.Context) {
 			}
 			a.keys[w.key]++
 		}
+		if a.expiredWhileWaiting(c, w) {
+			if keyed {
+				a.keys[w.key]--
+			}
+			continue
+		}
 		a.startKeyed(c, w)
 	}
 	clear(a.backlog[len(kept):])
 	a.backlog = kept
+}
+
+// expiredWhileWaiting drops a row that waited for a worker until its lease ran out (the
+// renewer could not extend it: the database stalled longer than a lease): another claim
+// may hold it already, so its handler must not start (invariant: a row is handled by one
+// lease holder at a time). The row is due again, its attempt spent, as after a crash.
+// A lease with less than half its length left is renewed now.
+func (a *subscriptionActor) expiredWhileWaiting(c actor.Context, w waiting) bool {
+	cfg := &a.s.cfg
+	if w.claim.Lease == nil {
+		return false
+	}
+	now := cfg.Now()
+	if !w.claim.Lease.Expired(now) {
+		if w.claim.Lease.Left(now) < cfg.Lease/2 && a.renewer != nil {
+			c.Send(a.renewer, leaserenewer.RenewNow{})
+		}
+		return false
+	}
+	cfg.Log.Warn("rowactor: a claimed row's lease ran out while it waited for a worker; the row is left to the next claim",
+		slog.String("table", cfg.Table), slog.String("queue", cfg.QueueName), slog.Int64("id", w.claim.Row.ID))
+	w.claim.Lease.Done()
+	a.s.inWork.Add(-1)
+	a.due = true
+	return true
 }
 
 // waiting is a held row not yet started, with its partition key (WorkersByKey), read once.

@@ -96,6 +96,24 @@ func (h *Held) Pin() (held dialects.Lease, lost, ok bool) {
 	return dialects.Lease{ID: h.id, Token: h.token}, h.lost, true
 }
 
+// Expired reports whether the lease can no longer be counted on at now: lost to another
+// claim, or its token run out (the renewer could not extend it in time, and another claim
+// may hold the row already). A row waiting for a worker is not started then.
+func (h *Held) Expired(now time.Time) bool {
+	b := h.book
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return h.lost || h.done || !h.token.After(now)
+}
+
+// Left is how long the lease has before its token runs out at now.
+func (h *Held) Left(now time.Time) time.Duration {
+	b := h.book
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return h.token.Sub(now)
+}
+
 // Unpin gives a pinned lease back to the renewer, which extends it again: its settlement
 // waits (its row is held by another session) and will Pin it again to run. A lease that
 // is lost or done stays as it is.
