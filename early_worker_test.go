@@ -2,14 +2,11 @@ package rowactor_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rowactor/rowactor"
-	"github.com/rowactor/rowactor/dialects/mysql"
-	"github.com/rowactor/rowactor/dialects/postgres"
 )
 
 func init() {
@@ -69,17 +66,5 @@ func earlyWorkerScenario(t *testing.T, h *harness, _ rowactor.Form) {
 // slowDeletes makes every DELETE of the harness's table take delay, where the database
 // can sleep in a trigger.
 func slowDeletes(t *testing.T, h *harness, delay time.Duration) bool {
-	t.Helper()
-	name := h.table.Name
-	switch h.d.(type) {
-	case *postgres.Dialect:
-		h.exec(fmt.Sprintf(`CREATE FUNCTION %s_slowdel() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(%g); RETURN OLD; END $$`, name, delay.Seconds()))
-		t.Cleanup(func() { h.exec(fmt.Sprintf("DROP FUNCTION IF EXISTS %s_slowdel() CASCADE", name)) })
-		h.exec(fmt.Sprintf("CREATE TRIGGER %s_slowdel BEFORE DELETE ON %s FOR EACH ROW EXECUTE FUNCTION %s_slowdel()", name, name, name))
-	case *mysql.Dialect:
-		h.exec(fmt.Sprintf("CREATE TRIGGER %s_slowdel BEFORE DELETE ON %s FOR EACH ROW SET @rowactor_slowdel = SLEEP(%g)", name, name, delay.Seconds()))
-	default:
-		return false
-	}
-	return true
+	return sleepTrigger(t, h, "DELETE", delay)
 }

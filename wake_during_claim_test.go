@@ -3,6 +3,7 @@ package rowactor_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,15 +24,21 @@ func init() {
 // lease claim and the advisory take update their rows, so their claims become slow. false
 // where the database has no sleep a trigger can call (SQLite).
 func slowUpdates(t *testing.T, h *harness, delay time.Duration) bool {
+	return sleepTrigger(t, h, "UPDATE", delay)
+}
+
+// sleepTrigger makes every event ("UPDATE", "DELETE") on the harness's table sleep delay
+// in a BEFORE trigger; false where the database has no sleep a trigger can call.
+func sleepTrigger(t *testing.T, h *harness, event string, delay time.Duration) bool {
 	t.Helper()
-	name := h.table.Name
+	name := h.table.Name + "_sleep_" + strings.ToLower(event)
 	switch h.d.(type) {
 	case *postgres.Dialect:
-		h.exec(fmt.Sprintf(`CREATE FUNCTION %s_slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(%g); RETURN NEW; END $$`, name, delay.Seconds()))
-		t.Cleanup(func() { h.exec(fmt.Sprintf("DROP FUNCTION IF EXISTS %s_slow() CASCADE", name)) })
-		h.exec(fmt.Sprintf("CREATE TRIGGER %s_slow BEFORE UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION %s_slow()", name, name, name))
+		h.exec(fmt.Sprintf(`CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(%g); RETURN COALESCE(NEW, OLD); END $$`, name, delay.Seconds()))
+		t.Cleanup(func() { h.exec(fmt.Sprintf("DROP FUNCTION IF EXISTS %s() CASCADE", name)) })
+		h.exec(fmt.Sprintf("CREATE TRIGGER %s BEFORE %s ON %s FOR EACH ROW EXECUTE FUNCTION %s()", name, event, h.table.Name, name))
 	case *mysql.Dialect:
-		h.exec(fmt.Sprintf("CREATE TRIGGER %s_slow BEFORE UPDATE ON %s FOR EACH ROW SET @rowactor_slow = SLEEP(%g)", name, name, delay.Seconds()))
+		h.exec(fmt.Sprintf("CREATE TRIGGER %s BEFORE %s ON %s FOR EACH ROW SET @rowactor_sleep = SLEEP(%g)", name, event, h.table.Name, delay.Seconds()))
 	default:
 		return false
 	}
