@@ -708,7 +708,9 @@ func (a *subscriptionActor) startBacklog(c actor.Context) {
 		}
 		if a.expiredWhileWaiting(c, w) {
 			if keyed {
-				a.keys[w.key]--
+				if a.keys[w.key]--; a.keys[w.key] <= 0 {
+					delete(a.keys, w.key)
+				}
 			}
 			continue
 		}

@@ -136,7 +136,7 @@ func (q *leaseQueue) settleOnce(ctx context.Context, list *inList, first []any, 
 	}()
 	var found []int64
 	for start := 0; start < len(held); start += maxList {
-		ids, err := q.lockHolding(ctx, x.tx, held[start:min(start+maxList, len(held))])
+		ids, err := q.lockHolding(ctx, x, held[start:min(start+maxList, len(held))])
 		if err != nil {
 			return nil, err
 		}
@@ -151,13 +151,13 @@ func (q *leaseQueue) settleOnce(ctx context.Context, list *inList, first []any, 
 	for start := 0; start < len(found); start += maxList {
 		ids := found[start:min(start+maxList, len(found))]
 		slot, n := slotOf(len(ids))
-		s, err := q.d.stmt(ctx, list.text(slot))
+		s, err := x.stmt(ctx, list.text(slot))
 		if err != nil {
 			return nil, err
 		}
 		args := make([]any, 0, len(first)+n)
 		args = idArgs(append(args, first...), ids, n)
-		changed, err := affected(x.tx.StmtContext(ctx, s).ExecContext(ctx, args...))
+		changed, err := affected(s.ExecContext(ctx, args...))
 		if err != nil {
 			return nil, err
 		}
@@ -176,29 +176,26 @@ func (q *leaseQueue) settleOnce(ctx context.Context, list *inList, first []any, 
 
 // lockHolding locks, in tx, the rows of held (at most maxList leases) that hold their
 // tokens and that no other session has locked, and returns their ids.
-func (q *leaseQueue) lockHolding(ctx context.Context, tx *sql.Tx, held []dialects.Lease) ([]int64, error) {
-	return q.lockPairs(ctx, tx, &q.batch.lock, held)
+func (q *leaseQueue) lockHolding(ctx context.Context, x *txn, held []dialects.Lease) ([]int64, error) {
+	return q.lockPairs(ctx, x, &q.batch.lock, held)
 }
 
-// lockPairs runs list, a locking read of (id, token) pairs, in tx.
-func (q *leaseQueue) lockPairs(ctx context.Context, tx *sql.Tx, list *inList, held []dialects.Lease) ([]int64, error) {
-	return q.readPairs(ctx, list, held, func(s *sql.Stmt, args []any) (*sql.Rows, error) {
-		return tx.StmtContext(ctx, s).QueryContext(ctx, args...)
-	})
+// lockPairs runs list, a locking read of (id, token) pairs, in x.
+func (q *leaseQueue) lockPairs(ctx context.Context, x *txn, list *inList, held []dialects.Lease) ([]int64, error) {
+	return q.readPairs(ctx, list, held, x.stmt)
 }
 
 // holding reads, outside any transaction and without waiting for locks, which rows of
 // held (at most maxList leases) hold their tokens.
 func (q *leaseQueue) holding(ctx context.Context, held []dialects.Lease) ([]int64, error) {
-	return q.readPairs(ctx, &q.batch.holding, held, func(s *sql.Stmt, args []any) (*sql.Rows, error) {
-		return s.QueryContext(ctx, args...)
-	})
+	return q.readPairs(ctx, &q.batch.holding, held, q.d.stmt)
 }
 
-// readPairs runs list, a read of ids by (id, token) pairs, on held.
-func (q *leaseQueue) readPairs(ctx context.Context, list *inList, held []dialects.Lease, query func(*sql.Stmt, []any) (*sql.Rows, error)) ([]int64, error) {
+// readPairs runs list, a read of ids by (id, token) pairs, on held, with the statement
+// stmt gives (a transaction's, or the pool's).
+func (q *leaseQueue) readPairs(ctx context.Context, list *inList, held []dialects.Lease, stmt func(context.Context, string) (*sql.Stmt, error)) ([]int64, error) {
 	slot, n := pairSlotOf(len(held))
-	s, err := q.d.stmt(ctx, list.text(slot))
+	s, err := stmt(ctx, list.text(slot))
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +204,7 @@ func (q *leaseQueue) readPairs(ctx context.Context, list *inList, held []dialect
 		l := held[min(i, len(held)-1)]
 		args = append(args, l.ID, dbTime(l.Token))
 	}
-	rs, err := query(s, args)
+	rs, err := s.QueryContext(ctx, args...)
 	if err != nil {
 		return nil, err
 	}

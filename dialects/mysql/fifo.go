@@ -253,10 +253,10 @@ func (f *fifoLease) claimOnce(ctx context.Context, now, until time.Time) ([]dial
 		_ = x.rollback()
 		return nil, err
 	}
-	stamp, err := q.d.stmt(ctx, q.stamp.text(0))
+	stamp, err := x.stmt(ctx, q.stamp.text(0))
 	if err == nil {
 		var stamped int64
-		stamped, err = affected(x.tx.StmtContext(ctx, stamp).ExecContext(ctx, dbTime(until), r.ID, dbTime(now)))
+		stamped, err = affected(stamp.ExecContext(ctx, dbTime(until), r.ID, dbTime(now)))
 		if err == nil && stamped != 1 {
 			// The locking read saw the head free and holds it, so this should not happen.
 			return nil, x.rollback()

@@ -207,7 +207,7 @@ func (q *leaseQueue) claimOnce(ctx context.Context, now, until time.Time, limit 
 		ids[i] = r.ID
 	}
 	slot, n := slotOf(len(ids))
-	stamp, err := q.d.stmt(ctx, q.stamp.text(slot))
+	stamp, err := x.stmt(ctx, q.stamp.text(slot))
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +215,7 @@ func (q *leaseQueue) claimOnce(ctx context.Context, now, until time.Time, limit 
 	args = append(args, dbTime(until))
 	args = idArgs(args, ids, n)
 	args = append(args, dbTime(now))
-	stamped, err := affected(x.tx.StmtContext(ctx, stamp).ExecContext(ctx, args...))
+	stamped, err := affected(stamp.ExecContext(ctx, args...))
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +323,7 @@ func (q *leaseQueue) extendOnce(ctx context.Context, until time.Time, held []dia
 			return nil, err
 		}
 	}
-	found, err := q.lockPairs(ctx, x.tx, lock, held)
+	found, err := q.lockPairs(ctx, x, lock, held)
 	if err != nil {
 		return nil, err
 	}
@@ -334,14 +334,14 @@ func (q *leaseQueue) extendOnce(ctx context.Context, until time.Time, held []dia
 	slices.Sort(found)
 	found = slices.Compact(found) // held may name a row twice
 	slot, n := slotOf(len(found))
-	s, err := q.d.stmt(ctx, q.extend.text(slot))
+	s, err := x.stmt(ctx, q.extend.text(slot))
 	if err != nil {
 		return nil, err
 	}
 	args := make([]any, 0, 1+n)
 	args = idArgs(append(args, dbTime(until)), found, n)
 	// The count is not checked: a row already holding until does not count as changed.
-	if _, err := x.tx.StmtContext(ctx, s).ExecContext(ctx, args...); err != nil {
+	if _, err := s.ExecContext(ctx, args...); err != nil {
 		return nil, err
 	}
 	done = true
@@ -501,9 +501,9 @@ func (t *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 		err = fmt.Errorf("no statement for step %v", step.Kind)
 	default:
 		var s *sql.Stmt
-		if s, err = q.d.stmt(ctx, text); err == nil {
+		if s, err = t.x.stmt(ctx, text); err == nil {
 			var n int64
-			n, err = affected(t.x.tx.StmtContext(ctx, s).ExecContext(ctx, args...))
+			n, err = affected(s.ExecContext(ctx, args...))
 			// Every lease statement deletes the row or clears its lease: a row that held
 			// the token is a changed row.
 			changed = n > 0

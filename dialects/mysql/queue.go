@@ -356,6 +356,38 @@ type txn struct {
 	// lent says the transaction is lent to a handler (lend): its connection runs with
 	// autocommit off until the transaction ends, and end turns it back on.
 	lent bool
+	// d prepares the texts the transaction ran unprepared (stmt) once it has ended.
+	d          *Dialect
+	unprepared []string
+}
+
+// stmt returns text's statement for use in the transaction. A text the Dialect has not
+// prepared yet (an id list of a length not met before) is prepared on the transaction's
+// own connection, and for the pool once the transaction has ended: preparing it for the
+// pool now would wait for a second connection while holding this one, and when every
+// connection of a small pool is held so (claims, batched settlements), none is ever freed
+// (seen: two subscriptions on a pool of 4, every claim stuck until its 30 s deadline).
+func (x *txn) stmt(ctx context.Context, text string) (*sql.Stmt, error) {
+	if s := x.d.stmts.Cached(text); s != nil {
+		return x.tx.StmtContext(ctx, s), nil
+	}
+	x.unprepared = append(x.unprepared, text)
+	return x.tx.PrepareContext(ctx, text)
+}
+
+// prepareLater prepares, for the pool, the texts the transaction prepared for itself
+// alone; it runs after the transaction gave its connection back, holding none. A failure
+// leaves the text to the next transaction, which prepares it for itself again.
+func (x *txn) prepareLater() {
+	if len(x.unprepared) == 0 || x.d == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, text := range x.unprepared {
+		_, _ = x.d.stmts.Stmt(ctx, text)
+	}
+	x.unprepared = nil
 }
 
 // begin opens a transaction at level on a pool connection of its own (see beginTx).
@@ -369,7 +401,7 @@ func (d *Dialect) begin(ctx context.Context, level sql.IsolationLevel) (*txn, er
 		discard(conn)
 		return nil, err
 	}
-	return &txn{conn: conn, tx: tx, stop: stop}, nil
+	return &txn{conn: conn, tx: tx, stop: stop, d: d}, nil
 }
 
 // beginTx opens a transaction at level on conn. The transaction's context is ctx's values
@@ -428,6 +460,7 @@ func (x *txn) end(err error) {
 		} else {
 			_ = x.conn.Close()
 		}
+		x.prepareLater()
 	})
 }
 

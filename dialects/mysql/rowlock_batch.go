@@ -115,9 +115,9 @@ func (b *lockedBatch) Settle(ctx context.Context, steps []dialects.Step) error {
 		case text == "":
 			continue
 		default:
-			s, serr := q.d.stmt(ctx, text)
+			s, serr := b.x.stmt(ctx, text)
 			if err = serr; err == nil {
-				_, err = b.x.tx.StmtContext(ctx, s).ExecContext(ctx, args...)
+				_, err = s.ExecContext(ctx, args...)
 			}
 		}
 		if err != nil {

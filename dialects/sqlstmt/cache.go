@@ -24,7 +24,18 @@ type Cache struct {
 	closed bool
 }
 
-// Stmt returns the prepared statement for text, preparing it on first use.
+// Cached returns text's prepared statement if it was prepared already, else nil; it never
+// prepares (see Stmt), so it never waits for a connection.
+func (c *Cache) Cached(text string) *sql.Stmt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stmts[text]
+}
+
+// Stmt returns the prepared statement for text, preparing it on first use. Preparing
+// takes a pool connection: a caller holding a transaction must use Cached and prepare on
+// its own transaction instead, or it may wait for a second connection that a pool whose
+// connections all hold such transactions never frees.
 func (c *Cache) Stmt(ctx context.Context, text string) (*sql.Stmt, error) {
 	c.mu.Lock()
 	s, closed := c.stmts[text], c.closed
