@@ -361,6 +361,9 @@ type txn struct {
 	unprepared []string
 }
 
+// prepareWait bounds how long prepareLater waits for a pool connection.
+const prepareWait = 50 * time.Millisecond
+
 // stmt returns text's statement for use in the transaction. A text the Dialect has not
 // prepared yet (an id list of a length not met before) is prepared on the transaction's
 // own connection, and for the pool once the transaction has ended: preparing it for the
@@ -376,13 +379,16 @@ func (x *txn) stmt(ctx context.Context, text string) (*sql.Stmt, error) {
 }
 
 // prepareLater prepares, for the pool, the texts the transaction prepared for itself
-// alone; it runs after the transaction gave its connection back, holding none. A failure
-// leaves the text to the next transaction, which prepares it for itself again.
+// alone; it runs after the transaction gave its connection back, holding none. It must
+// not hold up its caller (a renewal round, a claim, a settlement) on a pool whose
+// connections are all taken: it prepares only while a connection is idle, and waits at
+// most prepareWait for one. A text not prepared is left to the next transaction, which
+// prepares it for itself again.
 func (x *txn) prepareLater() {
-	if len(x.unprepared) == 0 || x.d == nil {
+	if len(x.unprepared) == 0 || x.d == nil || x.d.db.Stats().Idle == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), prepareWait)
 	defer cancel()
 	for _, text := range x.unprepared {
 		_, _ = x.d.stmts.Stmt(ctx, text)
