@@ -83,13 +83,17 @@ func TestDeadlineEndsTheContext(t *testing.T) {
 func TestMoveLater(t *testing.T) {
 	c := New(context.Background())
 	c.SetTimeout(30 * time.Millisecond)
-	c.SetTimeout(150 * time.Millisecond)
+	moved := time.Now()
+	c.SetTimeout(500 * time.Millisecond)
 	time.Sleep(60 * time.Millisecond)
 	running(t, c) // the first timer was stopped, or does nothing
-	if took := ended(t, c, time.Second); took < 50*time.Millisecond {
-		t.Fatalf("ended %v after the first deadline, want about 90 ms more", took)
+	ended(t, c, 2*time.Second)
+	// A timer never fires early, however loaded the machine: the bound below holds
+	// (a bound on how late it fires would not).
+	if took := time.Since(moved); took < 500*time.Millisecond {
+		t.Fatalf("ended %v after the deadline moved to 500 ms; the first deadline (30 ms) still ran", took)
 	}
-	if !errors.Is(c.Err(), context.DeadlineExceeded) || c.Timeout() != 150*time.Millisecond {
+	if !errors.Is(c.Err(), context.DeadlineExceeded) || c.Timeout() != 500*time.Millisecond {
 		t.Fatalf("Err %v, Timeout %v", c.Err(), c.Timeout())
 	}
 }
