@@ -185,11 +185,13 @@ func (d *delivery) Receive(c actor.Context) {
 // before its settlement: the next row's claim (and handler) then overlaps this row's
 // settlement instead of waiting for its round trips. Workers bounds the handlers running,
 // not the settlements; a row still counts in work, and holds its connection against the
-// pool's budget (row lock, advisory, transactional), until settled. A FIFO group's next
-// row waits for its head's settlement, so a FIFO subscription keeps the worker until then.
+// pool's budget (row lock, advisory), until settled. A FIFO group's next row waits for
+// its head's settlement, so a FIFO subscription keeps the worker until then; so does a
+// transactional one, whose settlement commits the handler's own writes (not measured
+// apart yet: kept as it was).
 func (d *delivery) freesWorkerEarly() bool {
 	cfg := d.sub.cfg
-	return d.sub.batcher != nil || cfg.Form != dialects.FormLease && !cfg.FIFO
+	return d.sub.batcher != nil || cfg.Form != dialects.FormLease && !cfg.FIFO && !cfg.Transactional
 }
 
 // end counts what the delivery gave back (directly: at shutdown the subscription actor
