@@ -35,6 +35,8 @@ type Broker struct {
 	mu     sync.Mutex
 	subs   []*Subscription
 	pubs   map[Table]dialects.Publisher
+	// idlePolls poll the idle subscriptions of one table together (under mu).
+	idlePolls map[idlePollKey]*actors.IdlePoll
 
 	// Publishes in flight, which Shutdown lets finish before it closes anything they use.
 	pubMu      sync.Mutex
@@ -295,6 +297,13 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 		if err := s.q.Close(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	b.mu.Lock()
+	polls := b.idlePolls
+	b.idlePolls = nil
+	b.mu.Unlock()
+	for _, p := range polls {
+		p.Close()
 	}
 	if b.stopListening != nil {
 		b.stopListening()

@@ -3,6 +3,7 @@ package rowactor
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/rowactor/rowactor/actors"
 	"github.com/rowactor/rowactor/dialects"
@@ -148,6 +149,7 @@ func (b *Broker) subscribe(ctx context.Context, t Table, queue string, h Handler
 		Table: t.Name, QueueName: queue, DeadLetter: deadLetter, DeadLetterTable: cfg.deadLetterTable != "",
 		Form: t.Form(), Queue: q,
 		Workers: cfg.workers, Prefetch: cfg.prefetch, AutoPrefetch: cfg.autoPrefetch(t), FIFO: t.FIFO, KeyOf: keyOf(cfg.keyOf, t.Name, queue), Lease: cfg.leaseLength(), Poll: cfg.poll,
+		IdlePoll: b.idlePoll(t, cfg.poll),
 		Rules: settler.Rules{MaxAttempts: cfg.attemptCap(), HasRetryAfter: t.RetryAfter != "", LeaseDelays: t.Form() == FormLease,
 			Backoff: safePolicy(cfg.retryPolicy, b.log, t.Name, queue), Events: eventNames(cfg.events)},
 		Handler: wrap(h, t.Name, queue), BatchHandler: wrapBatch(bh, t.Name, queue), BatchSize: size,
@@ -166,6 +168,35 @@ func (b *Broker) subscribe(ctx context.Context, t Table, queue string, h Handler
 	s := &Subscription{table: t, queue: queue, q: q, run: run}
 	b.subs = append(b.subs, s)
 	return s, nil
+}
+
+// idlePollKey names the subscriptions one probe serves: one table, described alike (the
+// probe runs the claim's condition), polled at one interval.
+type idlePollKey struct {
+	table Table
+	poll  time.Duration
+}
+
+// idlePoll returns the table's idle poll (made on first use), or nil when the dialect
+// cannot probe: the subscription then polls by a timer of its own. Called under b.mu.
+func (b *Broker) idlePoll(t Table, poll time.Duration) *actors.IdlePoll {
+	prober, ok := b.d.(dialects.DueProber)
+	if !ok {
+		return nil
+	}
+	key := idlePollKey{table: t, poll: poll}
+	if p := b.idlePolls[key]; p != nil {
+		return p
+	}
+	lease := t.Form() == FormLease
+	p := actors.NewIdlePoll(t.Name, poll, b.now, b.log, func(ctx context.Context, groups []string, now time.Time) ([]bool, error) {
+		return prober.DueQueues(ctx, t, lease, groups, now)
+	})
+	if b.idlePolls == nil {
+		b.idlePolls = map[idlePollKey]*actors.IdlePoll{}
+	}
+	b.idlePolls[key] = p
+	return p
 }
 
 // servesForm refuses a queue whose dialect cannot serve the table's form.

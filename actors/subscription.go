@@ -49,13 +49,16 @@ type Config struct {
 	FIFO bool
 	// KeyOf, when set, names each row's partition key: rows of one key are handled one at
 	// a time in claim order, rows of different keys side by side (WorkersByKey).
-	KeyOf   func(dialects.Row) string
-	Lease   time.Duration
-	Poll    time.Duration
-	Rules   settler.Rules
-	Handler Handler
-	Now     func() time.Time
-	Log     *slog.Logger
+	KeyOf func(dialects.Row) string
+	Lease time.Duration
+	Poll  time.Duration
+	// IdlePoll, when set, polls the subscription with the other idle subscriptions of its
+	// table, in one probe, instead of by a timer of its own (idlepoll.go).
+	IdlePoll *IdlePoll
+	Rules    settler.Rules
+	Handler  Handler
+	Now      func() time.Time
+	Log      *slog.Logger
 	// OnSettled, if set, is told what became of every delivery.
 	OnSettled func(Result)
 	Policy    supervision.Policy
@@ -353,7 +356,9 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 				OnRound:    func(extended, lost int, _ error) { cfg.Telemetry.Renewed(cfg.Ctx, extended, lost) }}))
 		}
 		a.due, a.probing = true, true
-		a.arm(c)
+		if cfg.IdlePoll == nil {
+			a.arm(c)
+		}
 		a.claim(c)
 	case tickMsg:
 		if a.stopped.Load() {
@@ -362,7 +367,9 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.wakes++
 		a.due = true
 		a.claim(c)
-		a.arm(c)
+		if cfg.IdlePoll == nil {
+			a.arm(c)
+		}
 	case wakeMsg:
 		a.s.wakePending.Store(false)
 		a.wakes++
@@ -420,6 +427,9 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 			// the table): then one more claim finds out, else the queue waits for the
 			// next wake or poll.
 			a.due, a.probing = a.wakes != m.Wakes, true
+			if !a.due && cfg.IdlePoll != nil {
+				cfg.IdlePoll.wait(a.s, c.Self(), cfg.QueueName)
+			}
 		default:
 			a.claimSucceeded()
 			a.probing = false
@@ -486,6 +496,9 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.share.Unused() // handed over while waiting, and not needed after all
 	case *actor.Stopping:
 		a.stopped.Store(true)
+		if cfg.IdlePoll != nil {
+			cfg.IdlePoll.leave(a.s)
+		}
 		a.releaseBacklogNow()
 		if a.timer != nil {
 			a.timer.Stop()

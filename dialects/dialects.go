@@ -17,6 +17,7 @@ package dialects
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -76,6 +77,70 @@ type Notifier interface {
 	// wake("", "") so every subscription claims once. It returns when ctx ends; it
 	// reconnects with a capped backoff and never spins.
 	Listen(ctx context.Context, wake func(table, group string)) error
+}
+
+// DueProber is a dialect that tells, in one statement, which queues of a table have a
+// row a claim could take now. The broker polls its idle subscriptions of one table
+// together with it: one statement per table per poll instead of one claim per
+// subscription. The probe may say a queue is due when no claim would take a row (a row
+// another process holds under a row lock or an advisory key, or that a FIFO claim would
+// pass over as not its group's head): that costs one empty claim, as a poll does. It
+// must never say a queue is not due when a claim would take a row.
+type DueProber interface {
+	// DueQueues reports, for each of groups (the group column's values; [""] for a table
+	// without groups), whether a row of it is claimable at now: unfinished, due, and in
+	// the lease form not leased. The answer has len(groups) entries.
+	DueQueues(ctx context.Context, t Table, lease bool, groups []string, now time.Time) ([]bool, error)
+}
+
+// ProbeChunk is how many groups one DueQueues statement asks about: n rounded up to a
+// power of two, at most ProbeMax, so that a dialect prepares a handful of statement
+// texts however many subscriptions a table has. The dialect pads a chunk by repeating
+// its last group.
+func ProbeChunk(n int) int {
+	c := 1
+	for c < n && c < ProbeMax {
+		c *= 2
+	}
+	return c
+}
+
+// ProbeSpread gives a table without groups the one answer its probe asked for (the
+// first) in every entry.
+func ProbeSpread(t Table, due []bool) []bool {
+	if t.Group == "" && len(due) > 0 {
+		for i := range due {
+			due[i] = due[0]
+		}
+	}
+	return due
+}
+
+// ProbeMax is the most groups one DueQueues statement asks about.
+const ProbeMax = 64
+
+// ProbeGroups calls probe for each chunk of groups (ProbeChunk, padded by repeating the
+// chunk's last group) and gathers the answers in groups' order.
+func ProbeGroups(groups []string, probe func(chunk []string) ([]bool, error)) ([]bool, error) {
+	due := make([]bool, 0, len(groups))
+	for len(groups) > 0 {
+		n := min(len(groups), ProbeMax)
+		chunk := make([]string, ProbeChunk(n))
+		copy(chunk, groups[:n])
+		for i := n; i < len(chunk); i++ {
+			chunk[i] = groups[n-1]
+		}
+		got, err := probe(chunk)
+		if err != nil {
+			return nil, err
+		}
+		if len(got) != len(chunk) {
+			return nil, fmt.Errorf("rowactor: a due probe answered %d of %d queues", len(got), len(chunk))
+		}
+		due = append(due, got[:n]...)
+		groups = groups[n:]
+	}
+	return due, nil
 }
 
 // Queue is one subscription's prepared statements. Its form is served by one of the
