@@ -46,6 +46,12 @@ var (
 	// ErrAlreadySubscribed reports a second subscription to the same table and queue on
 	// one broker; scale one subscription with Workers instead.
 	ErrAlreadySubscribed = errors.New("rowactor: already subscribed")
+
+	// ErrDialectNotImported reports an Open of a database whose dialect package the program
+	// does not import: each dialect registers its URLs when imported, so that a program
+	// links only the drivers it uses. The error names the import to add, e.g.
+	// import _ "github.com/rowactor/rowactor/dialects/postgres".
+	ErrDialectNotImported = errors.New("rowactor: the database's dialect is not imported")
 )
 
 // ConfigError is a table description or option that cannot work. It names the table, the

@@ -11,9 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/rowactor/rowactor/dialects"
-	"github.com/rowactor/rowactor/dialects/mysql"
-	"github.com/rowactor/rowactor/dialects/postgres"
-	"github.com/rowactor/rowactor/dialects/sqlite"
 	"github.com/rowactor/rowactor/internal/dsn"
 )
 
@@ -30,6 +27,16 @@ import (
 //     or the DSN alone, with its protocol: "root@tcp(127.0.0.1:3306)/app?parseTime=true"
 //     (tcp, tcp4, tcp6 or unix; a user named mysql, sqlite or file needs the prefix).
 //
+// Each database's dialect registers its names when its package is imported, as
+// database/sql drivers do, so that a program links only the drivers it uses:
+//
+//	import _ "github.com/rowactor/rowactor/dialects/sqlite"   // sqlite:, .db files
+//	import _ "github.com/rowactor/rowactor/dialects/postgres" // postgres://
+//	import _ "github.com/rowactor/rowactor/dialects/mysql"    // mysql://
+//
+// Open of a name whose dialect is not imported returns an error matching
+// ErrDialectNotImported that names the import to add.
+//
 // The rowactor command takes the same names (one reader serves both). Anything else is
 // refused with an error saying which prefix to add.
 //
@@ -44,15 +51,12 @@ func Open(ctx context.Context, url string, opts ...Option) (*Broker, error) {
 		msg := fmt.Sprintf("rowactor: Open(%q): %v", hideUserinfo(url), err)
 		return nil, &maskedError{msg: mask(msg, secrets(url)), cause: err}
 	}
-	var d dialects.Dialect
-	switch t.Kind {
-	case dsn.SQLite:
-		d, err = openDialect(sqlite.Open(ctx, t.Addr))
-	case dsn.Postgres:
-		d, err = openDialect(postgres.Open(ctx, t.Addr))
-	case dsn.MySQL:
-		d, err = openDialect(mysql.Open(ctx, t.Addr))
+	open, ok := dialects.Lookup(t.Kind)
+	if !ok {
+		return nil, openError(t.URL, fmt.Errorf("%w: add import _ %q to the program (it registers the %s names and links the driver)",
+			ErrDialectNotImported, "github.com/rowactor/rowactor/dialects/"+t.Kind, t.Kind))
 	}
+	d, err := open(ctx, t.Addr)
 	if err != nil {
 		return nil, openError(t.URL, err)
 	}
@@ -78,15 +82,6 @@ func hideUserinfo(name string) string {
 		return redact(name)
 	}
 	return "xxxxx" + name[at:]
-}
-
-// openDialect turns a dialect constructor's typed result into the interface without
-// wrapping a nil pointer in a non-nil interface.
-func openDialect[D dialects.Dialect](d D, err error) (dialects.Dialect, error) {
-	if err != nil {
-		return nil, err
-	}
-	return d, nil
 }
 
 // passwordParam matches a password given as a parameter: ?password=… in a URL, or
