@@ -43,6 +43,8 @@ type config struct {
 	goqitePoll     time.Duration
 	goqiteMaxConns int
 	cpuprofile     string
+	mode           string
+	latency        latencyConfig
 }
 
 func main() {
@@ -74,6 +76,10 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.riverPoll, "river-fetch-poll", pollInterval, "River's Config.FetchPollInterval (its default is 1s)")
 	fs.DurationVar(&cfg.goqitePoll, "goqite-poll", pollInterval, "goqite's ReceiveAndWait interval")
 	fs.IntVar(&cfg.goqiteMaxConns, "goqite-conns", 1, "goqite's pool size, SetMaxOpenConns: 1 as goqite's README sets it, which serialises its writes as rowactor's SQLite dialect does its own (0: no cap)")
+	fs.StringVar(&cfg.mode, "mode", "drain", "drain (throughput) or latency (publish to handler start, every system with its defaults and one worker)")
+	fs.IntVar(&cfg.latency.n, "latency-n", 200, "-mode latency: idle publishes, one at a time")
+	fs.IntVar(&cfg.latency.rate, "latency-rate", 100, "-mode latency: steady publishes a second")
+	fs.IntVar(&cfg.latency.seconds, "latency-seconds", 5, "-mode latency: seconds of steady publishes")
 	fs.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run, samples labelled system, db and workers")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -96,6 +102,12 @@ func parseFlags(args []string) (config, error) {
 			return cfg, fmt.Errorf("-workers %q: want positive integers separated by commas", *workers)
 		}
 		cfg.workers = append(cfg.workers, n)
+	}
+	if cfg.mode != "drain" && cfg.mode != "latency" {
+		return cfg, fmt.Errorf("-mode %q: want drain or latency", cfg.mode)
+	}
+	if cfg.latency.n < 1 || cfg.latency.rate < 1 || cfg.latency.seconds < 1 {
+		return cfg, errors.New("-latency-n, -latency-rate and -latency-seconds must be at least 1")
 	}
 	if cfg.rows < 1 || cfg.rounds < 1 {
 		return cfg, errors.New("-rows and -rounds must be at least 1")
@@ -147,6 +159,9 @@ func run(cfg config) error {
 	fmt.Fprintf(os.Stderr, "peers: %s, GOMAXPROCS=%d, load average %s\n", runtime.Version(), runtime.GOMAXPROCS(0), loadavg())
 	defer func() { fmt.Fprintf(os.Stderr, "peers: load average %s at the end\n", loadavg()) }()
 	out := json.NewEncoder(os.Stdout)
+	if cfg.mode == "latency" {
+		return runLatencyMode(ctx, cfg, cfg.latency, out)
+	}
 	for _, db := range cfg.dbs {
 		var (
 			tg  *target
