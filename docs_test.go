@@ -20,7 +20,8 @@ import (
 // indentation. TestDocsSnippetsAreCode checks that each block is its source, character
 // for character, and that every region a source file marks is shown somewhere, so that
 // neither can drift. Regions live in Example functions (run when they have an Output
-// line) or in programs under examples/.
+// line, which must not follow an end marker in one comment group) or in programs under
+// examples/.
 func TestDocsSnippetsAreCode(t *testing.T) {
 	docs, err := filepath.Glob("docs/*.md")
 	if err != nil {
@@ -94,6 +95,16 @@ func TestDocsSnippetsAreCode(t *testing.T) {
 		for _, m := range begin.FindAllStringSubmatch(string(src), -1) {
 			if !shown[file][m[1]] {
 				t.Errorf("%s marks the region %q, but no doc shows it (<!-- snippet: %s#%s -->)", file, m[1], file, m[1])
+			}
+		}
+		// "// Output:" counts only at the start of a function's last comment group: an end
+		// marker right above it would quietly turn a run example into a compiled one.
+		lines := strings.Split(string(src), "\n")
+		for i := 1; i < len(lines); i++ {
+			next := strings.TrimSpace(lines[i])
+			if strings.HasPrefix(strings.TrimSpace(lines[i-1]), "// snippet ") &&
+				(strings.HasPrefix(next, "// Output:") || strings.HasPrefix(next, "// Unordered output:")) {
+				t.Errorf("%s:%d: leave a blank line between the snippet marker and %q, or go test does not run the example", file, i+1, next)
 			}
 		}
 	}
