@@ -70,6 +70,7 @@ func ExampleConfigError() {
 	b, _ := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"))
 	defer b.Shutdown(ctx)
 
+	// snippet configerror: begin
 	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", LockedUntil: "locked_until"}
 	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
 	_, _ = b.Dialect().(*sqlite.Dialect).DB().Exec(ddl)
@@ -77,6 +78,8 @@ func ExampleConfigError() {
 	jobs.Attempt = "attempts" // not a column of the table
 	_, err := b.Subscribe(ctx, jobs, "jobs", func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() })
 	fmt.Println(err)
+	// snippet configerror: end
+
 	// Output:
 	// rowactor: table "jobs", column "attempts", Table.Attempt: the table has no such column (it has id, payload, locked_until); fix: add the column to the table, or correct Table.Attempt
 }
@@ -140,6 +143,7 @@ func ExampleWorkersByKey() {
 	var mu sync.Mutex
 	seen := map[string][]string{}
 	done := make(chan struct{})
+	// snippet workersbykey: begin
 	account := func(d *rowactor.Delivery) string { return d.Header("account") }
 	_, err := b.Subscribe(ctx, jobs, "", func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
 		mu.Lock()
@@ -150,6 +154,7 @@ func ExampleWorkersByKey() {
 		}
 		return rowactor.Ack()
 	}, rowactor.WorkersByKey(4, account))
+	// snippet workersbykey: end
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -286,6 +291,9 @@ func ExampleSnooze() {
 // the retry policy's backoff, and an Outcome can be returned as an error. A payload that
 // does not decode goes to the dead letter at once, its decoding error kept.
 func ExampleJSON() {
+	// snippet json: begin
+	// The program imports "github.com/rowactor/rowactor/dialects/sqlite": importing a
+	// dialect registers it for rowactor.Open (import it blank when nothing else is used).
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "rowactor-example-")
 	defer os.RemoveAll(dir)
@@ -321,6 +329,8 @@ func ExampleJSON() {
 	_, _ = rowactor.PublishJSON(ctx, b, emails, "emails", Email{Subject: "lost"})
 	s := <-settled
 	fmt.Println(s.Outcome, s.Step, s.HandlerErr)
+	// snippet json: end
+
 	// Output:
 	// sending welcome to a@example.com
 	// ack

@@ -30,6 +30,7 @@ func execAll(db *sql.DB, ddl string) error {
 // An order service records an event in the transaction that writes the order; the relay
 // publishes it into a rowactor queue; the consumer's Ack stamps the record processed.
 func Example() {
+	// snippet outbox: begin
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "outbox-example-")
 	defer os.RemoveAll(dir)
@@ -105,6 +106,8 @@ func Example() {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// snippet outbox: end
+
 	// Output:
 	// handled {"order":1} (record 1)
 	// record 1 sent: true processed: true

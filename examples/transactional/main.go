@@ -30,25 +30,21 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/rowactor/rowactor"
-	"github.com/rowactor/rowactor/dialects"
-	"github.com/rowactor/rowactor/dialects/mysql"
-	"github.com/rowactor/rowactor/dialects/postgres"
-	"github.com/rowactor/rowactor/dialects/sqlite"
+	// Each dialect registers its URLs for rowactor.Open when imported: this program opens
+	// any of the three. (exampledb imports them too, for their pools and transactions.)
+	_ "github.com/rowactor/rowactor/dialects/mysql"
+	_ "github.com/rowactor/rowactor/dialects/postgres"
+	_ "github.com/rowactor/rowactor/dialects/sqlite"
+	"github.com/rowactor/rowactor/examples/internal/exampledb"
 )
 
 const (
@@ -68,7 +64,9 @@ func main() {
 	if *dsn == "" {
 		*dsn = os.Getenv("DATABASE_URL")
 	}
-	db, cleanup, err := pick(*dsn)
+	// The row lock form holds a pool connection per row in work, and the two
+	// subscriptions share the pool.
+	db, cleanup, err := exampledb.Pick(*dsn, workers+receiptWorkers+1)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "transactional:", err)
 		fmt.Fprintln(os.Stderr, "usage: transactional [-dsn postgres://user@host:5432/db | -dsn 'mysql://user@tcp(host:3306)/db'] (or set DATABASE_URL)")
@@ -77,12 +75,12 @@ func main() {
 	err = run(context.Background(), db)
 	cleanup()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "transactional %s: %v\n", db.name, err)
+		fmt.Fprintf(os.Stderr, "transactional %s: %v\n", db.Name, err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, db database) error {
+func run(ctx context.Context, db exampledb.DB) error {
 	// Count what the database recorded, not what the handlers returned. Drop shares the
 	// "ack" step (both end the row), so the outcome tells them apart.
 	var acked, dropped, retried, receipts, settleErrs, odd atomic.Int64
@@ -105,7 +103,7 @@ func run(ctx context.Context, db database) error {
 				s.Queue, s.ID, s.Step, s.Released, s.Panic)
 		}
 	}
-	b, err := rowactor.Open(ctx, db.url, rowactor.WithOnSettled(onSettled))
+	b, err := rowactor.Open(ctx, db.URL, rowactor.WithOnSettled(onSettled))
 	if err != nil {
 		return err
 	}
@@ -115,27 +113,21 @@ func run(ctx context.Context, db database) error {
 	// the form: LockedUntil makes it the lease form, the only one SQLite serves; without
 	// it PostgreSQL and MySQL use the row lock form.
 	table := rowactor.Table{Name: queueTable, ID: "id", Payload: "payload", Group: "queue", Attempt: "attempt"}
-	if db.name == "sqlite" {
+	if db.Name == "sqlite" {
 		table.LockedUntil = "locked_until"
 	}
 	ddl, err := rowactor.Schema(b.Dialect(), table) // CREATE TABLE and claim index, separated by ";\n"
 	if err != nil {
 		return err
 	}
-	pool := poolOf(b.Dialect())
-	setup := []string{
-		"DROP TABLE IF EXISTS " + queueTable,
-		"DROP TABLE IF EXISTS " + totalsTable,
+	pool := exampledb.Pool(b.Dialect())
+	if err := exampledb.ExecAll(ctx, pool,
+		"DROP TABLE IF EXISTS "+queueTable,
+		"DROP TABLE IF EXISTS "+totalsTable,
 		// The business table, in plain SQL that the three databases read alike.
-		"CREATE TABLE " + totalsTable + " (order_id BIGINT PRIMARY KEY, total BIGINT NOT NULL)",
-	}
-	for _, s := range append(setup, strings.Split(ddl, ";\n")...) {
-		if strings.TrimSpace(s) == "" {
-			continue
-		}
-		if err := exec(ctx, pool, s); err != nil {
-			return fmt.Errorf("%w\n%s", err, s)
-		}
+		"CREATE TABLE "+totalsTable+" (order_id BIGINT PRIMARY KEY, total BIGINT NOT NULL)",
+		ddl); err != nil {
+		return err
 	}
 
 	for n := 1; n <= orders; n++ {
@@ -152,7 +144,7 @@ func run(ctx context.Context, db database) error {
 		// then miss the order. (Retry would fail the same way forever.)
 		return rowactor.Drop()
 	}
-	insertTotal := "INSERT INTO " + totalsTable + " (order_id, total) VALUES (" + db.param(1) + ", " + db.param(2) + ")"
+	insertTotal := "INSERT INTO " + totalsTable + " (order_id, total) VALUES (" + db.Param(1) + ", " + db.Param(2) + ")"
 
 	handler := func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
 		n, err := strconv.Atoi(string(d.Payload()))
@@ -161,7 +153,7 @@ func run(ctx context.Context, db database) error {
 		}
 		// Both writes go through the delivery's transaction, so neither is visible to
 		// anyone, the receipts subscription included, until the outcome is known.
-		if err := exec(ctx, d.Tx(), insertTotal, n, total(n)); err != nil {
+		if err := exampledb.Exec(ctx, d.Tx(), insertTotal, n, total(n)); err != nil {
 			return failed(n, "insert total", err)
 		}
 		// ctx carries the delivery, so the receipts subscription is woken once the Ack
@@ -215,12 +207,12 @@ func run(ctx context.Context, db database) error {
 	}
 
 	// Shutdown closed the broker's pool; open the database again to check what it holds.
-	v, err := db.reopen(ctx)
+	v, err := db.Reopen(ctx)
 	if err != nil {
 		return err
 	}
 	defer v.Close()
-	pool = poolOf(v)
+	pool = exampledb.Pool(v)
 	var totals, sum, leftOrders, leftReceipts int64
 	for _, q := range []struct {
 		text string
@@ -230,18 +222,18 @@ func run(ctx context.Context, db database) error {
 		{"SELECT COUNT(*) FROM " + queueTable + " WHERE queue = '" + ordersQueue + "'", []any{&leftOrders}},
 		{"SELECT COUNT(*) FROM " + queueTable + " WHERE queue = '" + receiptsQueue + "'", []any{&leftReceipts}},
 	} {
-		if err := queryRow(ctx, pool, q.text, q.into...); err != nil {
+		if err := exampledb.QueryRow(ctx, pool, q.text, q.into...); err != nil {
 			return fmt.Errorf("%w\n%s", err, q.text)
 		}
 	}
 	for _, t := range []string{queueTable, totalsTable} {
-		if err := exec(ctx, pool, "DROP TABLE "+t); err != nil {
+		if err := exampledb.Exec(ctx, pool, "DROP TABLE "+t); err != nil {
 			return err
 		}
 	}
 
 	fmt.Printf("transactional %s: orders=%d retried=%d totals=%d receipts=%d seconds=%.2f\n",
-		db.name, acked.Load(), retried.Load(), totals, receipts.Load(), elapsed.Seconds())
+		db.Name, acked.Load(), retried.Load(), totals, receipts.Load(), elapsed.Seconds())
 
 	var errs []error
 	check := func(what string, got, want int64) {
@@ -277,123 +269,3 @@ func run(ctx context.Context, db database) error {
 
 // total is order n's total, in cents.
 func total(n int) int64 { return int64(n) * 250 }
-
-// database is where the three databases differ for the example's own SQL: the URL
-// rowactor.Open takes, how to open the database again, and the placeholder style.
-type database struct {
-	name string // "sqlite", "postgres" or "mysql", from the URL's scheme
-	url  string // for rowactor.Open
-	dsn  string // for the dialect package's Open: a file path, a pgx URL or a driver DSN
-}
-
-// pick chooses the database by the URL's scheme: none at all means a SQLite file in a
-// temporary directory, which cleanup removes.
-func pick(url string) (db database, cleanup func(), err error) {
-	cleanup = func() {}
-	scheme, rest, _ := strings.Cut(url, "://")
-	switch {
-	case url == "":
-		dir, err := os.MkdirTemp("", "rowactor-transactional-")
-		if err != nil {
-			return db, cleanup, err
-		}
-		path := filepath.Join(dir, "orders.db")
-		return database{name: "sqlite", url: "sqlite:" + path, dsn: path}, func() { os.RemoveAll(dir) }, nil
-	case scheme == "postgres" || scheme == "postgresql":
-		url = withPoolSize(url, workers+receiptWorkers+1)
-		return database{name: "postgres", url: url, dsn: url}, cleanup, nil
-	case scheme == "mysql":
-		return database{name: "mysql", url: url, dsn: rest}, cleanup, nil
-	}
-	return db, cleanup, fmt.Errorf("want a postgres:// or mysql:// URL (or none, for SQLite), got scheme %q", scheme)
-}
-
-// param is the n-th placeholder (from 1): $n on PostgreSQL, ? on MySQL and SQLite.
-func (db database) param(n int) string {
-	if db.name == "postgres" {
-		return "$" + strconv.Itoa(n)
-	}
-	return "?"
-}
-
-// reopen opens the database with its dialect package, outside any broker.
-func (db database) reopen(ctx context.Context) (dialects.Dialect, error) {
-	var (
-		d   dialects.Dialect
-		err error
-	)
-	switch db.name {
-	case "sqlite":
-		var s *sqlite.Dialect
-		s, err = sqlite.Open(ctx, db.dsn)
-		d = s
-	case "postgres":
-		var p *postgres.Dialect
-		p, err = postgres.Open(ctx, db.dsn)
-		d = p
-	case "mysql":
-		var m *mysql.Dialect
-		m, err = mysql.Open(ctx, db.dsn)
-		d = m
-	}
-	if err != nil {
-		return nil, err
-	}
-	return d, nil
-}
-
-// poolOf is a dialect's pool: *pgxpool.Pool on PostgreSQL, *sql.DB on MySQL and SQLite.
-func poolOf(d dialects.Dialect) any {
-	switch d := d.(type) {
-	case *postgres.Dialect:
-		return d.Pool()
-	case *mysql.Dialect:
-		return d.DB()
-	case *sqlite.Dialect:
-		return d.DB()
-	}
-	return nil
-}
-
-// exec runs one statement on a pool, or in a transaction: d.Tx() is a pgx.Tx on
-// PostgreSQL and a *sql.Tx on MySQL and SQLite.
-func exec(ctx context.Context, on any, query string, args ...any) error {
-	var err error
-	switch c := on.(type) {
-	case pgx.Tx:
-		_, err = c.Exec(ctx, query, args...)
-	case *sql.Tx:
-		_, err = c.ExecContext(ctx, query, args...)
-	case *pgxpool.Pool:
-		_, err = c.Exec(ctx, query, args...)
-	case *sql.DB:
-		_, err = c.ExecContext(ctx, query, args...)
-	default:
-		err = fmt.Errorf("no statements on a %T", on)
-	}
-	return err
-}
-
-// queryRow scans the one row a query returns.
-func queryRow(ctx context.Context, pool any, query string, into ...any) error {
-	switch c := pool.(type) {
-	case *pgxpool.Pool:
-		return c.QueryRow(ctx, query).Scan(into...)
-	case *sql.DB:
-		return c.QueryRowContext(ctx, query).Scan(into...)
-	}
-	return fmt.Errorf("no queries on a %T", pool)
-}
-
-// withPoolSize asks pgxpool for n connections unless the URL says otherwise: the row lock
-// form holds a pool connection per row in work, and the two subscriptions share the pool.
-func withPoolSize(url string, n int) string {
-	if strings.Contains(url, "pool_max_conns=") {
-		return url
-	}
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	return url + sep + "pool_max_conns=" + strconv.Itoa(n)
-}

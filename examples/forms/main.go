@@ -1,12 +1,18 @@
-// PostgreSQL: the three claim forms, one after another, each on a table of its own.
+// Forms: the claim forms a database serves, one after another, each on a table of its own.
 //
 // For each form it creates rowactor_example_<form>, puts 200 jobs in it, consumes them
 // with 4 workers (every 10th job fails once and is retried at once with RetryAfter(0)),
 // waits until all 200 are acked, shuts the broker down, checks in SQL that the table is
 // empty, drops it, and prints one line. It exits 1 if anything is off.
 //
-//	go run ./examples/postgres -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
-//	DATABASE_URL='postgres://...' go run ./examples/postgres -form advisory
+// The database is the URL's: without -dsn (or DATABASE_URL) a SQLite file in a temporary
+// directory, which serves the lease and advisory forms; PostgreSQL and MySQL/MariaDB serve
+// the row lock form too. A MySQL URL is "mysql://" and a go-sql-driver DSN, or the DSN
+// alone (rowactor.Open adds parseTime=true and loc=UTC).
+//
+//	go run ./examples/forms
+//	go run ./examples/forms -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+//	go run ./examples/forms -dsn 'root@tcp(127.0.0.1:3306)/test' -form advisory
 package main
 
 import (
@@ -15,14 +21,19 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rowactor/rowactor"
-	"github.com/rowactor/rowactor/dialects/postgres"
+	// Each dialect registers its URLs for rowactor.Open when imported: this program opens
+	// any of the three. (exampledb imports them too, for their pools.)
+	_ "github.com/rowactor/rowactor/dialects/mysql"
+	_ "github.com/rowactor/rowactor/dialects/postgres"
+	_ "github.com/rowactor/rowactor/dialects/sqlite"
+	"github.com/rowactor/rowactor/examples/internal/exampledb"
 )
 
 const (
@@ -33,26 +44,39 @@ const (
 )
 
 func main() {
-	dsn := flag.String("dsn", "", "PostgreSQL URL, e.g. postgres://user@host:5432/db?sslmode=disable (default $DATABASE_URL)")
-	form := flag.String("form", "", "rowlock, lease or advisory (default: all three)")
+	dsn := flag.String("dsn", "", "postgres://user@host:5432/db?sslmode=disable, mysql://user@tcp(host:3306)/db or the bare MySQL DSN (default $DATABASE_URL; neither: a SQLite file in a temporary directory)")
+	form := flag.String("form", "", "rowlock, lease or advisory (default: every form the database serves)")
 	flag.Parse()
 	if *dsn == "" {
 		*dsn = os.Getenv("DATABASE_URL")
 	}
+	// The row lock and advisory forms hold a pool connection per row in work, and a
+	// subscription leaves one for publishes, so Workers(4) needs 5.
+	db, cleanup, err := exampledb.Pick(*dsn, workers+1)
 	forms := []string{"rowlock", "lease", "advisory"}
+	if err == nil && db.Name == "sqlite" {
+		forms = []string{"lease", "advisory"} // SQLite has no row locks
+	}
+	if err == nil && *form != "" && !slices.Contains(forms, *form) {
+		err = fmt.Errorf("%s serves the forms %v, not %q", db.Name, forms, *form)
+	}
+	if err != nil {
+		cleanup()
+		fmt.Fprintln(os.Stderr, "forms:", err)
+		fmt.Fprintln(os.Stderr, "usage: forms [-form rowlock|lease|advisory] [-dsn postgres://user@host:5432/db | -dsn 'mysql://user@tcp(host:3306)/db'] (or set DATABASE_URL)")
+		os.Exit(2)
+	}
 	if *form != "" {
 		forms = []string{*form}
 	}
-	if *dsn == "" || (*form != "" && tableFor(*form).Name == "") {
-		fmt.Fprintln(os.Stderr, "usage: postgres [-form rowlock|lease|advisory] -dsn postgres://user@host:5432/db (or set DATABASE_URL)")
-		os.Exit(2)
-	}
 	for _, f := range forms {
-		if err := run(context.Background(), *dsn, f); err != nil {
-			fmt.Fprintf(os.Stderr, "postgres %s: %v\n", f, err)
+		if err := run(context.Background(), db, f); err != nil {
+			cleanup()
+			fmt.Fprintf(os.Stderr, "%s %s: %v\n", db.Name, f, err)
 			os.Exit(1)
 		}
 	}
+	cleanup()
 }
 
 // tableFor describes each form's table; the columns named decide the form.
@@ -64,25 +88,25 @@ func tableFor(form string) rowactor.Table {
 	switch form {
 	case "rowlock":
 		// Neither LockedUntil nor AdvisoryKey: each row in work is held by SELECT … FOR
-		// UPDATE SKIP LOCKED in a transaction left open, on its own pool connection, while
-		// the handler runs; the settlement commits in that transaction.
+		// UPDATE SKIP LOCKED in a transaction left open (READ COMMITTED on MySQL), on its
+		// own pool connection, while the handler runs; the settlement commits in that
+		// transaction.
 	case "lease":
-		// The claim stamps locked_until and commits: no connection is held while the
-		// handler runs, and the settlement only applies while locked_until still holds
-		// the claim's token.
+		// The claim stamps locked_until and commits at once: no connection is held while
+		// the handler runs, and the settlement only applies while locked_until still
+		// holds the claim's token.
 		t.LockedUntil = "locked_until"
 	case "advisory":
-		// The handler runs while a pool connection set aside for the delivery holds
-		// pg_advisory_lock on the row's key, so rows with one account are worked one at
-		// a time, whatever their ids.
+		// The handler runs while the row's key is locked: on PostgreSQL by
+		// pg_advisory_lock and on MySQL by GET_LOCK, on a pool connection set aside for
+		// the delivery; on SQLite, which has no session locks, in the process. Rows with
+		// one account are worked one at a time, whatever their ids.
 		t.AdvisoryKey = "rowactor-example-{account}"
-	default:
-		return rowactor.Table{}
 	}
 	return t
 }
 
-func run(ctx context.Context, dsn, form string) error {
+func run(ctx context.Context, db exampledb.DB, form string) error {
 	table := tableFor(form)
 
 	// Count what the database recorded, not what the handler returned.
@@ -98,35 +122,30 @@ func run(ctx context.Context, dsn, form string) error {
 			retried.Add(1)
 		}
 	}
-	b, err := rowactor.Open(ctx, withPoolSize(dsn, workers+1), rowactor.WithOnSettled(onSettled))
+	b, err := rowactor.Open(ctx, db.URL, rowactor.WithOnSettled(onSettled))
 	if err != nil {
 		return err
 	}
 	defer b.Shutdown(context.Background()) // early returns; ErrClosed after the one below
 
-	// Schema renders the CREATE TABLE and claim index, statements separated by ";\n".
-	pool := b.Dialect().(*postgres.Dialect).Pool()
+	// Schema renders the CREATE TABLE and claim index (and, for the advisory form, the
+	// account column its key names).
+	pool := exampledb.Pool(b.Dialect())
 	ddl, err := rowactor.Schema(b.Dialect(), table)
 	if err != nil {
 		return err
 	}
-	stmts := append([]string{`DROP TABLE IF EXISTS "` + table.Name + `"`}, strings.Split(ddl, ";\n")...)
-	for _, s := range stmts {
-		if strings.TrimSpace(s) == "" {
-			continue
-		}
-		if _, err := pool.Exec(ctx, s); err != nil {
-			return fmt.Errorf("%w\n%s", err, s)
-		}
+	if err := exampledb.ExecAll(ctx, pool, "DROP TABLE IF EXISTS "+table.Name, ddl); err != nil {
+		return err
 	}
 
 	// The payload is the job's number. Advisory rows need their account, a column
 	// Publish does not fill, so they are inserted with SQL.
+	insert := "INSERT INTO " + table.Name + " (payload, queue, account) VALUES (" + db.Param(1) + ", " + db.Param(2) + ", " + db.Param(3) + ")"
 	for n := 1; n <= jobs; n++ {
 		payload := []byte(strconv.Itoa(n))
 		if form == "advisory" {
-			_, err = pool.Exec(ctx, `INSERT INTO "`+table.Name+`" (payload, queue, account) VALUES ($1, $2, $3)`,
-				payload, queue, account(n))
+			err = exampledb.Exec(ctx, pool, insert, payload, queue, account(n))
 		} else {
 			_, err = b.Publish(ctx, table, queue, payload)
 		}
@@ -182,21 +201,22 @@ func run(ctx context.Context, dsn, form string) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 
-	// Shutdown closed the broker's pool; open another to check the table and drop it.
-	v, err := postgres.Open(ctx, dsn)
+	// Shutdown closed the broker's pool; open the database again to check the table and
+	// drop it.
+	v, err := db.Reopen(ctx)
 	if err != nil {
 		return err
 	}
 	defer v.Close()
 	var left int64
-	if err := v.Pool().QueryRow(ctx, `SELECT count(*) FROM "`+table.Name+`"`).Scan(&left); err != nil {
+	if err := exampledb.QueryRow(ctx, exampledb.Pool(v), "SELECT count(*) FROM "+table.Name, &left); err != nil {
 		return err
 	}
-	if _, err := v.Pool().Exec(ctx, `DROP TABLE "`+table.Name+`"`); err != nil {
+	if err := exampledb.Exec(ctx, exampledb.Pool(v), "DROP TABLE "+table.Name); err != nil {
 		return err
 	}
 
-	line := fmt.Sprintf("postgres %s: handled=%d retried=%d seconds=%.2f", form, handled.Load(), retried.Load(), elapsed.Seconds())
+	line := fmt.Sprintf("%s %s: handled=%d retried=%d seconds=%.2f", db.Name, form, handled.Load(), retried.Load(), elapsed.Seconds())
 	if form == "advisory" {
 		line += fmt.Sprintf(" max_in_work_per_account=%d", maxInWork)
 	}
@@ -221,21 +241,6 @@ func run(ctx context.Context, dsn, form string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// withPoolSize asks pgxpool for n connections unless the URL says otherwise. The row lock
-// and advisory forms hold a pool connection per row in work, and a subscription leaves
-// one for publishes, so Workers(4) needs 5; pgxpool's default, max(4, CPUs), would
-// quietly keep only 3 rows in work on a small machine.
-func withPoolSize(url string, n int) string {
-	if strings.Contains(url, "pool_max_conns=") {
-		return url
-	}
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	return url + sep + "pool_max_conns=" + strconv.Itoa(n)
 }
 
 // account spreads the jobs over the accounts.
