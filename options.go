@@ -127,7 +127,9 @@ func Lease(d time.Duration) SubscribeOption {
 }
 
 // PollInterval sets how often an idle subscription looks for due rows; a publish from
-// this process wakes it at once. Defaults to 1 s.
+// this process (or, on PostgreSQL, from any process) wakes it at once. The idle
+// subscriptions of one table with one interval are polled together, by one statement that
+// asks which of their queues have a due row. Defaults to 1 s.
 func PollInterval(d time.Duration) SubscribeOption { return func(c *subscribeConfig) { c.poll = d } }
 
 // MaxAttempts caps deliveries: a Fail, Retry or RetryAfter of a row whose attempt reached
