@@ -2,6 +2,7 @@ package rowactor_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -132,16 +133,44 @@ func (h *handledAt) wait(t *testing.T, hs *harness, id int64, from time.Time, li
 }
 
 // insertByHand writes a due row of group into the harness's table with plain SQL: no
-// Publish, so nothing wakes a subscription.
+// Publish, so nothing wakes a subscription. It returns the row's id as the insert made it
+// (the row may be handled and gone before any later read).
 func insertByHand(t *testing.T, h *harness, group string) int64 {
 	t.Helper()
 	q := func(s string) string { return quoteFor(h.drv.name, s) }
-	if h.table.Group == "" {
-		h.exec(fmt.Sprintf("INSERT INTO %s (%s) VALUES (?)", q(h.table.Name), q(h.table.Payload)), []byte("by hand"))
-	} else {
-		h.exec(fmt.Sprintf("INSERT INTO %s (%s, %s) VALUES (?, ?)", q(h.table.Name), q(h.table.Payload), q(h.table.Group)), []byte("by hand"), group)
+	cols, vals, args := q(h.table.Payload), "?", []any{[]byte("by hand")}
+	if h.table.Group != "" {
+		cols, vals, args = cols+", "+q(h.table.Group), vals+", ?", append(args, group)
 	}
-	return int64(h.drv.count(t, h.d, fmt.Sprintf("SELECT max(%s) FROM %s", q(h.table.ID), q(h.table.Name))))
+	query := fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s)", q(h.table.Name), cols, vals)
+	ctx := context.Background()
+	switch d := h.d.(type) {
+	case *postgres.Dialect:
+		var id int64
+		if err := d.Pool().QueryRow(ctx, dollarPlaceholders(query)+" RETURNING "+q(h.table.ID), args...).Scan(&id); err != nil {
+			t.Fatalf("insert: %v", err)
+		}
+		return id
+	case *mysql.Dialect:
+		return lastInsertID(t, d.DB(), query, args)
+	case *sqlite.Dialect:
+		return lastInsertID(t, d.DB(), query, args)
+	}
+	t.Fatalf("no insert for %T", h.d)
+	return 0
+}
+
+func lastInsertID(t *testing.T, db *sql.DB, query string, args []any) int64 {
+	t.Helper()
+	res, err := db.Exec(query, args...)
+	if err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 func TestReviewIdlePollProbeFaults(t *testing.T) {
