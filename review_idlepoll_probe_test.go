@@ -70,7 +70,7 @@ func quoteFor(drv string, name string) string {
 func TestReviewIdlePollProbeAgreesWithClaim(t *testing.T) {
 	for _, drv := range drivers {
 		for _, form := range drv.forms {
-			for _, variant := range []string{"plain", "processed", "odd-names", "fifo"} {
+			for _, variant := range []string{"plain", "processed", "odd-names", "fifo", "no-retry-after"} {
 				if variant == "fifo" && (form == rowactor.FormAdvisory) {
 					continue
 				}
@@ -79,6 +79,8 @@ func TestReviewIdlePollProbeAgreesWithClaim(t *testing.T) {
 					switch variant {
 					case "processed":
 						shapes = append(shapes, withProcessedAt)
+					case "no-retry-after":
+						shapes = append(shapes, withoutRetryAfter, withProcessedAt)
 					case "fifo":
 						shapes = append(shapes, func(tb *rowactor.Table) { tb.FIFO = true })
 					case "odd-names":
@@ -120,8 +122,11 @@ func probeAgreesWithClaim(t *testing.T, h *harness, form rowactor.Form, fifo boo
 		if c.noRow {
 			continue
 		}
-		cols := []string{q(tb.Payload), q(tb.Group), q(tb.RetryAfter)}
-		args := []any{[]byte("x"), c.group, tv(c.retry)}
+		cols := []string{q(tb.Payload), q(tb.Group)}
+		args := []any{[]byte("x"), c.group}
+		if tb.RetryAfter != "" {
+			cols, args = append(cols, q(tb.RetryAfter)), append(args, tv(c.retry))
+		}
 		if lease {
 			cols, args = append(cols, q(tb.LockedUntil)), append(args, tv(c.locked))
 		}
