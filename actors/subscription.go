@@ -278,6 +278,7 @@ type (
 	wakeMsg       struct{}
 	tickMsg       struct{}
 	budgetMsg     struct{}
+	recheckMsg    struct{}
 	setWorkersMsg struct{ n int }
 	drainMsg      struct{ done chan struct{} }
 	handlingMsg   struct{ reply chan<- int }
@@ -288,6 +289,7 @@ type (
 func (wakeMsg) IgnoreDeadLetterLogging()       {}
 func (tickMsg) IgnoreDeadLetterLogging()       {}
 func (budgetMsg) IgnoreDeadLetterLogging()     {}
+func (recheckMsg) IgnoreDeadLetterLogging()    {}
 func (setWorkersMsg) IgnoreDeadLetterLogging() {}
 func (*drainMsg) IgnoreDeadLetterLogging()     {}
 func (handlingMsg) IgnoreDeadLetterLogging()   {}
@@ -324,7 +326,10 @@ type subscriptionActor struct {
 	probing  bool
 	draining chan struct{}
 	timer    *time.Timer
-	stopped  atomic.Bool
+	// recheck, with IdlePoll, claims again a poll after a claim found the pool's budget
+	// spent (recheckBudget).
+	recheck *time.Timer
+	stopped atomic.Bool
 	// failed holds the claimers (by PID id) whose last claim failed: they wait for their
 	// supervisor's restart. parked counts the pings in flight sent to them (answered once
 	// restarted), which a drain does not wait for.
@@ -494,6 +499,9 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 	case budgetMsg:
 		a.claim(c)
 		a.share.Unused() // handed over while waiting, and not needed after all
+	case recheckMsg:
+		a.recheck = nil
+		a.claim(c)
 	case *actor.Stopping:
 		a.stopped.Store(true)
 		if cfg.IdlePoll != nil {
@@ -502,6 +510,9 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.releaseBacklogNow()
 		if a.timer != nil {
 			a.timer.Stop()
+		}
+		if a.recheck != nil {
+			a.recheck.Stop()
 		}
 	case *actor.Stopped:
 		a.s.closeHandoff()
@@ -583,6 +594,7 @@ func (a *subscriptionActor) takeConns(c actor.Context, req *claimer.Request, con
 	got := a.share.Take(conns)
 	if got == 0 {
 		a.idle = append(a.idle, pid)
+		a.recheckBudget(c)
 		return false
 	}
 	if got < conns && !req.Batch {
@@ -836,6 +848,22 @@ func (a *subscriptionActor) checkDrained() {
 			close(a.draining)
 		}
 	}
+}
+
+// recheckBudget makes a subscription polled by its table's IdlePoll try the budget again
+// a poll later, as its own poll did: a claim that found the pool's budget spent waits in
+// the budget's queue for a Give, and a pool that grows (MySQL's is read at each Take) gives
+// nothing, so only another Take would notice it.
+func (a *subscriptionActor) recheckBudget(c actor.Context) {
+	if a.s.cfg.IdlePoll == nil || a.recheck != nil {
+		return
+	}
+	sys, self := c.ActorSystem(), c.Self()
+	a.recheck = time.AfterFunc(a.s.cfg.Poll, func() {
+		if !a.stopped.Load() {
+			sys.Root.Send(self, recheckMsg{})
+		}
+	})
 }
 
 // arm schedules the next poll. A plain AfterFunc is used rather than Proto.Actor's
