@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"os"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -74,6 +75,14 @@ func init() {
 				t.Fatalf("count %q: %v", query, err)
 			}
 			return n
+		},
+		sorts: func(t *testing.T, d dialects.Dialect, table, query string, args ...any) (bool, string) {
+			t.Helper()
+			if _, err := mysqlDB(d).Exec("ANALYZE TABLE `" + table + "`"); err != nil {
+				t.Fatal(err)
+			}
+			text := explainRows(t, mysqlDB(d), "EXPLAIN "+query, args...)
+			return strings.Contains(text, "filesort"), text
 		},
 		state: func(t *testing.T, d dialects.Dialect, tb rowactor.Table, id int64) rowState {
 			t.Helper()

@@ -87,6 +87,28 @@ func init() {
 			}
 			return n
 		},
+		sorts: func(t *testing.T, d dialects.Dialect, table, query string, args ...any) (bool, string) {
+			t.Helper()
+			ctx := context.Background()
+			if _, err := pgPool(d).Exec(ctx, "ANALYZE "+pgQuote(table)); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := pgPool(d).Query(ctx, "EXPLAIN "+dollarPlaceholders(query), args...)
+			if err != nil {
+				t.Fatalf("explain %q: %v", query, err)
+			}
+			defer rows.Close()
+			var plan []string
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, line)
+			}
+			text := strings.Join(plan, "\n")
+			return strings.Contains(text, "Sort"), text
+		},
 		state: func(t *testing.T, d dialects.Dialect, tb rowactor.Table, id int64) rowState {
 			t.Helper()
 			col := func(name, typ string) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +45,14 @@ func init() {
 				t.Fatalf("count %q: %v", query, err)
 			}
 			return n
+		},
+		sorts: func(t *testing.T, d dialects.Dialect, table, query string, args ...any) (bool, string) {
+			t.Helper()
+			if _, err := sqliteDB(d).Exec("ANALYZE `" + table + "`"); err != nil {
+				t.Fatal(err)
+			}
+			text := explainRows(t, sqliteDB(d), "EXPLAIN QUERY PLAN "+query, args...)
+			return strings.Contains(text, "TEMP B-TREE FOR ORDER BY"), text
 		},
 		state: func(t *testing.T, d dialects.Dialect, tb rowactor.Table, id int64) rowState {
 			t.Helper()

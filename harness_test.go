@@ -33,6 +33,10 @@ type driver struct {
 	state func(t *testing.T, d dialects.Dialect, table rowactor.Table, id int64) rowState
 	// count runs a COUNT(*) query written with ? placeholders.
 	count func(t *testing.T, d dialects.Dialect, query string, args ...any) int
+	// sorts explains a query written with ? placeholders (after refreshing the table's
+	// statistics) and reports whether its plan sorts rows rather than reading them in
+	// an index's order, with the plan's text.
+	sorts func(t *testing.T, d dialects.Dialect, table, query string, args ...any) (bool, string)
 	// txExec runs a statement written with ? placeholders in a transaction rowactor lent.
 	txExec func(ctx context.Context, tx any, query string, args ...any) error
 	// begin opens a transaction of the type PublishTx takes; commit or roll it back.

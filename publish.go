@@ -22,6 +22,7 @@ type PublishOption func(*publishing)
 type publishing struct {
 	headers   map[string]string
 	notBefore time.Time
+	priority  int
 }
 
 // WithHeaders stores headers in the table's headers column as a JSON object. rowactor adds
@@ -42,6 +43,14 @@ func WithHeaders(h map[string]string) PublishOption {
 // After makes the row due only after d (needs the table's retry_after column).
 func After(d time.Duration) PublishOption {
 	return func(p *publishing) { p.notBefore = time.Now().Add(d) }
+}
+
+// Priority publishes the row with priority n (needs the table's Priority column): claims
+// take the due rows of the lowest number first, and rows of one priority in id order. A
+// publish without it writes 0, so Priority(1) and above run after the default and
+// negative numbers before it.
+func Priority(n int) PublishOption {
+	return func(p *publishing) { p.priority = n }
 }
 
 // Publish inserts a row into table t for queue (its group, in a table with groups) and
@@ -96,6 +105,10 @@ func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, pay
 	if !pub.notBefore.IsZero() && t.RetryAfter == "" {
 		return 0, &ConfigError{Table: t.Name, Option: "After", Reason: "a delayed publish needs the table's retry_after column", Fix: "set Table.RetryAfter, or publish without After"}
 	}
+	if pub.priority != 0 && t.Priority == "" {
+		return 0, &ConfigError{Table: t.Name, Option: "Priority", Reason: "a publish with a priority needs the table's priority column",
+			Fix: "set Table.Priority (an integer column; rowactor.Schema renders it), or publish without Priority"}
+	}
 	if len(pub.headers) > 0 && t.Headers == "" {
 		// Only the headers rowactor adds itself (traceparent, publish time) are skipped
 		// without a headers column; the caller's are never dropped.
@@ -115,7 +128,7 @@ func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, pay
 		}
 		span.End()
 	}()
-	m := dialects.Message{Payload: payload, NotBefore: pub.notBefore}
+	m := dialects.Message{Payload: payload, NotBefore: pub.notBefore, Priority: pub.priority}
 	if t.Group != "" {
 		m.Group = queue // without groups the queue name is only a label
 	}

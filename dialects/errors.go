@@ -130,6 +130,10 @@ func CheckDescription(t Table) error {
 		return &ConfigError{Table: t.Name, Option: "Table.Mode", Reason: fmt.Sprintf("unknown SQLite mode %q", t.Mode),
 			Fix: "use Deferred, Immediate or Exclusive"}
 	}
+	if t.Priority != "" && t.FIFO {
+		return &ConfigError{Table: t.Name, Option: "Table.Priority", Reason: "a FIFO group is handled in id order, which a priority would reorder",
+			Fix: "drop Priority, or FIFO"}
+	}
 	seen := map[string]string{}
 	for _, c := range t.Columns() {
 		if c.Role == "AdvisoryKey" {

@@ -40,6 +40,12 @@ type Table struct {
 	// none (a row kept with processed_at after it succeeded shows no stale error). A
 	// requeue keeps it.
 	Error string
+	// Priority, when set, names an integer column (Schema renders it NOT NULL DEFAULT 0)
+	// that orders claims before the id: a claim takes the due rows of the lowest priority
+	// number first, and rows of one priority in id order, as River's priorities run (1
+	// before 4). rowactor.Priority(n) publishes with it; a publish without writes 0. FIFO
+	// groups refuse it: their order is the id's.
+	Priority string
 	// AdvisoryKey selects the advisory lock form: a template such as "jobs-{id}" whose
 	// {placeholders} name columns; rows with equal keys are worked one at a time. Keys are
 	// database-wide, so prefix them with something unique to the table.
@@ -61,6 +67,21 @@ type Table struct {
 	// published with a delay) holds its whole group and nothing else; Retry redelivers the
 	// head first; a head moved to its dead letter (MaxAttempts) makes the next row the head.
 	FIFO bool
+}
+
+// ClaimOrder is the ORDER BY list of a claim: the priority column (when the table has
+// one), then the id, each qualified by alias (which may be empty) and quoted with quote.
+func (t Table) ClaimOrder(quote func(string) string, alias string) string {
+	col := func(name string) string {
+		if alias == "" {
+			return quote(name)
+		}
+		return alias + "." + quote(name)
+	}
+	if t.Priority == "" {
+		return col(t.ID)
+	}
+	return col(t.Priority) + ", " + col(t.ID)
 }
 
 // Form is how rows are claimed.
@@ -139,6 +160,7 @@ func (t Table) Columns() []NamedColumn {
 	add("LockedUntil", t.LockedUntil)
 	add("Headers", t.Headers)
 	add("Error", t.Error)
+	add("Priority", t.Priority)
 	if parts, err := ParseKey(t.AdvisoryKey); err == nil {
 		for _, p := range parts {
 			if p.Column != "" {

@@ -55,7 +55,7 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 		queue: base,
 		cl:    cl,
 		candidates: "SELECT " + id + ", " + key + " FROM " + tq + " WHERE " + cl.where +
-			" AND IS_USED_LOCK(" + lockNameExpr(key) + ") IS NULL ORDER BY " + id + " LIMIT ?",
+			" AND IS_USED_LOCK(" + lockNameExpr(key) + ") IS NULL ORDER BY " + t.ClaimOrder(quote, "") + " LIMIT ?",
 		level: isolation(t.Isolation),
 	}
 	// The key compares as bytes: the column's collation could call keys equal that differ

@@ -112,7 +112,7 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 		queue: base,
 		cl:    cl,
 		claim: "SELECT " + rowColumns(t, false) + " FROM " + tq + " WHERE " + cl.where +
-			" ORDER BY " + id + " LIMIT ? FOR UPDATE SKIP LOCKED",
+			" ORDER BY " + t.ClaimOrder(quote, "") + " LIMIT ? FOR UPDATE SKIP LOCKED",
 		stamp: inList{prefix: "UPDATE " + tq + " SET " + set + " WHERE " + id + " IN (", item: "?",
 			suffix: ") AND (" + lu + " IS NULL OR " + lu + " <= ?)"},
 		extend:  inList{prefix: "UPDATE " + tq + " SET " + lu + " = ? WHERE " + id + " IN (", item: "?", suffix: ")"},

@@ -23,6 +23,7 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 		name:          t.Name,
 		hasGroup:      t.Group != "",
 		hasRetryAfter: t.RetryAfter != "",
+		hasPriority:   t.Priority != "",
 	}
 	cols := []string{quote(t.Payload)}
 	if t.Group != "" {
@@ -30,6 +31,9 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 	}
 	if t.RetryAfter != "" {
 		cols = append(cols, quote(t.RetryAfter))
+	}
+	if t.Priority != "" {
+		cols = append(cols, quote(t.Priority))
 	}
 	p.insert = insertText(t, cols)
 	p.insertHeaders = p.insert
@@ -64,6 +68,7 @@ type publisher struct {
 	name          string
 	hasGroup      bool
 	hasRetryAfter bool
+	hasPriority   bool
 	insert        string
 	insertHeaders string
 	maxPacket     int64 // the server's max_allowed_packet when the publisher was built
@@ -74,6 +79,9 @@ type publisher struct {
 func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (int64, error) {
 	if m.Group != "" && !p.hasGroup {
 		return 0, p.errorf(fmt.Errorf("the table has no group column for Message.Group %q", m.Group))
+	}
+	if m.Priority != 0 && !p.hasPriority {
+		return 0, p.errorf(fmt.Errorf("Message.Priority %d needs a priority column, and the table has none", m.Priority))
 	}
 	if !m.NotBefore.IsZero() && !p.hasRetryAfter {
 		return 0, p.errorf(errors.New("Message.NotBefore needs a retry_after column, and the table has none"))
@@ -95,6 +103,9 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 			notBefore = dbTime(m.NotBefore)
 		}
 		args = append(args, notBefore)
+	}
+	if p.hasPriority {
+		args = append(args, m.Priority)
 	}
 	text := p.insert
 	if m.Headers != nil && p.insertHeaders != p.insert {

@@ -32,7 +32,7 @@ var _ dialects.RowLockQueue = (*rowLockQueue)(nil)
 func newRowLockQueue(base queue, t dialects.Table) *rowLockQueue {
 	cl := newClaimable(t, false)
 	sel := "SELECT " + rowColumns(t, false) + " FROM " + quote(t.Name) + " WHERE " + cl.where
-	order := " ORDER BY " + quote(t.ID)
+	order := " ORDER BY " + t.ClaimOrder(quote, "")
 	skip := sel + skipCond(t) + order
 	sel += order
 	return &rowLockQueue{

@@ -34,6 +34,9 @@ func (d *Dialect) Schema(t dialects.Table) (string, error) {
 	if t.ProcessedAt != "" {
 		idx = append(idx, quote(t.ProcessedAt))
 	}
+	if t.Priority != "" {
+		idx = append(idx, quote(t.Priority)) // the claim's order: priority, then id
+	}
 	if len(idx) > 0 {
 		idx = append(idx, quote(t.ID))
 		name := t.Name + "_claim"
@@ -63,6 +66,8 @@ func columnType(role string) string {
 		return "JSON NULL"
 	case "Error":
 		return "TEXT NULL" // up to 65535 bytes; rowactor writes at most dialects.MaxErrorBytes
+	case "Priority":
+		return "INT NOT NULL DEFAULT 0"
 	}
 	// Advisory key placeholder columns.
 	return "VARCHAR(191) NULL"

@@ -47,7 +47,7 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 	// from its two 32-bit halves.
 	var c builder
 	c.w("SELECT k.", id, ", k.key FROM (SELECT ", id, ", ", key, " AS key FROM ", tq,
-		" WHERE ", claimable(&c, t, "", false), " ORDER BY ", id, " OFFSET 0) AS k",
+		" WHERE ", claimable(&c, t, "", false), " ORDER BY ", t.ClaimOrder(quote, ""), " OFFSET 0) AS k",
 		" WHERE pg_try_advisory_xact_lock_shared(hashtextextended(k.key, 0)) LIMIT ", c.p(pLimit))
 
 	// The take re-checks the row (still claimable, and its key still the one the session

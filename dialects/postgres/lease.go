@@ -35,15 +35,19 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 	// holds), s stamps the lease and counts the attempt, and the result is c's rows as
 	// they were before the count. At read committed a row updated meanwhile is re-checked
 	// against the claimable condition when c locks it.
-	w.w("WITH c AS (SELECT ", rowColumns(t, "", quote(t.Attempt)), " FROM ", tq,
+	prio := ""
+	if t.Priority != "" {
+		prio = ", " + quote(t.Priority) // c keeps it to hand the rows out in claim order
+	}
+	w.w("WITH c AS (SELECT ", rowColumns(t, "", quote(t.Attempt)), prio, " FROM ", tq,
 		" WHERE ", claimable(&w, t, "", true),
-		" ORDER BY ", id, " LIMIT ", w.p(pLimit), " FOR UPDATE SKIP LOCKED), s AS (UPDATE ", tq,
+		" ORDER BY ", t.ClaimOrder(quote, ""), " LIMIT ", w.p(pLimit), " FOR UPDATE SKIP LOCKED), s AS (UPDATE ", tq,
 		" AS u SET ", lu, " = ", w.p(pUntil))
 	if t.Attempt != "" {
 		w.w(", ", quote(t.Attempt), " = ", dialects.CountAttempt("u."+quote(t.Attempt), base.attemptMax))
 	}
 	w.w(" FROM c WHERE u.", id, " = c.", id, ") SELECT ", rowColumns(t, "c", "c."+quote(t.Attempt)),
-		" FROM c ORDER BY c.", id)
+		" FROM c ORDER BY ", t.ClaimOrder(quote, "c"))
 	return &leaseQueue{
 		queue:   base,
 		claim:   w.stmt(),

@@ -24,6 +24,7 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 		name:          t.Name,
 		hasGroup:      t.Group != "",
 		hasRetryAfter: t.RetryAfter != "",
+		hasPriority:   t.Priority != "",
 	}
 	// $1 payload, $2 the notification's payload, then group, not_before, headers when
 	// present.
@@ -36,6 +37,9 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 	}
 	if t.RetryAfter != "" {
 		cols, vals = append(cols, quote(t.RetryAfter)), append(vals, next())
+	}
+	if t.Priority != "" {
+		cols, vals = append(cols, quote(t.Priority)), append(vals, next())
 	}
 	p.insert = insertText(t, cols, vals)
 	p.insertHeaders = p.insert
@@ -64,6 +68,7 @@ type publisher struct {
 	name          string
 	hasGroup      bool
 	hasRetryAfter bool
+	hasPriority   bool
 	insert        string
 	insertHeaders string
 }
@@ -74,6 +79,9 @@ type publisher struct {
 func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (int64, error) {
 	if m.Group != "" && !p.hasGroup {
 		return 0, p.errorf(fmt.Errorf("the table has no group column for Message.Group %q", m.Group))
+	}
+	if m.Priority != 0 && !p.hasPriority {
+		return 0, p.errorf(fmt.Errorf("Message.Priority %d needs a priority column, and the table has none", m.Priority))
 	}
 	if !m.NotBefore.IsZero() && !p.hasRetryAfter {
 		return 0, p.errorf(errors.New("Message.NotBefore needs a retry_after column, and the table has none"))
@@ -93,6 +101,9 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 		} else {
 			args = append(args, m.NotBefore)
 		}
+	}
+	if p.hasPriority {
+		args = append(args, m.Priority)
 	}
 	if m.Headers != nil && p.insertHeaders != p.insert {
 		text = p.insertHeaders

@@ -36,7 +36,7 @@ func newRowLockQueue(base queue, t dialects.Table) *rowLockQueue {
 		if skip {
 			w.w(skipCond(&w, t))
 		}
-		w.w(" ORDER BY ", quote(t.ID), " LIMIT ")
+		w.w(" ORDER BY ", t.ClaimOrder(quote, ""), " LIMIT ")
 		if many {
 			w.w(w.p(pLimit))
 		} else {

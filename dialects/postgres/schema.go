@@ -38,6 +38,9 @@ func (d *Dialect) Schema(t dialects.Table) (string, error) {
 	if t.Group != "" {
 		idx = append(idx, quote(t.Group))
 	}
+	if t.Priority != "" {
+		idx = append(idx, quote(t.Priority)) // the claim's order: priority, then id
+	}
 	if len(idx) > 0 || t.ProcessedAt != "" {
 		idx = append(idx, quote(t.ID))
 		b.WriteString("CREATE INDEX IF NOT EXISTS " + quote(indexName(t.Name)) + " ON " + quote(t.Name) +
@@ -86,6 +89,8 @@ func columnType(role string) string {
 		return "jsonb"
 	case "Error":
 		return "text" // nullable: only a failed settlement writes it
+	case "Priority":
+		return "integer NOT NULL DEFAULT 0"
 	}
 	// Key placeholder columns.
 	return "text"

@@ -90,6 +90,7 @@ var roleTypes = map[string][]string{
 	"LockedUntil": {"timestamp with time zone"},
 	"Headers":     {"jsonb", "json", "text", "character varying"},
 	"Error":       {"text", "character varying"},
+	"Priority":    {"integer", "smallint", "bigint"},
 }
 
 // checkColumns refuses a description the live table cannot serve: a missing table, a

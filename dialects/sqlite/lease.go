@@ -25,6 +25,8 @@ const (
 type leaseQueue struct {
 	queue
 	claim string
+	// priority: the claim returns each row's priority last, which orders the rows.
+	priority bool
 	// confirm confirms a row holds a token before an event runs (events.go).
 	confirm string
 
@@ -52,7 +54,7 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 	// One autocommit statement: it takes the write lock when it starts, where the busy
 	// handler can wait, and the lease and the count commit together.
 	b.WriteString(" WHERE " + id + " IN (SELECT " + id + " FROM " + tq + " WHERE " + claimable(t, true) +
-		" ORDER BY " + id + " LIMIT :limit) RETURNING " + id + ", " + quote(t.Payload))
+		" ORDER BY " + t.ClaimOrder(quote, "") + " LIMIT :limit) RETURNING " + id + ", " + quote(t.Payload))
 	if t.Attempt != "" {
 		// RETURNING sees the counted value; the delivery reports the one before.
 		b.WriteString(", " + quote(t.Attempt) + " - 1")
@@ -60,8 +62,12 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 	if t.Headers != "" {
 		b.WriteString(", " + quote(t.Headers))
 	}
+	if t.Priority != "" {
+		b.WriteString(", " + quote(t.Priority)) // to hand the rows out in claim order
+	}
 	return &leaseQueue{
 		queue:        base,
+		priority:     t.Priority != "",
 		claim:        b.String(),
 		confirm:      confirmText(t),
 		extendPrefix: "UPDATE " + tq + " SET " + lu + " = ? WHERE (" + id + ", " + lu + ") IN (VALUES ",
@@ -99,19 +105,36 @@ func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limi
 	}
 	defer rows.Close()
 	var out []dialects.Row
+	var prio map[int64]int64 // by id, when the table has priorities
 	for rows.Next() {
-		r, err := q.scanRow(rows, false)
+		var p int64
+		var extra []any
+		if q.priority {
+			extra = append(extra, &p)
+		}
+		r, err := q.scanRow(rows, false, extra...)
 		if err != nil {
 			return nil, q.errorf("claim", err)
 		}
 		r.Token = until
 		out = append(out, r)
+		if q.priority {
+			if prio == nil {
+				prio = map[int64]int64{}
+			}
+			prio[r.ID] = p
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, q.errorf("claim", err)
 	}
 	// RETURNING yields rows in no particular order; deliveries go out in claim order.
-	slices.SortFunc(out, func(a, b dialects.Row) int { return cmpInt64(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b dialects.Row) int {
+		if c := cmpInt64(prio[a.ID], prio[b.ID]); c != 0 {
+			return c
+		}
+		return cmpInt64(a.ID, b.ID)
+	})
 	return out, nil
 }
 
@@ -126,9 +149,10 @@ func checkExpiry(now, until time.Time) error {
 	return nil
 }
 
-// scanRow reads id, payload[, attempt - 1][, headers][, key]. A row whose values do not
-// scan (SQLite keeps whatever type it is given) is returned flagged (Row.Fault).
-func (q *queue) scanRow(rows *sql.Rows, withKey bool) (dialects.Row, error) {
+// scanRow reads id, payload[, attempt - 1][, headers][, key][, extra...]. A row whose
+// values do not scan (SQLite keeps whatever type it is given) is returned flagged
+// (Row.Fault).
+func (q *queue) scanRow(rows *sql.Rows, withKey bool, extra ...any) (dialects.Row, error) {
 	var (
 		r       dialects.Row
 		attempt sql.NullInt64
@@ -144,6 +168,7 @@ func (q *queue) scanRow(rows *sql.Rows, withKey bool) (dialects.Row, error) {
 	if withKey {
 		dest = append(dest, &key)
 	}
+	dest = append(dest, extra...)
 	if err := rows.Scan(dest...); err != nil {
 		return sqlstmt.Unreadable(rows, q.name, err)
 	}

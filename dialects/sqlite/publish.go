@@ -25,6 +25,7 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 		name:          t.Name,
 		hasGroup:      t.Group != "",
 		hasRetryAfter: t.RetryAfter != "",
+		hasPriority:   t.Priority != "",
 	}
 	cols := []string{quote(t.Payload)}
 	vals := []string{":payload"}
@@ -33,6 +34,9 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 	}
 	if t.RetryAfter != "" {
 		cols, vals = append(cols, quote(t.RetryAfter)), append(vals, ":not_before")
+	}
+	if t.Priority != "" {
+		cols, vals = append(cols, quote(t.Priority)), append(vals, ":priority")
 	}
 	p.insert = insertText(t, cols, vals)
 	p.insertHeaders = p.insert
@@ -71,6 +75,7 @@ type publisher struct {
 	name          string
 	hasGroup      bool
 	hasRetryAfter bool
+	hasPriority   bool
 	insert        string
 	insertHeaders string
 }
@@ -80,6 +85,9 @@ type publisher struct {
 func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (int64, error) {
 	if m.Group != "" && !p.hasGroup {
 		return 0, p.errorf(fmt.Errorf("the table has no group column for Message.Group %q", m.Group))
+	}
+	if m.Priority != 0 && !p.hasPriority {
+		return 0, p.errorf(fmt.Errorf("Message.Priority %d needs a priority column, and the table has none", m.Priority))
 	}
 	if !m.NotBefore.IsZero() && !p.hasRetryAfter {
 		return 0, p.errorf(errors.New("Message.NotBefore needs a retry_after column, and the table has none"))
@@ -93,7 +101,8 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 		notBefore = formatTime(m.NotBefore)
 	}
 	text := p.insert
-	args := []any{sql.Named("payload", payload), sql.Named("group", m.Group), sql.Named("not_before", notBefore)}
+	args := []any{sql.Named("payload", payload), sql.Named("group", m.Group), sql.Named("not_before", notBefore),
+		sql.Named("priority", m.Priority)}
 	if m.Headers != nil && p.insertHeaders != p.insert {
 		text = p.insertHeaders
 		// As text, so SQLite's JSON functions read the object (a blob would be taken

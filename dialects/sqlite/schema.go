@@ -29,6 +29,9 @@ func (d *Dialect) Schema(t dialects.Table) (string, error) {
 	if t.Group != "" {
 		idx = append(idx, quote(t.Group))
 	}
+	if t.Priority != "" {
+		idx = append(idx, quote(t.Priority)) // the claim's order: priority, then id
+	}
 	if len(idx) > 0 || t.ProcessedAt != "" {
 		idx = append(idx, quote(t.ID))
 		b.WriteString("CREATE INDEX IF NOT EXISTS " + quote(t.Name+"_claim") + " ON " + quote(t.Name) +
@@ -53,6 +56,8 @@ func columnType(role string) string {
 		return "TEXT NOT NULL DEFAULT ''"
 	case "Attempt":
 		return "INTEGER NOT NULL DEFAULT 1"
+	case "Priority":
+		return "INTEGER NOT NULL DEFAULT 0"
 	}
 	// RetryAfter, ProcessedAt, LockedUntil (TimeLayout text), Headers (JSON text), Error
 	// (nullable) and key placeholder columns.
