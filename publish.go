@@ -23,6 +23,8 @@ type publishing struct {
 	headers   map[string]string
 	notBefore time.Time
 	priority  int
+	unique    string
+	uniqueSet bool
 }
 
 // WithHeaders stores headers in the table's headers column as a JSON object. rowactor adds
@@ -43,6 +45,15 @@ func WithHeaders(h map[string]string) PublishOption {
 // After makes the row due only after d (needs the table's retry_after column).
 func After(d time.Duration) PublishOption {
 	return func(p *publishing) { p.notBefore = time.Now().Add(d) }
+}
+
+// Unique publishes the row with a unique key (needs the table's UniqueKey column): when a
+// row of the table holds the key already (queued, in work, in a dead-letter group, or
+// kept finished with ProcessedAt unless Table.ClearUniqueKeyAtAck), Publish inserts
+// nothing and returns that row's id. Publishes racing with one key, from
+// any number of processes, leave one row. A deleted row frees its key.
+func Unique(key string) PublishOption {
+	return func(p *publishing) { p.unique, p.uniqueSet = key, true }
 }
 
 // Priority publishes the row with priority n (needs the table's Priority column): claims
@@ -94,16 +105,19 @@ func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, pay
 		return 0, ErrClosed
 	}
 	defer b.leavePublish()
-	p, err := b.publisher(ctx, t)
-	if err != nil {
-		return 0, b.closedUnder(t, err)
-	}
 	var pub publishing
 	for _, o := range opts {
 		o(&pub)
 	}
 	if !pub.notBefore.IsZero() && t.RetryAfter == "" {
 		return 0, &ConfigError{Table: t.Name, Option: "After", Reason: "a delayed publish needs the table's retry_after column", Fix: "set Table.RetryAfter, or publish without After"}
+	}
+	if pub.uniqueSet && t.UniqueKey == "" {
+		return 0, &ConfigError{Table: t.Name, Option: "Unique", Reason: "a publish with a unique key needs the table's unique key column",
+			Fix: "set Table.UniqueKey (a nullable text column under a unique index; rowactor.Schema renders both), or publish without Unique"}
+	}
+	if pub.uniqueSet && pub.unique == "" {
+		return 0, &ConfigError{Table: t.Name, Option: "Unique", Reason: "the unique key is empty", Fix: "give Unique a non-empty key, or publish without it"}
 	}
 	if pub.priority != 0 && t.Priority == "" {
 		return 0, &ConfigError{Table: t.Name, Option: "Priority", Reason: "a publish with a priority needs the table's priority column",
@@ -114,6 +128,10 @@ func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, pay
 		// without a headers column; the caller's are never dropped.
 		return 0, &ConfigError{Table: t.Name, Option: "WithHeaders", Reason: "headers need the table's headers column, and the description has none",
 			Fix: "set Table.Headers (a jsonb / JSON / TEXT column; rowactor.Schema renders it), or publish without WithHeaders"}
+	}
+	p, err := b.publisher(ctx, t)
+	if err != nil {
+		return 0, b.closedUnder(t, err)
 	}
 	ctx, span := b.tel.Tracer.Start(ctx, "publish "+t.Name, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(telemetry.System.String("rowactor"), telemetry.DBSystem.String(b.tel.DB()),
@@ -128,7 +146,7 @@ func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, pay
 		}
 		span.End()
 	}()
-	m := dialects.Message{Payload: payload, NotBefore: pub.notBefore, Priority: pub.priority}
+	m := dialects.Message{Payload: payload, NotBefore: pub.notBefore, Priority: pub.priority, UniqueKey: pub.unique}
 	if t.Group != "" {
 		m.Group = queue // without groups the queue name is only a label
 	}

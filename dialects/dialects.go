@@ -303,6 +303,9 @@ type Message struct {
 	Headers []byte
 	// NotBefore, when set, makes the row due only from then (needs a retry_after column).
 	NotBefore time.Time
+	// UniqueKey, when set, is written to the table's UniqueKey column: when a row holds
+	// the key already, Publish inserts nothing and returns that row's id.
+	UniqueKey string
 	// Priority is written to the table's Priority column (claims take lower numbers
 	// first); it must be 0 for a table without one.
 	Priority int

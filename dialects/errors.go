@@ -130,6 +130,10 @@ func CheckDescription(t Table) error {
 		return &ConfigError{Table: t.Name, Option: "Table.Mode", Reason: fmt.Sprintf("unknown SQLite mode %q", t.Mode),
 			Fix: "use Deferred, Immediate or Exclusive"}
 	}
+	if t.ClearUniqueKeyAtAck && (t.UniqueKey == "" || t.ProcessedAt == "") {
+		return &ConfigError{Table: t.Name, Option: "Table.ClearUniqueKeyAtAck", Reason: "it clears the UniqueKey column of rows kept with ProcessedAt, and the table names no such pair",
+			Fix: "set Table.UniqueKey and Table.ProcessedAt, or drop ClearUniqueKeyAtAck (an Ack that deletes the row frees its key anyway)"}
+	}
 	if t.Priority != "" && t.FIFO {
 		return &ConfigError{Table: t.Name, Option: "Table.Priority", Reason: "a FIFO group is handled in id order, which a priority would reorder",
 			Fix: "drop Priority, or FIFO"}

@@ -40,6 +40,18 @@ type Table struct {
 	// none (a row kept with processed_at after it succeeded shows no stale error). A
 	// requeue keeps it.
 	Error string
+	// UniqueKey, when set, names a nullable text column under a unique index (Schema
+	// renders both) that rowactor.Unique(key) publishes with: a publish of a key a row of
+	// the table holds inserts nothing and returns that row's id. A row holds its key
+	// while it is in the table: queued, in work, moved to a dead-letter group, or kept
+	// finished with ProcessedAt (unless ClearUniqueKeyAtAck); an Ack that deletes it, or a
+	// move to a dead-letter table (which receives the column as NULL), frees the key.
+	// Rows published without a key leave the column NULL and never conflict.
+	UniqueKey string
+	// ClearUniqueKeyAtAck makes Ack and Drop of a row kept with ProcessedAt clear its
+	// UniqueKey, so that the key can be published again at once; without it a finished
+	// row holds its key until it is deleted.
+	ClearUniqueKeyAtAck bool
 	// Priority, when set, names an integer column (Schema renders it NOT NULL DEFAULT 0)
 	// that orders claims before the id: a claim takes the due rows of the lowest priority
 	// number first, and rows of one priority in id order, as River's priorities run (1
@@ -67,6 +79,15 @@ type Table struct {
 	// published with a delay) holds its whole group and nothing else; Retry redelivers the
 	// head first; a head moved to its dead letter (MaxAttempts) makes the next row the head.
 	FIFO bool
+}
+
+// ClearUniqueKey is what an Ack's SET list adds to clear the row's unique key (", k =
+// NULL", quoted with quote), or "" when the table keeps it (see ClearUniqueKeyAtAck).
+func (t Table) ClearUniqueKey(quote func(string) string) string {
+	if t.UniqueKey == "" || !t.ClearUniqueKeyAtAck {
+		return ""
+	}
+	return ", " + quote(t.UniqueKey) + " = NULL"
 }
 
 // ClaimOrder is the ORDER BY list of a claim: the priority column (when the table has
@@ -161,6 +182,7 @@ func (t Table) Columns() []NamedColumn {
 	add("Headers", t.Headers)
 	add("Error", t.Error)
 	add("Priority", t.Priority)
+	add("UniqueKey", t.UniqueKey)
 	if parts, err := ParseKey(t.AdvisoryKey); err == nil {
 		for _, p := range parts {
 			if p.Column != "" {

@@ -72,6 +72,7 @@ var tableFlags = []struct {
 	{"advisory-key", "Table.AdvisoryKey", "", "the advisory key template, e.g. jobs-{id} (the advisory lock form)", func(t *rowactor.Table) *string { return &t.AdvisoryKey }},
 	{"headers", "Table.Headers", "", "the headers column (a JSON object)", func(t *rowactor.Table) *string { return &t.Headers }},
 	{"error", "Table.Error", "", "the last error column (the text of a handler's Fail)", func(t *rowactor.Table) *string { return &t.Error }},
+	{"unique-key", "Table.UniqueKey", "", "the unique key column (rowactor.Unique publishes)", func(t *rowactor.Table) *string { return &t.UniqueKey }},
 	{"priority", "Table.Priority", "", "the priority column (claims take lower numbers first)", func(t *rowactor.Table) *string { return &t.Priority }},
 }
 

@@ -53,7 +53,7 @@ func newBatchSQL(t dialects.Table) *batchSQL {
 		if t.Error != "" {
 			clear = ", " + quote(t.Error) + " = NULL" // an ack clears a failed attempt's error
 		}
-		b.ack = inList{prefix: "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?, " + lu + " = NULL" + clear + where, item: "?", suffix: ")"}
+		b.ack = inList{prefix: "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?, " + lu + " = NULL" + t.ClearUniqueKey(quote) + clear + where, item: "?", suffix: ")"}
 		b.ackNow = true
 	} else {
 		b.ack = inList{prefix: "DELETE FROM " + tq + where, item: "?", suffix: ")"}

@@ -24,6 +24,7 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 		hasGroup:      t.Group != "",
 		hasRetryAfter: t.RetryAfter != "",
 		hasPriority:   t.Priority != "",
+		hasUnique:     t.UniqueKey != "",
 	}
 	cols := []string{quote(t.Payload)}
 	if t.Group != "" {
@@ -34,6 +35,9 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 	}
 	if t.Priority != "" {
 		cols = append(cols, quote(t.Priority))
+	}
+	if t.UniqueKey != "" {
+		cols = append(cols, quote(t.UniqueKey))
 	}
 	p.insert = insertText(t, cols)
 	p.insertHeaders = p.insert
@@ -60,7 +64,13 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 const packetMargin = 1024
 
 func insertText(t dialects.Table, cols []string) string {
-	return "INSERT INTO " + quote(t.Name) + " (" + strings.Join(cols, ", ") + ") VALUES (" + placeholders(len(cols)) + ")"
+	s := "INSERT INTO " + quote(t.Name) + " (" + strings.Join(cols, ", ") + ") VALUES (" + placeholders(len(cols)) + ")"
+	if t.UniqueKey != "" {
+		// A key a row holds already: nothing changes, and LAST_INSERT_ID (the result's
+		// insert id) is that row's id.
+		s += " ON DUPLICATE KEY UPDATE " + quote(t.ID) + " = LAST_INSERT_ID(" + quote(t.ID) + ")"
+	}
+	return s
 }
 
 type publisher struct {
@@ -69,6 +79,7 @@ type publisher struct {
 	hasGroup      bool
 	hasRetryAfter bool
 	hasPriority   bool
+	hasUnique     bool
 	insert        string
 	insertHeaders string
 	maxPacket     int64 // the server's max_allowed_packet when the publisher was built
@@ -79,6 +90,9 @@ type publisher struct {
 func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (int64, error) {
 	if m.Group != "" && !p.hasGroup {
 		return 0, p.errorf(fmt.Errorf("the table has no group column for Message.Group %q", m.Group))
+	}
+	if m.UniqueKey != "" && !p.hasUnique {
+		return 0, p.errorf(fmt.Errorf("Message.UniqueKey %q needs a unique key column, and the table has none", m.UniqueKey))
 	}
 	if m.Priority != 0 && !p.hasPriority {
 		return 0, p.errorf(fmt.Errorf("Message.Priority %d needs a priority column, and the table has none", m.Priority))
@@ -106,6 +120,13 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 	}
 	if p.hasPriority {
 		args = append(args, m.Priority)
+	}
+	if p.hasUnique {
+		var key any
+		if m.UniqueKey != "" {
+			key = m.UniqueKey
+		}
+		args = append(args, key)
 	}
 	text := p.insert
 	if m.Headers != nil && p.insertHeaders != p.insert {

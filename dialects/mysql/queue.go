@@ -182,7 +182,7 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 			// An ack writes the outcome's error as is: NULL clears a failed attempt's.
 			ackErr = ", " + quote(t.Error) + " = ?"
 		}
-		s.ack = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?" + unlease + ackErr + where
+		s.ack = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?" + unlease + t.ClearUniqueKey(quote) + ackErr + where
 		s.ackNow = true
 	} else {
 		s.ack = "DELETE FROM " + tq + where
@@ -206,6 +206,8 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 		// The error's ? comes before the WHERE's: the Error role is copied once.
 		into, sel := dialects.MoveLists(moveCols, false, quote, func(c dialects.MoveColumn) string {
 			switch {
+			case c.Role == "UniqueKey":
+				return "NULL" // the key is free again: the queue table no longer holds the row
 			case lease && c.Role == "LockedUntil":
 				return "NULL" // the moved row arrives without a lease
 			case c.Role == "Error":

@@ -46,6 +46,10 @@ func (d *Dialect) Schema(t dialects.Table) (string, error) {
 		}
 		b.WriteString(",\n  INDEX " + quote(name) + " (" + strings.Join(idx, ", ") + ")")
 	}
+	if t.UniqueKey != "" {
+		// NULLs never conflict: rows published without a key are not constrained.
+		b.WriteString(",\n  UNIQUE INDEX " + quote("rowactor_unique") + " (" + quote(t.UniqueKey) + ")")
+	}
 	b.WriteString("\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;\n")
 	return b.String(), nil
 }
@@ -68,6 +72,8 @@ func columnType(role string) string {
 		return "TEXT NULL" // up to 65535 bytes; rowactor writes at most dialects.MaxErrorBytes
 	case "Priority":
 		return "INT NOT NULL DEFAULT 0"
+	case "UniqueKey":
+		return "VARCHAR(191) NULL" // 191 utf8mb4 characters: InnoDB's longest indexed prefix
 	}
 	// Advisory key placeholder columns.
 	return "VARCHAR(191) NULL"

@@ -44,7 +44,7 @@ func buildBatch(t dialects.Table) batchSQL {
 		if t.Error != "" {
 			clear = ", " + quote(t.Error) + " = NULL" // an ack clears a failed attempt's error
 		}
-		b.ack = with + "UPDATE " + tq + " AS u SET " + quote(t.ProcessedAt) + " = $3, " + lu + " = NULL" + clear + from
+		b.ack = with + "UPDATE " + tq + " AS u SET " + quote(t.ProcessedAt) + " = $3, " + lu + " = NULL" + t.ClearUniqueKey(quote) + clear + from
 	} else {
 		b.ack = lockedHolding(t, "$1", "$2", "UPDATE") + "DELETE FROM " + tq + " AS u USING l WHERE u." + id + " = l.id RETURNING u." + id
 	}

@@ -25,6 +25,7 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 		hasGroup:      t.Group != "",
 		hasRetryAfter: t.RetryAfter != "",
 		hasPriority:   t.Priority != "",
+		hasUnique:     t.UniqueKey != "",
 	}
 	// $1 payload, $2 the notification's payload, then group, not_before, headers when
 	// present.
@@ -41,6 +42,10 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 	if t.Priority != "" {
 		cols, vals = append(cols, quote(t.Priority)), append(vals, next())
 	}
+	if t.UniqueKey != "" {
+		cols, vals = append(cols, quote(t.UniqueKey)), append(vals, next())
+		p.lookup = "SELECT " + quote(t.ID) + " FROM " + quote(t.Name) + " WHERE " + quote(t.UniqueKey) + " = $1"
+	}
 	p.insert = insertText(t, cols, vals)
 	p.insertHeaders = p.insert
 	if t.Headers != "" {
@@ -48,7 +53,7 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 		// writing NULL into a column that may refuse it.
 		p.insertHeaders = insertText(t, append(cols, quote(t.Headers)), append(vals, next()))
 	}
-	if err := d.prepare(ctx, t.Name, []stmt{{text: p.insert}, {text: p.insertHeaders}}); err != nil {
+	if err := d.prepare(ctx, t.Name, []stmt{{text: p.insert}, {text: p.insertHeaders}, {text: p.lookup}}); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -58,8 +63,14 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 // statement. The payload is bound, never rendered: its text cannot depend on the session's
 // settings.
 func insertText(t dialects.Table, cols, vals []string) string {
+	conflict := ""
+	if t.UniqueKey != "" {
+		// A key a row holds already: nothing is inserted, nor notified (Publish looks the
+		// row up).
+		conflict = " ON CONFLICT DO NOTHING"
+	}
 	return "WITH ins AS (INSERT INTO " + quote(t.Name) + " (" + strings.Join(cols, ", ") + ") VALUES (" +
-		strings.Join(vals, ", ") + ") RETURNING " + quote(t.ID) + " AS id) SELECT id, pg_notify(" +
+		strings.Join(vals, ", ") + ")" + conflict + " RETURNING " + quote(t.ID) + " AS id) SELECT id, pg_notify(" +
 		literal(Channel) + ", $2::text)::text FROM ins"
 }
 
@@ -69,6 +80,8 @@ type publisher struct {
 	hasGroup      bool
 	hasRetryAfter bool
 	hasPriority   bool
+	hasUnique     bool
+	lookup        string // $1 the unique key: the id of the row holding it
 	insert        string
 	insertHeaders string
 }
@@ -79,6 +92,9 @@ type publisher struct {
 func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (int64, error) {
 	if m.Group != "" && !p.hasGroup {
 		return 0, p.errorf(fmt.Errorf("the table has no group column for Message.Group %q", m.Group))
+	}
+	if m.UniqueKey != "" && !p.hasUnique {
+		return 0, p.errorf(fmt.Errorf("Message.UniqueKey %q needs a unique key column, and the table has none", m.UniqueKey))
 	}
 	if m.Priority != 0 && !p.hasPriority {
 		return 0, p.errorf(fmt.Errorf("Message.Priority %d needs a priority column, and the table has none", m.Priority))
@@ -105,6 +121,13 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 	if p.hasPriority {
 		args = append(args, m.Priority)
 	}
+	if p.hasUnique {
+		var key any
+		if m.UniqueKey != "" {
+			key = m.UniqueKey
+		}
+		args = append(args, key)
+	}
 	if m.Headers != nil && p.insertHeaders != p.insert {
 		text = p.insertHeaders
 		// As text: jsonb and json parse it, a text column keeps it.
@@ -119,27 +142,72 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 	default:
 		return 0, fmt.Errorf("postgres: PublishTx needs a pgx.Tx, got %T", tx)
 	}
-	rows, err := db.Query(ctx, text, args...)
+	for try := 0; ; try++ {
+		id, inserted, err := p.insertOnce(ctx, db, text, args)
+		if err != nil || inserted {
+			return id, err
+		}
+		if m.UniqueKey == "" {
+			return 0, p.errorf(errors.New("the insert returned no id"))
+		}
+		// The key is held: the row holding it is the answer. A row deleted between the
+		// insert and the lookup frees the key, and the insert is tried again.
+		err = lookup(ctx, db, p.lookup, m.UniqueKey, &id)
+		if err == nil {
+			return id, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) || try == 2 {
+			return 0, p.errorf(fmt.Errorf("look up the row holding unique key %q: %w", m.UniqueKey, err))
+		}
+	}
+}
+
+// lookup reads one id by text, pgx.ErrNoRows when none.
+func lookup(ctx context.Context, db querier, text string, arg any, id *int64) error {
+	rows, err := db.Query(ctx, text, arg)
 	if err != nil {
-		return 0, p.errorf(err)
+		return err
 	}
 	defer rows.Close()
-	var id int64
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return 0, p.errorf(err)
+			return err
 		}
-		return 0, p.errorf(errors.New("the insert returned no id"))
+		return pgx.ErrNoRows
+	}
+	if err := rows.Scan(id); err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
+}
+
+// insertOnce runs the insert; inserted is false when a unique key conflict made it insert
+// nothing.
+func (p *publisher) insertOnce(ctx context.Context, db querier, text string, args []any) (id int64, inserted bool, err error) {
+	rows, err := db.Query(ctx, text, args...)
+	if err != nil {
+		return 0, false, p.errorf(err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return 0, false, p.errorf(err)
+		}
+		if p.hasUnique {
+			return 0, false, nil
+		}
+		return 0, false, p.errorf(errors.New("the insert returned no id"))
 	}
 	// The second column is pg_notify's (empty) result.
 	if err := rows.Scan(&id, nil); err != nil {
-		return 0, p.errorf(err)
+		return 0, false, p.errorf(err)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, p.errorf(err)
+		return 0, false, p.errorf(err)
 	}
-	return id, nil
+	return id, true, nil
 }
 
 func (p *publisher) errorf(err error) error {

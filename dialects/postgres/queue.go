@@ -199,7 +199,7 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 	var s settleSQL
 	var w builder
 	if t.ProcessedAt != "" {
-		w.w("UPDATE ", tq, " SET ", quote(t.ProcessedAt), " = ", w.p(pNow), unlease)
+		w.w("UPDATE ", tq, " SET ", quote(t.ProcessedAt), " = ", w.p(pNow), unlease, t.ClearUniqueKey(quote))
 		if t.Error != "" {
 			// An ack writes the outcome's error as is: NULL clears a failed attempt's.
 			w.w(", ", quote(t.Error), " = ", w.p(pErr))
@@ -254,6 +254,8 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 		// The whole row: every column both tables share, read from the catalog at Open.
 		into, sel := dialects.MoveLists(moveCols, false, quote, func(c dialects.MoveColumn) string {
 			switch {
+			case c.Role == "UniqueKey":
+				return "NULL" // the key is free again: the queue table no longer holds the row
 			case lease && c.Role == "LockedUntil":
 				return "NULL" // the moved row arrives without a lease
 			case c.Role == "Error":

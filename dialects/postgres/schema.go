@@ -50,14 +50,21 @@ func (d *Dialect) Schema(t dialects.Table) (string, error) {
 		}
 		b.WriteString(";\n")
 	}
+	if t.UniqueKey != "" {
+		// NULLs never conflict: rows published without a key are not constrained.
+		b.WriteString("CREATE UNIQUE INDEX IF NOT EXISTS " + quote(indexNameWith(t.Name, "_unique")) + " ON " + quote(t.Name) +
+			" (" + quote(t.UniqueKey) + ");\n")
+	}
 	return b.String(), nil
 }
 
 // indexName is "<table>_claim", shortened with a hash of the table's name when that
 // would pass PostgreSQL's identifier limit (the server would truncate it, and two long
 // table names could then collide on one index name).
-func indexName(table string) string {
-	const suffix = "_claim"
+func indexName(table string) string { return indexNameWith(table, "_claim") }
+
+// indexNameWith is "<table><suffix>", shortened as indexName says.
+func indexNameWith(table, suffix string) string {
 	name := table + suffix
 	if len(name) <= maxIdent {
 		return name
@@ -91,6 +98,8 @@ func columnType(role string) string {
 		return "text" // nullable: only a failed settlement writes it
 	case "Priority":
 		return "integer NOT NULL DEFAULT 0"
+	case "UniqueKey":
+		return "text" // nullable: only rowactor.Unique writes it
 	}
 	// Key placeholder columns.
 	return "text"

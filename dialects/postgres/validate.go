@@ -91,6 +91,7 @@ var roleTypes = map[string][]string{
 	"Headers":     {"jsonb", "json", "text", "character varying"},
 	"Error":       {"text", "character varying"},
 	"Priority":    {"integer", "smallint", "bigint"},
+	"UniqueKey":   {"text", "character varying"},
 }
 
 // checkColumns refuses a description the live table cannot serve: a missing table, a

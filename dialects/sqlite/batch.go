@@ -76,7 +76,7 @@ func newBatchSQL(t dialects.Table) *batchSQL {
 		if t.Error != "" {
 			clear = ", " + quote(t.Error) + " = NULL" // an ack clears a failed attempt's error
 		}
-		b.ack.prefix = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?, " + lu + " = NULL" + clear + where
+		b.ack.prefix = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?, " + lu + " = NULL" + t.ClearUniqueKey(quote) + clear + where
 		b.ackNow = true
 	} else {
 		b.ack.prefix = "DELETE FROM " + tq + where

@@ -26,6 +26,7 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 		hasGroup:      t.Group != "",
 		hasRetryAfter: t.RetryAfter != "",
 		hasPriority:   t.Priority != "",
+		hasUnique:     t.UniqueKey != "",
 	}
 	cols := []string{quote(t.Payload)}
 	vals := []string{":payload"}
@@ -37,6 +38,10 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 	}
 	if t.Priority != "" {
 		cols, vals = append(cols, quote(t.Priority)), append(vals, ":priority")
+	}
+	if t.UniqueKey != "" {
+		cols, vals = append(cols, quote(t.UniqueKey)), append(vals, ":unique_key")
+		p.lookup = "SELECT " + quote(t.ID) + " FROM " + quote(t.Name) + " WHERE " + quote(t.UniqueKey) + " = :unique_key"
 	}
 	p.insert = insertText(t, cols, vals)
 	p.insertHeaders = p.insert
@@ -66,7 +71,11 @@ func insertText(t dialects.Table, cols, vals []string) string {
 		}
 		s += v
 	}
-	return s + ") RETURNING " + quote(t.ID)
+	s += ")"
+	if t.UniqueKey != "" {
+		s += " ON CONFLICT DO NOTHING" // a key a row holds already: no row, Publish looks it up
+	}
+	return s + " RETURNING " + quote(t.ID)
 }
 
 type publisher struct {
@@ -76,6 +85,8 @@ type publisher struct {
 	hasGroup      bool
 	hasRetryAfter bool
 	hasPriority   bool
+	hasUnique     bool
+	lookup        string // :unique_key: the id of the row holding it
 	insert        string
 	insertHeaders string
 }
@@ -85,6 +96,9 @@ type publisher struct {
 func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (int64, error) {
 	if m.Group != "" && !p.hasGroup {
 		return 0, p.errorf(fmt.Errorf("the table has no group column for Message.Group %q", m.Group))
+	}
+	if m.UniqueKey != "" && !p.hasUnique {
+		return 0, p.errorf(fmt.Errorf("Message.UniqueKey %q needs a unique key column, and the table has none", m.UniqueKey))
 	}
 	if m.Priority != 0 && !p.hasPriority {
 		return 0, p.errorf(fmt.Errorf("Message.Priority %d needs a priority column, and the table has none", m.Priority))
@@ -102,7 +116,7 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 	}
 	text := p.insert
 	args := []any{sql.Named("payload", payload), sql.Named("group", m.Group), sql.Named("not_before", notBefore),
-		sql.Named("priority", m.Priority)}
+		sql.Named("priority", m.Priority), sql.Named("unique_key", nullText(m.UniqueKey))}
 	if m.Headers != nil && p.insertHeaders != p.insert {
 		text = p.insertHeaders
 		// As text, so SQLite's JSON functions read the object (a blob would be taken
@@ -112,34 +126,62 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 	if x, ok := tx.(*sql.Tx); ok && x == nil {
 		tx = nil
 	}
-	var id int64
+	// run runs a statement that returns one id (sql.ErrNoRows when none).
+	var run func(text string, args ...any) (int64, error)
 	switch x := tx.(type) {
 	case nil:
-		s, err := p.d.stmt(ctx, text)
-		if err != nil {
-			return 0, p.errorf(err)
-		}
 		if err := p.f.lockWriter(ctx); err != nil {
 			return 0, p.errorf(err)
 		}
 		defer p.f.unlockWriter()
-		if err := s.QueryRowContext(ctx, args...).Scan(&id); err != nil {
-			return 0, p.errorf(err)
+		run = func(text string, args ...any) (id int64, err error) {
+			s, err := p.d.stmt(ctx, text)
+			if err != nil {
+				return 0, err
+			}
+			err = s.QueryRowContext(ctx, args...).Scan(&id)
+			return id, err
 		}
 	case *sql.Tx:
 		// Outside this process's writer turn: the caller's transaction holds SQLite's
 		// write lock, or waits for it itself, and a writer of ours could be waiting on
 		// that very transaction. As text, because the transaction may come from another
 		// pool on the same file, which the dialect's prepared statement cannot serve.
-		if err := x.QueryRowContext(ctx, text, args...).Scan(&id); err != nil {
-			return 0, p.errorf(err)
+		run = func(text string, args ...any) (id int64, err error) {
+			err = x.QueryRowContext(ctx, text, args...).Scan(&id)
+			return id, err
 		}
 	default:
 		return 0, fmt.Errorf("sqlite: PublishTx needs a *sql.Tx, got %T", tx)
 	}
-	return id, nil
+	for try := 0; ; try++ {
+		id, err := run(text, args...)
+		if err == nil {
+			return id, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) || m.UniqueKey == "" {
+			return 0, p.errorf(err)
+		}
+		// The key is held: the row holding it is the answer. A row deleted between the
+		// insert and the lookup frees the key, and the insert is tried again.
+		id, err = run(p.lookup, sql.Named("unique_key", m.UniqueKey))
+		if err == nil {
+			return id, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) || try == 2 {
+			return 0, p.errorf(fmt.Errorf("look up the row holding unique key %q: %w", m.UniqueKey, err))
+		}
+	}
 }
 
 func (p *publisher) errorf(err error) error {
 	return fmt.Errorf("sqlite: publish on table %s: %w", p.name, err)
+}
+
+// nullText binds "" as NULL.
+func nullText(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }

@@ -142,7 +142,7 @@ func buildSettle(spec dialects.QueueSpec, lease bool, moveCols []dialects.MoveCo
 			// An ack writes the outcome's error as is: NULL clears a failed attempt's.
 			ackErr = ", " + quote(t.Error) + " = :err"
 		}
-		s.ack = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = :now" + unlease + ackErr + where
+		s.ack = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = :now" + unlease + t.ClearUniqueKey(quote) + ackErr + where
 	} else {
 		s.ack = "DELETE FROM " + tq + where
 	}
@@ -164,6 +164,8 @@ func buildSettle(spec dialects.QueueSpec, lease bool, moveCols []dialects.MoveCo
 		// The whole row: every column both tables share, read from the catalog at Open.
 		into, sel := dialects.MoveLists(moveCols, false, quote, func(c dialects.MoveColumn) string {
 			switch {
+			case c.Role == "UniqueKey":
+				return "NULL" // the key is free again: the queue table no longer holds the row
 			case lease && c.Role == "LockedUntil":
 				return "NULL" // the moved row arrives without a lease
 			case c.Role == "Error":

@@ -41,6 +41,11 @@ func (d *Dialect) Schema(t dialects.Table) (string, error) {
 		}
 		b.WriteString(";\n")
 	}
+	if t.UniqueKey != "" {
+		// NULLs never conflict: rows published without a key are not constrained.
+		b.WriteString("CREATE UNIQUE INDEX IF NOT EXISTS " + quote(t.Name+"_unique") + " ON " + quote(t.Name) +
+			" (" + quote(t.UniqueKey) + ");\n")
+	}
 	return b.String(), nil
 }
 
