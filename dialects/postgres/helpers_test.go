@@ -245,3 +245,9 @@ func tableNameSuffix(t *testing.T) string {
 	}
 	return hex.EncodeToString(b[:])
 }
+
+func sameState(a, b rowState) bool {
+	eq := func(x, y *time.Time) bool { return (x == nil) == (y == nil) && (x == nil || x.Equal(*y)) }
+	return a.Attempt == b.Attempt && a.Group == b.Group && eq(a.LockedUntil, b.LockedUntil) &&
+		eq(a.RetryAfter, b.RetryAfter) && eq(a.ProcessedAt, b.ProcessedAt)
+}

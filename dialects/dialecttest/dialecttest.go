@@ -1,0 +1,146 @@
+// Package dialecttest is the conformance suite of rowactor's dialects: every behaviour of the
+// interfaces in package dialects, written once and run against each database.
+//
+// A dialect's tests implement Harness (open a dialect on the test database, name a table,
+// run raw SQL for assertions, read a row as stored) and call Run:
+//
+//	func TestConformance(t *testing.T) { dialecttest.Run(t, harness{}) }
+//
+// Run starts one subtest per topic and one per scenario inside it
+// (TestConformance/lease/ClaimLeases), so `go test -run TestConformance/lease` runs a topic.
+// What a database cannot do, or does differently, is a field of Caps, never a test of the
+// dialect's name; tests that only one dialect can have (its SQL text, its driver, its
+// internals) stay in that dialect's own files.
+//
+// The package is for tests only: the library never imports it.
+package dialecttest
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// Harness is what a dialect's tests give the suite. Every method that takes a *testing.T
+// fails the test itself on an unexpected error.
+type Harness interface {
+	// Caps says what the database can do and how it differs.
+	Caps() Caps
+
+	// Open returns a new dialect on this test's database, closed when t ends. Two calls in
+	// one test reach the same database, as two processes would.
+	Open(t *testing.T) dialects.Dialect
+
+	// TableName returns a table name no other test (or earlier run) uses, starting with
+	// prefix; the table, if created, is dropped when t ends.
+	TableName(t *testing.T, d dialects.Dialect, prefix string) string
+
+	// Quote quotes an identifier.
+	Quote(ident string) string
+
+	// Exec runs a statement written with ? placeholders on d's pool.
+	Exec(t *testing.T, d dialects.Dialect, query string, args ...any)
+
+	// QueryRow runs a query written with ? placeholders on d's pool and scans its first row
+	// into dest (pointers to int, int64, string or []byte). It reports false when the query
+	// returns no row.
+	QueryRow(t *testing.T, d dialects.Dialect, query string, args []any, dest ...any) bool
+
+	// TimeArg is t as a query argument compared with a time column.
+	TimeArg(t time.Time) any
+
+	// State reads the columns tbl names of row id (unnamed ones read as zero), and reports
+	// whether the row exists. A harness checks here how its database stores times.
+	State(t *testing.T, d dialects.Dialect, tbl dialects.Table, id int64) (RowState, bool)
+}
+
+// RowState is a row as stored; a NULL time is nil.
+type RowState struct {
+	Attempt     int
+	Group       string
+	LockedUntil *time.Time
+	RetryAfter  *time.Time
+	ProcessedAt *time.Time
+}
+
+// Caps is what a database can do and where it differs. The zero value is a database that
+// differs in nothing the suite knows of.
+type Caps struct {
+	// Types are the column types of hand-written tables.
+	Types Types
+
+	// ManyLeases is how many leases the suite extends and settles in one call: more than
+	// the dialect's longest id list, so the call crosses its chunking.
+	ManyLeases int
+
+	// ParkNudge is how far a delay parked in the lease (a table without retry_after) at
+	// exactly its token's own time moves the lease on. MySQL counts only changed rows, so
+	// an unchanged row would read as a lost lease: it moves a microsecond on.
+	ParkNudge time.Duration
+}
+
+// Types are column types for CREATE TABLE statements the suite writes itself.
+type Types struct {
+	// ID is a generated primary key column's type and constraints.
+	ID string
+	// Text is a text column's type.
+	Text string
+	// Time is a nullable time column's type (the dialect's choice for locked_until).
+	Time string
+}
+
+// scenario is one behaviour of the suite.
+type scenario struct {
+	name string
+	run  func(t *testing.T, h Harness)
+}
+
+// topics are the suite's scenarios by topic, in the order Run runs them.
+var topics = []struct {
+	name      string
+	scenarios []scenario
+}{
+	{"lease", leaseScenarios},
+}
+
+// Run runs every scenario of the suite against the harness's database, as subtests named
+// topic/scenario.
+func Run(t *testing.T, h Harness) {
+	for _, topic := range topics {
+		t.Run(topic.name, func(t *testing.T) {
+			for _, s := range topic.scenarios {
+				t.Run(s.name, func(t *testing.T) { s.run(t, h) })
+			}
+		})
+	}
+}
+
+// Dollar rewrites a query's ? placeholders as $1, $2, ... for databases that number them.
+// A ? inside a quoted string or identifier stays.
+func Dollar(query string) string {
+	var (
+		out   []byte
+		n     int
+		quote byte
+	)
+	for i := 0; i < len(query); i++ {
+		c := query[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '?':
+			n++
+			out = append(out, '$')
+			out = strconv.AppendInt(out, int64(n), 10)
+			continue
+		}
+		out = append(out, c)
+	}
+	return string(out)
+}

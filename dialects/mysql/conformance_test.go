@@ -1,0 +1,64 @@
+package mysql
+
+import (
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
+)
+
+// TestConformance runs the dialects' shared suite on MySQL/MariaDB.
+func TestConformance(t *testing.T) { dialecttest.Run(t, harness{}) }
+
+// harness gives the suite the test server.
+type harness struct{}
+
+func (harness) Caps() dialecttest.Caps {
+	return dialecttest.Caps{
+		Types:      dialecttest.Types{ID: "BIGINT AUTO_INCREMENT PRIMARY KEY", Text: "TEXT", Time: "DATETIME(6) NULL"},
+		ManyLeases: maxList + 3,
+		ParkNudge:  time.Microsecond,
+	}
+}
+
+func (harness) Open(t *testing.T) dialects.Dialect { return newDialect(t) }
+
+func (harness) TableName(t *testing.T, d dialects.Dialect, prefix string) string {
+	return tableName(t, d.(*Dialect), prefix)
+}
+
+func (harness) Quote(ident string) string { return quote(ident) }
+
+func (harness) Exec(t *testing.T, d dialects.Dialect, query string, args ...any) {
+	t.Helper()
+	mustExec(t, d.(*Dialect).DB(), query, args...)
+}
+
+func (harness) QueryRow(t *testing.T, d dialects.Dialect, query string, args []any, dest ...any) bool {
+	t.Helper()
+	err := d.(*Dialect).DB().QueryRowContext(ctx, query, args...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return true
+}
+
+func (harness) TimeArg(t time.Time) any { return dbTime(t) }
+
+// State reads the row, and fails unless every time reads back in UTC (the DSN's loc).
+func (harness) State(t *testing.T, d dialects.Dialect, tbl dialects.Table, id int64) (dialecttest.RowState, bool) {
+	t.Helper()
+	s, ok := stateOf(t, d.(*Dialect), tbl, id)
+	for _, tm := range []*time.Time{s.LockedUntil, s.RetryAfter, s.ProcessedAt} {
+		if tm != nil && tm.Location() != time.UTC {
+			t.Errorf("row %d: time %v read back outside UTC", id, tm)
+		}
+	}
+	return dialecttest.RowState(s), ok
+}

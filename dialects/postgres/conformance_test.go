@@ -1,0 +1,58 @@
+package postgres
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
+)
+
+// TestConformance runs the dialects' shared suite on PostgreSQL.
+func TestConformance(t *testing.T) { dialecttest.Run(t, harness{}) }
+
+// harness gives the suite the test server.
+type harness struct{}
+
+func (harness) Caps() dialecttest.Caps {
+	return dialecttest.Caps{
+		Types:      dialecttest.Types{ID: "integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY", Text: "text", Time: "timestamptz"},
+		ManyLeases: 5000,
+	}
+}
+
+func (harness) Open(t *testing.T) dialects.Dialect { return newDialect(t) }
+
+func (harness) TableName(t *testing.T, d dialects.Dialect, prefix string) string {
+	return tableName(t, d.(*Dialect))
+}
+
+func (harness) Quote(ident string) string { return quote(ident) }
+
+func (harness) Exec(t *testing.T, d dialects.Dialect, query string, args ...any) {
+	t.Helper()
+	mustExec(t, d.(*Dialect), dialecttest.Dollar(query), args...)
+}
+
+func (harness) QueryRow(t *testing.T, d dialects.Dialect, query string, args []any, dest ...any) bool {
+	t.Helper()
+	err := d.(*Dialect).Pool().QueryRow(ctx, dialecttest.Dollar(query), args...).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return true
+}
+
+func (harness) TimeArg(t time.Time) any { return t }
+
+func (harness) State(t *testing.T, d dialects.Dialect, tbl dialects.Table, id int64) (dialecttest.RowState, bool) {
+	t.Helper()
+	s, ok := stateOf(t, d.(*Dialect), tbl, id)
+	return dialecttest.RowState(s), ok
+}

@@ -1,0 +1,106 @@
+package sqlite
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
+)
+
+// TestConformance runs the dialects' shared suite on SQLite, a database file per test.
+func TestConformance(t *testing.T) { dialecttest.Run(t, &harness{}) }
+
+// harness gives the suite a database file per test: every dialect a test opens shares it.
+type harness struct {
+	files sync.Map // *testing.T -> path
+	seq   atomic.Int64
+}
+
+func (*harness) Caps() dialecttest.Caps {
+	return dialecttest.Caps{
+		Types:      dialecttest.Types{ID: "INTEGER PRIMARY KEY", Text: "TEXT", Time: "TEXT"},
+		ManyLeases: maxExtend + 3,
+	}
+}
+
+func (h *harness) Open(t *testing.T) dialects.Dialect {
+	t.Helper()
+	path, loaded := h.files.LoadOrStore(t, filepath.Join(t.TempDir(), "queue.db"))
+	if !loaded {
+		t.Cleanup(func() { h.files.Delete(t) })
+	}
+	return openFile(t, path.(string))
+}
+
+func (h *harness) TableName(t *testing.T, d dialects.Dialect, prefix string) string {
+	return fmt.Sprintf("%s_%d", prefix, h.seq.Add(1))
+}
+
+func (*harness) Quote(ident string) string { return quote(ident) }
+
+func (*harness) Exec(t *testing.T, d dialects.Dialect, query string, args ...any) {
+	t.Helper()
+	mustExec(t, d.(*Dialect), query, args...)
+}
+
+func (*harness) QueryRow(t *testing.T, d dialects.Dialect, query string, args []any, dest ...any) bool {
+	t.Helper()
+	err := d.(*Dialect).DB().QueryRowContext(ctx, query, args...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return true
+}
+
+func (*harness) TimeArg(t time.Time) any { return formatTime(t) }
+
+// State reads the row, and fails unless every time is stored as text in TimeLayout exactly
+// (claims compare the text).
+func (*harness) State(t *testing.T, d dialects.Dialect, tbl dialects.Table, id int64) (dialecttest.RowState, bool) {
+	t.Helper()
+	col := func(name string) string {
+		if name == "" {
+			return "NULL"
+		}
+		return quote(name)
+	}
+	var (
+		s                   dialecttest.RowState
+		attempt             sql.NullInt64
+		group               sql.NullString
+		locked, retry, proc sql.NullString
+	)
+	err := d.(*Dialect).DB().QueryRowContext(ctx, "SELECT "+col(tbl.Attempt)+", "+col(tbl.Group)+", "+col(tbl.LockedUntil)+", "+
+		col(tbl.RetryAfter)+", "+col(tbl.ProcessedAt)+" FROM "+quote(tbl.Name)+" WHERE "+quote(tbl.ID)+" = ?", id).
+		Scan(&attempt, &group, &locked, &retry, &proc)
+	if errors.Is(err, sql.ErrNoRows) {
+		return s, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Attempt, s.Group = int(attempt.Int64), group.String
+	parse := func(n sql.NullString) *time.Time {
+		if !n.Valid {
+			return nil
+		}
+		tm, err := time.Parse(TimeLayout, n.String)
+		if err != nil || formatTime(tm) != n.String {
+			t.Errorf("row %d: time %q is not stored in TimeLayout: %v", id, n.String, err)
+			return nil
+		}
+		return &tm
+	}
+	s.LockedUntil, s.RetryAfter, s.ProcessedAt = parse(locked), parse(retry), parse(proc)
+	return s, true
+}
