@@ -51,9 +51,31 @@ type Harness interface {
 	// TimeArg is t as a query argument compared with a time column.
 	TimeArg(t time.Time) any
 
+	// Begin opens a transaction of the caller's on d's pool at read committed, of the type
+	// the dialect's Publish takes.
+	Begin(t *testing.T, d dialects.Dialect) Tx
+
 	// State reads the columns tbl names of row id (unnamed ones read as zero), and reports
 	// whether the row exists. A harness checks here how its database stores times.
 	State(t *testing.T, d dialects.Dialect, tbl dialects.Table, id int64) (RowState, bool)
+}
+
+// Tx is a caller's open transaction.
+type Tx interface {
+	// Value is the transaction as Publish takes it.
+	Value() any
+	Commit() error
+	Rollback() error
+}
+
+// FIFOGuardHolder is a harness whose database guards each FIFO group across sessions:
+// while another transaction holds what the guard waits for, a claim of the group comes back
+// empty.
+type FIFOGuardHolder interface {
+	// HoldFIFOGroup holds, in a transaction of its own, what a FIFO claim of group in tbl
+	// waits for; behind is a row of the group that is not its head (a database whose guard
+	// locks the group's rows holds that one). release ends the transaction.
+	HoldFIFOGroup(t *testing.T, d dialects.Dialect, tbl dialects.Table, group string, behind int64) (release func())
 }
 
 // RowState is a row as stored; a NULL time is nil.
@@ -70,6 +92,17 @@ type RowState struct {
 type Caps struct {
 	// Types are the column types of hand-written tables.
 	Types Types
+
+	// RowLock says the database serves the row lock form (SQLite does not: Open refuses it).
+	RowLock bool
+
+	// SingleWriter says one transaction writes at a time (SQLite): a caller's transaction
+	// may not stay open while another session writes, and ids come in commit order.
+	SingleWriter bool
+
+	// FIFORacingClaimsMayAllMiss says FIFO claims racing for one group may all see each
+	// other's guards and all come back empty (MySQL); otherwise exactly one takes the head.
+	FIFORacingClaimsMayAllMiss bool
 
 	// ManyLeases is how many leases the suite extends and settles in one call: more than
 	// the dialect's longest id list, so the call crosses its chunking.
@@ -95,6 +128,9 @@ type Types struct {
 type scenario struct {
 	name string
 	run  func(t *testing.T, h Harness)
+	// applies, when set, says whether the database can show the behaviour at all; a
+	// scenario that does not apply is not run.
+	applies func(h Harness) bool
 }
 
 // topics are the suite's scenarios by topic, in the order Run runs them.
@@ -103,6 +139,7 @@ var topics = []struct {
 	scenarios []scenario
 }{
 	{"lease", leaseScenarios},
+	{"fifo", fifoScenarios},
 }
 
 // Run runs every scenario of the suite against the harness's database, as subtests named
@@ -111,6 +148,9 @@ func Run(t *testing.T, h Harness) {
 	for _, topic := range topics {
 		t.Run(topic.name, func(t *testing.T) {
 			for _, s := range topic.scenarios {
+				if s.applies != nil && !s.applies(h) {
+					continue
+				}
 				t.Run(s.name, func(t *testing.T) { s.run(t, h) })
 			}
 		})

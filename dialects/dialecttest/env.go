@@ -2,6 +2,7 @@ package dialecttest
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +89,16 @@ func leaseTable(name string) dialects.Table {
 		RetryAfter: "retry_after", LockedUntil: "locked_until", Headers: "headers"}
 }
 
+func rowLockTable(name string) dialects.Table {
+	return dialects.Table{Name: name, ID: "id", Payload: "payload", Group: "grp", Attempt: "attempt",
+		RetryAfter: "retry_after", Headers: "headers"}
+}
+
+func advisoryTable(name string) dialects.Table {
+	return dialects.Table{Name: name, ID: "id", Payload: "payload", Attempt: "attempt", ProcessedAt: "processed_at",
+		RetryAfter: "retry_after", AdvisoryKey: name + "-{account}'s"}
+}
+
 func (e *env) open(spec dialects.QueueSpec) dialects.Queue {
 	e.t.Helper()
 	q, err := e.d.Open(ctx, spec)
@@ -157,6 +168,25 @@ func sameState(a, b RowState) bool {
 	eq := func(x, y *time.Time) bool { return (x == nil) == (y == nil) && (x == nil || x.Equal(*y)) }
 	return a.Attempt == b.Attempt && a.Group == b.Group && eq(a.LockedUntil, b.LockedUntil) &&
 		eq(a.RetryAfter, b.RetryAfter) && eq(a.ProcessedAt, b.ProcessedAt)
+}
+
+func configError(t *testing.T, err error) *dialects.ConfigError {
+	t.Helper()
+	var ce *dialects.ConfigError
+	if !errors.As(err, &ce) || !errors.Is(err, dialects.ErrConfig) {
+		t.Fatalf("want a *ConfigError, got %T %v", err, err)
+	}
+	if ce.Fix == "" || ce.Reason == "" {
+		t.Errorf("config error without reason or fix: %v", err)
+	}
+	return ce
+}
+
+func contains(t *testing.T, s, sub string) {
+	t.Helper()
+	if !strings.Contains(s, sub) {
+		t.Errorf("%q does not contain %q", s, sub)
+	}
 }
 
 func ids(rows []dialects.Row) []int64 {

@@ -12,17 +12,17 @@ import (
 
 // leaseScenarios are the lease form's claims, extensions and settlements (LeaseQueue).
 var leaseScenarios = []scenario{
-	{"ClaimLeases", testClaimLeases},
-	{"ClaimLeasesMinimalTable", testClaimLeasesMinimalTable},
-	{"ClaimLeasesConcurrently", testClaimLeasesConcurrently},
-	{"ExtendLeases", testExtendLeases},
-	{"ExtendManyLeases", testExtendManyLeases},
-	{"SettleLease", testSettleLease},
-	{"SettleLeaseWithoutColumns", testSettleLeaseWithoutColumns},
-	{"SettleLeaseDeadLetterTable", testSettleLeaseDeadLetterTable},
-	{"ExtendLeasesNeverConfirmsByValue", testExtendLeasesNeverConfirmsByValue},
-	{"ExtendLeasesToTheSameToken", testExtendLeasesToTheSameToken},
-	{"ClaimTokenIsLaterThanTheExpiredOne", testClaimTokenIsLaterThanTheExpiredOne},
+	{name: "ClaimLeases", run: testClaimLeases},
+	{name: "ClaimLeasesMinimalTable", run: testClaimLeasesMinimalTable},
+	{name: "ClaimLeasesConcurrently", run: testClaimLeasesConcurrently},
+	{name: "ExtendLeases", run: testExtendLeases},
+	{name: "ExtendManyLeases", run: testExtendManyLeases},
+	{name: "SettleLease", run: testSettleLease},
+	{name: "SettleLeaseWithoutColumns", run: testSettleLeaseWithoutColumns},
+	{name: "SettleLeaseDeadLetterTable", run: testSettleLeaseDeadLetterTable},
+	{name: "ExtendLeasesNeverConfirmsByValue", run: testExtendLeasesNeverConfirmsByValue},
+	{name: "ExtendLeasesToTheSameToken", run: testExtendLeasesToTheSameToken},
+	{name: "ClaimTokenIsLaterThanTheExpiredOne", run: testClaimTokenIsLaterThanTheExpiredOne},
 }
 
 func testClaimLeases(t *testing.T, h Harness) {

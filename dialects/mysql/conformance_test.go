@@ -19,8 +19,11 @@ type harness struct{}
 func (harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
 		Types:      dialecttest.Types{ID: "BIGINT AUTO_INCREMENT PRIMARY KEY", Text: "TEXT", Time: "DATETIME(6) NULL"},
+		RowLock:    true,
 		ManyLeases: maxList + 3,
 		ParkNudge:  time.Microsecond,
+		// Racing guards may all see each other's row locks.
+		FIFORacingClaimsMayAllMiss: true,
 	}
 }
 
@@ -61,4 +64,34 @@ func (harness) State(t *testing.T, d dialects.Dialect, tbl dialects.Table, id in
 		}
 	}
 	return dialecttest.RowState(s), ok
+}
+
+// callerTx is a caller's *sql.Tx.
+type callerTx struct{ *sql.Tx }
+
+func (tx callerTx) Value() any { return tx.Tx }
+
+func (harness) Begin(t *testing.T, d dialects.Dialect) dialecttest.Tx {
+	t.Helper()
+	tx, err := d.(*Dialect).DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return callerTx{tx}
+}
+
+// HoldFIFOGroup locks a row of the group that is not its head: the guard counts the
+// group's rows in work with a locking read, which skips nothing.
+func (harness) HoldFIFOGroup(t *testing.T, d dialects.Dialect, tbl dialects.Table, group string, behind int64) func() {
+	t.Helper()
+	tx, err := d.(*Dialect).DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	if err := tx.QueryRowContext(ctx, "SELECT id FROM "+quote(tbl.Name)+" WHERE id = ? FOR UPDATE", behind).Scan(&id); err != nil {
+		tx.Rollback()
+		t.Fatal(err)
+	}
+	return func() { tx.Rollback() }
 }

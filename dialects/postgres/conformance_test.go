@@ -20,6 +20,7 @@ type harness struct{}
 func (harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
 		Types:      dialecttest.Types{ID: "integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY", Text: "text", Time: "timestamptz"},
+		RowLock:    true,
 		ManyLeases: 5000,
 	}
 }
@@ -55,4 +56,35 @@ func (harness) State(t *testing.T, d dialects.Dialect, tbl dialects.Table, id in
 	t.Helper()
 	s, ok := stateOf(t, d.(*Dialect), tbl, id)
 	return dialecttest.RowState(s), ok
+}
+
+// pgTx is a caller's pgx.Tx.
+type pgTx struct{ tx pgx.Tx }
+
+func (tx pgTx) Value() any      { return tx.tx }
+func (tx pgTx) Commit() error   { return tx.tx.Commit(ctx) }
+func (tx pgTx) Rollback() error { return tx.tx.Rollback(ctx) }
+
+func (harness) Begin(t *testing.T, d dialects.Dialect) dialecttest.Tx {
+	t.Helper()
+	tx, err := d.(*Dialect).Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pgTx{tx}
+}
+
+// HoldFIFOGroup takes the group's guard: the transaction-scoped advisory lock on the hash
+// of the table's name and the group.
+func (harness) HoldFIFOGroup(t *testing.T, d dialects.Dialect, tbl dialects.Table, group string, behind int64) func() {
+	t.Helper()
+	tx, err := d.(*Dialect).Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1 || ':' || $2, 0))", tbl.Name, group); err != nil {
+		tx.Rollback(ctx)
+		t.Fatal(err)
+	}
+	return func() { tx.Rollback(ctx) }
 }

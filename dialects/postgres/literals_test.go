@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // Every literal rowactor renders into SQL means the same text whatever the session's
@@ -92,7 +93,7 @@ func literalFIFOGuard(t *testing.T, d *Dialect, odd string) {
 		tbl.ProcessedAt, tbl.FIFO = "processed_at", true
 		createTable(t, d, tbl)
 		a := insertRow(t, d, tbl, "g")
-		q := openFIFO(t, d, tbl, "g")
+		q := dialecttest.NewFIFOClaimer(t, openQueue(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"}), tbl)
 		tx, err := d.Pool().Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -102,16 +103,16 @@ func literalFIFOGuard(t *testing.T, d *Dialect, odd string) {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1 || ':' || $2, 0))", tbl.Name, "g"); err != nil {
 			t.Fatal(err)
 		}
-		if got := q.claim(t0); got != 0 {
+		if got := q.Claim(t0); got != 0 {
 			t.Fatalf("lease %v: row %d was claimed while the group's guard was held: the claim locked another key", lease, got)
 		}
 		if err := tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := q.claim(t0); got != a {
+		if got := q.Claim(t0); got != a {
 			t.Fatalf("lease %v: claimed %d once the guard was free, want %d", lease, got, a)
 		}
-		q.ack(a, t0)
+		q.Ack(a, t0)
 	}
 }
 

@@ -25,8 +25,9 @@ type harness struct {
 
 func (*harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
-		Types:      dialecttest.Types{ID: "INTEGER PRIMARY KEY", Text: "TEXT", Time: "TEXT"},
-		ManyLeases: maxExtend + 3,
+		Types:        dialecttest.Types{ID: "INTEGER PRIMARY KEY", Text: "TEXT", Time: "TEXT"},
+		ManyLeases:   maxExtend + 3,
+		SingleWriter: true,
 	}
 }
 
@@ -103,4 +104,18 @@ func (*harness) State(t *testing.T, d dialects.Dialect, tbl dialects.Table, id i
 	}
 	s.LockedUntil, s.RetryAfter, s.ProcessedAt = parse(locked), parse(retry), parse(proc)
 	return s, true
+}
+
+// callerTx is a caller's *sql.Tx.
+type callerTx struct{ *sql.Tx }
+
+func (tx callerTx) Value() any { return tx.Tx }
+
+func (*harness) Begin(t *testing.T, d dialects.Dialect) dialecttest.Tx {
+	t.Helper()
+	tx, err := d.(*Dialect).DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return callerTx{tx}
 }
