@@ -64,6 +64,8 @@ type Harness interface {
 type Tx interface {
 	// Value is the transaction as Publish takes it.
 	Value() any
+	// Exec runs a statement written with ? placeholders in the transaction.
+	Exec(query string, args ...any) error
 	Commit() error
 	Rollback() error
 }
@@ -76,6 +78,14 @@ type FIFOGuardHolder interface {
 	// waits for; behind is a row of the group that is not its head (a database whose guard
 	// locks the group's rows holds that one). release ends the transaction.
 	HoldFIFOGroup(t *testing.T, d dialects.Dialect, tbl dialects.Table, group string, behind int64) (release func())
+}
+
+// BatchTexter is a harness that can tell the statement text SettleLeases runs for n leases
+// of kind on q, so the suite can check that texts are built once per padded size.
+type BatchTexter interface {
+	BatchText(q dialects.Queue, kind dialects.StepKind, n int) string
+	// BatchTexts is how many texts batches of 1 to 15 leases use.
+	BatchTexts() int
 }
 
 // RowState is a row as stored; a NULL time is nil.
@@ -104,9 +114,9 @@ type Caps struct {
 	// other's guards and all come back empty (MySQL); otherwise exactly one takes the head.
 	FIFORacingClaimsMayAllMiss bool
 
-	// ManyLeases is how many leases the suite extends and settles in one call: more than
-	// the dialect's longest id list, so the call crosses its chunking.
-	ManyLeases int
+	// ListChunk is the most leases one statement of ExtendLeases or SettleLeases names; a
+	// longer list runs in chunks. 0: no limit.
+	ListChunk int
 
 	// ParkNudge is how far a delay parked in the lease (a table without retry_after) at
 	// exactly its token's own time moves the lease on. MySQL counts only changed rows, so
@@ -140,6 +150,7 @@ var topics = []struct {
 }{
 	{"lease", leaseScenarios},
 	{"fifo", fifoScenarios},
+	{"batch", batchScenarios},
 }
 
 // Run runs every scenario of the suite against the harness's database, as subtests named

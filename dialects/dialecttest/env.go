@@ -147,6 +147,18 @@ func (e *env) fill(table string, n int, group string) {
 	}
 }
 
+// concurrentWriters says another session can write while a caller's transaction holds a
+// row (not Caps.SingleWriter).
+func concurrentWriters(h Harness) bool { return !h.Caps().SingleWriter }
+
+// manyLeases is how many leases cross the dialect's chunking of id lists.
+func (e *env) manyLeases() int {
+	if e.caps.ListChunk == 0 {
+		return 5000
+	}
+	return e.caps.ListChunk + 3
+}
+
 // stored is t as the databases keep it: UTC, to the microsecond.
 func stored(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 

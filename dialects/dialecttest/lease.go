@@ -212,12 +212,12 @@ func testExtendLeases(t *testing.T, h Harness) {
 	}
 }
 
-// Caps.ManyLeases leases, more than one id list holds, extend in one call: all of them,
+// More leases than one statement names (Caps.ListChunk) extend in one call: all of them,
 // then all but one whose token is stale.
 func testExtendManyLeases(t *testing.T, h Harness) {
 	e := setup(t, h)
 	tbl := e.table("ra_many", leaseTable)
-	n := e.caps.ManyLeases
+	n := e.manyLeases()
 	e.fill(tbl.Name, n, "")
 	q := e.openLease(dialects.QueueSpec{Table: tbl})
 	until := t0.Add(time.Minute)

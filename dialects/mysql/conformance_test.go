@@ -18,10 +18,10 @@ type harness struct{}
 
 func (harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
-		Types:      dialecttest.Types{ID: "BIGINT AUTO_INCREMENT PRIMARY KEY", Text: "TEXT", Time: "DATETIME(6) NULL"},
-		RowLock:    true,
-		ManyLeases: maxList + 3,
-		ParkNudge:  time.Microsecond,
+		Types:     dialecttest.Types{ID: "BIGINT AUTO_INCREMENT PRIMARY KEY", Text: "TEXT", Time: "DATETIME(6) NULL"},
+		RowLock:   true,
+		ListChunk: maxList,
+		ParkNudge: time.Microsecond,
 		// Racing guards may all see each other's row locks.
 		FIFORacingClaimsMayAllMiss: true,
 	}
@@ -71,6 +71,11 @@ type callerTx struct{ *sql.Tx }
 
 func (tx callerTx) Value() any { return tx.Tx }
 
+func (tx callerTx) Exec(query string, args ...any) error {
+	_, err := tx.ExecContext(ctx, query, args...)
+	return err
+}
+
 func (harness) Begin(t *testing.T, d dialects.Dialect) dialecttest.Tx {
 	t.Helper()
 	tx, err := d.(*Dialect).DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -95,3 +100,12 @@ func (harness) HoldFIFOGroup(t *testing.T, d dialects.Dialect, tbl dialects.Tabl
 	}
 	return func() { tx.Rollback() }
 }
+
+// BatchText is the text of the batched statement for n leases (padded to a slot).
+func (harness) BatchText(q dialects.Queue, kind dialects.StepKind, n int) string {
+	slot, _ := pairSlotOf(n)
+	return q.(*leaseQueue).batch.lock.text(slot)
+}
+
+// BatchTexts: batches of 1 to 15 leases pad to 4 sizes.
+func (harness) BatchTexts() int { return 4 }

@@ -281,18 +281,3 @@ func waitGone(t *testing.T, db *sql.DB, id int64) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
-// fill inserts n rows of payload "p" in group into table.
-func fill(t *testing.T, d *Dialect, table string, n int, group string) {
-	t.Helper()
-	for n > 0 {
-		k := min(n, 500)
-		args := make([]any, 0, 2*k)
-		for range k {
-			args = append(args, []byte("p"), group)
-		}
-		mustExec(t, d.DB(), "INSERT INTO "+quote(table)+" (payload, grp) VALUES "+
-			strings.TrimSuffix(strings.Repeat("(?, ?),", k), ","), args...)
-		n -= k
-	}
-}

@@ -19,9 +19,8 @@ type harness struct{}
 
 func (harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
-		Types:      dialecttest.Types{ID: "integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY", Text: "text", Time: "timestamptz"},
-		RowLock:    true,
-		ManyLeases: 5000,
+		Types:   dialecttest.Types{ID: "integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY", Text: "text", Time: "timestamptz"},
+		RowLock: true,
 	}
 }
 
@@ -61,7 +60,13 @@ func (harness) State(t *testing.T, d dialects.Dialect, tbl dialects.Table, id in
 // pgTx is a caller's pgx.Tx.
 type pgTx struct{ tx pgx.Tx }
 
-func (tx pgTx) Value() any      { return tx.tx }
+func (tx pgTx) Value() any { return tx.tx }
+
+func (tx pgTx) Exec(query string, args ...any) error {
+	_, err := tx.tx.Exec(ctx, dialecttest.Dollar(query), args...)
+	return err
+}
+
 func (tx pgTx) Commit() error   { return tx.tx.Commit(ctx) }
 func (tx pgTx) Rollback() error { return tx.tx.Rollback(ctx) }
 

@@ -26,7 +26,7 @@ type harness struct {
 func (*harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
 		Types:        dialecttest.Types{ID: "INTEGER PRIMARY KEY", Text: "TEXT", Time: "TEXT"},
-		ManyLeases:   maxExtend + 3,
+		ListChunk:    maxSettle,
 		SingleWriter: true,
 	}
 }
@@ -111,6 +111,11 @@ type callerTx struct{ *sql.Tx }
 
 func (tx callerTx) Value() any { return tx.Tx }
 
+func (tx callerTx) Exec(query string, args ...any) error {
+	_, err := tx.ExecContext(ctx, query, args...)
+	return err
+}
+
 func (*harness) Begin(t *testing.T, d dialects.Dialect) dialecttest.Tx {
 	t.Helper()
 	tx, err := d.(*Dialect).DB().BeginTx(ctx, nil)
@@ -119,3 +124,12 @@ func (*harness) Begin(t *testing.T, d dialects.Dialect) dialecttest.Tx {
 	}
 	return callerTx{tx}
 }
+
+// BatchText is the text of the batched statement for n leases (padded to a slot).
+func (*harness) BatchText(q dialects.Queue, kind dialects.StepKind, n int) string {
+	slot, _ := pairSlot(n)
+	return q.(*leaseQueue).batch.release.text(slot)
+}
+
+// BatchTexts: batches of 1 to 15 leases pad to 5 sizes.
+func (*harness) BatchTexts() int { return 5 }
