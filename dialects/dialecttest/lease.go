@@ -1,7 +1,9 @@
 package dialecttest
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -23,6 +25,8 @@ var leaseScenarios = []scenario{
 	{name: "ExtendLeasesNeverConfirmsByValue", run: testExtendLeasesNeverConfirmsByValue},
 	{name: "ExtendLeasesToTheSameToken", run: testExtendLeasesToTheSameToken},
 	{name: "ClaimTokenIsLaterThanTheExpiredOne", run: testClaimTokenIsLaterThanTheExpiredOne},
+	{name: "ExtendAndBatchSkipARowAnotherSessionHolds", run: testExtendAndBatchSkipARowAnotherSessionHolds,
+		applies: concurrentWriters},
 }
 
 func testClaimLeases(t *testing.T, h Harness) {
@@ -597,5 +601,67 @@ func testClaimTokenIsLaterThanTheExpiredOne(t *testing.T, h Harness) {
 			t.Fatalf("fifo %v: the new token %v is not after the expired %v", fifo, s.LockedUntil, first)
 		}
 		sameTime(t, "locked_until", s.LockedUntil, second)
+	}
+}
+
+// Another session holding one leased row's lock (a service's own transaction, a slow
+// report) must not hold up the extension or the batched settlement of the other leases: a
+// round that waited for that lock would keep every other lease of the round from moving
+// and let them run out. The busy row is skipped, reported busy (still ours, not lost), and
+// a batch leaves it for a settlement of its own; a lost row is still reported lost.
+func testExtendAndBatchSkipARowAnotherSessionHolds(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_busy", leaseTable)
+	var in []int64
+	for range 3 {
+		in = append(in, e.publish(tbl, dialects.Message{Payload: []byte("p")}))
+	}
+	q := e.openLease(dialects.QueueSpec{Table: tbl})
+	start := t0.Truncate(time.Second)
+	token := start.Add(10 * time.Second)
+	if rows, err := q.ClaimLeases(ctx, start, token, 3); err != nil || len(rows) != 3 {
+		t.Fatalf("claim: %v %v", ids(rows), err)
+	}
+	held := []dialects.Lease{{ID: in[0], Token: token}, {ID: in[1], Token: token}, {ID: in[2], Token: token}}
+
+	// The outside session locks the middle row and keeps it.
+	other := h.Begin(t, e.d)
+	defer other.Rollback()
+	if err := other.Exec("SELECT id FROM "+e.q(tbl.Name)+" WHERE id = ? FOR UPDATE", in[1]); err != nil {
+		t.Fatal(err)
+	}
+	// A row whose lease was lost meanwhile is reported lost, not busy.
+	lostToken := token.Add(time.Hour)
+	e.exec("UPDATE "+e.q(tbl.Name)+" SET locked_until = ? WHERE id = ?", h.TimeArg(lostToken), in[2])
+
+	until := token.Add(20 * time.Second)
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	moved, err := q.ExtendLeases(short, until, held)
+	var busy *dialects.RowsBusyError
+	if !errors.As(err, &busy) || !slices.Equal(moved, []int64{in[0]}) || !slices.Equal(busy.IDs, []int64{in[1]}) {
+		t.Fatalf("extension: moved %v, err %v; want [%d] moved and row %d busy", moved, err, in[0], in[1])
+	}
+	s, _ := e.state(tbl, in[0])
+	sameTime(t, "free row's lease", s.LockedUntil, until)
+
+	// A batched ack of the held row and the free one: the free one is acked at once.
+	acked, err := q.(dialects.LeaseBatchQueue).SettleLeases(short, dialects.StepAck, start,
+		[]dialects.Lease{{ID: in[0], Token: until}, {ID: in[1], Token: token}, {ID: in[2], Token: token}})
+	if !errors.As(err, &busy) || !slices.Equal(busy.IDs, []int64{in[1]}) || !slices.Equal(acked, []int64{in[0]}) {
+		t.Fatalf("batched ack: acked %v, err %v; want [%d] acked and row %d busy", acked, err, in[0], in[1])
+	}
+	if _, ok := e.state(tbl, in[0]); ok {
+		t.Fatalf("row %d not acked", in[0])
+	}
+	s, _ = e.state(tbl, in[2])
+	sameTime(t, "the lost row's other lease", s.LockedUntil, lostToken)
+
+	// Once the other session ends, the busy row is still ours and settles alone.
+	if err := other.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck, Now: start}, held[1]); !ok || err != nil {
+		t.Fatalf("busy row's own ack: %v %v", ok, err)
 	}
 }
