@@ -80,6 +80,13 @@ type FIFOGuardHolder interface {
 	HoldFIFOGroup(t *testing.T, d dialects.Dialect, tbl dialects.Table, group string, behind int64) (release func())
 }
 
+// PublishChecker is a harness that checks how its database stored a published row (column
+// types, JSON as JSON); the suite calls it on a row published with a binary payload and
+// headers {"a":1,"traceparent":"00-x"}.
+type PublishChecker interface {
+	CheckPublished(t *testing.T, d dialects.Dialect, tbl dialects.Table, id int64)
+}
+
 // BatchTexter is a harness that can tell the statement text SettleLeases runs for n leases
 // of kind on q, so the suite can check that texts are built once per padded size.
 type BatchTexter interface {
@@ -114,6 +121,13 @@ type Caps struct {
 	// other's guards and all come back empty (MySQL); otherwise exactly one takes the head.
 	FIFORacingClaimsMayAllMiss bool
 
+	// TxType is the type Publish takes as a caller's transaction, as its errors name it.
+	TxType string
+	// WrongTx is a value of a type Publish does not take as tx, that a caller might pass.
+	WrongTx any
+	// TypedNilTx, when set, is a nil of TxType, which Publish takes as no transaction.
+	TypedNilTx any
+
 	// ListChunk is the most leases one statement of ExtendLeases or SettleLeases names; a
 	// longer list runs in chunks. 0: no limit.
 	ListChunk int
@@ -132,6 +146,10 @@ type Types struct {
 	Text string
 	// Time is a nullable time column's type (the dialect's choice for locked_until).
 	Time string
+	// Blob is a binary column's type.
+	Blob string
+	// JSON is a JSON column's type.
+	JSON string
 }
 
 // scenario is one behaviour of the suite.
@@ -151,6 +169,7 @@ var topics = []struct {
 	{"lease", leaseScenarios},
 	{"fifo", fifoScenarios},
 	{"batch", batchScenarios},
+	{"publish", publishScenarios},
 }
 
 // Run runs every scenario of the suite against the harness's database, as subtests named

@@ -18,10 +18,13 @@ type harness struct{}
 
 func (harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
-		Types:     dialecttest.Types{ID: "BIGINT AUTO_INCREMENT PRIMARY KEY", Text: "TEXT", Time: "DATETIME(6) NULL"},
-		RowLock:   true,
-		ListChunk: maxList,
-		ParkNudge: time.Microsecond,
+		Types:      dialecttest.Types{ID: "BIGINT AUTO_INCREMENT PRIMARY KEY", Text: "TEXT", Time: "DATETIME(6) NULL", Blob: "LONGBLOB", JSON: "JSON"},
+		TxType:     "*sql.Tx",
+		WrongTx:    (*sql.DB)(nil),
+		TypedNilTx: (*sql.Tx)(nil),
+		RowLock:    true,
+		ListChunk:  maxList,
+		ParkNudge:  time.Microsecond,
 		// Racing guards may all see each other's row locks.
 		FIFORacingClaimsMayAllMiss: true,
 	}
@@ -109,3 +112,12 @@ func (harness) BatchText(q dialects.Queue, kind dialects.StepKind, n int) string
 
 // BatchTexts: batches of 1 to 15 leases pad to 4 sizes.
 func (harness) BatchTexts() int { return 4 }
+
+// CheckPublished: the headers are stored as JSON the server can query.
+func (harness) CheckPublished(t *testing.T, d dialects.Dialect, tbl dialects.Table, id int64) {
+	t.Helper()
+	if n := count(t, d.(*Dialect).DB(), "SELECT COUNT(*) FROM "+quote(tbl.Name)+
+		" WHERE id = ? AND JSON_EXTRACT(headers, '$.traceparent') = '00-x' AND JSON_EXTRACT(headers, '$.a') = 1", id); n != 1 {
+		t.Error("headers not stored as JSON")
+	}
+}

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
@@ -19,7 +20,9 @@ type harness struct{}
 
 func (harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
-		Types:   dialecttest.Types{ID: "integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY", Text: "text", Time: "timestamptz"},
+		Types:   dialecttest.Types{ID: "integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY", Text: "text", Time: "timestamptz", Blob: "bytea", JSON: "jsonb"},
+		TxType:  "pgx.Tx",
+		WrongTx: &sql.Tx{},
 		RowLock: true,
 	}
 }
@@ -92,4 +95,18 @@ func (harness) HoldFIFOGroup(t *testing.T, d dialects.Dialect, tbl dialects.Tabl
 		t.Fatal(err)
 	}
 	return func() { tx.Rollback(ctx) }
+}
+
+// CheckPublished: the headers are a jsonb object.
+func (harness) CheckPublished(t *testing.T, d dialects.Dialect, tbl dialects.Table, id int64) {
+	t.Helper()
+	var htype string
+	var a int
+	if err := d.(*Dialect).Pool().QueryRow(ctx, "SELECT jsonb_typeof(headers), (headers ->> 'a')::int FROM "+
+		quote(tbl.Name)+" WHERE id = $1", id).Scan(&htype, &a); err != nil {
+		t.Fatal(err)
+	}
+	if htype != "object" || a != 1 {
+		t.Errorf("stored headers as %s (a = %d)", htype, a)
+	}
 }

@@ -25,7 +25,10 @@ type harness struct {
 
 func (*harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
-		Types:        dialecttest.Types{ID: "INTEGER PRIMARY KEY", Text: "TEXT", Time: "TEXT"},
+		Types:        dialecttest.Types{ID: "INTEGER PRIMARY KEY", Text: "TEXT", Time: "TEXT", Blob: "BLOB", JSON: "TEXT"},
+		TxType:       "*sql.Tx",
+		WrongTx:      (*sql.DB)(nil),
+		TypedNilTx:   (*sql.Tx)(nil),
 		ListChunk:    maxSettle,
 		SingleWriter: true,
 	}
@@ -133,3 +136,17 @@ func (*harness) BatchText(q dialects.Queue, kind dialects.StepKind, n int) strin
 
 // BatchTexts: batches of 1 to 15 leases pad to 5 sizes.
 func (*harness) BatchTexts() int { return 5 }
+
+// CheckPublished: the payload is stored as a BLOB, the headers as JSON text.
+func (*harness) CheckPublished(t *testing.T, d dialects.Dialect, tbl dialects.Table, id int64) {
+	t.Helper()
+	var ptype, htype string
+	var a int
+	if err := d.(*Dialect).DB().QueryRowContext(ctx, "SELECT typeof(payload), typeof(headers), headers ->> '$.a' FROM "+
+		quote(tbl.Name)+" WHERE id = ?", id).Scan(&ptype, &htype, &a); err != nil {
+		t.Fatal(err)
+	}
+	if ptype != "blob" || htype != "text" || a != 1 {
+		t.Errorf("stored payload as %s, headers as %s (a = %d)", ptype, htype, a)
+	}
+}

@@ -42,17 +42,3 @@ func TestNewLeavesThePoolToTheCaller(t *testing.T) {
 		t.Error("a closed dialect opened a queue")
 	}
 }
-
-func TestPublishTypedNilTx(t *testing.T) {
-	d := newDialect(t)
-	tbl := leaseTable("jobs")
-	createTable(t, d, tbl)
-	p, err := d.Publisher(ctx, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tx *sql.Tx
-	if _, err := p.Publish(ctx, tx, dialects.Message{Payload: []byte("x")}); err != nil {
-		t.Fatal(err)
-	}
-}
