@@ -16,6 +16,7 @@
 package dialecttest
 
 import (
+	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -42,6 +43,10 @@ type Harness interface {
 
 	// Exec runs a statement written with ? placeholders on d's pool.
 	Exec(t *testing.T, d dialects.Dialect, query string, args ...any)
+
+	// Try runs a statement written with ? placeholders on d's pool under c, and returns its
+	// error as the driver gave it.
+	Try(c context.Context, d dialects.Dialect, query string, args ...any) error
 
 	// QueryRow runs a query written with ? placeholders on d's pool and scans its first row
 	// into dest (pointers to int, int64, string or []byte). It reports false when the query
@@ -85,6 +90,22 @@ type FIFOGuardHolder interface {
 // headers {"a":1,"traceparent":"00-x"}.
 type PublishChecker interface {
 	CheckPublished(t *testing.T, d dialects.Dialect, tbl dialects.Table, id int64)
+}
+
+// FaultMaker is a harness that can produce the faults only its database has (a killed
+// session, a server that is not there, a lock another session holds), for the suite to
+// classify.
+type FaultMaker interface {
+	// MakeFaults produces them on d, whose table (columns id and v, one row, id 1) the
+	// suite created.
+	MakeFaults(t *testing.T, d dialects.Dialect, table string) []MadeFault
+}
+
+// MadeFault is a fault a FaultMaker produced: the error and the class it must have.
+type MadeFault struct {
+	What string
+	Err  error
+	Want dialects.Fault
 }
 
 // BatchTexter is a harness that can tell the statement text SettleLeases runs for n leases
@@ -170,6 +191,7 @@ var topics = []struct {
 	{"fifo", fifoScenarios},
 	{"batch", batchScenarios},
 	{"publish", publishScenarios},
+	{"faults", faultScenarios},
 }
 
 // Run runs every scenario of the suite against the harness's database, as subtests named
