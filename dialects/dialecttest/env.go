@@ -96,8 +96,11 @@ func rowLockTable(name string) dialects.Table {
 
 func advisoryTable(name string) dialects.Table {
 	return dialects.Table{Name: name, ID: "id", Payload: "payload", Attempt: "attempt", ProcessedAt: "processed_at",
-		RetryAfter: "retry_after", AdvisoryKey: name + "-{account}'s"}
+		RetryAfter: "retry_after", AdvisoryKey: name + "-{account}'s\\"}
 }
+
+// keyOf is the key advisoryTable's template renders for account.
+func keyOf(table, account string) string { return table + "-" + account + "'s\\" }
 
 func (e *env) open(spec dialects.QueueSpec) dialects.Queue {
 	e.t.Helper()
@@ -107,6 +110,44 @@ func (e *env) open(spec dialects.QueueSpec) dialects.Queue {
 	}
 	e.t.Cleanup(func() { q.Close() })
 	return q
+}
+
+func (e *env) openAdvisory(spec dialects.QueueSpec) dialects.AdvisoryQueue {
+	e.t.Helper()
+	q := e.open(spec)
+	aq, ok := q.(dialects.AdvisoryQueue)
+	if !ok {
+		e.t.Fatalf("Open returned %T, not an AdvisoryQueue", q)
+	}
+	return aq
+}
+
+// session opens an advisory session, aborted when the test ends.
+func (e *env) session(q dialects.AdvisoryQueue) dialects.Session {
+	e.t.Helper()
+	s, err := q.Session(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { s.Abort(ctx) })
+	return s
+}
+
+func tryLock(t *testing.T, s dialects.Session, key string) bool {
+	t.Helper()
+	ok, err := s.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// unlock ends a session that must keep its connection.
+func unlock(t *testing.T, s dialects.Session) {
+	t.Helper()
+	if closed, err := s.Unlock(ctx); closed || err != nil {
+		t.Fatalf("unlock: closed %v, %v", closed, err)
+	}
 }
 
 func (e *env) openLease(spec dialects.QueueSpec) dialects.LeaseQueue {

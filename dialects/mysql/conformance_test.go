@@ -3,6 +3,7 @@ package mysql
 import (
 	"database/sql"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,4 +121,33 @@ func (harness) CheckPublished(t *testing.T, d dialects.Dialect, tbl dialects.Tab
 		" WHERE id = ? AND JSON_EXTRACT(headers, '$.traceparent') = '00-x' AND JSON_EXTRACT(headers, '$.a') = 1", id); n != 1 {
 		t.Error("headers not stored as JSON")
 	}
+}
+
+// HoldKey takes key's GET_LOCK on a connection of its own.
+func (harness) HoldKey(t *testing.T, d dialects.Dialect, key string) func() {
+	t.Helper()
+	db := d.(*Dialect).DB()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", LockName(databaseName(t, db), key)).Scan(&got); err != nil || got != 1 {
+		conn.Close()
+		t.Fatalf("GET_LOCK: %v %v", got, err)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { discard(conn) }) }
+}
+
+func (harness) LocksHeld(t *testing.T, d dialects.Dialect, keys ...string) int {
+	t.Helper()
+	db := d.(*Dialect).DB()
+	n := 0
+	for _, key := range keys {
+		if usedBy(t, db, LockName(databaseName(t, db), key)) != 0 {
+			n++
+		}
+	}
+	return n
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -190,53 +189,6 @@ func mustExecOn(t *testing.T, s dialects.Session, query string, args ...any) {
 	t.Helper()
 	if _, err := s.(*session).conn.Exec(ctx, query, args...); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestAdvisoryCandidates(t *testing.T) {
-	d := newDialect(t)
-	tbl := advisoryTable(tableName(t, d))
-	createTable(t, d, tbl)
-	tq := quote(tbl.Name)
-	mustExec(t, d, "INSERT INTO "+tq+" (payload, account) VALUES ('a', 'x'), ('b', 'x'), ('c', 'y'), ('d', NULL), ('e', 'z')")
-	mustExec(t, d, "INSERT INTO "+tq+" (payload, account, retry_after) VALUES ('f', 'w', $1)", t0.Add(time.Second))
-	mustExec(t, d, "INSERT INTO "+tq+" (payload, account, processed_at) VALUES ('g', 'v', $1)", t0)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	var first int64
-	if err := d.Pool().QueryRow(ctx, "SELECT min(id) FROM "+tq).Scan(&first); err != nil {
-		t.Fatal(err)
-	}
-	key := func(s string) string { return tbl.Name + "-" + s + "'s" }
-	cand := func(n int64, k string) dialects.Candidate { return dialects.Candidate{ID: first + n, Key: key(k)} }
-
-	cands, err := q.Candidates(ctx, t0, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []dialects.Candidate{cand(0, "x"), cand(1, "x"), cand(2, "y"), cand(3, ""), cand(4, "z")}
-	if !slices.Equal(cands, want) {
-		t.Fatalf("candidates %v, want %v", cands, want)
-	}
-
-	s := newSession(t, q)
-	if !tryLock(t, s, key("x")) {
-		t.Fatal("lock refused")
-	}
-	// The held key's rows are passed over and the limit still fills.
-	cands, err = q.Candidates(ctx, t0, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(cands, []dialects.Candidate{cand(2, "y"), cand(3, "")}) {
-		t.Fatalf("candidates with x held: %v", cands)
-	}
-	// The probe's shared locks end with the statement.
-	if n := locksHeld(t, d, key("y"), key(""), key("z")); n != 0 {
-		t.Fatalf("the candidates query left %d locks", n)
-	}
-	unlock(t, s)
-	if n := locksHeld(t, d, key("x")); n != 0 {
-		t.Fatalf("%d locks left", n)
 	}
 }
 

@@ -3,6 +3,7 @@ package postgres
 import (
 	"database/sql"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,4 +110,29 @@ func (harness) CheckPublished(t *testing.T, d dialects.Dialect, tbl dialects.Tab
 	if htype != "object" || a != 1 {
 		t.Errorf("stored headers as %s (a = %d)", htype, a)
 	}
+}
+
+// HoldKey takes key's session lock on a pool connection of its own.
+func (harness) HoldKey(t *testing.T, d dialects.Dialect, key string) func() {
+	t.Helper()
+	conn, err := d.(*Dialect).Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", key); err != nil {
+		conn.Release()
+		t.Fatal(err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			conn.Exec(ctx, "SELECT pg_advisory_unlock_all()")
+			conn.Release()
+		})
+	}
+}
+
+func (harness) LocksHeld(t *testing.T, d dialects.Dialect, keys ...string) int {
+	t.Helper()
+	return locksHeld(t, d.(*Dialect), keys...)
 }

@@ -25,12 +25,14 @@ type harness struct {
 
 func (*harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
-		Types:        dialecttest.Types{ID: "INTEGER PRIMARY KEY", Text: "TEXT", Time: "TEXT", Blob: "BLOB", JSON: "TEXT"},
+		Types:        dialecttest.Types{CaseBlindText: "TEXT COLLATE NOCASE", ID: "INTEGER PRIMARY KEY", Text: "TEXT", Time: "TEXT", Blob: "BLOB", JSON: "TEXT"},
 		TxType:       "*sql.Tx",
 		WrongTx:      (*sql.DB)(nil),
 		TypedNilTx:   (*sql.Tx)(nil),
 		ListChunk:    maxSettle,
 		SingleWriter: true,
+		// A session is a registry slot; it settles on the pool after its Unlock too.
+		EndedSessionSettles: true,
 	}
 }
 
