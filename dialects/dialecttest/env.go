@@ -2,7 +2,6 @@ package dialecttest
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -104,22 +103,12 @@ func keyOf(table, account string) string { return table + "-" + account + "'s\\"
 
 func (e *env) open(spec dialects.QueueSpec) dialects.Queue {
 	e.t.Helper()
-	q, err := e.d.Open(ctx, spec)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { q.Close() })
-	return q
+	return OpenQueue(e.t, e.d, spec)
 }
 
 func (e *env) openAdvisory(spec dialects.QueueSpec) dialects.AdvisoryQueue {
 	e.t.Helper()
-	q := e.open(spec)
-	aq, ok := q.(dialects.AdvisoryQueue)
-	if !ok {
-		e.t.Fatalf("Open returned %T, not an AdvisoryQueue", q)
-	}
-	return aq
+	return OpenAdvisory(e.t, e.d, spec)
 }
 
 // session opens an advisory session, aborted when the test ends.
@@ -152,25 +141,12 @@ func unlock(t *testing.T, s dialects.Session) {
 
 func (e *env) openLease(spec dialects.QueueSpec) dialects.LeaseQueue {
 	e.t.Helper()
-	q := e.open(spec)
-	lq, ok := q.(dialects.LeaseQueue)
-	if !ok {
-		e.t.Fatalf("Open returned %T, not a LeaseQueue", q)
-	}
-	return lq
+	return OpenLease(e.t, e.d, spec)
 }
 
 func (e *env) publish(tbl dialects.Table, m dialects.Message) int64 {
 	e.t.Helper()
-	p, err := e.d.Publisher(ctx, tbl)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	id, err := p.Publish(ctx, nil, m)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return id
+	return Publish(e.t, e.d, tbl, m)
 }
 
 // fill inserts n rows of payload "p" in group into a table with a group column.
@@ -223,29 +199,8 @@ func sameState(a, b RowState) bool {
 		eq(a.RetryAfter, b.RetryAfter) && eq(a.ProcessedAt, b.ProcessedAt)
 }
 
-func configError(t *testing.T, err error) *dialects.ConfigError {
-	t.Helper()
-	var ce *dialects.ConfigError
-	if !errors.As(err, &ce) || !errors.Is(err, dialects.ErrConfig) {
-		t.Fatalf("want a *ConfigError, got %T %v", err, err)
-	}
-	if ce.Fix == "" || ce.Reason == "" {
-		t.Errorf("config error without reason or fix: %v", err)
-	}
-	return ce
-}
-
-func contains(t *testing.T, s, sub string) {
-	t.Helper()
-	if !strings.Contains(s, sub) {
-		t.Errorf("%q does not contain %q", s, sub)
-	}
-}
-
-func ids(rows []dialects.Row) []int64 {
-	var out []int64
-	for _, r := range rows {
-		out = append(out, r.ID)
-	}
-	return out
-}
+var (
+	configError = ConfigError
+	contains    = Contains
+	ids         = IDs
+)
