@@ -60,6 +60,10 @@ type Harness interface {
 	// the dialect's Publish takes.
 	Begin(t *testing.T, d dialects.Dialect) Tx
 
+	// SetAttemptType gives tbl's attempt column another integer type, as a table created
+	// before rowactor rendered integer attempts has (never called with Type "").
+	SetAttemptType(t *testing.T, d dialects.Dialect, tbl dialects.Table, typ string)
+
 	// State reads the columns tbl names of row id (unnamed ones read as zero), and reports
 	// whether the row exists. A harness checks here how its database stores times.
 	State(t *testing.T, d dialects.Dialect, tbl dialects.Table, id int64) (RowState, bool)
@@ -164,6 +168,12 @@ type Caps struct {
 	// whether SQLite should refuse too is an open question (issue #17 part 1 report).
 	EndedSessionSettles bool
 
+	// AttemptTypes are the attempt column types an existing table may have, with their
+	// maxima, where a claim or a retry saturates the counter. The first is the narrow type
+	// the single saturation tests use. A Type "" leaves the column as Schema renders it
+	// (SQLite: 64-bit integers, the counter capped at what a 32-bit column holds).
+	AttemptTypes []AttemptType
+
 	// ListChunk is the most leases one statement of ExtendLeases or SettleLeases names; a
 	// longer list runs in chunks. 0: no limit.
 	ListChunk int
@@ -172,6 +182,13 @@ type Caps struct {
 	// exactly its token's own time moves the lease on. MySQL counts only changed rows, so
 	// an unchanged row would read as a lost lease: it moves a microsecond on.
 	ParkNudge time.Duration
+}
+
+// AttemptType is an attempt column type and its maximum.
+type AttemptType struct {
+	Name string // subtest name
+	Type string // for Harness.SetAttemptType; "" keeps the column
+	Max  int64
 }
 
 // Types are column types for CREATE TABLE statements the suite writes itself.
@@ -212,6 +229,7 @@ var topics = []struct {
 	{"publish", publishScenarios},
 	{"faults", faultScenarios},
 	{"advisory", advisoryScenarios},
+	{"poison", poisonScenarios},
 }
 
 // Run runs every scenario of the suite against the harness's database, as subtests named

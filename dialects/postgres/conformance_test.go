@@ -21,7 +21,9 @@ type harness struct{}
 
 func (harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
-		Types:   dialecttest.Types{ID: "integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY", Text: "text", Time: "timestamptz", Blob: "bytea", JSON: "jsonb"},
+		Types: dialecttest.Types{ID: "integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY", Text: "text", Time: "timestamptz", Blob: "bytea", JSON: "jsonb"},
+		AttemptTypes: []dialecttest.AttemptType{{Name: "smallint", Type: "smallint", Max: 32767}, {Name: "integer", Type: "integer", Max: 2147483647},
+			{Name: "bigint", Type: "bigint", Max: 9223372036854775807}},
 		TxType:  "pgx.Tx",
 		WrongTx: &sql.Tx{},
 		RowLock: true,
@@ -135,4 +137,9 @@ func (harness) HoldKey(t *testing.T, d dialects.Dialect, key string) func() {
 func (harness) LocksHeld(t *testing.T, d dialects.Dialect, keys ...string) int {
 	t.Helper()
 	return locksHeld(t, d.(*Dialect), keys...)
+}
+
+func (harness) SetAttemptType(t *testing.T, d dialects.Dialect, tbl dialects.Table, typ string) {
+	t.Helper()
+	narrowAttempt(t, d.(*Dialect), tbl, typ)
 }

@@ -26,6 +26,7 @@ type harness struct {
 func (*harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
 		Types:        dialecttest.Types{CaseBlindText: "TEXT COLLATE NOCASE", ID: "INTEGER PRIMARY KEY", Text: "TEXT", Time: "TEXT", Blob: "BLOB", JSON: "TEXT"},
+		AttemptTypes: []dialecttest.AttemptType{{Name: "capped", Max: attemptCap}},
 		TxType:       "*sql.Tx",
 		WrongTx:      (*sql.DB)(nil),
 		TypedNilTx:   (*sql.Tx)(nil),
@@ -151,4 +152,9 @@ func (*harness) CheckPublished(t *testing.T, d dialects.Dialect, tbl dialects.Ta
 	if ptype != "blob" || htype != "text" || a != 1 {
 		t.Errorf("stored payload as %s, headers as %s (a = %d)", ptype, htype, a)
 	}
+}
+
+// SetAttemptType is never called: SQLite's integers are 64-bit, the counter capped.
+func (*harness) SetAttemptType(t *testing.T, d dialects.Dialect, tbl dialects.Table, typ string) {
+	t.Fatalf("SQLite keeps its attempt column as Schema renders it (asked for %s)", typ)
 }
