@@ -121,6 +121,24 @@ type KeyInspector interface {
 	LocksHeld(t *testing.T, d dialects.Dialect, keys ...string) int
 }
 
+// Refuser is a harness with refusals of Open only its database makes (name lengths, a
+// mode or isolation it cannot open, a column type it needs), run beside the suite's.
+type Refuser interface {
+	// Refusals are built on jobs, a lease table, and dead, a table that lacks the headers
+	// column, both created by the suite.
+	Refusals(t *testing.T, d dialects.Dialect, jobs, dead string) []Refusal
+}
+
+// Refusal is a spec Open must refuse with a *dialects.ConfigError naming the spec's table,
+// Column and Option, its message containing Reason.
+type Refusal struct {
+	Name   string
+	Spec   dialects.QueueSpec
+	Column string
+	Option string
+	Reason string
+}
+
 // BatchTexter is a harness that can tell the statement text SettleLeases runs for n leases
 // of kind on q, so the suite can check that texts are built once per padded size.
 type BatchTexter interface {
@@ -203,6 +221,8 @@ type Types struct {
 	// (SQLite's COLLATE NOCASE); MySQL's default collation already does, and also ignores
 	// trailing spaces.
 	CaseBlindText string
+	// Int is an integer column's type.
+	Int string
 	// Blob is a binary column's type.
 	Blob string
 	// JSON is a JSON column's type.
@@ -230,6 +250,7 @@ var topics = []struct {
 	{"faults", faultScenarios},
 	{"advisory", advisoryScenarios},
 	{"poison", poisonScenarios},
+	{"validate", validateScenarios},
 }
 
 // Run runs every scenario of the suite against the harness's database, as subtests named

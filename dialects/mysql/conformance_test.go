@@ -19,7 +19,7 @@ type harness struct{}
 
 func (harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
-		Types: dialecttest.Types{ID: "BIGINT AUTO_INCREMENT PRIMARY KEY", Text: "TEXT", Time: "DATETIME(6) NULL", Blob: "LONGBLOB", JSON: "JSON"},
+		Types: dialecttest.Types{ID: "BIGINT AUTO_INCREMENT PRIMARY KEY", Text: "TEXT", Time: "DATETIME(6) NULL", Int: "SMALLINT", Blob: "LONGBLOB", JSON: "JSON"},
 		AttemptTypes: []dialecttest.AttemptType{{Name: "SMALLINT", Type: "SMALLINT", Max: 32767}, {Name: "TINYINT UNSIGNED", Type: "TINYINT UNSIGNED", Max: 255},
 			{Name: "INT", Type: "INT", Max: 2147483647}, {Name: "MEDIUMINT", Type: "MEDIUMINT", Max: 8388607}, {Name: "BIGINT", Type: "BIGINT", Max: 9223372036854775807}},
 		TxType:     "*sql.Tx",

@@ -21,7 +21,7 @@ type harness struct{}
 
 func (harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
-		Types: dialecttest.Types{ID: "integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY", Text: "text", Time: "timestamptz", Blob: "bytea", JSON: "jsonb"},
+		Types: dialecttest.Types{ID: "integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY", Text: "text", Time: "timestamptz", Int: "int", Blob: "bytea", JSON: "jsonb"},
 		AttemptTypes: []dialecttest.AttemptType{{Name: "smallint", Type: "smallint", Max: 32767}, {Name: "integer", Type: "integer", Max: 2147483647},
 			{Name: "bigint", Type: "bigint", Max: 9223372036854775807}},
 		TxType:  "pgx.Tx",

@@ -25,7 +25,7 @@ type harness struct {
 
 func (*harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
-		Types:        dialecttest.Types{CaseBlindText: "TEXT COLLATE NOCASE", ID: "INTEGER PRIMARY KEY", Text: "TEXT", Time: "TEXT", Blob: "BLOB", JSON: "TEXT"},
+		Types:        dialecttest.Types{CaseBlindText: "TEXT COLLATE NOCASE", ID: "INTEGER PRIMARY KEY", Text: "TEXT", Time: "TEXT", Int: "INTEGER", Blob: "BLOB", JSON: "TEXT"},
 		AttemptTypes: []dialecttest.AttemptType{{Name: "capped", Max: attemptCap}},
 		TxType:       "*sql.Tx",
 		WrongTx:      (*sql.DB)(nil),
