@@ -34,6 +34,10 @@ type Harness interface {
 	// one test reach the same database, as two processes would.
 	Open(t *testing.T) dialects.Dialect
 
+	// Zero returns the dialect's zero value: no database behind it (cmd/rowactor's schema
+	// command renders with it).
+	Zero() dialects.Dialect
+
 	// TableName returns a table name no other test (or earlier run) uses, starting with
 	// prefix; the table, if created, is dropped when t ends.
 	TableName(t *testing.T, d dialects.Dialect, prefix string) string
@@ -251,6 +255,7 @@ var topics = []struct {
 	{"advisory", advisoryScenarios},
 	{"poison", poisonScenarios},
 	{"validate", validateScenarios},
+	{"admin", adminScenarios},
 }
 
 // Run runs every scenario of the suite against the harness's database, as subtests named

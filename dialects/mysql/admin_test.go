@@ -7,24 +7,6 @@ import (
 	"github.com/rowactor/rowactor/dialects"
 )
 
-// TestZeroDialectSchema: Schema reads only the description, so the zero Dialect (which
-// cmd/rowactor's schema command uses, with no database) renders what an open one does.
-func TestZeroDialectSchema(t *testing.T) {
-	d := newDialect(t)
-	for _, tbl := range []dialects.Table{
-		leaseTable("jobs"),
-		rowLockTable("a_table_name_long_enough_to_need_the_fixed_claim_index_name_x"),
-		{Name: "jobs", ID: "id", Payload: "payload", AdvisoryKey: "jobs-{account}", ProcessedAt: "processed_at"},
-		{Name: "jobs", ID: "id", Payload: "payload", Mode: dialects.Immediate}, // refused alike
-	} {
-		want, wantErr := d.Schema(tbl)
-		got, err := (&Dialect{}).Schema(tbl)
-		if got != want || (err == nil) != (wantErr == nil) {
-			t.Errorf("zero Dialect Schema(%+v) = %q, %v; an open one renders %q, %v", tbl, got, err, want, wantErr)
-		}
-	}
-}
-
 // TestStatsShapes: an empty table with groups has no group to report, one without groups
 // one line of zeros; DATETIME(6) times equal to now are past; an advisory table with no
 // time column binds no now, and counts the row whose key a session holds (GET_LOCK on

@@ -35,6 +35,8 @@ func (harness) Caps() dialecttest.Caps {
 
 func (harness) Open(t *testing.T) dialects.Dialect { return newDialect(t) }
 
+func (harness) Zero() dialects.Dialect { return &Dialect{} }
+
 func (harness) TableName(t *testing.T, d dialects.Dialect, prefix string) string {
 	return tableName(t, d.(*Dialect), prefix)
 }

@@ -37,6 +37,8 @@ func (*harness) Caps() dialecttest.Caps {
 	}
 }
 
+func (*harness) Zero() dialects.Dialect { return &Dialect{} }
+
 func (h *harness) Open(t *testing.T) dialects.Dialect {
 	t.Helper()
 	path, loaded := h.files.LoadOrStore(t, filepath.Join(t.TempDir(), "queue.db"))
