@@ -60,6 +60,10 @@ type Harness interface {
 	// TimeArg is t as a query argument compared with a time column.
 	TimeArg(t time.Time) any
 
+	// LentExec runs a statement written with ? placeholders in a transaction the dialect
+	// lent a handler (DeliveryTx.Tx), as the handler would.
+	LentExec(t *testing.T, tx any, query string, args ...any)
+
 	// Begin opens a transaction of the caller's on d's pool at read committed, of the type
 	// the dialect's Publish takes.
 	Begin(t *testing.T, d dialects.Dialect) Tx
@@ -196,6 +200,13 @@ type Caps struct {
 	// (SQLite: 64-bit integers, the counter capped at what a 32-bit column holds).
 	AttemptTypes []AttemptType
 
+	// Concat is the SQL expression that concatenates parts (column names, literals, event
+	// placeholders) as text.
+	Concat func(parts ...string) string
+	// NowText, when set, is how an event's {now} reads when stored into a text column
+	// (SQLite binds times as TimeLayout text); nil where a time does not bind as text.
+	NowText func(time.Time) string
+
 	// ListChunk is the most leases one statement of ExtendLeases or SettleLeases names; a
 	// longer list runs in chunks. 0: no limit.
 	ListChunk int
@@ -256,6 +267,7 @@ var topics = []struct {
 	{"poison", poisonScenarios},
 	{"validate", validateScenarios},
 	{"admin", adminScenarios},
+	{"events", eventScenarios},
 }
 
 // Run runs every scenario of the suite against the harness's database, as subtests named

@@ -3,6 +3,7 @@ package mysql
 import (
 	"database/sql"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ func (harness) Caps() dialecttest.Caps {
 		Types: dialecttest.Types{ID: "BIGINT AUTO_INCREMENT PRIMARY KEY", Text: "TEXT", Time: "DATETIME(6) NULL", Int: "SMALLINT", Blob: "LONGBLOB", JSON: "JSON"},
 		AttemptTypes: []dialecttest.AttemptType{{Name: "SMALLINT", Type: "SMALLINT", Max: 32767}, {Name: "TINYINT UNSIGNED", Type: "TINYINT UNSIGNED", Max: 255},
 			{Name: "INT", Type: "INT", Max: 2147483647}, {Name: "MEDIUMINT", Type: "MEDIUMINT", Max: 8388607}, {Name: "BIGINT", Type: "BIGINT", Max: 9223372036854775807}},
+		Concat:     concat,
 		TxType:     "*sql.Tx",
 		WrongTx:    (*sql.DB)(nil),
 		TypedNilTx: (*sql.Tx)(nil),
@@ -161,3 +163,17 @@ func (harness) SetAttemptType(t *testing.T, d dialects.Dialect, tbl dialects.Tab
 	t.Helper()
 	narrowAttempt(t, d.(*Dialect), tbl, typ)
 }
+
+// LentExec runs on the *sql.Tx a delivery lends.
+func (harness) LentExec(t *testing.T, tx any, query string, args ...any) {
+	t.Helper()
+	stx, ok := tx.(*sql.Tx)
+	if !ok || stx == nil {
+		t.Fatalf("Tx() is %T %v, want a *sql.Tx", tx, tx)
+	}
+	if _, err := stx.ExecContext(ctx, query, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func concat(parts ...string) string { return "CONCAT(" + strings.Join(parts, ", ") + ")" }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"database/sql"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ func (harness) Caps() dialecttest.Caps {
 		Types: dialecttest.Types{ID: "integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY", Text: "text", Time: "timestamptz", Int: "int", Blob: "bytea", JSON: "jsonb"},
 		AttemptTypes: []dialecttest.AttemptType{{Name: "smallint", Type: "smallint", Max: 32767}, {Name: "integer", Type: "integer", Max: 2147483647},
 			{Name: "bigint", Type: "bigint", Max: 9223372036854775807}},
+		Concat:  concat,
 		TxType:  "pgx.Tx",
 		WrongTx: &sql.Tx{},
 		RowLock: true,
@@ -144,4 +146,30 @@ func (harness) LocksHeld(t *testing.T, d dialects.Dialect, keys ...string) int {
 func (harness) SetAttemptType(t *testing.T, d dialects.Dialect, tbl dialects.Table, typ string) {
 	t.Helper()
 	narrowAttempt(t, d.(*Dialect), tbl, typ)
+}
+
+// LentExec runs on the pgx.Tx a delivery lends.
+func (harness) LentExec(t *testing.T, tx any, query string, args ...any) {
+	t.Helper()
+	ptx, ok := tx.(pgx.Tx)
+	if !ok || ptx == nil {
+		t.Fatalf("Tx() is %T %v, want a pgx.Tx", tx, tx)
+	}
+	if _, err := ptx.Exec(ctx, dialecttest.Dollar(query), args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// concat casts each part to text: a bound value has no type of its own in an expression.
+// {attempt} is cast to int first: pgx will not encode a Go int as a text parameter (an
+// event written ({attempt})::text fails to settle; reported with issue #17 part 1).
+func concat(parts ...string) string {
+	cast := make([]string, len(parts))
+	for i, p := range parts {
+		if p == "{attempt}" {
+			p = "(" + p + ")::int"
+		}
+		cast[i] = "(" + p + ")::text"
+	}
+	return strings.Join(cast, " || ")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,6 +28,8 @@ func (*harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
 		Types:        dialecttest.Types{CaseBlindText: "TEXT COLLATE NOCASE", ID: "INTEGER PRIMARY KEY", Text: "TEXT", Time: "TEXT", Int: "INTEGER", Blob: "BLOB", JSON: "TEXT"},
 		AttemptTypes: []dialecttest.AttemptType{{Name: "capped", Max: attemptCap}},
+		Concat:       concat,
+		NowText:      formatTime,
 		TxType:       "*sql.Tx",
 		WrongTx:      (*sql.DB)(nil),
 		TypedNilTx:   (*sql.Tx)(nil),
@@ -160,3 +163,17 @@ func (*harness) CheckPublished(t *testing.T, d dialects.Dialect, tbl dialects.Ta
 func (*harness) SetAttemptType(t *testing.T, d dialects.Dialect, tbl dialects.Table, typ string) {
 	t.Fatalf("SQLite keeps its attempt column as Schema renders it (asked for %s)", typ)
 }
+
+// LentExec runs on the *sql.Tx a delivery lends.
+func (*harness) LentExec(t *testing.T, tx any, query string, args ...any) {
+	t.Helper()
+	stx, ok := tx.(*sql.Tx)
+	if !ok || stx == nil {
+		t.Fatalf("Tx() is %T %v, want a *sql.Tx", tx, tx)
+	}
+	if _, err := stx.ExecContext(ctx, query, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func concat(parts ...string) string { return strings.Join(parts, " || ") }

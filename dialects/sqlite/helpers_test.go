@@ -117,5 +117,4 @@ var (
 	openAdvisory = dialecttest.OpenAdvisory
 	publish      = dialecttest.Publish
 	configError  = dialecttest.ConfigError
-	contains     = dialecttest.Contains
 )
