@@ -114,21 +114,7 @@ func (e *env) openAdvisory(spec dialects.QueueSpec) dialects.AdvisoryQueue {
 // session opens an advisory session, aborted when the test ends.
 func (e *env) session(q dialects.AdvisoryQueue) dialects.Session {
 	e.t.Helper()
-	s, err := q.Session(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { s.Abort(ctx) })
-	return s
-}
-
-func tryLock(t *testing.T, s dialects.Session, key string) bool {
-	t.Helper()
-	ok, err := s.TryLock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ok
+	return NewSession(e.t, q)
 }
 
 // unlock ends a session that must keep its connection.
@@ -203,4 +189,5 @@ var (
 	configError = ConfigError
 	contains    = Contains
 	ids         = IDs
+	tryLock     = TryLock
 )

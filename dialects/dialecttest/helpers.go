@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rowactor/rowactor/dialects"
 )
@@ -96,4 +97,37 @@ func IDs(rows []dialects.Row) []int64 {
 		out = append(out, r.ID)
 	}
 	return out
+}
+
+// NewSession opens an advisory session on q, aborted when t ends.
+func NewSession(t *testing.T, q dialects.AdvisoryQueue) dialects.Session {
+	t.Helper()
+	s, err := q.Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Abort(ctx) })
+	return s
+}
+
+// TryLock locks key on s and reports whether it was free.
+func TryLock(t *testing.T, s dialects.Session, key string) bool {
+	t.Helper()
+	ok, err := s.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// ClaimOne publishes a row into group g of tbl and claims it on q, which must take that
+// row, with the lease until t0+1m.
+func ClaimOne(t *testing.T, d dialects.Dialect, q dialects.LeaseQueue, tbl dialects.Table) dialects.Lease {
+	t.Helper()
+	id := Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
+	rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
+	if err != nil || len(rows) != 1 || rows[0].ID != id {
+		t.Fatalf("claim: %v %v", IDs(rows), err)
+	}
+	return dialects.Lease{ID: rows[0].ID, Token: rows[0].Token}
 }

@@ -266,12 +266,7 @@ func testExtendManyLeases(t *testing.T, h Harness) {
 // claimOne publishes a row in group g and claims it.
 func (e *env) claimOne(q dialects.LeaseQueue, tbl dialects.Table) dialects.Lease {
 	e.t.Helper()
-	id := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("p")})
-	rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
-	if err != nil || len(rows) != 1 || rows[0].ID != id {
-		e.t.Fatalf("claim: %v %v", ids(rows), err)
-	}
-	return dialects.Lease{ID: rows[0].ID, Token: rows[0].Token}
+	return ClaimOne(e.t, e.d, q, tbl)
 }
 
 // Each step settles only while the row holds the token; a stale token (by a second or a

@@ -14,25 +14,6 @@ func advisoryTable(name string) dialects.Table {
 		RetryAfter: "retry_after", AdvisoryKey: name + "-{account}'s\\"}
 }
 
-func newSession(t *testing.T, q dialects.AdvisoryQueue) dialects.Session {
-	t.Helper()
-	s, err := q.Session(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Abort(ctx) })
-	return s
-}
-
-func tryLock(t *testing.T, s dialects.Session, key string) bool {
-	t.Helper()
-	ok, err := s.TryLock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ok
-}
-
 func databaseName(t *testing.T, db *sql.DB) string {
 	t.Helper()
 	var name string

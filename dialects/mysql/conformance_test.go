@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"database/sql"
-	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -13,10 +12,12 @@ import (
 )
 
 // TestConformance runs the dialects' shared suite on MySQL/MariaDB.
-func TestConformance(t *testing.T) { dialecttest.Run(t, harness{}) }
+func TestConformance(t *testing.T) { dialecttest.Run(t, harness{dialecttest.SQLRunner{DB: dbOf}}) }
+
+func dbOf(d dialects.Dialect) *sql.DB { return d.(*Dialect).DB() }
 
 // harness gives the suite the test server.
-type harness struct{}
+type harness struct{ dialecttest.SQLRunner }
 
 func (harness) Caps() dialecttest.Caps {
 	return dialecttest.Caps{
@@ -45,23 +46,6 @@ func (harness) TableName(t *testing.T, d dialects.Dialect, prefix string) string
 
 func (harness) Quote(ident string) string { return quote(ident) }
 
-func (harness) Exec(t *testing.T, d dialects.Dialect, query string, args ...any) {
-	t.Helper()
-	mustExec(t, d.(*Dialect).DB(), query, args...)
-}
-
-func (harness) QueryRow(t *testing.T, d dialects.Dialect, query string, args []any, dest ...any) bool {
-	t.Helper()
-	err := d.(*Dialect).DB().QueryRowContext(ctx, query, args...).Scan(dest...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false
-	}
-	if err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	return true
-}
-
 func (harness) TimeArg(t time.Time) any { return dbTime(t) }
 
 // State reads the row, and fails unless every time reads back in UTC (the DSN's loc).
@@ -76,23 +60,9 @@ func (harness) State(t *testing.T, d dialects.Dialect, tbl dialects.Table, id in
 	return dialecttest.RowState(s), ok
 }
 
-// callerTx is a caller's *sql.Tx.
-type callerTx struct{ *sql.Tx }
-
-func (tx callerTx) Value() any { return tx.Tx }
-
-func (tx callerTx) Exec(query string, args ...any) error {
-	_, err := tx.ExecContext(ctx, query, args...)
-	return err
-}
-
-func (harness) Begin(t *testing.T, d dialects.Dialect) dialecttest.Tx {
+func (h harness) Begin(t *testing.T, d dialects.Dialect) dialecttest.Tx {
 	t.Helper()
-	tx, err := d.(*Dialect).DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return callerTx{tx}
+	return h.BeginTx(t, d, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 }
 
 // HoldFIFOGroup locks a row of the group that is not its head: the guard counts the
@@ -162,18 +132,6 @@ func (harness) LocksHeld(t *testing.T, d dialects.Dialect, keys ...string) int {
 func (harness) SetAttemptType(t *testing.T, d dialects.Dialect, tbl dialects.Table, typ string) {
 	t.Helper()
 	narrowAttempt(t, d.(*Dialect), tbl, typ)
-}
-
-// LentExec runs on the *sql.Tx a delivery lends.
-func (harness) LentExec(t *testing.T, tx any, query string, args ...any) {
-	t.Helper()
-	stx, ok := tx.(*sql.Tx)
-	if !ok || stx == nil {
-		t.Fatalf("Tx() is %T %v, want a *sql.Tx", tx, tx)
-	}
-	if _, err := stx.ExecContext(ctx, query, args...); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func concat(parts ...string) string { return "CONCAT(" + strings.Join(parts, ", ") + ")" }

@@ -1,7 +1,6 @@
 package mysql
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"testing"
@@ -9,11 +8,6 @@ import (
 	"github.com/rowactor/rowactor/dialects"
 	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
-
-func (harness) Try(c context.Context, d dialects.Dialect, query string, args ...any) error {
-	_, err := d.(*Dialect).DB().ExecContext(c, query, args...)
-	return err
-}
 
 // MakeFaults: a connection the server kills, a server that is not there, a lock wait that
 // times out.

@@ -210,6 +210,9 @@ var (
 	openRowLock  = dialecttest.OpenRowLock
 	openAdvisory = dialecttest.OpenAdvisory
 	publish      = dialecttest.Publish
+	newSession   = dialecttest.NewSession
+	tryLock      = dialecttest.TryLock
+	claimOne     = dialecttest.ClaimOne
 	configError  = dialecttest.ConfigError
 	contains     = dialecttest.Contains
 	ids          = dialecttest.IDs

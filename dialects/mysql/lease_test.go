@@ -7,17 +7,6 @@ import (
 	"github.com/rowactor/rowactor/dialects"
 )
 
-// claimOne publishes a row and claims it.
-func claimOne(t *testing.T, d *Dialect, q dialects.LeaseQueue, tbl dialects.Table) dialects.Lease {
-	t.Helper()
-	publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
-	rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
-	if err != nil || len(rows) != 1 {
-		t.Fatalf("claim: %v %v", rows, err)
-	}
-	return dialects.Lease{ID: rows[0].ID, Token: rows[0].Token}
-}
-
 // The copy matches the token but the delete does not (the row was taken between the two
 // statements): the move rolls back.
 func TestMoveRollsBackWhenTheDeleteMisses(t *testing.T) {

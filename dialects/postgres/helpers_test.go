@@ -180,6 +180,8 @@ var (
 	openRowLock  = dialecttest.OpenRowLock
 	openAdvisory = dialecttest.OpenAdvisory
 	publish      = dialecttest.Publish
+	newSession   = dialecttest.NewSession
+	tryLock      = dialecttest.TryLock
 	configError  = dialecttest.ConfigError
 	contains     = dialecttest.Contains
 	ids          = dialecttest.IDs

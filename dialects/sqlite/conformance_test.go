@@ -16,10 +16,15 @@ import (
 )
 
 // TestConformance runs the dialects' shared suite on SQLite, a database file per test.
-func TestConformance(t *testing.T) { dialecttest.Run(t, &harness{}) }
+func TestConformance(t *testing.T) {
+	dialecttest.Run(t, &harness{SQLRunner: dialecttest.SQLRunner{DB: dbOf}})
+}
+
+func dbOf(d dialects.Dialect) *sql.DB { return d.(*Dialect).DB() }
 
 // harness gives the suite a database file per test: every dialect a test opens shares it.
 type harness struct {
+	dialecttest.SQLRunner
 	files sync.Map // *testing.T -> path
 	seq   atomic.Int64
 }
@@ -56,23 +61,6 @@ func (h *harness) TableName(t *testing.T, d dialects.Dialect, prefix string) str
 }
 
 func (*harness) Quote(ident string) string { return quote(ident) }
-
-func (*harness) Exec(t *testing.T, d dialects.Dialect, query string, args ...any) {
-	t.Helper()
-	mustExec(t, d.(*Dialect), query, args...)
-}
-
-func (*harness) QueryRow(t *testing.T, d dialects.Dialect, query string, args []any, dest ...any) bool {
-	t.Helper()
-	err := d.(*Dialect).DB().QueryRowContext(ctx, query, args...).Scan(dest...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false
-	}
-	if err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	return true
-}
 
 func (*harness) TimeArg(t time.Time) any { return formatTime(t) }
 
@@ -117,23 +105,9 @@ func (*harness) State(t *testing.T, d dialects.Dialect, tbl dialects.Table, id i
 	return s, true
 }
 
-// callerTx is a caller's *sql.Tx.
-type callerTx struct{ *sql.Tx }
-
-func (tx callerTx) Value() any { return tx.Tx }
-
-func (tx callerTx) Exec(query string, args ...any) error {
-	_, err := tx.ExecContext(ctx, query, args...)
-	return err
-}
-
-func (*harness) Begin(t *testing.T, d dialects.Dialect) dialecttest.Tx {
+func (h *harness) Begin(t *testing.T, d dialects.Dialect) dialecttest.Tx {
 	t.Helper()
-	tx, err := d.(*Dialect).DB().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return callerTx{tx}
+	return h.BeginTx(t, d, nil)
 }
 
 // BatchText is the text of the batched statement for n leases (padded to a slot).
@@ -162,18 +136,6 @@ func (*harness) CheckPublished(t *testing.T, d dialects.Dialect, tbl dialects.Ta
 // SetAttemptType is never called: SQLite's integers are 64-bit, the counter capped.
 func (*harness) SetAttemptType(t *testing.T, d dialects.Dialect, tbl dialects.Table, typ string) {
 	t.Fatalf("SQLite keeps its attempt column as Schema renders it (asked for %s)", typ)
-}
-
-// LentExec runs on the *sql.Tx a delivery lends.
-func (*harness) LentExec(t *testing.T, tx any, query string, args ...any) {
-	t.Helper()
-	stx, ok := tx.(*sql.Tx)
-	if !ok || stx == nil {
-		t.Fatalf("Tx() is %T %v, want a *sql.Tx", tx, tx)
-	}
-	if _, err := stx.ExecContext(ctx, query, args...); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func concat(parts ...string) string { return strings.Join(parts, " || ") }

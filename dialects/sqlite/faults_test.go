@@ -1,18 +1,12 @@
 package sqlite
 
 import (
-	"context"
 	"database/sql"
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
 	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
-
-func (*harness) Try(c context.Context, d dialects.Dialect, query string, args ...any) error {
-	_, err := d.(*Dialect).DB().ExecContext(c, query, args...)
-	return err
-}
 
 // MakeFaults: a second handle on the file that finds the write lock taken, and does not
 // wait. (SQLite has no server to lose.)

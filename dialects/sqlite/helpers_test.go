@@ -86,17 +86,6 @@ func count(t *testing.T, d *Dialect, query string, args ...any) int {
 	return n
 }
 
-// claimOne publishes a row and claims it.
-func claimOne(t *testing.T, d *Dialect, q dialects.LeaseQueue, tbl dialects.Table) dialects.Lease {
-	t.Helper()
-	publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
-	rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
-	if err != nil || len(rows) != 1 {
-		t.Fatalf("claim: %v %v", rows, err)
-	}
-	return dialects.Lease{ID: rows[0].ID, Token: rows[0].Token}
-}
-
 // keyOf is row id's key as the dialect renders it now.
 func keyOf(t *testing.T, d *Dialect, tbl dialects.Table, id int64) string {
 	t.Helper()
@@ -116,5 +105,8 @@ var (
 	openLease    = dialecttest.OpenLease
 	openAdvisory = dialecttest.OpenAdvisory
 	publish      = dialecttest.Publish
+	newSession   = dialecttest.NewSession
+	tryLock      = dialecttest.TryLock
+	claimOne     = dialecttest.ClaimOne
 	configError  = dialecttest.ConfigError
 )
