@@ -25,34 +25,30 @@ func OpenQueue(t *testing.T, d dialects.Dialect, spec dialects.QueueSpec) dialec
 // OpenLease opens spec on d as a LeaseQueue.
 func OpenLease(t *testing.T, d dialects.Dialect, spec dialects.QueueSpec) dialects.LeaseQueue {
 	t.Helper()
-	q := OpenQueue(t, d, spec)
-	lq, ok := q.(dialects.LeaseQueue)
-	if !ok {
-		t.Fatalf("Open returned %T, not a LeaseQueue", q)
-	}
-	return lq
+	return openAs[dialects.LeaseQueue](t, d, spec, "a LeaseQueue")
 }
 
 // OpenRowLock opens spec on d as a RowLockQueue.
 func OpenRowLock(t *testing.T, d dialects.Dialect, spec dialects.QueueSpec) dialects.RowLockQueue {
 	t.Helper()
-	q := OpenQueue(t, d, spec)
-	rq, ok := q.(dialects.RowLockQueue)
-	if !ok {
-		t.Fatalf("Open returned %T, not a RowLockQueue", q)
-	}
-	return rq
+	return openAs[dialects.RowLockQueue](t, d, spec, "a RowLockQueue")
 }
 
 // OpenAdvisory opens spec on d as an AdvisoryQueue.
 func OpenAdvisory(t *testing.T, d dialects.Dialect, spec dialects.QueueSpec) dialects.AdvisoryQueue {
 	t.Helper()
+	return openAs[dialects.AdvisoryQueue](t, d, spec, "an AdvisoryQueue")
+}
+
+// openAs opens spec on d and fails unless the queue serves Q.
+func openAs[Q any](t *testing.T, d dialects.Dialect, spec dialects.QueueSpec, what string) Q {
+	t.Helper()
 	q := OpenQueue(t, d, spec)
-	aq, ok := q.(dialects.AdvisoryQueue)
+	served, ok := q.(Q)
 	if !ok {
-		t.Fatalf("Open returned %T, not an AdvisoryQueue", q)
+		t.Fatalf("Open returned %T, not %s", q, what)
 	}
-	return aq
+	return served
 }
 
 // Publish publishes m into tbl through d's pool and returns its id.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // TestStatsShapes: an empty table with groups has no group to report, one without groups
@@ -36,7 +37,7 @@ func TestStatsShapes(t *testing.T) {
 	}
 
 	for range 2 {
-		publish(t, d, plain, dialects.Message{Payload: []byte("x")})
+		dialecttest.Publish(t, d, plain, dialects.Message{Payload: []byte("x")})
 	}
 	conn, err := d.DB().Conn(ctx)
 	if err != nil {

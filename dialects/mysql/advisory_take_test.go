@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // The take counts the attempt and reads the row together, or neither: a read that fails
@@ -11,14 +12,14 @@ import (
 func TestAdvisoryTakeFailedReadCountsNothing(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_takef", advisoryTable)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	cands, err := q.Candidates(ctx, t0, 1)
 	if err != nil || len(cands) != 1 {
 		t.Fatalf("candidates %v %v", cands, err)
 	}
-	s := newSession(t, q)
-	if !tryLock(t, s, cands[0].Key) {
+	s := dialecttest.NewSession(t, q)
+	if !dialecttest.TryLock(t, s, cands[0].Key) {
 		t.Fatal("lock refused")
 	}
 	// The read of the row now fails (its payload column is gone); counting the attempt
@@ -38,8 +39,8 @@ func TestAdvisoryTakeFailedReadCountsNothing(t *testing.T) {
 func TestAdvisoryTakeCountIsFencedByTheRead(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_takec", advisoryTable)
-	aq := openAdvisory(t, d, dialects.QueueSpec{Table: tbl}).(*advisoryQueue)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	aq := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl}).(*advisoryQueue)
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	args := append(aq.cl.args([]any{id}, aq.group, t0), keyOf(t, d, tbl, id))
 	// Another take counted the row after this one read attempt 1.
 	mustExec(t, d.DB(), "UPDATE "+quote(tbl.Name)+" SET attempt = attempt + 1 WHERE id = ?", id)

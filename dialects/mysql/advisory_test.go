@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 func advisoryTable(name string) dialects.Table {
@@ -45,25 +46,25 @@ func sessionConnID(t *testing.T, s dialects.Session) int64 {
 func TestAdvisoryLockExcludesOtherSessions(t *testing.T) {
 	d1, d2 := newDialect(t), newDialect(t)
 	tbl := newTable(t, d1, "ra_adv", advisoryTable)
-	q1 := openAdvisory(t, d1, dialects.QueueSpec{Table: tbl})
-	q2 := openAdvisory(t, d2, dialects.QueueSpec{Table: tbl})
+	q1 := dialecttest.OpenAdvisory(t, d1, dialects.QueueSpec{Table: tbl})
+	q2 := dialecttest.OpenAdvisory(t, d2, dialects.QueueSpec{Table: tbl})
 	key := tbl.Name + "-x's"
 	name := LockName(databaseName(t, d1.DB()), key)
 
-	s1, s2 := newSession(t, q1), newSession(t, q2)
-	if !tryLock(t, s1, key) {
+	s1, s2 := dialecttest.NewSession(t, q1), dialecttest.NewSession(t, q2)
+	if !dialecttest.TryLock(t, s1, key) {
 		t.Fatal("first lock refused")
 	}
 	if got := usedBy(t, d1.DB(), name); got != sessionConnID(t, s1) {
 		t.Fatalf("lock %q held by connection %d, not the session's", name, got)
 	}
-	if tryLock(t, s2, key) {
+	if dialecttest.TryLock(t, s2, key) {
 		t.Fatal("another dialect locked a held key")
 	}
 	if _, err := s1.TryLock(ctx, "other"); err == nil {
 		t.Fatal("a session took a second key")
 	}
-	if !tryLock(t, s2, key+"2") {
+	if !dialecttest.TryLock(t, s2, key+"2") {
 		t.Fatal("a free key was refused")
 	}
 	if closed, err := s2.Unlock(ctx); closed || err != nil {
@@ -88,8 +89,8 @@ func TestAdvisoryLockExcludesOtherSessions(t *testing.T) {
 		t.Error("an ended session locked")
 	}
 
-	s3 := newSession(t, q2)
-	if !tryLock(t, s3, key) {
+	s3 := dialecttest.NewSession(t, q2)
+	if !dialecttest.TryLock(t, s3, key) {
 		t.Fatal("an unlocked key stayed held")
 	}
 	conn = sessionConnID(t, s3)
@@ -110,9 +111,9 @@ func TestAdvisoryLockExcludesOtherSessions(t *testing.T) {
 func TestAdvisoryUnlockUnconfirmed(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_unc", advisoryTable)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	s := newSession(t, q)
-	if !tryLock(t, s, "k") {
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	s := dialecttest.NewSession(t, q)
+	if !dialecttest.TryLock(t, s, "k") {
 		t.Fatal("lock refused")
 	}
 	conn := sessionConnID(t, s)
@@ -136,7 +137,7 @@ func TestAdvisoryLockNames(t *testing.T) {
 	})
 	db := d.DB()
 	dbName := databaseName(t, db)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl})
 	short := "k-é-🙂"
 	exact := strings.Repeat("e", 64-len(strings.ToLower(dbName)+"."))
 	long := exact + "x"
@@ -147,8 +148,8 @@ func TestAdvisoryLockNames(t *testing.T) {
 		if hashed != (len(name) == 64 && !strings.Contains(name, ".")) {
 			t.Errorf("key %q: name %q", key, name)
 		}
-		s := newSession(t, q)
-		if !tryLock(t, s, key) {
+		s := dialecttest.NewSession(t, q)
+		if !dialecttest.TryLock(t, s, key) {
 			t.Fatalf("key %q refused", key)
 		}
 		if got := usedBy(t, db, name); got != sessionConnID(t, s) {
@@ -186,9 +187,9 @@ func TestAdvisoryLockNames(t *testing.T) {
 func TestAdvisorySessionDies(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_die", advisoryTable)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	s := newSession(t, q)
-	if !tryLock(t, s, "k") {
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	s := dialecttest.NewSession(t, q)
+	if !dialecttest.TryLock(t, s, "k") {
 		t.Fatal("lock refused")
 	}
 	conn := sessionConnID(t, s)

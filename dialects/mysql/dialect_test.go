@@ -9,6 +9,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 func TestParseVersion(t *testing.T) {
@@ -44,11 +45,11 @@ func TestParseVersion(t *testing.T) {
 			t.Errorf("%q: floor error %v, want refused=%v", c.text, ferr, c.refused)
 		}
 		if ferr != nil {
-			contains(t, ferr.Error(), got.String())
+			dialecttest.Contains(t, ferr.Error(), got.String())
 			if c.want.mariadb {
-				contains(t, ferr.Error(), "MariaDB 10.6.0")
+				dialecttest.Contains(t, ferr.Error(), "MariaDB 10.6.0")
 			} else {
-				contains(t, ferr.Error(), "MySQL 8.0.1")
+				dialecttest.Contains(t, ferr.Error(), "MySQL 8.0.1")
 			}
 		}
 	}
@@ -121,7 +122,7 @@ func TestNewChecksThePool(t *testing.T) {
 			defer db.Close()
 			d := New(db)
 			_, err = d.Open(ctx, dialects.QueueSpec{Table: tbl})
-			ce := configError(t, err)
+			ce := dialecttest.ConfigError(t, err)
 			if ce.Option != c.option || ce.Table != tbl.Name {
 				t.Errorf("option %q table %q: %v", ce.Option, ce.Table, err)
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // While the lease form's event transaction holds the row (the confirmation locks it), a
@@ -16,10 +17,10 @@ func TestEventLeaseLocksRow(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_evlock", leaseTable)
 	fx := effectsTable(t, d)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true, Events: map[string]string{
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true, Events: map[string]string{
 		"park": "UPDATE " + quote(tbl.Name) + " SET grp = 'parked', locked_until = NULL WHERE id = {id}",
 	}})
-	held := claimOne(t, d, q, tbl)
+	held := dialecttest.ClaimOne(t, d, q, tbl)
 	ltx := beginDelivery(t, q.(dialects.TxLeaseQueue))
 	handlerWrite(t, ltx, fx, 1)
 	// Confirm and run the event by hand in the delivery's transaction, so the renewal

@@ -14,14 +14,14 @@ func TestFIFORowLockRefusesSerializable(t *testing.T) {
 	tbl.FIFO, tbl.Isolation = true, dialects.Serializable
 	createTable(t, d, tbl)
 	_, err := d.Open(ctx, dialects.QueueSpec{Table: tbl, Group: "g"})
-	if ce := configError(t, err); ce.Option != "Table.Isolation" {
+	if ce := dialecttest.ConfigError(t, err); ce.Option != "Table.Isolation" {
 		t.Errorf("refusal names %q", ce.Option)
 	}
 	lt := leaseTable(tableName(t, d, "fifo"))
 	lt.FIFO, lt.Isolation = true, dialects.Serializable
 	createTable(t, d, lt)
 	// The lease form claims at read committed: served.
-	dialecttest.NewFIFOClaimer(t, openQueue(t, d, dialects.QueueSpec{Table: lt, Group: "g"}), lt)
+	dialecttest.NewFIFOClaimer(t, dialecttest.OpenQueue(t, d, dialects.QueueSpec{Table: lt, Group: "g"}), lt)
 	tbl.Isolation = dialects.RepeatableRead
-	dialecttest.NewFIFOClaimer(t, openQueue(t, d, dialects.QueueSpec{Table: tbl, Group: "g"}), tbl)
+	dialecttest.NewFIFOClaimer(t, dialecttest.OpenQueue(t, d, dialects.QueueSpec{Table: tbl, Group: "g"}), tbl)
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
-	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 var ctx = context.Background()
@@ -202,18 +201,3 @@ func waitGone(t *testing.T, db *sql.DB, id int64) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
-// The shared helpers of the dialects' tests.
-var (
-	openQueue    = dialecttest.OpenQueue
-	openLease    = dialecttest.OpenLease
-	openRowLock  = dialecttest.OpenRowLock
-	openAdvisory = dialecttest.OpenAdvisory
-	publish      = dialecttest.Publish
-	newSession   = dialecttest.NewSession
-	tryLock      = dialecttest.TryLock
-	claimOne     = dialecttest.ClaimOne
-	configError  = dialecttest.ConfigError
-	contains     = dialecttest.Contains
-	ids          = dialecttest.IDs
-)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // The copy matches the token but the delete does not (the row was taken between the two
@@ -18,8 +19,8 @@ func TestMoveRollsBackWhenTheDeleteMisses(t *testing.T) {
 	}
 	tbl := newTable(t, d, "ra_mv", noGroup)
 	dead := newTable(t, d, "ra_mv_dead", noGroup)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name}).(*leaseQueue)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name}).(*leaseQueue)
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
 	if err != nil || len(rows) != 1 {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // Poison rows: an attempt counter at its column type's maximum must neither overflow nor
@@ -41,8 +42,8 @@ func TestPoisonAttemptMaxFromTheCatalog(t *testing.T) {
 	createTable(t, d, tbl)
 	for typ, want := range map[string]string{"INT": "2147483647", "SMALLINT UNSIGNED": "65535", "BIGINT UNSIGNED": "9223372036854775807", "DECIMAL(12,0)": "2147483647"} {
 		narrowAttempt(t, d, tbl, typ)
-		q := openQueue(t, d, dialects.QueueSpec{Table: tbl, Group: "g"}).(*leaseQueue)
-		contains(t, q.stamp.text(0), "CASE WHEN `attempt` < "+want+" THEN `attempt` + 1 ELSE `attempt` END")
+		q := dialecttest.OpenQueue(t, d, dialects.QueueSpec{Table: tbl, Group: "g"}).(*leaseQueue)
+		dialecttest.Contains(t, q.stamp.text(0), "CASE WHEN `attempt` < "+want+" THEN `attempt` + 1 ELSE `attempt` END")
 	}
 }
 
@@ -86,13 +87,13 @@ func TestPoisonClaimsReturnRowsBesideAnUnreadableOne(t *testing.T) {
 	tbl := leaseTable(tableName(t, d, "rapoison"))
 	createTable(t, d, tbl)
 	narrowAttempt(t, d, tbl, "BIGINT UNSIGNED")
-	before := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("before")})
-	bad := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("bad")})
-	after := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("after")})
+	before := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("before")})
+	bad := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("bad")})
+	after := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("after")})
 	// Beyond what rowactor counts to (int64), and beyond what an int64 reads.
 	setAttempt(t, d, tbl, bad, 0)
 	mustExec(t, d.DB(), "UPDATE "+quote(tbl.Name)+" SET attempt = 18446744073709551615 WHERE id = ?", bad)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
 	rows, err := q.ClaimLeases(ctx, t0, t0.Add(30*time.Second), 10)
 	if err != nil {
 		t.Fatalf("claim: %v", err)

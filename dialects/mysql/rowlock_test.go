@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 func claimLocked(t *testing.T, q dialects.RowLockQueue) dialects.LockedClaim {
@@ -49,10 +50,10 @@ func claimElsewhere(t *testing.T, q dialects.RowLockQueue) (dialects.LockedClaim
 func TestRowLockClaimHoldsTheRow(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_rl", rowLockTable)
-	id := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("a"), Headers: []byte(`{"k": 1}`)})
-	publish(t, d, tbl, dialects.Message{Group: "other", Payload: []byte("x")})
-	publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("later"), NotBefore: t0.Add(time.Minute)})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("a"), Headers: []byte(`{"k": 1}`)})
+	dialecttest.Publish(t, d, tbl, dialects.Message{Group: "other", Payload: []byte("x")})
+	dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("later"), NotBefore: t0.Add(time.Minute)})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
 
 	c := claimLocked(t, q)
 	r := c.Row()
@@ -133,8 +134,8 @@ func TestRowLockIsolation(t *testing.T) {
 				tbl.Isolation = c.level
 				return tbl
 			})
-			publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-			q := openRowLock(t, d, dialects.QueueSpec{Table: tbl})
+			dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+			q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl})
 			claim := claimLocked(t, q)
 			defer claim.Rollback(ctx)
 			tx := claim.(*lockedClaim).Tx()
@@ -242,8 +243,8 @@ func TestRowLockSettle(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			d := newDialect(t)
 			tbl := newTable(t, d, "ra_rls", c.shape)
-			q := openRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
-			id := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
+			q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
+			id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
 			claim := claimLocked(t, q)
 			if err := claim.Settle(ctx, c.step); err != nil {
 				t.Fatal(err)
@@ -276,8 +277,8 @@ func TestRowLockDeadLetterTable(t *testing.T) {
 	}
 	tbl := newTable(t, d, "ra_rld", noGroup)
 	dead := newTable(t, d, "ra_rld_dead", noGroup)
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
 	if err := claimLocked(t, q).Settle(ctx, dialects.Step{Kind: dialects.StepDeadLetter}); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +290,7 @@ func TestRowLockDeadLetterTable(t *testing.T) {
 	}
 
 	// A copy that fails (the id is taken in the dead-letter table) rolls the delete back.
-	id = publish(t, d, tbl, dialects.Message{Payload: []byte("again")})
+	id = dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("again")})
 	mustExec(t, d.DB(), "INSERT INTO "+quote(dead.Name)+" (id, payload) VALUES (?, 'squatter')", id)
 	claim := claimLocked(t, q)
 	if err := claim.Settle(ctx, dialects.Step{Kind: dialects.StepDeadLetter}); err == nil {
@@ -310,8 +311,8 @@ func TestRowLockDeadLetterTable(t *testing.T) {
 func TestRowLockRollbackOnADeadConnection(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_dead", rowLockTable)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl})
 	claim := claimLocked(t, q)
 	var conn int64
 	if err := claim.(*lockedClaim).Tx().QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&conn); err != nil {
@@ -340,8 +341,8 @@ func TestRowLockRollbackOnADeadConnection(t *testing.T) {
 func TestRowLockSettleCancelled(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_cncl", rowLockTable)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl})
 	claim := claimLocked(t, q)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()

@@ -10,6 +10,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // effectsTable creates the table a handler writes to through its lent transaction.
@@ -47,7 +48,7 @@ func committed(t *testing.T, d *Dialect, fx string, id int64) bool {
 func openTxRowLock(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.RowLockQueue {
 	t.Helper()
 	spec.Transactional = true
-	return openRowLock(t, d, spec)
+	return dialecttest.OpenRowLock(t, d, spec)
 }
 
 func claimTx(t *testing.T, q dialects.RowLockQueue) dialects.TxLockedClaim {
@@ -69,24 +70,24 @@ func claimTx(t *testing.T, q dialects.RowLockQueue) dialects.TxLockedClaim {
 func TestTxOnlyWhenTransactional(t *testing.T) {
 	d := newDialect(t)
 	rl := newTable(t, d, "ra_txno", rowLockTable)
-	publish(t, d, rl, dialects.Message{Payload: []byte("p")})
-	c := claimLocked(t, openRowLock(t, d, dialects.QueueSpec{Table: rl}))
+	dialecttest.Publish(t, d, rl, dialects.Message{Payload: []byte("p")})
+	c := claimLocked(t, dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: rl}))
 	defer c.Rollback(ctx)
 	if _, ok := c.(dialects.TxLockedClaim); ok {
 		t.Error("a claim of a plain subscription is a TxLockedClaim")
 	}
 	ls := newTable(t, d, "ra_txno", leaseTable)
-	if q, ok := openLease(t, d, dialects.QueueSpec{Table: ls, Group: "g"}).(dialects.TxLeaseQueue); ok {
+	if q, ok := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: ls, Group: "g"}).(dialects.TxLeaseQueue); ok {
 		t.Errorf("a plain lease queue %T is a TxLeaseQueue", q)
 	}
-	if _, ok := openLease(t, d, dialects.QueueSpec{Table: ls, Group: "g", Transactional: true}).(dialects.TxLeaseQueue); !ok {
+	if _, ok := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: ls, Group: "g", Transactional: true}).(dialects.TxLeaseQueue); !ok {
 		t.Error("a transactional lease queue is not a TxLeaseQueue")
 	}
 	adv := newTable(t, d, "ra_txno", advisoryTable)
-	if s, ok := newSession(t, openAdvisory(t, d, dialects.QueueSpec{Table: adv})).(dialects.TxSession); ok {
+	if s, ok := dialecttest.NewSession(t, dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: adv})).(dialects.TxSession); ok {
 		t.Errorf("a plain advisory session %T is a TxSession", s)
 	}
-	if _, ok := newSession(t, openAdvisory(t, d, dialects.QueueSpec{Table: adv, Transactional: true})).(dialects.TxSession); !ok {
+	if _, ok := dialecttest.NewSession(t, dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: adv, Transactional: true})).(dialects.TxSession); !ok {
 		t.Error("a transactional advisory session is not a TxSession")
 	}
 }
@@ -98,7 +99,7 @@ func TestTxRowLockAckCommitsHandlerWrites(t *testing.T) {
 	tbl := newTable(t, d, "ra_txrl", rowLockTable)
 	out := newTable(t, d, "ra_txrl_out", rowLockTable)
 	fx := effectsTable(t, d)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	q := openTxRowLock(t, d, dialects.QueueSpec{Table: tbl})
 	c := claimTx(t, q)
 	if c.Row().ID != id {
@@ -140,7 +141,7 @@ func TestTxRowLockRetryDiscardsHandlerWrites(t *testing.T) {
 	tbl := newTable(t, d, "ra_txrr", rowLockTable)
 	out := newTable(t, d, "ra_txrr_out", rowLockTable)
 	fx := effectsTable(t, d)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	q := openTxRowLock(t, d, dialects.QueueSpec{Table: tbl})
 	c := claimTx(t, q)
 	handlerWrite(t, c, fx, id)
@@ -183,7 +184,7 @@ func TestTxRowLockLostSavepoint(t *testing.T) {
 	tbl := newTable(t, d, "ra_txls", rowLockTable)
 	fx := effectsTable(t, d)
 	mustExec(t, d.DB(), "INSERT INTO "+quote(fx)+" (id, v) VALUES (2, 'before')")
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	q := openTxRowLock(t, d, dialects.QueueSpec{Table: tbl})
 	c := claimTx(t, q)
 	handlerWrite(t, c, fx, 1)
@@ -216,7 +217,7 @@ func TestTxRowLockLostSavepoint(t *testing.T) {
 func openTxLease(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.TxLeaseQueue {
 	t.Helper()
 	spec.Transactional = true
-	q := openLease(t, d, spec)
+	q := dialecttest.OpenLease(t, d, spec)
 	tq, ok := q.(dialects.TxLeaseQueue)
 	if !ok {
 		t.Fatalf("a transactional lease queue is %T, not a TxLeaseQueue", q)
@@ -241,7 +242,7 @@ func TestTxLeaseSettle(t *testing.T) {
 	tbl := newTable(t, d, "ra_txle", leaseTable)
 	fx := effectsTable(t, d)
 	q := openTxLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
-	held := claimOne(t, d, q, tbl)
+	held := dialecttest.ClaimOne(t, d, q, tbl)
 	ack := dialects.Step{Kind: dialects.StepAck, Now: t0}
 
 	// A wrong token: everything rolls back, the handler's write included.
@@ -308,7 +309,7 @@ func TestTxLeaseDeadLetterTable(t *testing.T) {
 	dead := newTable(t, d, "ra_txld_dead", noGroup)
 	fx := effectsTable(t, d)
 	q := openTxLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
 	rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim %v %v", rows, err)
@@ -406,7 +407,7 @@ func TestTxLeaseDeadlockIsNotRetried(t *testing.T) {
 	tbl := newTable(t, d, "ra_txdl", leaseTable)
 	fx := effectsTable(t, d)
 	q := openTxLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
-	held := claimOne(t, d, q, tbl)
+	held := dialecttest.ClaimOne(t, d, q, tbl)
 	tx := beginDelivery(t, q)
 	handlerWrite(t, tx, fx, 1)
 	err := deadlockVictim(t, d, tbl.Name, held.ID, fx, 1, func() error {
@@ -439,19 +440,19 @@ func TestTxLeaseDeadlockIsNotRetried(t *testing.T) {
 func openTxAdvisory(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.AdvisoryQueue {
 	t.Helper()
 	spec.Transactional = true
-	return openAdvisory(t, d, spec)
+	return dialecttest.OpenAdvisory(t, d, spec)
 }
 
 // takeTx locks key on a new transactional session, takes row id and returns the session
 // (its transaction not begun).
 func takeTx(t *testing.T, q dialects.AdvisoryQueue, key string, id int64) dialects.TxSession {
 	t.Helper()
-	s := newSession(t, q)
+	s := dialecttest.NewSession(t, q)
 	ts, ok := s.(dialects.TxSession)
 	if !ok {
 		t.Fatalf("a transactional session is %T, not a TxSession", s)
 	}
-	if !tryLock(t, ts, key) {
+	if !dialecttest.TryLock(t, ts, key) {
 		t.Fatal("lock refused")
 	}
 	if _, ok, err := ts.Take(ctx, id, t0); !ok || err != nil {
@@ -476,7 +477,7 @@ func TestTxAdvisoryAckCommits(t *testing.T) {
 	tbl := newTable(t, d, "ra_txad", advisoryTable)
 	fx := effectsTable(t, d)
 	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	key := keyOf(t, d, tbl, id)
 	name := LockName(databaseName(t, d.DB()), key)
 	s := takeTx(t, q, key, id)
@@ -538,7 +539,7 @@ func TestTxAdvisoryRollbackThenRetry(t *testing.T) {
 	tbl := newTable(t, d, "ra_txar", advisoryTable)
 	fx := effectsTable(t, d)
 	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	key := keyOf(t, d, tbl, id)
 	name := LockName(databaseName(t, d.DB()), key)
 	s := takeTx(t, q, key, id)
@@ -583,7 +584,7 @@ func TestTxAdvisoryUnlockRollsBack(t *testing.T) {
 	tbl := newTable(t, d, "ra_txau", advisoryTable)
 	fx := effectsTable(t, d)
 	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	key := keyOf(t, d, tbl, id)
 	name := LockName(databaseName(t, d.DB()), key)
 
@@ -643,7 +644,7 @@ func TestTxAdvisoryDeadLetterTable(t *testing.T) {
 	dead := newTable(t, d, "ra_txam_dead", advisoryTable)
 	fx := effectsTable(t, d)
 	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
 	s := takeTx(t, q, keyOf(t, d, tbl, id), id)
 	if err := s.Begin(ctx); err != nil {
 		t.Fatal(err)
@@ -680,7 +681,7 @@ func TestTxAdvisoryDeadlockIsNotRetried(t *testing.T) {
 	dead := newTable(t, d, "ra_txadl_dead", advisoryTable)
 	fx := effectsTable(t, d)
 	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
 	s := takeTx(t, q, keyOf(t, d, tbl, id), id)
 	if err := s.Begin(ctx); err != nil {
 		t.Fatal(err)
@@ -719,7 +720,7 @@ func TestTxAdvisoryFailedSettleRollsBack(t *testing.T) {
 	tbl := newTable(t, d, "ra_txaf", advisoryTable)
 	fx := effectsTable(t, d)
 	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	s := takeTx(t, q, keyOf(t, d, tbl, id), id)
 	if err := s.Begin(ctx); err != nil {
 		t.Fatal(err)
@@ -775,7 +776,7 @@ func TestTxIsolation(t *testing.T) {
 				tbl.Isolation = level
 				return tbl
 			})
-			publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+			dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 			return claimTx(t, openTxRowLock(t, d, dialects.QueueSpec{Table: tbl}))
 		}},
 		{"lease", func(t *testing.T, level dialects.Isolation) dialects.DeliveryTx {
@@ -785,7 +786,7 @@ func TestTxIsolation(t *testing.T) {
 				return tbl
 			})
 			q := openTxLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
-			claimOne(t, d, q, tbl)
+			dialecttest.ClaimOne(t, d, q, tbl)
 			return beginDelivery(t, q)
 		}},
 		{"advisory", func(t *testing.T, level dialects.Isolation) dialects.DeliveryTx {
@@ -794,7 +795,7 @@ func TestTxIsolation(t *testing.T) {
 				tbl.Isolation = level
 				return tbl
 			})
-			id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+			id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 			s := takeTx(t, openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl}), keyOf(t, d, tbl, id), id)
 			if err := s.Begin(ctx); err != nil {
 				t.Fatal(err)

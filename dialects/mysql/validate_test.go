@@ -16,24 +16,24 @@ func TestOpenAccepts(t *testing.T) {
 	tbl := newTable(t, d, "ra_acc", leaseTable)
 	folded := tbl
 	folded.ID, folded.LockedUntil, folded.Payload = "ID", "Locked_Until", "PAYLOAD"
-	openLease(t, d, dialects.QueueSpec{Table: folded})
+	dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: folded})
 
 	rowLock := tbl
 	rowLock.LockedUntil = ""
 	for _, level := range []dialects.Isolation{"", dialects.ReadUncommitted, dialects.ReadCommitted, dialects.RepeatableRead, dialects.Serializable} {
 		rl := rowLock
 		rl.Isolation = level
-		openRowLock(t, d, dialects.QueueSpec{Table: rl, Group: "g"})
+		dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: rl, Group: "g"})
 	}
 	adv := rowLock
 	adv.AdvisoryKey = "jobs-{id}-{GRP}"
-	openAdvisory(t, d, dialects.QueueSpec{Table: adv, Group: "g", DeadLetterGroup: "dead"})
+	dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: adv, Group: "g", DeadLetterGroup: "dead"})
 
 	// A dead-letter table with the queue's columns, any case.
 	dead := tableName(t, d, "ra_acc_dead")
 	mustExec(t, d.DB(), "CREATE TABLE "+quote(dead)+" (ID BIGINT PRIMARY KEY, PAYLOAD LONGBLOB, GRP VARCHAR(191), ATTEMPT SMALLINT, "+
 		"RETRY_AFTER DATETIME(6), LOCKED_UNTIL DATETIME(6), HEADERS JSON)")
-	openLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead})
+	dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead})
 }
 
 // Odd identifiers are quoted everywhere.
@@ -43,8 +43,8 @@ func TestOddIdentifiers(t *testing.T) {
 	tbl := dialects.Table{Name: name, ID: "i`d", Payload: "pay load", Group: "group", Attempt: "select",
 		RetryAfter: "retry-after", LockedUntil: "locked`until", Headers: "order"}
 	createTable(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
-	id := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p"), Headers: []byte(`{}`)})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p"), Headers: []byte(`{}`)})
 	rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
 	if err != nil || len(rows) != 1 || rows[0].ID != id {
 		t.Fatalf("claim %v %v", rows, err)

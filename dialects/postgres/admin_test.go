@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // TestRequeueOwnTypes: a table of the service's own making (an integer id GENERATED
@@ -38,7 +39,7 @@ func TestStatsAdvisoryHeldKeys(t *testing.T) {
 	tbl := dialects.Table{Name: name, ID: "id", Payload: "payload", AdvisoryKey: name + "-{id}"}
 	createTable(t, d, tbl)
 	for range 3 {
-		publish(t, d, tbl, dialects.Message{Payload: []byte("x")})
+		dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("x")})
 	}
 	held, err := d.Pool().Acquire(ctx)
 	if err != nil {

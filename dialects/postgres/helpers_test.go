@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rowactor/rowactor/dialects"
-	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 var ctx = context.Background()
@@ -172,17 +171,3 @@ func sameState(a, b rowState) bool {
 	return a.Attempt == b.Attempt && a.Group == b.Group && eq(a.LockedUntil, b.LockedUntil) &&
 		eq(a.RetryAfter, b.RetryAfter) && eq(a.ProcessedAt, b.ProcessedAt)
 }
-
-// The shared helpers of the dialects' tests.
-var (
-	openQueue    = dialecttest.OpenQueue
-	openLease    = dialecttest.OpenLease
-	openRowLock  = dialecttest.OpenRowLock
-	openAdvisory = dialecttest.OpenAdvisory
-	publish      = dialecttest.Publish
-	newSession   = dialecttest.NewSession
-	tryLock      = dialecttest.TryLock
-	configError  = dialecttest.ConfigError
-	contains     = dialecttest.Contains
-	ids          = dialecttest.IDs
-)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // Poison rows: an attempt counter at its column type's maximum must neither overflow nor
@@ -28,8 +29,8 @@ func TestPoisonAttemptMaxFromTheCatalog(t *testing.T) {
 	t.Cleanup(func() { mustExec(t, d, "DROP DOMAIN IF EXISTS "+quote(tbl.Name+"_n")+" CASCADE") })
 	for typ, want := range map[string]string{"integer": "2147483647", quote(tbl.Name + "_n"): "32767", "bigint": "9223372036854775807"} {
 		narrowAttempt(t, d, tbl, typ)
-		q := openQueue(t, d, dialects.QueueSpec{Table: tbl, Group: "g"}).(*leaseQueue)
-		contains(t, q.claim.text, `CASE WHEN u."attempt" < `+want+` THEN u."attempt" + 1 ELSE u."attempt" END`)
+		q := dialecttest.OpenQueue(t, d, dialects.QueueSpec{Table: tbl, Group: "g"}).(*leaseQueue)
+		dialecttest.Contains(t, q.claim.text, `CASE WHEN u."attempt" < `+want+` THEN u."attempt" + 1 ELSE u."attempt" END`)
 	}
 }
 

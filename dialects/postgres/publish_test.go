@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // listener is a raw LISTEN connection collecting this test's notifications (other
@@ -103,7 +104,7 @@ func TestPublishTxNotifiesAtCommit(t *testing.T) {
 	// Through the pool, the notification follows the autocommit.
 	noGroup := dialects.Table{Name: tableName(t, d), ID: "id", Payload: "payload"}
 	createTable(t, d, noGroup)
-	publish(t, d, noGroup, dialects.Message{Payload: []byte("x")})
+	dialecttest.Publish(t, d, noGroup, dialects.Message{Payload: []byte("x")})
 	l.table = noGroup.Name
 	if got := l.next(t, 5*time.Second); got != noGroup.Name+"\t" {
 		t.Fatalf("notification %q", got)

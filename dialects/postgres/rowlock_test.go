@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 func claimLocked(t *testing.T, q dialects.RowLockQueue, now time.Time) (dialects.LockedClaim, bool) {
@@ -24,10 +25,10 @@ func TestRowLockClaimHoldsTheRow(t *testing.T) {
 	d := newDialect(t)
 	tbl := rowLockTable(tableName(t, d))
 	createTable(t, d, tbl)
-	id := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p"), Headers: []byte(`{"a":"b"}`)})
-	publish(t, d, tbl, dialects.Message{Group: "other", Payload: []byte("x")})
-	publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("later"), NotBefore: t0.Add(time.Hour)})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p"), Headers: []byte(`{"a":"b"}`)})
+	dialecttest.Publish(t, d, tbl, dialects.Message{Group: "other", Payload: []byte("x")})
+	dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("later"), NotBefore: t0.Add(time.Hour)})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
 
 	c, ok := claimLocked(t, q, t0)
 	if !ok {
@@ -90,8 +91,8 @@ func TestRowLockRetryCountsTheAttempt(t *testing.T) {
 	d := newDialect(t)
 	tbl := rowLockTable(tableName(t, d))
 	createTable(t, d, tbl)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl})
 	for want := 1; want <= 3; want++ {
 		c, ok := claimLocked(t, q, t0)
 		if !ok || c.Row().ID != id || c.Row().Attempt != want {
@@ -129,8 +130,8 @@ func TestRowLockRetryWithoutAttempt(t *testing.T) {
 	d := newDialect(t)
 	tbl := dialects.Table{Name: tableName(t, d), ID: "id", Payload: "payload"}
 	createTable(t, d, tbl)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl})
 	c, ok := claimLocked(t, q, t0)
 	if !ok || c.Row().Attempt != 0 {
 		t.Fatalf("claim %v %+v", ok, c.Row())
@@ -156,8 +157,8 @@ func TestRowLockRollbackReturnsTheRow(t *testing.T) {
 	tbl := rowLockTable(tableName(t, d))
 	tbl.ProcessedAt = "processed_at"
 	createTable(t, d, tbl)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: ""})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: ""})
 	c, _ := claimLocked(t, q, t0)
 	if err := c.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -205,13 +206,13 @@ func TestRowLockFailedSettlementRollsBack(t *testing.T) {
 	tbl := rowLockTable(tableName(t, d))
 	createTable(t, d, tbl)
 	mustExec(t, d, "ALTER TABLE "+quote(tbl.Name)+" ADD CONSTRAINT not_dead CHECK (grp <> 'dead')")
-	id := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
 	c, _ := claimLocked(t, q, t0)
 	if err := c.Settle(ctx, dialects.Step{Kind: dialects.StepDeadLetter}); err == nil {
 		t.Fatal("a settlement breaking a constraint succeeded")
 	} else {
-		contains(t, err.Error(), "postgres: dead_letter on table "+tbl.Name)
+		dialecttest.Contains(t, err.Error(), "postgres: dead_letter on table "+tbl.Name)
 	}
 	if n := acquired(d); n != 0 {
 		t.Fatalf("%d connections held", n)
@@ -230,8 +231,8 @@ func TestRowLockDeadLetter(t *testing.T) {
 	d := newDialect(t)
 	tbl := rowLockTable(tableName(t, d))
 	createTable(t, d, tbl)
-	id := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
 	c, _ := claimLocked(t, q, t0)
 	if err := c.Settle(ctx, dialects.Step{Kind: dialects.StepDeadLetter}); err != nil {
 		t.Fatal(err)
@@ -247,8 +248,8 @@ func TestRowLockDeadLetter(t *testing.T) {
 	dead := noGroup
 	dead.Name = tableName(t, d)
 	createTable(t, d, dead)
-	id = publish(t, d, noGroup, dialects.Message{Payload: []byte("poison")})
-	q = openRowLock(t, d, dialects.QueueSpec{Table: noGroup, DeadLetterTable: dead.Name})
+	id = dialecttest.Publish(t, d, noGroup, dialects.Message{Payload: []byte("poison")})
+	q = dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: noGroup, DeadLetterTable: dead.Name})
 	c, _ = claimLocked(t, q, t0)
 	if err := c.Settle(ctx, dialects.Step{Kind: dialects.StepDeadLetter}); err != nil {
 		t.Fatal(err)
@@ -265,7 +266,7 @@ func TestRowLockIsolation(t *testing.T) {
 	d := newDialect(t)
 	tbl := rowLockTable(tableName(t, d))
 	createTable(t, d, tbl)
-	publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	for level, want := range map[dialects.Isolation]string{
 		"":                      "read committed", // the server's default
 		dialects.ReadCommitted:  "read committed",
@@ -273,7 +274,7 @@ func TestRowLockIsolation(t *testing.T) {
 		dialects.Serializable:   "serializable",
 	} {
 		tbl.Isolation = level
-		q := openRowLock(t, d, dialects.QueueSpec{Table: tbl})
+		q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl})
 		c, ok := claimLocked(t, q, t0)
 		if !ok {
 			t.Fatalf("%q: nothing claimed", level)
@@ -297,8 +298,8 @@ func TestRowLockRollbackFailureClosesTheConnection(t *testing.T) {
 	d := newDialect(t)
 	tbl := rowLockTable(tableName(t, d))
 	createTable(t, d, tbl)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl})
 	c, _ := claimLocked(t, q, t0)
 	lc := c.(*lockedClaim)
 	var pid int

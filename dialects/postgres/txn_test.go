@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // sideTable creates a table a handler writes to through its lent transaction.
@@ -75,22 +76,22 @@ func TestOpenTransactional(t *testing.T) {
 			q.Close()
 			t.Fatalf("%s: Open accepted a transactional lease table", level)
 		}
-		ce := configError(t, err)
+		ce := dialecttest.ConfigError(t, err)
 		if ce.Table != name || ce.Option != "Table.Isolation" {
 			t.Errorf("%s: table %q option %q", level, ce.Table, ce.Option)
 		}
-		contains(t, err.Error(), string(level))
-		contains(t, err.Error(), "renewer's extended lease")
-		contains(t, ce.Fix, "drop Transactional")
+		dialecttest.Contains(t, err.Error(), string(level))
+		dialecttest.Contains(t, err.Error(), "renewer's extended lease")
+		dialecttest.Contains(t, ce.Fix, "drop Transactional")
 		// Outside transactional mode the level only concerns other forms: accepted.
-		if q := openLease(t, d, dialects.QueueSpec{Table: tbl}); isTxLease(q) {
+		if q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl}); isTxLease(q) {
 			t.Errorf("%s: a lease queue outside transactional mode lends transactions", level)
 		}
 	}
 	for _, level := range []dialects.Isolation{"", dialects.ReadCommitted} {
 		tbl := leaseTable(name)
 		tbl.Isolation = level
-		if q := openLease(t, d, dialects.QueueSpec{Table: tbl, Transactional: true}); !isTxLease(q) {
+		if q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Transactional: true}); !isTxLease(q) {
 			t.Errorf("%q: Open returned %T, not a TxLeaseQueue", level, q)
 		}
 	}
@@ -101,8 +102,8 @@ func TestOpenTransactional(t *testing.T) {
 	createTable(t, d, adv)
 	for level := range levels {
 		rl.Isolation, adv.Isolation = level, level
-		openRowLock(t, d, dialects.QueueSpec{Table: rl, Transactional: true})
-		openAdvisory(t, d, dialects.QueueSpec{Table: adv, Transactional: true})
+		dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: rl, Transactional: true})
+		dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: adv, Transactional: true})
 	}
 }
 
@@ -134,17 +135,17 @@ func TestRowLockTransactional(t *testing.T) {
 	tbl := rowLockTable(tableName(t, d))
 	createTable(t, d, tbl)
 	side := sideTable(t, d)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 
 	// Outside transactional mode the claim lends nothing.
-	plain := openRowLock(t, d, dialects.QueueSpec{Table: tbl})
+	plain := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl})
 	c, _ := claimLocked(t, plain, t0)
 	if _, isTx := c.(dialects.TxLockedClaim); isTx {
 		t.Error("a claim outside transactional mode lends its transaction")
 	}
 	c.Rollback(ctx)
 
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
 
 	// Retry: the handler's writes roll back to the savepoint; the attempt is counted.
 	tc := claimTx(t, q)
@@ -223,8 +224,8 @@ func TestRowLockTransactionalEndedByHandler(t *testing.T) {
 	d := newDialect(t)
 	tbl := rowLockTable(tableName(t, d))
 	createTable(t, d, tbl)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
 	tc := claimTx(t, q)
 	if _, err := tc.Tx().(pgx.Tx).Exec(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
@@ -232,7 +233,7 @@ func TestRowLockTransactionalEndedByHandler(t *testing.T) {
 	if err := tc.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}); err == nil {
 		t.Fatal("a settlement ran outside the claim transaction")
 	} else {
-		contains(t, err.Error(), "ended outside rowactor")
+		dialecttest.Contains(t, err.Error(), "ended outside rowactor")
 	}
 	if _, exists := stateOf(t, d, tbl, id); !exists {
 		t.Fatal("the row was settled outside its claim")
@@ -255,13 +256,13 @@ func TestLeaseTransactional(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead", Transactional: true})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead", Transactional: true})
 	tq := q.(dialects.TxLeaseQueue)
 	now := t0.Add(time.Second)
 
 	claim := func(t *testing.T) dialects.Lease {
 		t.Helper()
-		id := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
+		id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
 		rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
 		if err != nil || len(rows) != 1 || rows[0].ID != id {
 			t.Fatalf("claim: %+v %v", rows, err)
@@ -383,7 +384,7 @@ func TestLeaseTransactionalRollbackFailure(t *testing.T) {
 	d := newDialect(t)
 	tbl := leaseTable(tableName(t, d))
 	createTable(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
 	ltx, err := q.(dialects.TxLeaseQueue).BeginDelivery(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -408,7 +409,7 @@ func takeTx(t *testing.T, q dialects.AdvisoryQueue) (dialects.TxSession, dialect
 	if err != nil || len(cands) != 1 {
 		t.Fatalf("candidates %v %v", cands, err)
 	}
-	s := newSession(t, q)
+	s := dialecttest.NewSession(t, q)
 	ts, ok := s.(dialects.TxSession)
 	if !ok {
 		t.Fatalf("a transactional session is a %T, not a TxSession", s)
@@ -416,7 +417,7 @@ func takeTx(t *testing.T, q dialects.AdvisoryQueue) (dialects.TxSession, dialect
 	if ts.Tx() != nil {
 		t.Fatal("Tx() before Begin is not nil")
 	}
-	if !tryLock(t, s, cands[0].Key) {
+	if !dialecttest.TryLock(t, s, cands[0].Key) {
 		t.Fatal("lock refused")
 	}
 	r, ok, err := s.Take(ctx, cands[0].ID, t0)
@@ -437,16 +438,16 @@ func TestAdvisoryTransactional(t *testing.T) {
 	tbl := advisoryTable(tableName(t, d))
 	createTable(t, d, tbl)
 	side := sideTable(t, d)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	key := tbl.Name + "-'s"
 
-	plain := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	ps := newSession(t, plain)
+	plain := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	ps := dialecttest.NewSession(t, plain)
 	if _, isTx := ps.(dialects.TxSession); isTx {
 		t.Error("a session outside transactional mode lends a transaction")
 	}
 	unlock(t, ps) // nothing held: just ends
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
 
 	// Anything but ack rolls back first, then settles in autocommit.
 	s, r := takeTx(t, q)
@@ -531,9 +532,9 @@ func TestAdvisoryTransactionalUnlockRollsBack(t *testing.T) {
 	tbl := advisoryTable(tableName(t, d))
 	createTable(t, d, tbl)
 	side := sideTable(t, d)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	key := tbl.Name + "-'s"
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
 
 	s, _ := takeTx(t, q)
 	write(t, s.Tx(), side, "open")
@@ -625,17 +626,17 @@ func TestTransactionalIsolation(t *testing.T) {
 	d := newDialect(t)
 	rl := rowLockTable(tableName(t, d))
 	createTable(t, d, rl)
-	publish(t, d, rl, dialects.Message{Payload: []byte("p")})
+	dialecttest.Publish(t, d, rl, dialects.Message{Payload: []byte("p")})
 	adv := advisoryTable(tableName(t, d))
 	createTable(t, d, adv)
-	publish(t, d, adv, dialects.Message{Payload: []byte("p")})
+	dialecttest.Publish(t, d, adv, dialects.Message{Payload: []byte("p")})
 	ls := leaseTable(tableName(t, d))
 	createTable(t, d, ls)
 
 	for level, want := range levels {
 		rl.Isolation, adv.Isolation, ls.Isolation = level, level, level
 
-		tc := claimTx(t, openRowLock(t, d, dialects.QueueSpec{Table: rl, Transactional: true}))
+		tc := claimTx(t, dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: rl, Transactional: true}))
 		if got := isolationOf(t, tc.Tx()); got != want {
 			t.Errorf("row lock declared %q: the transaction runs at %q", level, got)
 		}
@@ -643,7 +644,7 @@ func TestTransactionalIsolation(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		s, _ := takeTx(t, openAdvisory(t, d, dialects.QueueSpec{Table: adv, Transactional: true}))
+		s, _ := takeTx(t, dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: adv, Transactional: true}))
 		if got := isolationOf(t, s.Tx()); got != want {
 			t.Errorf("advisory declared %q: the transaction runs at %q", level, got)
 		}
@@ -654,7 +655,7 @@ func TestTransactionalIsolation(t *testing.T) {
 		if level == dialects.RepeatableRead || level == dialects.Serializable {
 			continue // refused for the lease form
 		}
-		lq := openLease(t, d, dialects.QueueSpec{Table: ls, Transactional: true})
+		lq := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: ls, Transactional: true})
 		ltx, err := lq.(dialects.TxLeaseQueue).BeginDelivery(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -675,12 +676,12 @@ func TestTransactionalIsolation(t *testing.T) {
 	// refused: its snapshot would not see the renewer's extensions either.
 	sd := openURL(t, withParams(testURL(), "pool_max_conns=4", "default_transaction_isolation=serializable"))
 	rl.Isolation, adv.Isolation, ls.Isolation = "", "", ""
-	tc := claimTx(t, openRowLock(t, sd, dialects.QueueSpec{Table: rl, Transactional: true}))
+	tc := claimTx(t, dialecttest.OpenRowLock(t, sd, dialects.QueueSpec{Table: rl, Transactional: true}))
 	if got := isolationOf(t, tc.Tx()); got != "serializable" {
 		t.Errorf("row lock declaring nothing on a serializable server runs at %q", got)
 	}
 	tc.Rollback(ctx)
-	s, _ := takeTx(t, openAdvisory(t, sd, dialects.QueueSpec{Table: adv, Transactional: true}))
+	s, _ := takeTx(t, dialecttest.OpenAdvisory(t, sd, dialects.QueueSpec{Table: adv, Transactional: true}))
 	if got := isolationOf(t, s.Tx()); got != "serializable" {
 		t.Errorf("advisory declaring nothing on a serializable server runs at %q", got)
 	}
@@ -689,14 +690,14 @@ func TestTransactionalIsolation(t *testing.T) {
 		q.Close()
 		t.Error("a transactional lease table opened on a serializable server")
 	} else {
-		ce := configError(t, err)
+		ce := dialecttest.ConfigError(t, err)
 		if ce.Option != "Table.Isolation" {
 			t.Errorf("option %q", ce.Option)
 		}
-		contains(t, err.Error(), "default_transaction_isolation")
+		dialecttest.Contains(t, err.Error(), "default_transaction_isolation")
 	}
 	ls.Isolation = dialects.ReadCommitted
-	lq := openLease(t, sd, dialects.QueueSpec{Table: ls, Transactional: true})
+	lq := dialecttest.OpenLease(t, sd, dialects.QueueSpec{Table: ls, Transactional: true})
 	ltx, err := lq.(dialects.TxLeaseQueue).BeginDelivery(ctx)
 	if err != nil {
 		t.Fatal(err)

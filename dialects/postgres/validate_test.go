@@ -21,12 +21,12 @@ func TestOpenPreparesStatements(t *testing.T) {
 		q.Close()
 		t.Fatal("Open accepted a dead-letter table that cannot take the move")
 	}
-	ce := configError(t, err)
+	ce := dialecttest.ConfigError(t, err)
 	if ce.Table != name {
 		t.Errorf("table %q", ce.Table)
 	}
-	contains(t, err.Error(), "does not prepare")
-	contains(t, err.Error(), "payload")
+	dialecttest.Contains(t, err.Error(), "does not prepare")
+	dialecttest.Contains(t, err.Error(), "payload")
 }
 
 func TestOpenAcceptsEveryForm(t *testing.T) {
@@ -43,19 +43,19 @@ func TestOpenAcceptsEveryForm(t *testing.T) {
 	deadTbl.Name = dead
 	createTable(t, d, deadTbl)
 
-	openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
+	dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
 	noGroup := tbl
 	noGroup.Group = ""
-	openAdvisory(t, d, dialects.QueueSpec{Table: noGroup, DeadLetterTable: dead})
+	dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: noGroup, DeadLetterTable: dead})
 	rl := tbl
 	rl.AdvisoryKey = ""
 	for _, level := range []dialects.Isolation{"", dialects.ReadCommitted, dialects.RepeatableRead, dialects.Serializable} {
 		rl.Isolation = level
-		openRowLock(t, d, dialects.QueueSpec{Table: rl, Group: "g", DeadLetterGroup: "dead"})
+		dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: rl, Group: "g", DeadLetterGroup: "dead"})
 	}
 	ls := leaseTable(name)
 	ls.ProcessedAt = "processed_at"
-	openLease(t, d, dialects.QueueSpec{Table: ls, Group: "g", DeadLetterGroup: "dead"})
+	dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: ls, Group: "g", DeadLetterGroup: "dead"})
 }
 
 func TestCaseAndQuotesInNames(t *testing.T) {
@@ -65,8 +65,8 @@ func TestCaseAndQuotesInNames(t *testing.T) {
 	t.Cleanup(func() { mustExec(t, d, "DROP TABLE IF EXISTS "+quote(name)) })
 	tbl := dialects.Table{Name: name, ID: "Id", Payload: `Pay"load`, Attempt: "Attempt", LockedUntil: "Locked Until"}
 	createTable(t, d, tbl)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("x")})
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("x")})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl})
 	rows, err := q.ClaimLeases(ctx, t0, t0.Add(1e9), 5)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +101,7 @@ func TestOpenUnreachable(t *testing.T) {
 		d.Close()
 		t.Fatal("Open succeeded on a closed port")
 	}
-	contains(t, err.Error(), "postgres: open")
+	dialecttest.Contains(t, err.Error(), "postgres: open")
 }
 
 // Refusals: PostgreSQL's 63-byte identifiers, quoted names that keep their case, read

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // TestStatsTimeText: times are TimeLayout text, compared as text: a retry_after or a
@@ -55,8 +56,8 @@ func TestStatsTimeText(t *testing.T) {
 
 	bad := tbl
 	bad.Group = "queue"
-	configError(t, func() error { _, err := d.Stats(ctx, bad, t0); return err }())
-	configError(t, func() error {
+	dialecttest.ConfigError(t, func() error { _, err := d.Stats(ctx, bad, t0); return err }())
+	dialecttest.ConfigError(t, func() error {
 		_, err := d.Requeue(ctx, dialects.RequeueSpec{Table: tbl, FromTable: "no_such_table"}, nil)
 		return err
 	}())

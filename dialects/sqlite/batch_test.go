@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // batchFixture is a lease table of n published rows in group "g", all claimed with the
@@ -31,7 +32,7 @@ func newBatchFixture(t *testing.T, n int, processed bool) *batchFixture {
 	// One INSERT for all of them: n may be in the thousands.
 	mustExec(t, d, "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?) "+
 		"INSERT INTO jobs (payload, grp) SELECT x'78', 'g' FROM s", n)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
 	bq, ok := q.(dialects.LeaseBatchQueue)
 	if !ok {
 		t.Fatalf("%T is not a LeaseBatchQueue", q)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // evState is the row as stored, NULL reading as "NULL".
@@ -43,10 +44,10 @@ func TestEventLeaseTxWaitsForTheWriteLock(t *testing.T) {
 	tbl := leaseTable("jobs")
 	txFixture(t, d, tbl)
 	mustExec(t, d, "ALTER TABLE jobs ADD COLUMN last_error TEXT")
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true, Events: map[string]string{
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true, Events: map[string]string{
 		"park": "UPDATE jobs SET grp = 'parked', locked_until = NULL WHERE id = {id}",
 	}})
-	held := claimOne(t, d, q, tbl)
+	held := dialecttest.ClaimOne(t, d, q, tbl)
 	ltx, _ := beginLease(t, q)
 
 	other, err := d.DB().Conn(ctx)
@@ -82,11 +83,11 @@ func TestEventLeaseTxSkipsWriterTurn(t *testing.T) {
 	tbl := leaseTable("jobs")
 	tbl.Mode = dialects.Immediate
 	txFixture(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true, Events: map[string]string{
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true, Events: map[string]string{
 		dialects.EventAck: "UPDATE jobs SET grp = 'done' WHERE id = {id}",
 	}})
-	r := claimOne(t, d, q, tbl)
-	publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("second")})
+	r := dialecttest.ClaimOne(t, d, q, tbl)
+	dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("second")})
 
 	ltx, tx := beginLease(t, q)
 	note(t, tx, "x")

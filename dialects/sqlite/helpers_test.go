@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
-	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 var ctx = context.Background()
@@ -99,14 +98,3 @@ func keyOf(t *testing.T, d *Dialect, tbl dialects.Table, id int64) string {
 	}
 	return key
 }
-
-// The shared helpers of the dialects' tests.
-var (
-	openLease    = dialecttest.OpenLease
-	openAdvisory = dialecttest.OpenAdvisory
-	publish      = dialecttest.Publish
-	newSession   = dialecttest.NewSession
-	tryLock      = dialecttest.TryLock
-	claimOne     = dialecttest.ClaimOne
-	configError  = dialecttest.ConfigError
-)

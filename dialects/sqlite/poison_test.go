@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // Poison rows: SQLite's integers are 64-bit, and rowactor caps the attempt counter at
@@ -27,11 +28,11 @@ func TestPoisonLeaseClaimReturnsRowsBesideAnUnreadableOne(t *testing.T) {
 	d := newDialect(t)
 	tbl := leaseTable("jobs")
 	createTable(t, d, tbl)
-	before := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("before")})
-	bad := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("bad")})
-	after := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("after")})
+	before := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("before")})
+	bad := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("bad")})
+	after := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("after")})
 	setAttempt(t, d, tbl.Name, bad, 2.5)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
 	rows, err := q.ClaimLeases(ctx, t0, t0.Add(30*time.Second), 10)
 	if err != nil {
 		t.Fatalf("claim: %v", err)
@@ -59,9 +60,9 @@ func TestPoisonAdvisoryTakeReturnsAnUnreadableRow(t *testing.T) {
 	d := newDialect(t)
 	tbl := dialects.Table{Name: "jobs", ID: "id", Payload: "payload", Attempt: "attempt", AdvisoryKey: "jobs-{id}"}
 	createTable(t, d, tbl)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	setAttempt(t, d, tbl.Name, id, 2.5)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl})
 	s, _ := q.Session(ctx)
 	defer s.Abort(ctx)
 	if ok, err := s.TryLock(ctx, fmt.Sprintf("jobs-%d", id)); !ok || err != nil {

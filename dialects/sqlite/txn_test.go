@@ -11,6 +11,7 @@ import (
 	msqlite "modernc.org/sqlite"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // txFixture is a database with a queue table and a table for the handler's own writes.
@@ -56,8 +57,8 @@ func TestTxLeaseAckCommitsBoth(t *testing.T) {
 	d := newDialect(t)
 	tbl := leaseTable("jobs")
 	txFixture(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	r := claimOne(t, d, q, tbl)
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	r := dialecttest.ClaimOne(t, d, q, tbl)
 
 	ltx, tx := beginLease(t, q)
 	note(t, tx, "done")
@@ -89,8 +90,8 @@ func TestTxLeaseLostRollsBackBoth(t *testing.T) {
 	d := newDialect(t)
 	tbl := leaseTable("jobs")
 	txFixture(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	r := claimOne(t, d, q, tbl)
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	r := dialecttest.ClaimOne(t, d, q, tbl)
 	before, _ := stateOf(t, d, "jobs", r.ID)
 
 	ltx, tx := beginLease(t, q)
@@ -114,8 +115,8 @@ func TestTxLeaseRollback(t *testing.T) {
 	d := newDialect(t)
 	tbl := leaseTable("jobs")
 	txFixture(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	r := claimOne(t, d, q, tbl)
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	r := dialecttest.ClaimOne(t, d, q, tbl)
 
 	ltx, tx := beginLease(t, q)
 	note(t, tx, "discarded")
@@ -145,9 +146,9 @@ func TestTxLeaseDeadLetterMove(t *testing.T) {
 	dead := tbl
 	dead.Name = "jobs_dead"
 	createTable(t, d, dead)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: "jobs_dead", Transactional: true})
-	publish(t, d, tbl, dialects.Message{Payload: []byte("a")})
-	publish(t, d, tbl, dialects.Message{Payload: []byte("b")})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: "jobs_dead", Transactional: true})
+	dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("a")})
+	dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("b")})
 	rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 2)
 	if err != nil || len(rows) != 2 {
 		t.Fatalf("claim: %v %v", rows, err)
@@ -178,8 +179,8 @@ func TestTxLeaseEndedByHandler(t *testing.T) {
 	d := newDialect(t)
 	tbl := leaseTable("jobs")
 	txFixture(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	r := claimOne(t, d, q, tbl)
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	r := dialecttest.ClaimOne(t, d, q, tbl)
 
 	ltx, tx := beginLease(t, q)
 	note(t, tx, "x")
@@ -204,8 +205,8 @@ func TestTxLeasePublishTx(t *testing.T) {
 	d := newDialect(t)
 	tbl := leaseTable("jobs")
 	txFixture(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	r := claimOne(t, d, q, tbl)
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	r := dialecttest.ClaimOne(t, d, q, tbl)
 	p, err := d.Publisher(ctx, tbl)
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +228,7 @@ func TestTxLeasePublishTx(t *testing.T) {
 	}
 
 	// A rolled-back delivery publishes nothing.
-	claimOne(t, d, q, tbl) // a lease in work, so the rollback has a delivery to undo
+	dialecttest.ClaimOne(t, d, q, tbl) // a lease in work, so the rollback has a delivery to undo
 	ltx, tx = beginLease(t, q)
 	id, err = p.Publish(ctx, tx, dialects.Message{Group: "next", Payload: []byte("never")})
 	if err != nil {
@@ -248,9 +249,9 @@ func TestTxLeaseSettleSkipsWriterTurn(t *testing.T) {
 	tbl := leaseTable("jobs")
 	tbl.Mode = dialects.Immediate
 	txFixture(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	r := claimOne(t, d, q, tbl)
-	publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("second")})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	r := dialecttest.ClaimOne(t, d, q, tbl)
+	dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("second")})
 
 	ltx, tx := beginLease(t, q)
 	note(t, tx, "x")
@@ -284,21 +285,21 @@ func advisoryTxFixture(t *testing.T) (*Dialect, dialects.AdvisoryQueue, dialects
 	d := newDialect(t)
 	tbl := advisoryTable("jobs")
 	txFixture(t, d, tbl)
-	return d, openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true}), tbl
+	return d, dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true}), tbl
 }
 
 // takeTx publishes a row, locks its key, takes it and begins the session's transaction.
 func takeTx(t *testing.T, d *Dialect, q dialects.AdvisoryQueue, tbl dialects.Table) (dialects.TxSession, *sql.Tx, int64) {
 	t.Helper()
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	s, ok := newSession(t, q).(dialects.TxSession)
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	s, ok := dialecttest.NewSession(t, q).(dialects.TxSession)
 	if !ok {
 		t.Fatal("the session is not a TxSession")
 	}
 	if s.Tx() != nil {
 		t.Fatalf("Tx() before Begin = %v", s.Tx())
 	}
-	if !tryLock(t, s, keyOf(t, d, tbl, id)) {
+	if !dialecttest.TryLock(t, s, keyOf(t, d, tbl, id)) {
 		t.Fatal("lock refused")
 	}
 	if _, ok, err := s.Take(ctx, id, t0); err != nil || !ok {
@@ -391,7 +392,7 @@ func TestTxAdvisoryUnlockRollsBack(t *testing.T) {
 	if processed(t, d, id) || notes(t, d) != 0 {
 		t.Error("an uncommitted transaction survived the unlock")
 	}
-	if other := newSession(t, q); !tryLock(t, other, keyOf(t, d, tbl, id)) {
+	if other := dialecttest.NewSession(t, q); !dialecttest.TryLock(t, other, keyOf(t, d, tbl, id)) {
 		t.Error("the key stayed held")
 	} else {
 		other.Unlock(ctx)
@@ -417,7 +418,7 @@ func TestTxAdvisoryDeadLetterMove(t *testing.T) {
 	dead := tbl
 	dead.Name = "jobs_dead"
 	createTable(t, d, dead)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: "jobs_dead", Transactional: true})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: "jobs_dead", Transactional: true})
 	s, tx, id := takeTx(t, d, q, tbl)
 	note(t, tx, "x")
 	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepDeadLetter, Now: t0}, id); err != nil {
@@ -577,7 +578,7 @@ func TestTxBeginBusy(t *testing.T) {
 	tbl := leaseTable("jobs")
 	tbl.Mode = dialects.Immediate
 	txFixture(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Transactional: true}).(dialects.TxLeaseQueue)
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Transactional: true}).(dialects.TxLeaseQueue)
 
 	holder, err := foreign(t, path, "WAL").Conn(ctx)
 	if err != nil {
@@ -619,6 +620,6 @@ func TestTxOpenAcceptsForms(t *testing.T) {
 		tbl.Mode = ""
 		tbl.Isolation = dialects.ReadCommitted
 		_, err = d.Open(ctx, dialects.QueueSpec{Table: tbl, Transactional: true})
-		configError(t, err)
+		dialecttest.ConfigError(t, err)
 	}
 }

@@ -14,7 +14,7 @@ func TestOpenFoldsCase(t *testing.T) {
 	createTable(t, d, leaseTable("jobs"))
 	tbl := leaseTable("JOBS")
 	tbl.ID, tbl.LockedUntil = "ID", "Locked_Until"
-	openLease(t, d, dialects.QueueSpec{Table: tbl})
+	dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl})
 }
 
 func TestOpenRequiresAFile(t *testing.T) {
