@@ -251,7 +251,7 @@ func testAdvisoryTakeRechecksTheKey(t *testing.T, h Harness) {
 }
 
 // Each step runs on the session holding the key; an ended session settles nothing (unless
-// Caps.EndedSessionSettles).
+// Caps.EndedSessionWorks).
 func testAdvisorySettle(t *testing.T, h Harness) {
 	at := t0.Add(time.Hour)
 	cases := []struct {
@@ -305,7 +305,7 @@ func testAdvisorySettle(t *testing.T, h Harness) {
 			st, exists := e.state(tbl, id)
 			c.check(t, st, exists)
 			unlock(t, s)
-			if err := s.Settle(ctx, c.step, id); err == nil && !e.caps.EndedSessionSettles {
+			if err := s.Settle(ctx, c.step, id); err == nil && !e.caps.EndedSessionWorks {
 				t.Error("an ended session settled")
 			}
 		})

@@ -60,9 +60,10 @@ type Harness interface {
 	// TimeArg is t as a query argument compared with a time column.
 	TimeArg(t time.Time) any
 
-	// LentExec runs a statement written with ? placeholders in a transaction the dialect
-	// lent a handler (DeliveryTx.Tx), as the handler would.
-	LentExec(t *testing.T, tx any, query string, args ...any)
+	// LentTry runs a statement written with ? placeholders in a transaction the dialect
+	// lent a handler (DeliveryTx.Tx), as the handler would, and returns its error (also
+	// when tx is not of the type the dialect lends).
+	LentTry(tx any, query string, args ...any) error
 
 	// Begin opens a transaction of the caller's on d's pool at read committed, of the type
 	// the dialect's Publish takes.
@@ -147,6 +148,15 @@ type Refusal struct {
 	Reason string
 }
 
+// SessionWatcher is a harness that can tell what became of a transactional advisory
+// session's connection.
+type SessionWatcher interface {
+	// WatchSession notes s's connection while its transaction is open; the returned check
+	// runs after Unlock (closed false: the connection is back in the pool, outside any
+	// transaction) or Abort (closed true: the connection is gone).
+	WatchSession(t *testing.T, d dialects.Dialect, s dialects.TxSession) (check func(closed bool))
+}
+
 // BatchTexter is a harness that can tell the statement text SettleLeases runs for n leases
 // of kind on q, so the suite can check that texts are built once per padded size.
 type BatchTexter interface {
@@ -188,11 +198,12 @@ type Caps struct {
 	// TypedNilTx, when set, is a nil of TxType, which Publish takes as no transaction.
 	TypedNilTx any
 
-	// EndedSessionSettles says a Session's Settle still runs after its Unlock (SQLite: a
-	// session is a slot in the process's key registry and settles on the pool, key or no
-	// key). Elsewhere an ended session refuses to settle. The suite records the difference;
-	// whether SQLite should refuse too is an open question (issue #17 part 1 report).
-	EndedSessionSettles bool
+	// EndedSessionWorks says a Session still works after it ended: after Unlock its Settle
+	// runs, after Abort its Begin opens a transaction (SQLite: a session is a slot in the
+	// process's key registry and settles on the pool, key or no key). Elsewhere an ended
+	// session refuses both. The suite records the difference; whether SQLite should refuse
+	// too is an open question (issue #17 part 1 report).
+	EndedSessionWorks bool
 
 	// AttemptTypes are the attempt column types an existing table may have, with their
 	// maxima, where a claim or a retry saturates the counter. The first is the narrow type
@@ -268,6 +279,7 @@ var topics = []struct {
 	{"validate", validateScenarios},
 	{"admin", adminScenarios},
 	{"events", eventScenarios},
+	{"txn", txnScenarios},
 }
 
 // Run runs every scenario of the suite against the harness's database, as subtests named

@@ -91,7 +91,9 @@ func (e *env) handlerWrite(dt dialects.DeliveryTx, fx string, id int64) {
 	if dt.Tx() == nil {
 		e.t.Fatalf("%T lends no transaction", dt)
 	}
-	e.h.LentExec(e.t, dt.Tx(), "INSERT INTO "+e.q(fx)+" (id, v) VALUES (?, 'handler')", id)
+	if err := e.h.LentTry(dt.Tx(), "INSERT INTO "+e.q(fx)+" (id, v) VALUES (?, 'handler')", id); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // committed reports whether the handler's write of id is visible outside its transaction.

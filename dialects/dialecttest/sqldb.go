@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -39,16 +40,14 @@ func (r SQLRunner) QueryRow(t *testing.T, d dialects.Dialect, query string, args
 	return true
 }
 
-// LentExec runs on the *sql.Tx a delivery lends.
-func (SQLRunner) LentExec(t *testing.T, tx any, query string, args ...any) {
-	t.Helper()
+// LentTry runs on the *sql.Tx a delivery lends.
+func (SQLRunner) LentTry(tx any, query string, args ...any) error {
 	stx, ok := tx.(*sql.Tx)
 	if !ok || stx == nil {
-		t.Fatalf("Tx() is %T %v, want a *sql.Tx", tx, tx)
+		return fmt.Errorf("Tx() is %T %v, want a *sql.Tx", tx, tx)
 	}
-	if _, err := stx.ExecContext(ctx, query, args...); err != nil {
-		t.Fatal(err)
-	}
+	_, err := stx.ExecContext(ctx, query, args...)
+	return err
 }
 
 // BeginTx opens a caller's *sql.Tx with opts.

@@ -577,65 +577,6 @@ func TestTxAdvisoryRollbackThenRetry(t *testing.T) {
 	sameTime(t, "retry_after", st.RetryAfter, at)
 }
 
-// Advisory: Unlock with the transaction still open rolls it back before releasing the key;
-// Abort rolls back and closes the connection.
-func TestTxAdvisoryUnlockRollsBack(t *testing.T) {
-	d := newDialect(t)
-	tbl := newTable(t, d, "ra_txau", advisoryTable)
-	fx := effectsTable(t, d)
-	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	key := keyOf(t, d, tbl, id)
-	name := LockName(databaseName(t, d.DB()), key)
-
-	s := takeTx(t, q, key, id)
-	conn := txSessionConnID(t, s)
-	if err := s.Begin(ctx); err != nil {
-		t.Fatal(err)
-	}
-	handlerWrite(t, s, fx, 1)
-	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}, id); err != nil {
-		t.Fatal(err)
-	}
-	if closed, err := s.Unlock(ctx); closed || err != nil {
-		t.Fatalf("unlock %v %v", closed, err)
-	}
-	if committed(t, d, fx, 1) {
-		t.Error("Unlock committed the handler's write")
-	}
-	if st, ok := stateOf(t, d, tbl, id); !ok || st.ProcessedAt != nil {
-		t.Errorf("Unlock committed the settlement: %+v %v", st, ok)
-	}
-	if got := usedBy(t, d.DB(), name); got != 0 {
-		t.Fatalf("after unlock the key is held by %d", got)
-	}
-	// The connection went back to the pool with no transaction open: a statement on it
-	// commits at once.
-	if !connectionAlive(t, d.DB(), conn) {
-		t.Fatal("the connection was closed")
-	}
-	if n := count(t, d.DB(), "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ?", conn); n != 0 {
-		t.Errorf("a transaction is still open on the pooled connection")
-	}
-
-	s = takeTx(t, q, key, id)
-	conn = txSessionConnID(t, s)
-	if err := s.Begin(ctx); err != nil {
-		t.Fatal(err)
-	}
-	handlerWrite(t, s, fx, 2)
-	if err := s.Abort(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if committed(t, d, fx, 2) {
-		t.Error("Abort committed the handler's write")
-	}
-	if got := usedBy(t, d.DB(), name); got != 0 {
-		t.Fatalf("after abort the key is held by %d", got)
-	}
-	waitGone(t, d.DB(), conn)
-}
-
 // Advisory: a dead letter into a table moves the row inside the open transaction, with
 // the handler's writes.
 func TestTxAdvisoryDeadLetterTable(t *testing.T) {
@@ -841,6 +782,27 @@ func TestTxIsolation(t *testing.T) {
 					t.Errorf("declared %q: the transaction runs at %s, want %s", l.declared, got, l.want)
 				}
 			})
+		}
+	}
+}
+
+// WatchSession: after Unlock the session's connection is alive with no InnoDB transaction
+// open; after Abort the server has ended it.
+func (harness) WatchSession(t *testing.T, d dialects.Dialect, s dialects.TxSession) func(bool) {
+	t.Helper()
+	db := d.(*Dialect).DB()
+	conn := txSessionConnID(t, s)
+	return func(closed bool) {
+		t.Helper()
+		if closed {
+			waitGone(t, db, conn)
+			return
+		}
+		if !connectionAlive(t, db, conn) {
+			t.Fatal("the connection was closed")
+		}
+		if n := count(t, db, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ?", conn); n != 0 {
+			t.Errorf("a transaction is still open on the pooled connection")
 		}
 	}
 }

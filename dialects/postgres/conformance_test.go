@@ -3,6 +3,7 @@ package postgres
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -148,16 +149,14 @@ func (harness) SetAttemptType(t *testing.T, d dialects.Dialect, tbl dialects.Tab
 	narrowAttempt(t, d.(*Dialect), tbl, typ)
 }
 
-// LentExec runs on the pgx.Tx a delivery lends.
-func (harness) LentExec(t *testing.T, tx any, query string, args ...any) {
-	t.Helper()
+// LentTry runs on the pgx.Tx a delivery lends.
+func (harness) LentTry(tx any, query string, args ...any) error {
 	ptx, ok := tx.(pgx.Tx)
 	if !ok || ptx == nil {
-		t.Fatalf("Tx() is %T %v, want a pgx.Tx", tx, tx)
+		return fmt.Errorf("Tx() is %T %v, want a pgx.Tx", tx, tx)
 	}
-	if _, err := ptx.Exec(ctx, dialecttest.Dollar(query), args...); err != nil {
-		t.Fatal(err)
-	}
+	_, err := ptx.Exec(ctx, dialecttest.Dollar(query), args...)
+	return err
 }
 
 // concat casts each part to text: a bound value has no type of its own in an expression.

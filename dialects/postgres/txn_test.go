@@ -525,102 +525,6 @@ func TestAdvisoryTransactional(t *testing.T) {
 	}
 }
 
-// Unlock with the transaction still open rolls it back before the key is released, and
-// the connection returns to the pool clean; Abort closes it.
-func TestAdvisoryTransactionalUnlockRollsBack(t *testing.T) {
-	d := newDialect(t)
-	tbl := advisoryTable(tableName(t, d))
-	createTable(t, d, tbl)
-	side := sideTable(t, d)
-	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	key := tbl.Name + "-'s"
-	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
-
-	s, _ := takeTx(t, q)
-	write(t, s.Tx(), side, "open")
-	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}, id); err != nil {
-		t.Fatal(err)
-	}
-	pid := backendPID(t, s.Tx())
-	total := d.Pool().Stat().TotalConns()
-	if unlock(t, s) {
-		t.Fatal("an unlock with an open transaction closed the connection")
-	}
-	if st := d.Pool().Stat(); st.AcquiredConns() != 0 || st.TotalConns() != total {
-		t.Fatalf("after the unlock: %d acquired, %d total (was %d)", st.AcquiredConns(), st.TotalConns(), total)
-	}
-	// Every idle pooled connection, the session's among them, is outside a transaction.
-	conns := d.Pool().AcquireAllIdle(ctx)
-	seen := false
-	for _, c := range conns {
-		var p int
-		var xid *int64
-		if err := c.QueryRow(ctx, "SELECT pg_backend_pid(), txid_current_if_assigned()").Scan(&p, &xid); err != nil {
-			t.Fatal(err)
-		}
-		if xid != nil || c.Conn().PgConn().TxStatus() != 'I' {
-			t.Errorf("pooled connection %d is inside a transaction", p)
-		}
-		seen = seen || p == pid
-	}
-	if !seen {
-		t.Error("the session's connection is not in the pool")
-	}
-	// While it is held here, another connection sees its backend idle, not idle in
-	// transaction.
-	var state string
-	if err := d.Pool().QueryRow(ctx, "SELECT state FROM pg_stat_activity WHERE pid = $1", pid).Scan(&state); err != nil {
-		t.Fatal(err)
-	}
-	if state != "idle" {
-		t.Errorf("the pooled connection is %q", state)
-	}
-	for _, c := range conns {
-		c.Release()
-	}
-	if written(t, d, side, "open") != 0 {
-		t.Fatal("the unlock committed the handler's write")
-	}
-	if st, _ := stateOf(t, d, tbl, id); st.ProcessedAt != nil {
-		t.Fatal("the unlock committed the settlement")
-	}
-	if n := locksHeld(t, d, key); n != 0 {
-		t.Fatalf("%d locks left", n)
-	}
-
-	// A transaction that failed (the handler's statement errored) rolls back as well.
-	s, _ = takeTx(t, q)
-	if _, err := s.Tx().(pgx.Tx).Exec(ctx, "SELECT 1/0"); err == nil {
-		t.Fatal("a division by zero succeeded")
-	}
-	if unlock(t, s) {
-		t.Fatal("an unlock with a failed transaction closed the connection")
-	}
-	if n := locksHeld(t, d, key); n != 0 {
-		t.Fatalf("%d locks left", n)
-	}
-
-	// Abort closes the connection, transaction and all.
-	s, _ = takeTx(t, q)
-	write(t, s.Tx(), side, "aborted")
-	total = d.Pool().Stat().TotalConns()
-	if err := s.Abort(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if st := d.Pool().Stat(); st.AcquiredConns() != 0 || st.TotalConns() != total-1 {
-		t.Fatalf("after abort: %d acquired, %d total (was %d)", st.AcquiredConns(), st.TotalConns(), total)
-	}
-	if written(t, d, side, "aborted") != 0 {
-		t.Fatal("an abort committed the handler's write")
-	}
-	if n := locksHeld(t, d, key); n != 0 {
-		t.Fatalf("%d locks left", n)
-	}
-	if err := s.Begin(ctx); err == nil {
-		t.Error("a transaction began on an ended session")
-	}
-}
-
 // Each form's lent transaction runs at the declared level.
 func TestTransactionalIsolation(t *testing.T) {
 	d := newDialect(t)
@@ -710,5 +614,55 @@ func TestTransactionalIsolation(t *testing.T) {
 	}
 	if n := sd.Pool().Stat().AcquiredConns(); n != 0 {
 		t.Fatalf("%d connections held", n)
+	}
+}
+
+// WatchSession: after Unlock the session's backend is back in the pool, idle outside any
+// transaction, as every idle pooled connection is; after Abort the pool has one connection
+// less.
+func (harness) WatchSession(t *testing.T, dd dialects.Dialect, s dialects.TxSession) func(bool) {
+	t.Helper()
+	d := dd.(*Dialect)
+	pid := backendPID(t, s.Tx())
+	total := d.Pool().Stat().TotalConns()
+	return func(closed bool) {
+		t.Helper()
+		if closed {
+			if st := d.Pool().Stat(); st.AcquiredConns() != 0 || st.TotalConns() != total-1 {
+				t.Fatalf("after abort: %d acquired, %d total (was %d)", st.AcquiredConns(), st.TotalConns(), total)
+			}
+			return
+		}
+		if st := d.Pool().Stat(); st.AcquiredConns() != 0 || st.TotalConns() != total {
+			t.Fatalf("after the unlock: %d acquired, %d total (was %d)", st.AcquiredConns(), st.TotalConns(), total)
+		}
+		conns := d.Pool().AcquireAllIdle(ctx)
+		seen := false
+		for _, c := range conns {
+			var p int
+			var xid *int64
+			if err := c.QueryRow(ctx, "SELECT pg_backend_pid(), txid_current_if_assigned()").Scan(&p, &xid); err != nil {
+				t.Fatal(err)
+			}
+			if xid != nil || c.Conn().PgConn().TxStatus() != 'I' {
+				t.Errorf("pooled connection %d is inside a transaction", p)
+			}
+			seen = seen || p == pid
+		}
+		if !seen {
+			t.Error("the session's connection is not in the pool")
+		}
+		// While it is held here, another connection sees its backend idle, not idle in
+		// transaction.
+		var state string
+		if err := d.Pool().QueryRow(ctx, "SELECT state FROM pg_stat_activity WHERE pid = $1", pid).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if state != "idle" {
+			t.Errorf("the pooled connection is %q", state)
+		}
+		for _, c := range conns {
+			c.Release()
+		}
 	}
 }

@@ -40,8 +40,8 @@ func (*harness) Caps() dialecttest.Caps {
 		TypedNilTx:   (*sql.Tx)(nil),
 		ListChunk:    maxSettle,
 		SingleWriter: true,
-		// A session is a registry slot; it settles on the pool after its Unlock too.
-		EndedSessionSettles: true,
+		// A session is a registry slot: it settles and begins after it ended.
+		EndedSessionWorks: true,
 	}
 }
 

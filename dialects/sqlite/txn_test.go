@@ -379,38 +379,6 @@ func TestTxAdvisoryRollbackThenSettle(t *testing.T) {
 	}
 }
 
-func TestTxAdvisoryUnlockRollsBack(t *testing.T) {
-	d, q, tbl := advisoryTxFixture(t)
-	s, tx, id := takeTx(t, d, q, tbl)
-	note(t, tx, "discarded")
-	if err := s.Settle(ctx, ack(), id); err != nil {
-		t.Fatal(err)
-	}
-	if closed, err := s.Unlock(ctx); closed || err != nil {
-		t.Fatalf("unlock: %v %v", closed, err)
-	}
-	if processed(t, d, id) || notes(t, d) != 0 {
-		t.Error("an uncommitted transaction survived the unlock")
-	}
-	if other := dialecttest.NewSession(t, q); !dialecttest.TryLock(t, other, keyOf(t, d, tbl, id)) {
-		t.Error("the key stayed held")
-	} else {
-		other.Unlock(ctx)
-	}
-
-	s, tx, _ = takeTx(t, d, q, tbl)
-	note(t, tx, "aborted")
-	if err := s.Abort(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if notes(t, d) != 0 {
-		t.Error("an uncommitted transaction survived the abort")
-	}
-	if n := d.DB().Stats().InUse; n != 0 {
-		t.Errorf("%d connections still in use", n)
-	}
-}
-
 func TestTxAdvisoryDeadLetterMove(t *testing.T) {
 	d := newDialect(t)
 	tbl := advisoryTable("jobs")
@@ -621,5 +589,15 @@ func TestTxOpenAcceptsForms(t *testing.T) {
 		tbl.Isolation = dialects.ReadCommitted
 		_, err = d.Open(ctx, dialects.QueueSpec{Table: tbl, Transactional: true})
 		dialecttest.ConfigError(t, err)
+	}
+}
+
+// WatchSession: whether unlocked or aborted, the transaction's connection is back.
+func (*harness) WatchSession(t *testing.T, d dialects.Dialect, s dialects.TxSession) func(bool) {
+	return func(bool) {
+		t.Helper()
+		if n := d.(*Dialect).DB().Stats().InUse; n != 0 {
+			t.Errorf("%d connections still in use", n)
+		}
 	}
 }
