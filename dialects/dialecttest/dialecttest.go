@@ -157,6 +157,12 @@ type SessionWatcher interface {
 	WatchSession(t *testing.T, d dialects.Dialect, s dialects.TxSession) (check func(closed bool))
 }
 
+// TxEndedChecker is a harness whose dialect tells a settlement on a delivery transaction
+// that already ended by an error of its own.
+type TxEndedChecker interface {
+	IsTxEnded(err error) bool
+}
+
 // BatchTexter is a harness that can tell the statement text SettleLeases runs for n leases
 // of kind on q, so the suite can check that texts are built once per padded size.
 type BatchTexter interface {

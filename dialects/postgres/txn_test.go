@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -666,3 +667,5 @@ func (harness) WatchSession(t *testing.T, dd dialects.Dialect, s dialects.TxSess
 		}
 	}
 }
+
+func (harness) IsTxEnded(err error) bool { return errors.Is(err, errTxEnded) }
