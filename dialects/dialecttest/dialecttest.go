@@ -224,6 +224,16 @@ type Caps struct {
 	// (SQLite binds times as TimeLayout text); nil where a time does not bind as text.
 	NowText func(time.Time) string
 
+	// CommitWithoutTxSucceeds says a TxSession's Commit with no transaction open (before
+	// Begin, or a second time) returns nil (MySQL); elsewhere it is an error (PostgreSQL,
+	// SQLite). The interface does not say; the suite records the difference (issue #17
+	// part 1 report).
+	CommitWithoutTxSucceeds bool
+
+	// TxNilAfterEnd says a TxSession's Tx() is nil once its transaction ended (MySQL);
+	// elsewhere it may stay the ended transaction, which runs nothing.
+	TxNilAfterEnd bool
+
 	// ListChunk is the most leases one statement of ExtendLeases or SettleLeases names; a
 	// longer list runs in chunks. 0: no limit.
 	ListChunk int

@@ -11,6 +11,9 @@ import (
 var txnScenarios = []scenario{
 	{name: "TxAdvisoryUnlockRollsBack", run: testTxAdvisoryUnlockRollsBack},
 	{name: "TxLeaseSettle", run: testTxLeaseSettle},
+	{name: "TxAdvisoryAckCommits", run: testTxAdvisoryAckCommits},
+	{name: "TxAdvisoryRollbackThenRetry", run: testTxAdvisoryRollbackThenRetry},
+	{name: "TxAdvisoryDeadLetterTable", run: testTxAdvisoryDeadLetterTable},
 	{name: "TxLeaseDeadLetterTable", run: testTxLeaseDeadLetterTable},
 }
 
@@ -284,4 +287,174 @@ func testTxLeaseDeadLetterTable(t *testing.T, h Harness) {
 	if s, ok := e.state(dead, id); !ok || s.LockedUntil != nil || s.Attempt != 2 {
 		t.Errorf("dead-letter row %+v %v", s, ok)
 	}
+}
+
+// txEnded checks a session's Tx() after its transaction ended: nil
+// (Caps.TxNilAfterEnd), or a transaction that runs nothing.
+func (e *env) txEnded(after string, s dialects.TxSession) {
+	e.t.Helper()
+	tx := s.Tx()
+	switch {
+	case e.caps.TxNilAfterEnd && tx != nil:
+		e.t.Errorf("Tx() after %s is not nil", after)
+	case tx != nil && e.h.LentTry(tx, "SELECT 1") == nil:
+		e.t.Errorf("Tx() after %s still runs statements", after)
+	}
+}
+
+// keyHeld checks that key is held by a session other than a new one of q's (and, where the
+// harness can tell, by exactly one session).
+func (e *env) keyHeld(q dialects.AdvisoryQueue, key string, want bool) {
+	t := e.t
+	t.Helper()
+	other := NewSession(t, q)
+	if got := !tryLock(t, other, key); got != want {
+		t.Errorf("key held: %v, want %v", got, want)
+	}
+	unlock(t, other)
+	if inspector, ok := e.h.(KeyInspector); ok && want {
+		if n := inspector.LocksHeld(t, e.d, key); n != 1 {
+			t.Errorf("%d locks on the key, want 1", n)
+		}
+	}
+}
+
+// commitWithoutTx checks a Commit with no transaction open (Caps.CommitWithoutTxSucceeds).
+func (e *env) commitWithoutTx(what string, s dialects.TxSession) {
+	e.t.Helper()
+	err := s.Commit(ctx)
+	switch {
+	case e.caps.CommitWithoutTxSucceeds && err != nil:
+		e.t.Errorf("%s: %v", what, err)
+	case !e.caps.CommitWithoutTxSucceeds && err == nil:
+		e.t.Errorf("%s succeeded", what)
+	}
+}
+
+// Advisory: Begin (once), the handler's write and the Ack inside the transaction are
+// invisible until Commit commits both; the key, a session lock, survives the COMMIT until
+// Unlock, and the connection stays the session's and then the pool's.
+func testTxAdvisoryAckCommits(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_txad", advisoryTable)
+	fx := e.effects()
+	id := e.publish(tbl, dialects.Message{Payload: []byte("p")})
+	q := e.openAdvisory(dialects.QueueSpec{Table: tbl, Transactional: true})
+	s, c := e.takeTx(q)
+	if err := s.Begin(ctx); err == nil {
+		t.Error("a second Begin while the transaction is open")
+	}
+	e.handlerWrite(s, fx, id)
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}, id); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := e.state(tbl, id); st.ProcessedAt != nil || e.committed(fx, id) {
+		t.Fatal("the settlement or the handler's write is visible before the commit")
+	}
+	var check func(bool)
+	if w, ok := h.(SessionWatcher); ok {
+		check = w.WatchSession(t, e.d, s)
+	}
+	if err := s.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.txEnded("the commit", s)
+	e.commitWithoutTx("a second commit", s)
+	if err := s.Rollback(ctx); err != nil {
+		t.Errorf("rollback after the commit: %v", err)
+	}
+	st, _ := e.state(tbl, id)
+	sameTime(t, "processed_at", st.ProcessedAt, t0)
+	if !e.committed(fx, id) {
+		t.Error("the handler's write was not committed")
+	}
+	e.keyHeld(q, c.Key, true)
+	if closed, err := s.Unlock(ctx); closed || err != nil {
+		t.Fatalf("unlock %v %v", closed, err)
+	}
+	if check != nil {
+		check(false)
+	}
+	e.keyHeld(q, c.Key, false)
+
+	// A commit before Begin.
+	id = e.publish(tbl, dialects.Message{Payload: []byte("q")})
+	e.exec("UPDATE "+e.q(tbl.Name)+" SET account = 'second' WHERE id = ?", id)
+	s2 := e.session(q).(dialects.TxSession)
+	if !tryLock(t, s2, keyOf(tbl.Name, "second")) {
+		t.Fatal("lock refused")
+	}
+	e.commitWithoutTx("a commit before Begin", s2)
+	unlock(t, s2)
+}
+
+// Advisory: Rollback (twice) discards the handler's write, the key surviving it; then
+// settlements run outside the transaction, on the session.
+func testTxAdvisoryRollbackThenRetry(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_txar", advisoryTable)
+	fx := e.effects()
+	id := e.publish(tbl, dialects.Message{Payload: []byte("p")})
+	q := e.openAdvisory(dialects.QueueSpec{Table: tbl, Transactional: true})
+	s, c := e.takeTx(q)
+	e.handlerWrite(s, fx, id)
+	if err := s.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.txEnded("the rollback", s)
+	e.keyHeld(q, c.Key, true)
+	e.commitWithoutTx("a commit after the rollback", s)
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepRetry}, id); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(time.Hour)
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepRetryAfter, At: at}, id); err != nil {
+		t.Fatal(err)
+	}
+	if closed, err := s.Unlock(ctx); closed || err != nil {
+		t.Fatalf("unlock %v %v", closed, err)
+	}
+	if e.committed(fx, id) {
+		t.Error("a rolled back write was committed")
+	}
+	st, ok := e.state(tbl, id)
+	if !ok || st.Attempt != 2 || st.ProcessedAt != nil {
+		t.Errorf("row %+v %v", st, ok)
+	}
+	sameTime(t, "retry_after", st.RetryAfter, at)
+}
+
+// Advisory: a dead letter into a table moves the row inside the open transaction, with
+// the handler's writes, visible only at the commit.
+func testTxAdvisoryDeadLetterTable(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_txam", advisoryTable)
+	dead := e.table("ra_txam_dead", advisoryTable)
+	fx := e.effects()
+	id := e.publish(tbl, dialects.Message{Payload: []byte("poison")})
+	q := e.openAdvisory(dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name, Transactional: true})
+	s, _ := e.takeTx(q)
+	e.handlerWrite(s, fx, id)
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepDeadLetter, Now: t0}, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.state(tbl, id); !ok || e.count("SELECT COUNT(*) FROM "+e.q(dead.Name)) != 0 {
+		t.Fatal("the move was committed before the transaction")
+	}
+	if err := s.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.state(tbl, id); ok {
+		t.Error("row still in the queue")
+	}
+	if st, ok := e.state(dead, id); !ok || st.Attempt != 2 {
+		t.Errorf("dead-letter row %+v %v", st, ok)
+	}
+	if !e.committed(fx, id) {
+		t.Error("the handler's write was not committed with the move")
+	}
+	unlock(t, s)
 }

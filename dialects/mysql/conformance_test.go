@@ -28,9 +28,12 @@ func (harness) Caps() dialecttest.Caps {
 		TxType:     "*sql.Tx",
 		WrongTx:    (*sql.DB)(nil),
 		TypedNilTx: (*sql.Tx)(nil),
-		RowLock:    true,
-		ListChunk:  maxList,
-		ParkNudge:  time.Microsecond,
+		// Commit with no transaction open is a no-op.
+		CommitWithoutTxSucceeds: true,
+		TxNilAfterEnd:           true,
+		RowLock:                 true,
+		ListChunk:               maxList,
+		ParkNudge:               time.Microsecond,
 		// Racing guards may all see each other's row locks.
 		FIFORacingClaimsMayAllMiss: true,
 	}
