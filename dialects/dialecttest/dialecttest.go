@@ -234,6 +234,11 @@ type Caps struct {
 	// elsewhere it may stay the ended transaction, which runs nothing.
 	TxNilAfterEnd bool
 
+	// TxAlways says the lease queues and advisory sessions implement TxLeaseQueue and
+	// TxSession whatever QueueSpec.Transactional says (SQLite); elsewhere only a
+	// transactional subscription's do. (The runtime asks its own flag first.)
+	TxAlways bool
+
 	// ListChunk is the most leases one statement of ExtendLeases or SettleLeases names; a
 	// longer list runs in chunks. 0: no limit.
 	ListChunk int

@@ -14,6 +14,9 @@ var txnScenarios = []scenario{
 	{name: "TxAdvisoryAckCommits", run: testTxAdvisoryAckCommits},
 	{name: "TxAdvisoryRollbackThenRetry", run: testTxAdvisoryRollbackThenRetry},
 	{name: "TxAdvisoryDeadLetterTable", run: testTxAdvisoryDeadLetterTable},
+	{name: "TxLeasePublishTx", run: testTxLeasePublishTx},
+	{name: "TxAdvisoryPublishTx", run: testTxAdvisoryPublishTx},
+	{name: "TxOnlyWhenTransactional", run: testTxOnlyWhenTransactional},
 	{name: "TxLeaseDeadLetterTable", run: testTxLeaseDeadLetterTable},
 }
 
@@ -457,4 +460,111 @@ func testTxAdvisoryDeadLetterTable(t *testing.T, h Harness) {
 		t.Error("the handler's write was not committed with the move")
 	}
 	unlock(t, s)
+}
+
+// A row the handler publishes through its lease delivery's transaction commits with the
+// ack, and not before; a rolled-back delivery publishes nothing.
+func testTxLeasePublishTx(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_txlp", leaseTable)
+	q := e.openLease(dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	held := e.claimOne(q, tbl)
+	p, err := e.d.Publisher(ctx, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tx := e.beginDelivery(q)
+	id, err := p.Publish(ctx, tx.Tx(), dialects.Message{Group: "next", Payload: []byte("follow-up")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, found := e.state(tbl, id); found {
+		t.Fatal("the published row is visible before the commit")
+	}
+	if ok, err := tx.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}, held); err != nil || !ok {
+		t.Fatalf("settle: %v %v", ok, err)
+	}
+	if s, found := e.state(tbl, id); !found || s.Group != "next" {
+		t.Errorf("the published row did not commit with the ack: %+v %v", s, found)
+	}
+
+	// A rolled-back delivery publishes nothing.
+	e.claimOne(q, tbl) // a lease in work, so the rollback has a delivery to undo
+	tx = e.beginDelivery(q)
+	id, err = p.Publish(ctx, tx.Tx(), dialects.Message{Group: "next", Payload: []byte("never")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, found := e.state(tbl, id); found {
+		t.Error("a row published in a rolled-back delivery exists")
+	}
+}
+
+// A row the handler publishes through its advisory session's transaction commits with
+// it, and not before.
+func testTxAdvisoryPublishTx(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_txap", advisoryTable)
+	id := e.publish(tbl, dialects.Message{Payload: []byte("p")})
+	q := e.openAdvisory(dialects.QueueSpec{Table: tbl, Transactional: true})
+	p, err := e.d.Publisher(ctx, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := e.takeTx(q)
+	pub, err := p.Publish(ctx, s.Tx(), dialects.Message{Payload: []byte("follow-up")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, found := e.state(tbl, pub); found {
+		t.Fatal("the published row is visible before the commit")
+	}
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, found := e.state(tbl, pub); !found {
+		t.Error("the published row did not commit")
+	}
+	unlock(t, s)
+}
+
+// Only a transactional subscription's queue, claims and sessions lend transactions (the
+// lease queues and sessions of every subscription may, where Caps.TxAlways).
+func testTxOnlyWhenTransactional(t *testing.T, h Harness) {
+	e := setup(t, h)
+	if e.caps.RowLock {
+		rl := e.table("ra_txno", rowLockTable)
+		e.publish(rl, dialects.Message{Payload: []byte("p")})
+		c := claimLocked(t, OpenRowLock(t, e.d, dialects.QueueSpec{Table: rl}), t0)
+		if _, ok := c.(dialects.TxLockedClaim); ok {
+			t.Error("a claim of a plain subscription is a TxLockedClaim")
+		}
+		c.Rollback(ctx)
+		c = claimLocked(t, OpenRowLock(t, e.d, dialects.QueueSpec{Table: rl, Transactional: true}), t0)
+		if _, ok := c.(dialects.TxLockedClaim); !ok {
+			t.Errorf("a claim of a transactional subscription is %T, not a TxLockedClaim", c)
+		}
+		c.Rollback(ctx)
+	}
+	ls := e.table("ra_txno", leaseTable)
+	if q, ok := e.openLease(dialects.QueueSpec{Table: ls, Group: "g"}).(dialects.TxLeaseQueue); ok && !e.caps.TxAlways {
+		t.Errorf("a plain lease queue %T is a TxLeaseQueue", q)
+	}
+	if _, ok := e.openLease(dialects.QueueSpec{Table: ls, Group: "g", Transactional: true}).(dialects.TxLeaseQueue); !ok {
+		t.Error("a transactional lease queue is not a TxLeaseQueue")
+	}
+	adv := e.table("ra_txno", advisoryTable)
+	if s, ok := e.session(e.openAdvisory(dialects.QueueSpec{Table: adv})).(dialects.TxSession); ok && !e.caps.TxAlways {
+		t.Errorf("a plain advisory session %T is a TxSession", s)
+	}
+	if _, ok := e.session(e.openAdvisory(dialects.QueueSpec{Table: adv, Transactional: true})).(dialects.TxSession); !ok {
+		t.Error("a transactional advisory session is not a TxSession")
+	}
 }

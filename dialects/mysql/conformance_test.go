@@ -116,7 +116,14 @@ func (harness) HoldKey(t *testing.T, d dialects.Dialect, key string) func() {
 		t.Fatalf("GET_LOCK: %v %v", got, err)
 	}
 	var once sync.Once
-	return func() { once.Do(func() { discard(conn) }) }
+	return func() {
+		once.Do(func() {
+			// Release before closing: the server ends a closed connection's locks
+			// asynchronously.
+			conn.ExecContext(ctx, "SELECT RELEASE_ALL_LOCKS()")
+			discard(conn)
+		})
+	}
 }
 
 func (harness) LocksHeld(t *testing.T, d dialects.Dialect, keys ...string) int {

@@ -66,32 +66,6 @@ func claimTx(t *testing.T, q dialects.RowLockQueue) dialects.TxLockedClaim {
 	return tc
 }
 
-// Only a transactional subscription's queue, claims and sessions lend transactions.
-func TestTxOnlyWhenTransactional(t *testing.T) {
-	d := newDialect(t)
-	rl := newTable(t, d, "ra_txno", rowLockTable)
-	dialecttest.Publish(t, d, rl, dialects.Message{Payload: []byte("p")})
-	c := claimLocked(t, dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: rl}))
-	defer c.Rollback(ctx)
-	if _, ok := c.(dialects.TxLockedClaim); ok {
-		t.Error("a claim of a plain subscription is a TxLockedClaim")
-	}
-	ls := newTable(t, d, "ra_txno", leaseTable)
-	if q, ok := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: ls, Group: "g"}).(dialects.TxLeaseQueue); ok {
-		t.Errorf("a plain lease queue %T is a TxLeaseQueue", q)
-	}
-	if _, ok := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: ls, Group: "g", Transactional: true}).(dialects.TxLeaseQueue); !ok {
-		t.Error("a transactional lease queue is not a TxLeaseQueue")
-	}
-	adv := newTable(t, d, "ra_txno", advisoryTable)
-	if s, ok := dialecttest.NewSession(t, dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: adv})).(dialects.TxSession); ok {
-		t.Errorf("a plain advisory session %T is a TxSession", s)
-	}
-	if _, ok := dialecttest.NewSession(t, dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: adv, Transactional: true})).(dialects.TxSession); !ok {
-		t.Error("a transactional advisory session is not a TxSession")
-	}
-}
-
 // Row lock: the handler's writes through Tx, a publish through it included, commit with
 // the Ack, and not before.
 func TestTxRowLockAckCommitsHandlerWrites(t *testing.T) {

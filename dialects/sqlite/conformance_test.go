@@ -40,6 +40,8 @@ func (*harness) Caps() dialecttest.Caps {
 		TypedNilTx:   (*sql.Tx)(nil),
 		ListChunk:    maxSettle,
 		SingleWriter: true,
+		// Every lease queue and session can lend a transaction.
+		TxAlways: true,
 		// A session is a registry slot: it settles and begins after it ended.
 		EndedSessionWorks: true,
 	}

@@ -79,47 +79,6 @@ func TestTxLeaseEndedByHandler(t *testing.T) {
 	}
 }
 
-func TestTxLeasePublishTx(t *testing.T) {
-	d := newDialect(t)
-	tbl := leaseTable("jobs")
-	txFixture(t, d, tbl)
-	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	r := dialecttest.ClaimOne(t, d, q, tbl)
-	p, err := d.Publisher(ctx, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	ltx, tx := beginLease(t, q)
-	id, err := p.Publish(ctx, tx, dialects.Message{Group: "next", Payload: []byte("follow-up")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, found := stateOf(t, d, "jobs", id); found {
-		t.Fatal("the published row is visible before the commit")
-	}
-	if ok, err := ltx.SettleLease(ctx, ack(), r); err != nil || !ok {
-		t.Fatalf("settle: %v %v", ok, err)
-	}
-	if s, found := stateOf(t, d, "jobs", id); !found || s.Group != "next" {
-		t.Errorf("the published row did not commit with the ack: %+v %v", s, found)
-	}
-
-	// A rolled-back delivery publishes nothing.
-	dialecttest.ClaimOne(t, d, q, tbl) // a lease in work, so the rollback has a delivery to undo
-	ltx, tx = beginLease(t, q)
-	id, err = p.Publish(ctx, tx, dialects.Message{Group: "next", Payload: []byte("never")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ltx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, found := stateOf(t, d, "jobs", id); found {
-		t.Error("a row published in a rolled-back delivery exists")
-	}
-}
-
 // A settlement inside a delivery's transaction does not wait for this process's writer
 // turn: here a claim holds the turn while it waits for the write lock the delivery holds.
 func TestTxLeaseSettleSkipsWriterTurn(t *testing.T) {
@@ -200,31 +159,6 @@ func takeTx(t *testing.T, d *Dialect, q dialects.AdvisoryQueue, tbl dialects.Tab
 func processed(t *testing.T, d *Dialect, id int64) bool {
 	t.Helper()
 	return count(t, d, "SELECT count(*) FROM jobs WHERE id = ? AND processed_at IS NOT NULL", id) == 1
-}
-
-func TestTxAdvisoryPublishTx(t *testing.T) {
-	d, q, tbl := advisoryTxFixture(t)
-	p, err := d.Publisher(ctx, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, tx, id := takeTx(t, d, q, tbl)
-	pub, err := p.Publish(ctx, tx, dialects.Message{Payload: []byte("follow-up")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if count(t, d, "SELECT count(*) FROM jobs WHERE id = ?", pub) != 0 {
-		t.Fatal("the published row is visible before the commit")
-	}
-	if err := s.Settle(ctx, ack(), id); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if count(t, d, "SELECT count(*) FROM jobs WHERE id = ?", pub) != 1 {
-		t.Error("the published row did not commit")
-	}
 }
 
 // busy reports an SQLITE_BUSY error.
