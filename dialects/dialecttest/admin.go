@@ -9,6 +9,7 @@ import (
 // adminScenarios are what the schema command and the admin tools ask of a dialect.
 var adminScenarios = []scenario{
 	{name: "ZeroDialectSchema", run: testZeroDialectSchema},
+	{name: "NewLeavesThePoolToTheCaller", run: testNewLeavesThePoolToTheCaller},
 }
 
 // Schema reads only the description, so the zero Dialect (which cmd/rowactor's schema
@@ -29,5 +30,36 @@ func testZeroDialectSchema(t *testing.T, h Harness) {
 		if got != want || (err == nil) != (wantErr == nil) {
 			t.Errorf("zero Dialect Schema(%+v) = %q, %v; an open one renders %q, %v", tbl, got, err, want, wantErr)
 		}
+	}
+}
+
+// A dialect made by New on the caller's pool leaves the pool open when it closes; its
+// publishers and Open refuse afterwards (unless Caps.ClosedStillServes).
+func testNewLeavesThePoolToTheCaller(t *testing.T, h Harness) {
+	d, ping := h.OnCallerPool(t)
+	e := &env{t: t, h: h, d: d, caps: h.Caps()}
+	tbl := e.table("ra_new", leaseTable)
+	if _, err := d.Open(ctx, dialects.QueueSpec{Table: tbl}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := d.Publisher(ctx, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(); err != nil {
+		t.Fatalf("Close closed the caller's pool: %v", err)
+	}
+	if e.caps.ClosedStillServes {
+		return
+	}
+	// The dialect's statements are gone with it.
+	if _, err := p.Publish(ctx, nil, dialects.Message{Payload: []byte("x")}); err == nil {
+		t.Error("a closed dialect published")
+	}
+	if _, err := d.Open(ctx, dialects.QueueSpec{Table: tbl}); err == nil {
+		t.Error("a closed dialect opened a queue")
 	}
 }

@@ -34,6 +34,10 @@ type Harness interface {
 	// one test reach the same database, as two processes would.
 	Open(t *testing.T) dialects.Dialect
 
+	// OnCallerPool returns a dialect made by New on a pool of the caller's, on this test's
+	// database, and a ping of that pool. The pool is closed when t ends.
+	OnCallerPool(t *testing.T) (d dialects.Dialect, ping func() error)
+
 	// Zero returns the dialect's zero value: no database behind it (cmd/rowactor's schema
 	// command renders with it).
 	Zero() dialects.Dialect
@@ -238,6 +242,12 @@ type Caps struct {
 	// TxSession whatever QueueSpec.Transactional says (SQLite); elsewhere only a
 	// transactional subscription's do. (The runtime asks its own flag first.)
 	TxAlways bool
+
+	// ClosedStillServes says a dialect made by New on the caller's pool goes on opening
+	// queues and publishing after its Close (PostgreSQL: Close releases nothing of a
+	// caller's pool); elsewhere a closed dialect refuses both. The interface does not say;
+	// the suite records the difference (issue #17 part 1 report).
+	ClosedStillServes bool
 
 	// ListChunk is the most leases one statement of ExtendLeases or SettleLeases names; a
 	// longer list runs in chunks. 0: no limit.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rowactor/rowactor/dialects"
 	"github.com/rowactor/rowactor/dialects/dialecttest"
@@ -29,7 +30,9 @@ func (harness) Caps() dialecttest.Caps {
 		Concat:  concat,
 		TxType:  "pgx.Tx",
 		WrongTx: &sql.Tx{},
-		RowLock: true,
+		// Close of a dialect on the caller's pool releases nothing.
+		ClosedStillServes: true,
+		RowLock:           true,
 	}
 }
 
@@ -171,4 +174,14 @@ func concat(parts ...string) string {
 		cast[i] = "(" + p + ")::text"
 	}
 	return strings.Join(cast, " || ")
+}
+
+// OnCallerPool: New on a pgxpool.Pool of the test's own.
+func (harness) OnCallerPool(t *testing.T) (dialects.Dialect, func() error) {
+	pool, err := pgxpool.New(ctx, testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return New(pool), func() error { return pool.Ping(ctx) }
 }
