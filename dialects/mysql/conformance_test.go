@@ -145,3 +145,7 @@ func (harness) SetAttemptType(t *testing.T, d dialects.Dialect, tbl dialects.Tab
 }
 
 func concat(parts ...string) string { return "CONCAT(" + strings.Join(parts, ", ") + ")" }
+
+func (harness) ConnsInUse(t *testing.T, d dialects.Dialect) int {
+	return d.(*Dialect).DB().Stats().InUse
+}

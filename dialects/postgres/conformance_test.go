@@ -185,3 +185,5 @@ func (harness) OnCallerPool(t *testing.T) (dialects.Dialect, func() error) {
 	t.Cleanup(pool.Close)
 	return New(pool), func() error { return pool.Ping(ctx) }
 }
+
+func (harness) ConnsInUse(t *testing.T, d dialects.Dialect) int { return int(acquired(d.(*Dialect))) }

@@ -141,3 +141,7 @@ func (*harness) SetAttemptType(t *testing.T, d dialects.Dialect, tbl dialects.Ta
 }
 
 func concat(parts ...string) string { return strings.Join(parts, " || ") }
+
+func (*harness) ConnsInUse(t *testing.T, d dialects.Dialect) int {
+	return d.(*Dialect).DB().Stats().InUse
+}
