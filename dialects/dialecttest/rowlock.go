@@ -2,6 +2,7 @@ package dialecttest
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 // rowLockScenarios are the row lock form's settlements (RowLockQueue, LockedClaim), where
 // the database serves the form.
 var rowLockScenarios = []scenario{
+	{name: "RowLockClaimHoldsTheRow", run: testRowLockClaimHoldsTheRow, applies: rowLock},
 	{name: "RowLockSettle", run: testRowLockSettle, applies: rowLock},
 	{name: "RowLockRetryCountsTheAttempt", run: testRowLockRetryCountsTheAttempt, applies: rowLock},
 	{name: "RowLockRetryWithoutAttempt", run: testRowLockRetryWithoutAttempt, applies: rowLock},
@@ -307,4 +309,82 @@ func testRowLockDeadLetter(t *testing.T, h Harness) {
 		t.Fatalf("claimed %d", c.Row().ID)
 	}
 	c.Rollback(ctx)
+}
+
+// The claim holds its row, on one connection, and writes nothing: another claim skips it
+// (without waiting) and finds nothing else due in the group; inserts are not blocked, and
+// a new row of the group is claimable beside the held one. Rolled back, the row returns at
+// once as it was; an ack deletes it and frees the connection, and the claim is then over.
+func testRowLockClaimHoldsTheRow(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_rl", rowLockTable)
+	id := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("a"), Headers: []byte(`{"k":1}`)})
+	e.publish(tbl, dialects.Message{Group: "other", Payload: []byte("x")})
+	e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("later"), NotBefore: t0.Add(time.Minute)})
+	q := OpenRowLock(t, e.d, dialects.QueueSpec{Table: tbl, Group: "g"})
+
+	c := claimLocked(t, q, t0)
+	r := c.Row()
+	var hdr map[string]int
+	if r.ID != id || string(r.Payload) != "a" || r.Attempt != 1 || json.Unmarshal(r.Headers, &hdr) != nil || hdr["k"] != 1 {
+		t.Fatalf("claimed %+v", r)
+	}
+	if n := e.h.ConnsInUse(t, e.d); n != 1 {
+		t.Fatalf("%d connections held by one claim", n)
+	}
+	// The row is held: another claim skips it and finds nothing else due.
+	if other, ok := claimElsewhere(t, q); ok {
+		other.Rollback(ctx)
+		t.Fatalf("a second claim took row %d while the first held it", other.Row().ID)
+	}
+	if n := e.h.ConnsInUse(t, e.d); n != 1 {
+		t.Fatalf("an empty claim kept its connection: %d held", n)
+	}
+	// The claim wrote nothing.
+	if s, _ := e.state(tbl, id); s.Attempt != 1 {
+		t.Fatalf("the claim changed the row: %+v", s)
+	}
+	// Inserts are not blocked while the claim is open, whatever group or id they land on.
+	ins, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	p, err := e.d.Publisher(ctx, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{"g", "other", ""} {
+		if _, err := p.Publish(ins, nil, dialects.Message{Group: g, Payload: []byte("new")}); err != nil {
+			t.Fatalf("an insert into group %q waited on the claim: %v", g, err)
+		}
+	}
+	// The new row of the group is claimable beside the held one.
+	other, ok := claimElsewhere(t, q)
+	if !ok || other.Row().ID == id {
+		t.Fatalf("claim beside the held row: %v", ok)
+	}
+	if err := other.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Rolled back, the row returns at once with its attempt unchanged.
+	if err := c.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again := claimLocked(t, q, t0)
+	if again.Row().ID != id || again.Row().Attempt != 1 {
+		t.Fatalf("after rollback claimed %+v", again.Row())
+	}
+	// Acked: the row is gone, the connection free, and the claim over.
+	if err := again.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, exists := e.state(tbl, id); exists {
+		t.Fatal("ack kept the row")
+	}
+	e.noConns("after the settlement")
+	if err := again.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}); err == nil {
+		t.Error("a second settlement succeeded")
+	}
+	if err := again.Rollback(ctx); err != nil {
+		t.Errorf("a rollback after the settlement: %v", err)
+	}
 }

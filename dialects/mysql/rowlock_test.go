@@ -2,9 +2,7 @@ package mysql
 
 import (
 	"context"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/rowactor/rowactor/dialects"
 	"github.com/rowactor/rowactor/dialects/dialecttest"
@@ -20,90 +18,6 @@ func claimLocked(t *testing.T, q dialects.RowLockQueue) dialects.LockedClaim {
 		t.Fatal("no row claimed")
 	}
 	return c
-}
-
-// claimElsewhere claims from another goroutine, as another worker would.
-func claimElsewhere(t *testing.T, q dialects.RowLockQueue) (dialects.LockedClaim, bool) {
-	t.Helper()
-	type result struct {
-		c   dialects.LockedClaim
-		ok  bool
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		c, ok, err := q.ClaimLocked(ctx, t0)
-		ch <- result{c, ok, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		return r.c, r.ok
-	case <-time.After(10 * time.Second):
-		t.Fatal("a claim waited for a locked row instead of skipping it")
-	}
-	return nil, false
-}
-
-func TestRowLockClaimHoldsTheRow(t *testing.T) {
-	d := newDialect(t)
-	tbl := newTable(t, d, "ra_rl", rowLockTable)
-	id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("a"), Headers: []byte(`{"k": 1}`)})
-	dialecttest.Publish(t, d, tbl, dialects.Message{Group: "other", Payload: []byte("x")})
-	dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("later"), NotBefore: t0.Add(time.Minute)})
-	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
-
-	c := claimLocked(t, q)
-	r := c.Row()
-	if r.ID != id || string(r.Payload) != "a" || r.Attempt != 1 || !strings.Contains(string(r.Headers), `"k"`) {
-		t.Fatalf("claimed %+v", r)
-	}
-	// The row is held: another claim skips it and finds nothing else due.
-	if other, ok := claimElsewhere(t, q); ok {
-		other.Rollback(ctx)
-		t.Fatalf("a second claim took row %d while the first held it", other.Row().ID)
-	}
-	// Inserts are not blocked while the claim is open (READ COMMITTED takes no gap locks),
-	// whatever group or id they land on.
-	ins, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	p, err := d.Publisher(ctx, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range []string{"g", "other", ""} {
-		if _, err := p.Publish(ins, nil, dialects.Message{Group: g, Payload: []byte("new")}); err != nil {
-			t.Fatalf("an insert into group %q waited on the claim: %v", g, err)
-		}
-	}
-	// The new row of the group is claimable beside the held one.
-	other, ok := claimElsewhere(t, q)
-	if !ok || other.Row().ID == id {
-		t.Fatalf("claim beside the held row: %v", ok)
-	}
-	if err := other.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	// Rolled back, the row returns at once with its attempt unchanged.
-	if err := c.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Rollback(ctx); err != nil {
-		t.Fatalf("second rollback: %v", err)
-	}
-	if err := c.Settle(ctx, dialects.Step{Kind: dialects.StepAck}); err == nil {
-		t.Error("a rolled back claim settled")
-	}
-	again := claimLocked(t, q)
-	if again.Row().ID != id || again.Row().Attempt != 1 {
-		t.Fatalf("after rollback claimed %+v", again.Row())
-	}
-	if err := again.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // The claim transaction runs at the declared level (READ COMMITTED when none is), told
