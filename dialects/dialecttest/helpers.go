@@ -127,3 +127,20 @@ func ClaimOne(t *testing.T, d dialects.Dialect, q dialects.LeaseQueue, tbl diale
 	}
 	return dialects.Lease{ID: rows[0].ID, Token: rows[0].Token}
 }
+
+// ClaimTx claims a row of a transactional row-lock queue as of t0 and sets the savepoint
+// the runtime sets before the handler runs; the claim is rolled back when t ends.
+func ClaimTx(t *testing.T, q dialects.RowLockQueue) dialects.TxLockedClaim {
+	t.Helper()
+	c := claimLocked(t, q, t0)
+	tc, ok := c.(dialects.TxLockedClaim)
+	if !ok {
+		c.Rollback(ctx)
+		t.Fatalf("a transactional claim is %T, not a TxLockedClaim", c)
+	}
+	t.Cleanup(func() { tc.Rollback(ctx) })
+	if err := tc.Savepoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return tc
+}

@@ -7,22 +7,10 @@ import (
 	"github.com/rowactor/rowactor/dialects"
 )
 
-// claimTx claims a row of a transactional row-lock queue and sets the savepoint the
-// runtime sets before the handler runs; the claim is rolled back when the test ends.
+// claimTx is ClaimTx on the test's queue.
 func (e *env) claimTx(q dialects.RowLockQueue) dialects.TxLockedClaim {
-	t := e.t
-	t.Helper()
-	c := claimLocked(t, q, t0)
-	tc, ok := c.(dialects.TxLockedClaim)
-	if !ok {
-		c.Rollback(ctx)
-		t.Fatalf("a transactional claim is %T, not a TxLockedClaim", c)
-	}
-	t.Cleanup(func() { tc.Rollback(ctx) })
-	if err := tc.Savepoint(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return tc
+	e.t.Helper()
+	return ClaimTx(e.t, q)
 }
 
 // claimElsewhere claims from another goroutine, as another worker would, and fails if

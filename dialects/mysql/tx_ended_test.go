@@ -75,7 +75,7 @@ func TestTxEndedByDeadlockRowLock(t *testing.T) {
 	fx := ledger(t, d)
 	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	q := openTxRowLock(t, d, dialects.QueueSpec{Table: tbl})
-	c := claimTx(t, q)
+	c := dialecttest.ClaimTx(t, q)
 	deadlockedHandler(t, d, c, fx)
 
 	wantTxEnded(t, "the Ack", c.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}))
@@ -100,7 +100,7 @@ func TestTxEndedByDeadlockRowLockRetry(t *testing.T) {
 	fx := ledger(t, d)
 	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	q := openTxRowLock(t, d, dialects.QueueSpec{Table: tbl})
-	c := claimTx(t, q)
+	c := dialecttest.ClaimTx(t, q)
 	deadlockedHandler(t, d, c, fx)
 	wantTxEnded(t, "the rollback to the savepoint", c.RollbackToSavepoint(ctx))
 	if err := c.Settle(ctx, dialects.Step{Kind: dialects.StepRetry}); err == nil {
@@ -217,7 +217,7 @@ func TestTxLentConnectionReturnsWithAutocommit(t *testing.T) {
 			tbl := newTable(t, other, "ra_txac", rowLockTable)
 			fx := ledger(t, other)
 			dialecttest.Publish(t, other, tbl, dialects.Message{Payload: []byte("p")})
-			c := claimTx(t, openTxRowLock(t, d, dialects.QueueSpec{Table: tbl}))
+			c := dialecttest.ClaimTx(t, openTxRowLock(t, d, dialects.QueueSpec{Table: tbl}))
 			if deadlock {
 				deadlockedHandler(t, other, c, fx)
 			}

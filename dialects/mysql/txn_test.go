@@ -51,21 +51,6 @@ func openTxRowLock(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.R
 	return dialecttest.OpenRowLock(t, d, spec)
 }
 
-func claimTx(t *testing.T, q dialects.RowLockQueue) dialects.TxLockedClaim {
-	t.Helper()
-	c := claimLocked(t, q)
-	tc, ok := c.(dialects.TxLockedClaim)
-	if !ok {
-		c.Rollback(ctx)
-		t.Fatalf("a transactional claim is %T, not a TxLockedClaim", c)
-	}
-	t.Cleanup(func() { tc.Rollback(ctx) })
-	if err := tc.Savepoint(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return tc
-}
-
 // Row lock: a handler whose write deadlocked (InnoDB rolled the claim transaction back,
 // its savepoint and row lock with it): the rollback to the lost savepoint fails and ends
 // the claim, and the row returns unsettled, its attempt not counted.
@@ -76,7 +61,7 @@ func TestTxRowLockLostSavepoint(t *testing.T) {
 	mustExec(t, d.DB(), "INSERT INTO "+quote(fx)+" (id, v) VALUES (2, 'before')")
 	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	q := openTxRowLock(t, d, dialects.QueueSpec{Table: tbl})
-	c := claimTx(t, q)
+	c := dialecttest.ClaimTx(t, q)
 	handlerWrite(t, c, fx, 1)
 	err := deadlockVictim(t, d, fx, 2, fx, 1, func() error {
 		_, err := sqlTx(t, c).ExecContext(ctx, "UPDATE "+quote(fx)+" SET v = 'handler' WHERE id = 2")
@@ -354,7 +339,7 @@ func TestTxIsolation(t *testing.T) {
 				return tbl
 			})
 			dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-			return claimTx(t, openTxRowLock(t, d, dialects.QueueSpec{Table: tbl}))
+			return dialecttest.ClaimTx(t, openTxRowLock(t, d, dialects.QueueSpec{Table: tbl}))
 		}},
 		{"lease", func(t *testing.T, level dialects.Isolation) dialects.DeliveryTx {
 			tbl := newTable(t, d, "ra_txiso", func(name string) dialects.Table {

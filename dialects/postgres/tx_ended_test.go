@@ -105,7 +105,7 @@ func TestTxEndedByDeadlockRowLock(t *testing.T) {
 	ledger := ledgerTable(t, d)
 	id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
 	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	c := claimTx(t, q)
+	c := dialecttest.ClaimTx(t, q)
 	deadlockedHandler(t, d, c.Tx(), ledger)
 
 	wantTxEnded(t, "the Ack", c.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}))

@@ -113,24 +113,6 @@ func isTxLease(q dialects.LeaseQueue) bool {
 	return ok
 }
 
-// claimTx claims the first due row of a transactional row lock queue and sets the
-// savepoint, as the claimer does.
-func claimTx(t *testing.T, q dialects.RowLockQueue) dialects.TxLockedClaim {
-	t.Helper()
-	c, ok := claimLocked(t, q, t0)
-	if !ok {
-		t.Fatal("nothing claimed")
-	}
-	tc, isTx := c.(dialects.TxLockedClaim)
-	if !isTx {
-		t.Fatalf("a transactional claim is a %T, not a TxLockedClaim", c)
-	}
-	if err := tc.Savepoint(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return tc
-}
-
 func TestRowLockTransactional(t *testing.T) {
 	d := newDialect(t)
 	tbl := rowLockTable(tableName(t, d))
@@ -149,7 +131,7 @@ func TestRowLockTransactional(t *testing.T) {
 	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
 
 	// Retry: the handler's writes roll back to the savepoint; the attempt is counted.
-	tc := claimTx(t, q)
+	tc := dialecttest.ClaimTx(t, q)
 	write(t, tc.Tx(), side, "retried")
 	if err := tc.RollbackToSavepoint(ctx); err != nil {
 		t.Fatal(err)
@@ -169,7 +151,7 @@ func TestRowLockTransactional(t *testing.T) {
 
 	// A handler statement that failed spoils the transaction; the rollback to the
 	// savepoint recovers it, and the retry still counts.
-	tc = claimTx(t, q)
+	tc = dialecttest.ClaimTx(t, q)
 	if _, err := tc.Tx().(pgx.Tx).Exec(ctx, "SELECT 1/0"); err == nil {
 		t.Fatal("a division by zero succeeded")
 	}
@@ -184,7 +166,7 @@ func TestRowLockTransactional(t *testing.T) {
 	}
 
 	// Rollback discards the handler's writes and returns the row as it was.
-	tc = claimTx(t, q)
+	tc = dialecttest.ClaimTx(t, q)
 	write(t, tc.Tx(), side, "rolled back")
 	if err := tc.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -197,7 +179,7 @@ func TestRowLockTransactional(t *testing.T) {
 	}
 
 	// Ack commits the handler's writes with the settlement.
-	tc = claimTx(t, q)
+	tc = dialecttest.ClaimTx(t, q)
 	if tc.Row().ID != id || tc.Row().Attempt != 3 {
 		t.Fatalf("claimed %+v", tc.Row())
 	}
@@ -227,7 +209,7 @@ func TestRowLockTransactionalEndedByHandler(t *testing.T) {
 	createTable(t, d, tbl)
 	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
-	tc := claimTx(t, q)
+	tc := dialecttest.ClaimTx(t, q)
 	if _, err := tc.Tx().(pgx.Tx).Exec(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
 	}
@@ -541,7 +523,7 @@ func TestTransactionalIsolation(t *testing.T) {
 	for level, want := range levels {
 		rl.Isolation, adv.Isolation, ls.Isolation = level, level, level
 
-		tc := claimTx(t, dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: rl, Transactional: true}))
+		tc := dialecttest.ClaimTx(t, dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: rl, Transactional: true}))
 		if got := isolationOf(t, tc.Tx()); got != want {
 			t.Errorf("row lock declared %q: the transaction runs at %q", level, got)
 		}
@@ -581,7 +563,7 @@ func TestTransactionalIsolation(t *testing.T) {
 	// refused: its snapshot would not see the renewer's extensions either.
 	sd := openURL(t, withParams(testURL(), "pool_max_conns=4", "default_transaction_isolation=serializable"))
 	rl.Isolation, adv.Isolation, ls.Isolation = "", "", ""
-	tc := claimTx(t, dialecttest.OpenRowLock(t, sd, dialects.QueueSpec{Table: rl, Transactional: true}))
+	tc := dialecttest.ClaimTx(t, dialecttest.OpenRowLock(t, sd, dialects.QueueSpec{Table: rl, Transactional: true}))
 	if got := isolationOf(t, tc.Tx()); got != "serializable" {
 		t.Errorf("row lock declaring nothing on a serializable server runs at %q", got)
 	}
