@@ -144,3 +144,25 @@ func ClaimTx(t *testing.T, q dialects.RowLockQueue) dialects.TxLockedClaim {
 	}
 	return tc
 }
+
+// Unquote undoes a quoting that wraps text in q and doubles q inside it, as the dialects'
+// fuzz tests check their identifier and literal quoting. ok is false when the text is not
+// so wrapped or holds a lone q: a quote the parser would read as the end of the
+// identifier or literal.
+func Unquote(quoted string, q byte) (string, bool) {
+	if len(quoted) < 2 || quoted[0] != q || quoted[len(quoted)-1] != q {
+		return "", false
+	}
+	inner := quoted[1 : len(quoted)-1]
+	var b strings.Builder
+	for i := 0; i < len(inner); i++ {
+		if inner[i] == q {
+			if i+1 >= len(inner) || inner[i+1] != q {
+				return "", false
+			}
+			i++
+		}
+		b.WriteByte(inner[i])
+	}
+	return b.String(), true
+}
