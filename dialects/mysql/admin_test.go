@@ -5,25 +5,8 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
-
-// TestZeroDialectSchema: Schema reads only the description, so the zero Dialect (which
-// cmd/rowactor's schema command uses, with no database) renders what an open one does.
-func TestZeroDialectSchema(t *testing.T) {
-	d := newDialect(t)
-	for _, tbl := range []dialects.Table{
-		leaseTable("jobs"),
-		rowLockTable("a_table_name_long_enough_to_need_the_fixed_claim_index_name_x"),
-		{Name: "jobs", ID: "id", Payload: "payload", AdvisoryKey: "jobs-{account}", ProcessedAt: "processed_at"},
-		{Name: "jobs", ID: "id", Payload: "payload", Mode: dialects.Immediate}, // refused alike
-	} {
-		want, wantErr := d.Schema(tbl)
-		got, err := (&Dialect{}).Schema(tbl)
-		if got != want || (err == nil) != (wantErr == nil) {
-			t.Errorf("zero Dialect Schema(%+v) = %q, %v; an open one renders %q, %v", tbl, got, err, want, wantErr)
-		}
-	}
-}
 
 // TestStatsShapes: an empty table with groups has no group to report, one without groups
 // one line of zeros; DATETIME(6) times equal to now are past; an advisory table with no
@@ -54,7 +37,7 @@ func TestStatsShapes(t *testing.T) {
 	}
 
 	for range 2 {
-		publish(t, d, plain, dialects.Message{Payload: []byte("x")})
+		dialecttest.Publish(t, d, plain, dialects.Message{Payload: []byte("x")})
 	}
 	conn, err := d.DB().Conn(ctx)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // The take counts the attempt and reads the row together, or neither: a read that fails
@@ -11,14 +12,14 @@ import (
 func TestAdvisoryTakeFailedReadCountsNothing(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_takef", advisoryTable)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	cands, err := q.Candidates(ctx, t0, 1)
 	if err != nil || len(cands) != 1 {
 		t.Fatalf("candidates %v %v", cands, err)
 	}
-	s := newSession(t, q)
-	if !tryLock(t, s, cands[0].Key) {
+	s := dialecttest.NewSession(t, q)
+	if !dialecttest.TryLock(t, s, cands[0].Key) {
 		t.Fatal("lock refused")
 	}
 	// The read of the row now fails (its payload column is gone); counting the attempt
@@ -38,8 +39,8 @@ func TestAdvisoryTakeFailedReadCountsNothing(t *testing.T) {
 func TestAdvisoryTakeCountIsFencedByTheRead(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_takec", advisoryTable)
-	aq := openAdvisory(t, d, dialects.QueueSpec{Table: tbl}).(*advisoryQueue)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	aq := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl}).(*advisoryQueue)
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	args := append(aq.cl.args([]any{id}, aq.group, t0), keyOf(t, d, tbl, id))
 	// Another take counted the row after this one read attempt 1.
 	mustExec(t, d.DB(), "UPDATE "+quote(tbl.Name)+" SET attempt = attempt + 1 WHERE id = ?", id)
@@ -66,59 +67,4 @@ func keyOf(t *testing.T, d *Dialect, tbl dialects.Table, id int64) string {
 		t.Fatal(err)
 	}
 	return key
-}
-
-// The take re-checks that the row's key still renders to the key the session locked: a
-// row whose key column changed between the candidates and the take is not taken (the
-// caller unlocks and passes it over), and its attempt is not counted. The comparison is
-// exact: a change of letter case or of trailing spaces is a change (the column's
-// collation would call those equal).
-func TestAdvisoryTakeRechecksTheKey(t *testing.T) {
-	d := newDialect(t)
-	tbl := newTable(t, d, "ra_takek", advisoryTable)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	setAccount := func(v string) {
-		mustExec(t, d.DB(), "UPDATE "+quote(tbl.Name)+" SET account = ? WHERE id = ?", v, id)
-	}
-	setAccount("alice")
-	for _, changed := range []string{"bob", "ALICE", "alice "} {
-		cands, err := q.Candidates(ctx, t0, 1)
-		if err != nil || len(cands) != 1 || cands[0].ID != id {
-			t.Fatalf("candidates %v %v", cands, err)
-		}
-		locked := cands[0].Key
-		setAccount(changed)
-		s := newSession(t, q)
-		if !tryLock(t, s, locked) {
-			t.Fatal("lock refused")
-		}
-		if r, ok, err := s.Take(ctx, id, t0); ok || err != nil {
-			t.Errorf("key %q locked, row's key now %q: take %+v %v %v, want not taken", locked, keyOf(t, d, tbl, id), r, ok, err)
-		}
-		if st, _ := stateOf(t, d, tbl, id); st.Attempt != 1 {
-			t.Errorf("account %q: attempt %d after a take of a changed key, want 1", changed, st.Attempt)
-		}
-		if closed, err := s.Unlock(ctx); closed || err != nil {
-			t.Fatalf("unlock %v %v", closed, err)
-		}
-		setAccount("alice")
-	}
-	// The key unchanged: taken, and counted.
-	s := newSession(t, q)
-	key := keyOf(t, d, tbl, id)
-	if !tryLock(t, s, key) {
-		t.Fatal("lock refused")
-	}
-	r, ok, err := s.Take(ctx, id, t0)
-	if !ok || err != nil || r.Key != key || r.Attempt != 1 {
-		t.Fatalf("take %+v %v %v", r, ok, err)
-	}
-	if st, _ := stateOf(t, d, tbl, id); st.Attempt != 2 {
-		t.Errorf("attempt %d after the take, want 2", st.Attempt)
-	}
-	// A session that holds no key has nothing to re-check against: refused.
-	if _, ok, err := newSession(t, q).Take(ctx, id, t0.Add(1)); ok || err == nil {
-		t.Errorf("a take without a key held: %v %v, want an error", ok, err)
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // TestCatalogColumns: the catalog tells a column an INSERT must give a value (NOT NULL
@@ -76,7 +77,7 @@ func TestDeadLetterLikeGenerated(t *testing.T) {
 	dead := tableName(t, d, "dllike_dead")
 	mustExec(t, d.DB(), "CREATE TABLE "+quote(dead)+" LIKE "+quote(tbl.Name))
 	mustExec(t, d.DB(), "INSERT INTO "+quote(tbl.Name)+` (payload, customer, details) VALUES ('x', 'ACME', '{"a": 1}')`)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead})
 	rows, err := q.ClaimLeases(ctx, t0, t0.Add(30e9), 1)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim: %v, %v", rows, err)

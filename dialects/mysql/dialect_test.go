@@ -9,6 +9,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 func TestParseVersion(t *testing.T) {
@@ -44,11 +45,11 @@ func TestParseVersion(t *testing.T) {
 			t.Errorf("%q: floor error %v, want refused=%v", c.text, ferr, c.refused)
 		}
 		if ferr != nil {
-			contains(t, ferr.Error(), got.String())
+			dialecttest.Contains(t, ferr.Error(), got.String())
 			if c.want.mariadb {
-				contains(t, ferr.Error(), "MariaDB 10.6.0")
+				dialecttest.Contains(t, ferr.Error(), "MariaDB 10.6.0")
 			} else {
-				contains(t, ferr.Error(), "MySQL 8.0.1")
+				dialecttest.Contains(t, ferr.Error(), "MySQL 8.0.1")
 			}
 		}
 	}
@@ -121,7 +122,7 @@ func TestNewChecksThePool(t *testing.T) {
 			defer db.Close()
 			d := New(db)
 			_, err = d.Open(ctx, dialects.QueueSpec{Table: tbl})
-			ce := configError(t, err)
+			ce := dialecttest.ConfigError(t, err)
 			if ce.Option != c.option || ce.Table != tbl.Name {
 				t.Errorf("option %q table %q: %v", ce.Option, ce.Table, err)
 			}
@@ -132,7 +133,7 @@ func TestNewChecksThePool(t *testing.T) {
 	}
 }
 
-func TestNewLeavesThePoolToTheCaller(t *testing.T) {
+func TestNewOnTheCallersPool(t *testing.T) {
 	db, err := sql.Open("mysql", testDSN())
 	if err != nil {
 		t.Fatal(err)
@@ -166,27 +167,7 @@ func TestNewLeavesThePoolToTheCaller(t *testing.T) {
 		t.Errorf("limits with 1 connection: %+v", got)
 	}
 	db.SetMaxOpenConns(0)
-
-	tbl := newTable(t, d, "ra_new", leaseTable)
-	if _, err := d.Open(ctx, dialects.QueueSpec{Table: tbl}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := d.Publisher(ctx, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.PingContext(ctx); err != nil {
-		t.Fatalf("Close closed the caller's pool: %v", err)
-	}
-	if _, err := p.Publish(ctx, nil, dialects.Message{Payload: []byte("x")}); err == nil {
-		t.Error("a closed dialect published")
-	}
-	if _, err := d.Open(ctx, dialects.QueueSpec{Table: tbl}); err == nil {
-		t.Error("a closed dialect opened a queue")
-	}
+	// Closing leaves the pool to the caller: TestConformance/admin/NewLeavesThePoolToTheCaller.
 }
 
 func TestDiscardClosesTheConnection(t *testing.T) {
@@ -213,4 +194,14 @@ func TestDiscardClosesTheConnection(t *testing.T) {
 	if n := count(t, db, "SELECT COUNT(@rowactor_mark)"); n != 0 {
 		t.Error("the discarded session came back from the pool")
 	}
+}
+
+// OnCallerPool: New on a *sql.DB of the test's own.
+func (harness) OnCallerPool(t *testing.T) (dialects.Dialect, func() error) {
+	db, err := sql.Open("mysql", testDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return New(db), func() error { return db.PingContext(ctx) }
 }

@@ -118,59 +118,6 @@ func newTable(t *testing.T, d *Dialect, prefix string, shape func(string) dialec
 	return tbl
 }
 
-func openQueue(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.Queue {
-	t.Helper()
-	q, err := d.Open(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { q.Close() })
-	return q
-}
-
-func openLease(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.LeaseQueue {
-	t.Helper()
-	q := openQueue(t, d, spec)
-	lq, ok := q.(dialects.LeaseQueue)
-	if !ok {
-		t.Fatalf("Open returned %T, not a LeaseQueue", q)
-	}
-	return lq
-}
-
-func openRowLock(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.RowLockQueue {
-	t.Helper()
-	q := openQueue(t, d, spec)
-	rq, ok := q.(dialects.RowLockQueue)
-	if !ok {
-		t.Fatalf("Open returned %T, not a RowLockQueue", q)
-	}
-	return rq
-}
-
-func openAdvisory(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.AdvisoryQueue {
-	t.Helper()
-	q := openQueue(t, d, spec)
-	aq, ok := q.(dialects.AdvisoryQueue)
-	if !ok {
-		t.Fatalf("Open returned %T, not an AdvisoryQueue", q)
-	}
-	return aq
-}
-
-func publish(t *testing.T, d *Dialect, tbl dialects.Table, m dialects.Message) int64 {
-	t.Helper()
-	p, err := d.Publisher(ctx, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := p.Publish(ctx, nil, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
 // rowState is a row as stored; NULL times are nil.
 type rowState struct {
 	Attempt     int
@@ -224,25 +171,6 @@ func count(t *testing.T, db *sql.DB, query string, args ...any) int {
 	return n
 }
 
-func configError(t *testing.T, err error) *dialects.ConfigError {
-	t.Helper()
-	var ce *dialects.ConfigError
-	if !errors.As(err, &ce) || !errors.Is(err, dialects.ErrConfig) {
-		t.Fatalf("want a *ConfigError, got %T %v", err, err)
-	}
-	if ce.Fix == "" || ce.Reason == "" {
-		t.Errorf("config error without reason or fix: %v", err)
-	}
-	return ce
-}
-
-func contains(t *testing.T, s, sub string) {
-	t.Helper()
-	if !strings.Contains(s, sub) {
-		t.Errorf("%q does not contain %q", s, sub)
-	}
-}
-
 // sameTime fails unless got is exactly want (to the microsecond DATETIME(6) keeps).
 func sameTime(t *testing.T, what string, got *time.Time, want time.Time) {
 	t.Helper()
@@ -253,14 +181,6 @@ func sameTime(t *testing.T, what string, got *time.Time, want time.Time) {
 	if !got.Equal(dbTime(want)) || got.Location() != time.UTC {
 		t.Errorf("%s = %v, want exactly %v", what, got, dbTime(want))
 	}
-}
-
-func ids(rows []dialects.Row) []int64 {
-	var out []int64
-	for _, r := range rows {
-		out = append(out, r.ID)
-	}
-	return out
 }
 
 // connectionAlive reports whether a server session with this id still exists.
@@ -279,20 +199,5 @@ func waitGone(t *testing.T, db *sql.DB, id int64) {
 			t.Fatalf("server session %d still alive", id)
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// fill inserts n rows of payload "p" in group into table.
-func fill(t *testing.T, d *Dialect, table string, n int, group string) {
-	t.Helper()
-	for n > 0 {
-		k := min(n, 500)
-		args := make([]any, 0, 2*k)
-		for range k {
-			args = append(args, []byte("p"), group)
-		}
-		mustExec(t, d.DB(), "INSERT INTO "+quote(table)+" (payload, grp) VALUES "+
-			strings.TrimSuffix(strings.Repeat("(?, ?),", k), ","), args...)
-		n -= k
 	}
 }

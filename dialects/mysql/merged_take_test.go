@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // The advisory take reads the row first, then counts its attempt fenced by the read and
@@ -19,15 +20,15 @@ func TestAdvisoryTakeAtTheCapIsFencedByTheRead(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_takecap", advisoryTable)
 	narrowAttempt(t, d, tbl, "SMALLINT")
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	mustExec(t, d.DB(), "UPDATE "+quote(tbl.Name)+" SET account = 'alice', attempt = 32767 WHERE id = ?", id)
 	key := keyOf(t, d, tbl, id)
 
 	// Re-keyed after the candidates were read: not taken, at the cap as below it.
 	mustExec(t, d.DB(), "UPDATE "+quote(tbl.Name)+" SET account = 'ALICE' WHERE id = ?", id)
-	s := newSession(t, q)
-	if !tryLock(t, s, key) {
+	s := dialecttest.NewSession(t, q)
+	if !dialecttest.TryLock(t, s, key) {
 		t.Fatal("lock refused")
 	}
 	if r, ok, err := s.Take(ctx, id, t0); ok || err != nil {
@@ -40,8 +41,8 @@ func TestAdvisoryTakeAtTheCapIsFencedByTheRead(t *testing.T) {
 
 	// Delayed: not taken.
 	mustExec(t, d.DB(), "UPDATE "+quote(tbl.Name)+" SET retry_after = ? WHERE id = ?", dbTime(t0.Add(time.Hour)), id)
-	s = newSession(t, q)
-	if !tryLock(t, s, key) {
+	s = dialecttest.NewSession(t, q)
+	if !dialecttest.TryLock(t, s, key) {
 		t.Fatal("lock refused")
 	}
 	if r, ok, err := s.Take(ctx, id, t0); ok || err != nil {
@@ -62,8 +63,8 @@ func TestAdvisoryTakeAtTheCapIsFencedByTheRead(t *testing.T) {
 
 	// One below the cap: counted to the cap, fenced as usual.
 	setAttempt(t, d, tbl, id, 32766)
-	s = newSession(t, q)
-	if !tryLock(t, s, key+"x") {
+	s = dialecttest.NewSession(t, q)
+	if !dialecttest.TryLock(t, s, key+"x") {
 		t.Fatal("lock refused")
 	}
 	if _, ok, err := s.Take(ctx, id, t0.Add(time.Hour)); ok || err != nil {
@@ -72,8 +73,8 @@ func TestAdvisoryTakeAtTheCapIsFencedByTheRead(t *testing.T) {
 	if closed, err := s.Unlock(ctx); closed || err != nil {
 		t.Fatalf("unlock %v %v", closed, err)
 	}
-	s2 := newSession(t, q)
-	if !tryLock(t, s2, key) {
+	s2 := dialecttest.NewSession(t, q)
+	if !dialecttest.TryLock(t, s2, key) {
 		t.Fatal("lock refused")
 	}
 	r, ok, err = s2.Take(ctx, id, t0.Add(time.Hour))
@@ -91,11 +92,11 @@ func TestAdvisoryTakeNullAttempt(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_takenull", advisoryTable)
 	mustExec(t, d.DB(), "ALTER TABLE "+quote(tbl.Name)+" MODIFY attempt INT NULL")
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	mustExec(t, d.DB(), "UPDATE "+quote(tbl.Name)+" SET attempt = NULL WHERE id = ?", id)
-	s := newSession(t, q)
-	if !tryLock(t, s, keyOf(t, d, tbl, id)) {
+	s := dialecttest.NewSession(t, q)
+	if !dialecttest.TryLock(t, s, keyOf(t, d, tbl, id)) {
 		t.Fatal("lock refused")
 	}
 	r, ok, err := s.Take(ctx, id, t0)
@@ -110,12 +111,12 @@ func TestAdvisoryTakeUnreadableRow(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_takebad", advisoryTable)
 	narrowAttempt(t, d, tbl, "BIGINT UNSIGNED")
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	mustExec(t, d.DB(), "UPDATE "+quote(tbl.Name)+" SET attempt = 18446744073709551615 WHERE id = ?", id)
-	s := newSession(t, q)
+	s := dialecttest.NewSession(t, q)
 	key := keyOf(t, d, tbl, id)
-	if !tryLock(t, s, key) {
+	if !dialecttest.TryLock(t, s, key) {
 		t.Fatal("lock refused")
 	}
 	r, ok, err := s.Take(ctx, id, t0)
@@ -137,11 +138,11 @@ func TestAdvisoryTakeFencesAnUnreadableAttemptAsRead(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_takedec", advisoryTable)
 	mustExec(t, d.DB(), "ALTER TABLE "+quote(tbl.Name)+" MODIFY attempt DECIMAL(12,2) NOT NULL DEFAULT 1")
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	mustExec(t, d.DB(), "UPDATE "+quote(tbl.Name)+" SET attempt = 1.5 WHERE id = ?", id)
-	s := newSession(t, q)
-	if !tryLock(t, s, keyOf(t, d, tbl, id)) {
+	s := dialecttest.NewSession(t, q)
+	if !dialecttest.TryLock(t, s, keyOf(t, d, tbl, id)) {
 		t.Fatal("lock refused")
 	}
 	r, ok, err := s.Take(ctx, id, t0)
@@ -162,13 +163,13 @@ func TestAdvisoryTakeFencesAnUnreadableAttemptAsRead(t *testing.T) {
 func TestExtendOneLeaseBesideALockedRow(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_extpad", leaseTable)
-	mine := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("mine")})
-	other := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("other")})
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
+	mine := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("mine")})
+	other := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("other")})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
 	until := t0.Add(30 * time.Second)
 	rows, err := q.ClaimLeases(ctx, t0, until, 1)
 	if err != nil || len(rows) != 1 || rows[0].ID != mine {
-		t.Fatalf("claim %v %v", ids(rows), err)
+		t.Fatalf("claim %v %v", dialecttest.IDs(rows), err)
 	}
 	lq := q.(*leaseQueue)
 	for _, text := range lq.texts() {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // A claim, a renewal round and a batched settlement that meet an id list of a length not
@@ -17,9 +18,9 @@ func TestNewListLengthsInATransactionNeedNoSecondConnection(t *testing.T) {
 	d.DB().SetMaxOpenConns(1)
 	tbl := newTable(t, d, "prep", leaseTable)
 	for range 40 {
-		publish(t, d, tbl, dialects.Message{Payload: []byte("x")})
+		dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("x")})
 	}
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl})
 	bq := q.(dialects.LeaseBatchQueue)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // A waiting extension cut short by its context (the renewer's eighth-of-a-lease bound)
@@ -19,13 +20,13 @@ import (
 func TestReview2WaitingExtensionCutShortHoldsNoLock(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_r2wait", leaseTable)
-	a := publish(t, d, tbl, dialects.Message{Payload: []byte("a")})
-	b := publish(t, d, tbl, dialects.Message{Payload: []byte("b")})
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl})
+	a := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("a")})
+	b := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("b")})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl})
 	start := t0.Truncate(time.Second)
 	token := start.Add(10 * time.Second)
 	if rows, err := q.ClaimLeases(ctx, start, token, 2); err != nil || len(rows) != 2 {
-		t.Fatalf("claim: %v %v", ids(rows), err)
+		t.Fatalf("claim: %v %v", dialecttest.IDs(rows), err)
 	}
 	other, err := d.DB().BeginTx(ctx, nil)
 	if err != nil {

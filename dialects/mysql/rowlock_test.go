@@ -2,11 +2,10 @@ package mysql
 
 import (
 	"context"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 func claimLocked(t *testing.T, q dialects.RowLockQueue) dialects.LockedClaim {
@@ -19,90 +18,6 @@ func claimLocked(t *testing.T, q dialects.RowLockQueue) dialects.LockedClaim {
 		t.Fatal("no row claimed")
 	}
 	return c
-}
-
-// claimElsewhere claims from another goroutine, as another worker would.
-func claimElsewhere(t *testing.T, q dialects.RowLockQueue) (dialects.LockedClaim, bool) {
-	t.Helper()
-	type result struct {
-		c   dialects.LockedClaim
-		ok  bool
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		c, ok, err := q.ClaimLocked(ctx, t0)
-		ch <- result{c, ok, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		return r.c, r.ok
-	case <-time.After(10 * time.Second):
-		t.Fatal("a claim waited for a locked row instead of skipping it")
-	}
-	return nil, false
-}
-
-func TestRowLockClaimHoldsTheRow(t *testing.T) {
-	d := newDialect(t)
-	tbl := newTable(t, d, "ra_rl", rowLockTable)
-	id := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("a"), Headers: []byte(`{"k": 1}`)})
-	publish(t, d, tbl, dialects.Message{Group: "other", Payload: []byte("x")})
-	publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("later"), NotBefore: t0.Add(time.Minute)})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
-
-	c := claimLocked(t, q)
-	r := c.Row()
-	if r.ID != id || string(r.Payload) != "a" || r.Attempt != 1 || !strings.Contains(string(r.Headers), `"k"`) {
-		t.Fatalf("claimed %+v", r)
-	}
-	// The row is held: another claim skips it and finds nothing else due.
-	if other, ok := claimElsewhere(t, q); ok {
-		other.Rollback(ctx)
-		t.Fatalf("a second claim took row %d while the first held it", other.Row().ID)
-	}
-	// Inserts are not blocked while the claim is open (READ COMMITTED takes no gap locks),
-	// whatever group or id they land on.
-	ins, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	p, err := d.Publisher(ctx, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range []string{"g", "other", ""} {
-		if _, err := p.Publish(ins, nil, dialects.Message{Group: g, Payload: []byte("new")}); err != nil {
-			t.Fatalf("an insert into group %q waited on the claim: %v", g, err)
-		}
-	}
-	// The new row of the group is claimable beside the held one.
-	other, ok := claimElsewhere(t, q)
-	if !ok || other.Row().ID == id {
-		t.Fatalf("claim beside the held row: %v", ok)
-	}
-	if err := other.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	// Rolled back, the row returns at once with its attempt unchanged.
-	if err := c.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Rollback(ctx); err != nil {
-		t.Fatalf("second rollback: %v", err)
-	}
-	if err := c.Settle(ctx, dialects.Step{Kind: dialects.StepAck}); err == nil {
-		t.Error("a rolled back claim settled")
-	}
-	again := claimLocked(t, q)
-	if again.Row().ID != id || again.Row().Attempt != 1 {
-		t.Fatalf("after rollback claimed %+v", again.Row())
-	}
-	if err := again.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // The claim transaction runs at the declared level (READ COMMITTED when none is), told
@@ -133,8 +48,8 @@ func TestRowLockIsolation(t *testing.T) {
 				tbl.Isolation = c.level
 				return tbl
 			})
-			publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-			q := openRowLock(t, d, dialects.QueueSpec{Table: tbl})
+			dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+			q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl})
 			claim := claimLocked(t, q)
 			defer claim.Rollback(ctx)
 			tx := claim.(*lockedClaim).Tx()
@@ -183,135 +98,13 @@ func TestRowLockIsolation(t *testing.T) {
 	}
 }
 
-func TestRowLockSettle(t *testing.T) {
-	at := t0.Add(time.Hour)
-	withProcessed := func(name string) dialects.Table {
-		tbl := rowLockTable(name)
-		tbl.ProcessedAt = "processed_at"
-		return tbl
-	}
-	noAttempt := func(name string) dialects.Table {
-		tbl := rowLockTable(name)
-		tbl.Attempt = ""
-		return tbl
-	}
-	cases := []struct {
-		name  string
-		shape func(string) dialects.Table
-		step  dialects.Step
-		// claimable says whether the row is claimable again right after.
-		claimable bool
-		check     func(t *testing.T, s rowState, exists bool)
-	}{
-		{"ack deletes", rowLockTable, dialects.Step{Kind: dialects.StepAck, Now: t0}, false, func(t *testing.T, s rowState, exists bool) {
-			if exists {
-				t.Error("row still there")
-			}
-		}},
-		{"ack marks processed", withProcessed, dialects.Step{Kind: dialects.StepAck, Now: t0}, false, func(t *testing.T, s rowState, exists bool) {
-			sameTime(t, "processed_at", s.ProcessedAt, t0)
-		}},
-		{"retry counts the attempt", rowLockTable, dialects.Step{Kind: dialects.StepRetry}, true, func(t *testing.T, s rowState, exists bool) {
-			if !exists || s.Attempt != 2 {
-				t.Errorf("row %+v", s)
-			}
-		}},
-		{"retry without an attempt column rolls back", noAttempt, dialects.Step{Kind: dialects.StepRetry}, true, func(t *testing.T, s rowState, exists bool) {
-			if !exists {
-				t.Error("row gone")
-			}
-		}},
-		{"retry after counts and delays", rowLockTable, dialects.Step{Kind: dialects.StepRetryAfter, At: at}, false, func(t *testing.T, s rowState, exists bool) {
-			if s.Attempt != 2 {
-				t.Errorf("row %+v", s)
-			}
-			sameTime(t, "retry_after", s.RetryAfter, at)
-		}},
-		{"dead-letter group", rowLockTable, dialects.Step{Kind: dialects.StepDeadLetter}, false, func(t *testing.T, s rowState, exists bool) {
-			if s.Group != "dead" || s.Attempt != 1 {
-				t.Errorf("row %+v", s)
-			}
-		}},
-		{"release rolls back", rowLockTable, dialects.Step{Kind: dialects.StepRelease}, true, func(t *testing.T, s rowState, exists bool) {
-			if !exists || s.Attempt != 1 {
-				t.Errorf("row %+v", s)
-			}
-		}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			d := newDialect(t)
-			tbl := newTable(t, d, "ra_rls", c.shape)
-			q := openRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
-			id := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
-			claim := claimLocked(t, q)
-			if err := claim.Settle(ctx, c.step); err != nil {
-				t.Fatal(err)
-			}
-			s, exists := stateOf(t, d, tbl, id)
-			c.check(t, s, exists)
-			next, ok, err := q.ClaimLocked(ctx, t0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ok != c.claimable {
-				t.Errorf("claimable after %s: %v", c.step.Kind, ok)
-			}
-			if ok {
-				next.Rollback(ctx)
-			}
-			if err := claim.Settle(ctx, c.step); err == nil {
-				t.Error("settled twice")
-			}
-		})
-	}
-}
-
-func TestRowLockDeadLetterTable(t *testing.T) {
-	d := newDialect(t)
-	noGroup := func(name string) dialects.Table {
-		tbl := rowLockTable(name)
-		tbl.Group = ""
-		return tbl
-	}
-	tbl := newTable(t, d, "ra_rld", noGroup)
-	dead := newTable(t, d, "ra_rld_dead", noGroup)
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
-	if err := claimLocked(t, q).Settle(ctx, dialects.Step{Kind: dialects.StepDeadLetter}); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := stateOf(t, d, tbl, id); ok {
-		t.Fatal("row still in the queue")
-	}
-	if s, ok := stateOf(t, d, dead, id); !ok || s.Attempt != 1 {
-		t.Fatalf("dead-letter row %+v %v", s, ok)
-	}
-
-	// A copy that fails (the id is taken in the dead-letter table) rolls the delete back.
-	id = publish(t, d, tbl, dialects.Message{Payload: []byte("again")})
-	mustExec(t, d.DB(), "INSERT INTO "+quote(dead.Name)+" (id, payload) VALUES (?, 'squatter')", id)
-	claim := claimLocked(t, q)
-	if err := claim.Settle(ctx, dialects.Step{Kind: dialects.StepDeadLetter}); err == nil {
-		t.Fatal("a failed copy settled")
-	}
-	if _, ok := stateOf(t, d, tbl, id); !ok {
-		t.Fatal("the row left the queue although its copy failed")
-	}
-	c := claimLocked(t, q)
-	if c.Row().ID != id {
-		t.Fatalf("claimed %d", c.Row().ID)
-	}
-	c.Rollback(ctx)
-}
-
 // A claim whose connection died rolls back with an error and the connection never
 // returns to the pool; the server rolled the transaction back, so the row is free.
 func TestRowLockRollbackOnADeadConnection(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_dead", rowLockTable)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl})
 	claim := claimLocked(t, q)
 	var conn int64
 	if err := claim.(*lockedClaim).Tx().QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&conn); err != nil {
@@ -340,8 +133,8 @@ func TestRowLockRollbackOnADeadConnection(t *testing.T) {
 func TestRowLockSettleCancelled(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_cncl", rowLockTable)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl})
 	claim := claimLocked(t, q)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 func TestSchema(t *testing.T) {
@@ -29,7 +30,7 @@ func TestSchema(t *testing.T) {
 		"INDEX `" + name + "_claim` (`grp`, `processed_at`, `id`)",
 		"ENGINE=InnoDB",
 	} {
-		contains(t, ddl, want)
+		dialecttest.Contains(t, ddl, want)
 	}
 	if strings.Count(ddl, "`id`") != 2 {
 		t.Errorf("the id column is declared twice:\n%s", ddl)
@@ -38,7 +39,7 @@ func TestSchema(t *testing.T) {
 	for range 2 {
 		createTable(t, d, tbl)
 	}
-	openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
+	dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
 
 	// The claim of a group reads the index in claim order, with no sort.
 	var plan string
@@ -82,11 +83,11 @@ func TestSchemaVariants(t *testing.T) {
 	}
 	// A processed_at without groups is indexed for the claim too.
 	ddl, _ = d.Schema(dialects.Table{Name: "m", ID: "k", Payload: "body", ProcessedAt: "done"})
-	contains(t, ddl, "INDEX `m_claim` (`done`, `k`)")
+	dialecttest.Contains(t, ddl, "INDEX `m_claim` (`done`, `k`)")
 	// An index name past 64 characters falls back to a fixed one.
 	long := strings.Repeat("t", 60)
 	ddl, _ = d.Schema(dialects.Table{Name: long, ID: "id", Payload: "p", Group: "g"})
-	contains(t, ddl, "INDEX `rowactor_claim` (`g`, `id`)")
+	dialecttest.Contains(t, ddl, "INDEX `rowactor_claim` (`g`, `id`)")
 	if _, err := d.Schema(dialects.Table{Name: "x", ID: "id", Payload: "p", Mode: dialects.Immediate}); err == nil {
 		t.Error("Schema accepted an SQLite mode")
 	}

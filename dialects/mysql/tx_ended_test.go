@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // A transactional handler whose transaction InnoDB ended (a deadlock's victim: the whole
@@ -72,9 +73,9 @@ func TestTxEndedByDeadlockRowLock(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_txerl", rowLockTable)
 	fx := ledger(t, d)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	q := openTxRowLock(t, d, dialects.QueueSpec{Table: tbl})
-	c := claimTx(t, q)
+	c := dialecttest.ClaimTx(t, q)
 	deadlockedHandler(t, d, c, fx)
 
 	wantTxEnded(t, "the Ack", c.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}))
@@ -97,9 +98,9 @@ func TestTxEndedByDeadlockRowLockRetry(t *testing.T) {
 	d := newDialect(t)
 	tbl := newTable(t, d, "ra_txerr", rowLockTable)
 	fx := ledger(t, d)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	q := openTxRowLock(t, d, dialects.QueueSpec{Table: tbl})
-	c := claimTx(t, q)
+	c := dialecttest.ClaimTx(t, q)
 	deadlockedHandler(t, d, c, fx)
 	wantTxEnded(t, "the rollback to the savepoint", c.RollbackToSavepoint(ctx))
 	if err := c.Settle(ctx, dialects.Step{Kind: dialects.StepRetry}); err == nil {
@@ -116,7 +117,7 @@ func TestTxEndedByDeadlockLease(t *testing.T) {
 	tbl := newTable(t, d, "ra_txele", leaseTable)
 	fx := ledger(t, d)
 	q := openTxLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
-	held := claimOne(t, d, q, tbl)
+	held := dialecttest.ClaimOne(t, d, q, tbl)
 	tx := beginDelivery(t, q)
 	deadlockedHandler(t, d, tx, fx)
 
@@ -140,8 +141,8 @@ func TestTxEndedByDeadlockLease(t *testing.T) {
 	}
 	nothingCommitted(t, d, fx)
 	rows, err := q.ClaimLeases(ctx, held.Token, held.Token.Add(60e9), 1)
-	if err != nil || !slices.Equal(ids(rows), []int64{held.ID}) {
-		t.Fatalf("the released row was not claimable: %v %v", ids(rows), err)
+	if err != nil || !slices.Equal(dialecttest.IDs(rows), []int64{held.ID}) {
+		t.Fatalf("the released row was not claimable: %v %v", dialecttest.IDs(rows), err)
 	}
 }
 
@@ -150,7 +151,7 @@ func TestTxEndedByDeadlockAdvisory(t *testing.T) {
 	tbl := newTable(t, d, "ra_txead", advisoryTable)
 	fx := ledger(t, d)
 	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	cands, err := q.Candidates(ctx, t0, 1)
 	if err != nil || len(cands) != 1 {
 		t.Fatalf("candidates %v %v", cands, err)
@@ -215,8 +216,8 @@ func TestTxLentConnectionReturnsWithAutocommit(t *testing.T) {
 		t.Run("row lock "+name, func(t *testing.T) {
 			tbl := newTable(t, other, "ra_txac", rowLockTable)
 			fx := ledger(t, other)
-			publish(t, other, tbl, dialects.Message{Payload: []byte("p")})
-			c := claimTx(t, openTxRowLock(t, d, dialects.QueueSpec{Table: tbl}))
+			dialecttest.Publish(t, other, tbl, dialects.Message{Payload: []byte("p")})
+			c := dialecttest.ClaimTx(t, openTxRowLock(t, d, dialects.QueueSpec{Table: tbl}))
 			if deadlock {
 				deadlockedHandler(t, other, c, fx)
 			}
@@ -229,7 +230,7 @@ func TestTxLentConnectionReturnsWithAutocommit(t *testing.T) {
 			tbl := newTable(t, other, "ra_txac", leaseTable)
 			fx := ledger(t, other)
 			q := openTxLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
-			held := claimOne(t, other, q, tbl)
+			held := dialecttest.ClaimOne(t, other, q, tbl)
 			tx := beginDelivery(t, q)
 			if deadlock {
 				deadlockedHandler(t, other, tx, fx)
@@ -249,7 +250,7 @@ func TestTxLentConnectionReturnsWithAutocommit(t *testing.T) {
 			tbl := newTable(t, other, "ra_txac", advisoryTable)
 			fx := ledger(t, other)
 			q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-			id := publish(t, other, tbl, dialects.Message{Payload: []byte("p")})
+			id := dialecttest.Publish(t, other, tbl, dialects.Message{Payload: []byte("p")})
 			cands, err := q.Candidates(ctx, t0, 1)
 			if err != nil || len(cands) != 1 {
 				t.Fatalf("candidates %v %v", cands, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // effectsTable creates the table a handler writes to through its lent transaction.
@@ -47,132 +48,7 @@ func committed(t *testing.T, d *Dialect, fx string, id int64) bool {
 func openTxRowLock(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.RowLockQueue {
 	t.Helper()
 	spec.Transactional = true
-	return openRowLock(t, d, spec)
-}
-
-func claimTx(t *testing.T, q dialects.RowLockQueue) dialects.TxLockedClaim {
-	t.Helper()
-	c := claimLocked(t, q)
-	tc, ok := c.(dialects.TxLockedClaim)
-	if !ok {
-		c.Rollback(ctx)
-		t.Fatalf("a transactional claim is %T, not a TxLockedClaim", c)
-	}
-	t.Cleanup(func() { tc.Rollback(ctx) })
-	if err := tc.Savepoint(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return tc
-}
-
-// Only a transactional subscription's queue, claims and sessions lend transactions.
-func TestTxOnlyWhenTransactional(t *testing.T) {
-	d := newDialect(t)
-	rl := newTable(t, d, "ra_txno", rowLockTable)
-	publish(t, d, rl, dialects.Message{Payload: []byte("p")})
-	c := claimLocked(t, openRowLock(t, d, dialects.QueueSpec{Table: rl}))
-	defer c.Rollback(ctx)
-	if _, ok := c.(dialects.TxLockedClaim); ok {
-		t.Error("a claim of a plain subscription is a TxLockedClaim")
-	}
-	ls := newTable(t, d, "ra_txno", leaseTable)
-	if q, ok := openLease(t, d, dialects.QueueSpec{Table: ls, Group: "g"}).(dialects.TxLeaseQueue); ok {
-		t.Errorf("a plain lease queue %T is a TxLeaseQueue", q)
-	}
-	if _, ok := openLease(t, d, dialects.QueueSpec{Table: ls, Group: "g", Transactional: true}).(dialects.TxLeaseQueue); !ok {
-		t.Error("a transactional lease queue is not a TxLeaseQueue")
-	}
-	adv := newTable(t, d, "ra_txno", advisoryTable)
-	if s, ok := newSession(t, openAdvisory(t, d, dialects.QueueSpec{Table: adv})).(dialects.TxSession); ok {
-		t.Errorf("a plain advisory session %T is a TxSession", s)
-	}
-	if _, ok := newSession(t, openAdvisory(t, d, dialects.QueueSpec{Table: adv, Transactional: true})).(dialects.TxSession); !ok {
-		t.Error("a transactional advisory session is not a TxSession")
-	}
-}
-
-// Row lock: the handler's writes through Tx, a publish through it included, commit with
-// the Ack, and not before.
-func TestTxRowLockAckCommitsHandlerWrites(t *testing.T) {
-	d := newDialect(t)
-	tbl := newTable(t, d, "ra_txrl", rowLockTable)
-	out := newTable(t, d, "ra_txrl_out", rowLockTable)
-	fx := effectsTable(t, d)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := openTxRowLock(t, d, dialects.QueueSpec{Table: tbl})
-	c := claimTx(t, q)
-	if c.Row().ID != id {
-		t.Fatalf("claimed %d", c.Row().ID)
-	}
-	handlerWrite(t, c, fx, id)
-	p, err := d.Publisher(ctx, out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := p.Publish(ctx, c.Tx(), dialects.Message{Payload: []byte("out")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if committed(t, d, fx, id) || count(t, d.DB(), "SELECT COUNT(*) FROM "+quote(out.Name)) != 0 {
-		t.Fatal("the handler's writes are visible before the settlement")
-	}
-	if err := c.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := stateOf(t, d, tbl, id); ok {
-		t.Error("the acked row is still queued")
-	}
-	if !committed(t, d, fx, id) {
-		t.Error("the handler's write was not committed with the ack")
-	}
-	if _, ok := stateOf(t, d, out, pub); !ok {
-		t.Error("the row published through Tx was not committed with the ack")
-	}
-	if err := c.Savepoint(ctx); err == nil {
-		t.Error("a savepoint on an ended claim")
-	}
-}
-
-// Row lock: ROLLBACK TO SAVEPOINT discards the handler's writes; the retry then counts
-// the attempt and commits in the same transaction.
-func TestTxRowLockRetryDiscardsHandlerWrites(t *testing.T) {
-	d := newDialect(t)
-	tbl := newTable(t, d, "ra_txrr", rowLockTable)
-	out := newTable(t, d, "ra_txrr_out", rowLockTable)
-	fx := effectsTable(t, d)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := openTxRowLock(t, d, dialects.QueueSpec{Table: tbl})
-	c := claimTx(t, q)
-	handlerWrite(t, c, fx, id)
-	p, err := d.Publisher(ctx, out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Publish(ctx, c.Tx(), dialects.Message{Payload: []byte("out")}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.RollbackToSavepoint(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// The row stays locked after the rollback to the savepoint.
-	if other, ok := claimElsewhere(t, q); ok {
-		other.Rollback(ctx)
-		t.Fatal("the row was claimable after ROLLBACK TO SAVEPOINT")
-	}
-	if err := c.Settle(ctx, dialects.Step{Kind: dialects.StepRetry}); err != nil {
-		t.Fatal(err)
-	}
-	if committed(t, d, fx, id) || count(t, d.DB(), "SELECT COUNT(*) FROM "+quote(out.Name)) != 0 {
-		t.Error("the handler's writes survived the rollback to the savepoint")
-	}
-	if s, ok := stateOf(t, d, tbl, id); !ok || s.Attempt != 2 {
-		t.Errorf("after the retry the row is %+v %v, want attempt 2", s, ok)
-	}
-	again := claimLocked(t, q)
-	if again.Row().ID != id || again.Row().Attempt != 2 {
-		t.Errorf("claimed %+v after the retry", again.Row())
-	}
-	again.Rollback(ctx)
+	return dialecttest.OpenRowLock(t, d, spec)
 }
 
 // Row lock: a handler whose write deadlocked (InnoDB rolled the claim transaction back,
@@ -183,9 +59,9 @@ func TestTxRowLockLostSavepoint(t *testing.T) {
 	tbl := newTable(t, d, "ra_txls", rowLockTable)
 	fx := effectsTable(t, d)
 	mustExec(t, d.DB(), "INSERT INTO "+quote(fx)+" (id, v) VALUES (2, 'before')")
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	q := openTxRowLock(t, d, dialects.QueueSpec{Table: tbl})
-	c := claimTx(t, q)
+	c := dialecttest.ClaimTx(t, q)
 	handlerWrite(t, c, fx, 1)
 	err := deadlockVictim(t, d, fx, 2, fx, 1, func() error {
 		_, err := sqlTx(t, c).ExecContext(ctx, "UPDATE "+quote(fx)+" SET v = 'handler' WHERE id = 2")
@@ -216,7 +92,7 @@ func TestTxRowLockLostSavepoint(t *testing.T) {
 func openTxLease(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.TxLeaseQueue {
 	t.Helper()
 	spec.Transactional = true
-	q := openLease(t, d, spec)
+	q := dialecttest.OpenLease(t, d, spec)
 	tq, ok := q.(dialects.TxLeaseQueue)
 	if !ok {
 		t.Fatalf("a transactional lease queue is %T, not a TxLeaseQueue", q)
@@ -232,116 +108,6 @@ func beginDelivery(t *testing.T, q dialects.TxLeaseQueue) dialects.LeaseTx {
 	}
 	t.Cleanup(func() { tx.Rollback(ctx) })
 	return tx
-}
-
-// Lease: the fenced Ack commits the handler's writes with it when the row holds the token;
-// a wrong token rolls both back and reports false; Rollback discards.
-func TestTxLeaseSettle(t *testing.T) {
-	d := newDialect(t)
-	tbl := newTable(t, d, "ra_txle", leaseTable)
-	fx := effectsTable(t, d)
-	q := openTxLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
-	held := claimOne(t, d, q, tbl)
-	ack := dialects.Step{Kind: dialects.StepAck, Now: t0}
-
-	// A wrong token: everything rolls back, the handler's write included.
-	tx := beginDelivery(t, q)
-	handlerWrite(t, tx, fx, 1)
-	stale := held
-	stale.Token = held.Token.Add(-time.Second)
-	if ok, err := tx.SettleLease(ctx, ack, stale); ok || err != nil {
-		t.Fatalf("stale settlement: %v %v", ok, err)
-	}
-	if committed(t, d, fx, 1) {
-		t.Error("a lost lease committed the handler's write")
-	}
-	if s, ok := stateOf(t, d, tbl, held.ID); !ok || s.LockedUntil == nil {
-		t.Fatalf("a stale settlement changed the row: %+v %v", s, ok)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Errorf("rollback of an ended transaction: %v", err)
-	}
-	if _, err := tx.SettleLease(ctx, ack, held); err == nil {
-		t.Error("an ended transaction settled")
-	}
-
-	// Rollback discards the handler's write and leaves the lease.
-	tx = beginDelivery(t, q)
-	handlerWrite(t, tx, fx, 2)
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if committed(t, d, fx, 2) {
-		t.Error("a rolled back write was committed")
-	}
-	if s, ok := stateOf(t, d, tbl, held.ID); !ok || s.LockedUntil == nil {
-		t.Fatalf("a rollback changed the row: %+v %v", s, ok)
-	}
-
-	// The right token: the Ack and the handler's write commit together.
-	tx = beginDelivery(t, q)
-	handlerWrite(t, tx, fx, 3)
-	if ok, err := tx.SettleLease(ctx, ack, held); !ok || err != nil {
-		t.Fatalf("settle: %v %v", ok, err)
-	}
-	if !committed(t, d, fx, 3) {
-		t.Error("the handler's write was not committed with the ack")
-	}
-	if _, ok := stateOf(t, d, tbl, held.ID); ok {
-		t.Error("the acked row is still queued")
-	}
-}
-
-// Lease: the dead-letter move runs inside the delivery's transaction, committed with the
-// handler's writes only when the copy and the delete both matched the row and its token.
-func TestTxLeaseDeadLetterTable(t *testing.T) {
-	d := newDialect(t)
-	noGroup := func(name string) dialects.Table {
-		tbl := leaseTable(name)
-		tbl.Group = ""
-		return tbl
-	}
-	tbl := newTable(t, d, "ra_txld", noGroup)
-	dead := newTable(t, d, "ra_txld_dead", noGroup)
-	fx := effectsTable(t, d)
-	q := openTxLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
-	rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
-	if err != nil || len(rows) != 1 {
-		t.Fatalf("claim %v %v", rows, err)
-	}
-	held := dialects.Lease{ID: id, Token: rows[0].Token}
-	step := dialects.Step{Kind: dialects.StepDeadLetter}
-
-	tx := beginDelivery(t, q)
-	handlerWrite(t, tx, fx, 1)
-	if ok, err := tx.SettleLease(ctx, step, dialects.Lease{ID: id, Token: held.Token.Add(time.Second)}); ok || err != nil {
-		t.Fatalf("stale move: %v %v", ok, err)
-	}
-	if committed(t, d, fx, 1) || count(t, d.DB(), "SELECT COUNT(*) FROM "+quote(dead.Name)) != 0 {
-		t.Fatal("a stale move committed")
-	}
-	if _, ok := stateOf(t, d, tbl, id); !ok {
-		t.Fatal("a stale move deleted the row")
-	}
-
-	tx = beginDelivery(t, q)
-	handlerWrite(t, tx, fx, 2)
-	if ok, err := tx.SettleLease(ctx, step, held); !ok || err != nil {
-		t.Fatalf("move: %v %v", ok, err)
-	}
-	if !committed(t, d, fx, 2) {
-		t.Error("the handler's write was not committed with the move")
-	}
-	if _, ok := stateOf(t, d, tbl, id); ok {
-		t.Error("the row is still in the queue")
-	}
-	if s, ok := stateOf(t, d, dead, id); !ok || s.LockedUntil != nil {
-		t.Errorf("dead-letter row %+v %v", s, ok)
-	}
 }
 
 // deadlockVictim makes settle, a settlement inside a delivery's transaction that has
@@ -406,7 +172,7 @@ func TestTxLeaseDeadlockIsNotRetried(t *testing.T) {
 	tbl := newTable(t, d, "ra_txdl", leaseTable)
 	fx := effectsTable(t, d)
 	q := openTxLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
-	held := claimOne(t, d, q, tbl)
+	held := dialecttest.ClaimOne(t, d, q, tbl)
 	tx := beginDelivery(t, q)
 	handlerWrite(t, tx, fx, 1)
 	err := deadlockVictim(t, d, tbl.Name, held.ID, fx, 1, func() error {
@@ -439,19 +205,19 @@ func TestTxLeaseDeadlockIsNotRetried(t *testing.T) {
 func openTxAdvisory(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.AdvisoryQueue {
 	t.Helper()
 	spec.Transactional = true
-	return openAdvisory(t, d, spec)
+	return dialecttest.OpenAdvisory(t, d, spec)
 }
 
 // takeTx locks key on a new transactional session, takes row id and returns the session
 // (its transaction not begun).
 func takeTx(t *testing.T, q dialects.AdvisoryQueue, key string, id int64) dialects.TxSession {
 	t.Helper()
-	s := newSession(t, q)
+	s := dialecttest.NewSession(t, q)
 	ts, ok := s.(dialects.TxSession)
 	if !ok {
 		t.Fatalf("a transactional session is %T, not a TxSession", s)
 	}
-	if !tryLock(t, ts, key) {
+	if !dialecttest.TryLock(t, ts, key) {
 		t.Fatal("lock refused")
 	}
 	if _, ok, err := ts.Take(ctx, id, t0); !ok || err != nil {
@@ -469,209 +235,6 @@ func txSessionConnID(t *testing.T, s dialects.TxSession) int64 {
 	return id
 }
 
-// Advisory: Begin, the handler's write, the Ack inside the transaction, and Commit commit
-// both; the key, a session lock, survives the COMMIT until Unlock.
-func TestTxAdvisoryAckCommits(t *testing.T) {
-	d := newDialect(t)
-	tbl := newTable(t, d, "ra_txad", advisoryTable)
-	fx := effectsTable(t, d)
-	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	key := keyOf(t, d, tbl, id)
-	name := LockName(databaseName(t, d.DB()), key)
-	s := takeTx(t, q, key, id)
-	conn := txSessionConnID(t, s)
-	if s.Tx() != nil {
-		t.Fatalf("Tx() before Begin is %v", s.Tx())
-	}
-	if err := s.Commit(ctx); err != nil {
-		t.Fatalf("commit before begin: %v", err)
-	}
-	if err := s.Begin(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Begin(ctx); err == nil {
-		t.Error("a second Begin while the transaction is open")
-	}
-	handlerWrite(t, s, fx, id)
-	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}, id); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := stateOf(t, d, tbl, id); st.ProcessedAt != nil || committed(t, d, fx, id) {
-		t.Fatal("the settlement or the handler's write is visible before the commit")
-	}
-	if err := s.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if s.Tx() != nil {
-		t.Error("Tx() after the commit is not nil")
-	}
-	if err := s.Commit(ctx); err != nil {
-		t.Errorf("second commit: %v", err)
-	}
-	if err := s.Rollback(ctx); err != nil {
-		t.Errorf("rollback after the commit: %v", err)
-	}
-	st, _ := stateOf(t, d, tbl, id)
-	sameTime(t, "processed_at", st.ProcessedAt, t0)
-	if !committed(t, d, fx, id) {
-		t.Error("the handler's write was not committed")
-	}
-	if got := usedBy(t, d.DB(), name); got != conn {
-		t.Fatalf("after the commit the key is held by %d, want the session's %d", got, conn)
-	}
-	if closed, err := s.Unlock(ctx); closed || err != nil {
-		t.Fatalf("unlock %v %v", closed, err)
-	}
-	if got := usedBy(t, d.DB(), name); got != 0 {
-		t.Fatalf("after unlock the key is held by %d", got)
-	}
-	if !connectionAlive(t, d.DB(), conn) {
-		t.Error("the session's connection was closed after a clean commit and unlock")
-	}
-}
-
-// Advisory: Rollback discards the handler's write (the key survives it too), then the
-// retry settles outside the transaction.
-func TestTxAdvisoryRollbackThenRetry(t *testing.T) {
-	d := newDialect(t)
-	tbl := newTable(t, d, "ra_txar", advisoryTable)
-	fx := effectsTable(t, d)
-	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	key := keyOf(t, d, tbl, id)
-	name := LockName(databaseName(t, d.DB()), key)
-	s := takeTx(t, q, key, id)
-	conn := txSessionConnID(t, s)
-	if err := s.Begin(ctx); err != nil {
-		t.Fatal(err)
-	}
-	handlerWrite(t, s, fx, id)
-	if err := s.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if s.Tx() != nil {
-		t.Error("Tx() after the rollback is not nil")
-	}
-	if got := usedBy(t, d.DB(), name); got != conn {
-		t.Fatalf("after the rollback the key is held by %d, want %d", got, conn)
-	}
-	at := t0.Add(time.Hour)
-	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepRetryAfter, At: at}, id); err != nil {
-		t.Fatal(err)
-	}
-	if closed, err := s.Unlock(ctx); closed || err != nil {
-		t.Fatalf("unlock %v %v", closed, err)
-	}
-	if committed(t, d, fx, id) {
-		t.Error("a rolled back write was committed")
-	}
-	st, ok := stateOf(t, d, tbl, id)
-	if !ok || st.Attempt != 2 || st.ProcessedAt != nil {
-		t.Errorf("row %+v %v", st, ok)
-	}
-	sameTime(t, "retry_after", st.RetryAfter, at)
-}
-
-// Advisory: Unlock with the transaction still open rolls it back before releasing the key;
-// Abort rolls back and closes the connection.
-func TestTxAdvisoryUnlockRollsBack(t *testing.T) {
-	d := newDialect(t)
-	tbl := newTable(t, d, "ra_txau", advisoryTable)
-	fx := effectsTable(t, d)
-	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	key := keyOf(t, d, tbl, id)
-	name := LockName(databaseName(t, d.DB()), key)
-
-	s := takeTx(t, q, key, id)
-	conn := txSessionConnID(t, s)
-	if err := s.Begin(ctx); err != nil {
-		t.Fatal(err)
-	}
-	handlerWrite(t, s, fx, 1)
-	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}, id); err != nil {
-		t.Fatal(err)
-	}
-	if closed, err := s.Unlock(ctx); closed || err != nil {
-		t.Fatalf("unlock %v %v", closed, err)
-	}
-	if committed(t, d, fx, 1) {
-		t.Error("Unlock committed the handler's write")
-	}
-	if st, ok := stateOf(t, d, tbl, id); !ok || st.ProcessedAt != nil {
-		t.Errorf("Unlock committed the settlement: %+v %v", st, ok)
-	}
-	if got := usedBy(t, d.DB(), name); got != 0 {
-		t.Fatalf("after unlock the key is held by %d", got)
-	}
-	// The connection went back to the pool with no transaction open: a statement on it
-	// commits at once.
-	if !connectionAlive(t, d.DB(), conn) {
-		t.Fatal("the connection was closed")
-	}
-	if n := count(t, d.DB(), "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ?", conn); n != 0 {
-		t.Errorf("a transaction is still open on the pooled connection")
-	}
-
-	s = takeTx(t, q, key, id)
-	conn = txSessionConnID(t, s)
-	if err := s.Begin(ctx); err != nil {
-		t.Fatal(err)
-	}
-	handlerWrite(t, s, fx, 2)
-	if err := s.Abort(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if committed(t, d, fx, 2) {
-		t.Error("Abort committed the handler's write")
-	}
-	if got := usedBy(t, d.DB(), name); got != 0 {
-		t.Fatalf("after abort the key is held by %d", got)
-	}
-	waitGone(t, d.DB(), conn)
-}
-
-// Advisory: a dead letter into a table moves the row inside the open transaction, with
-// the handler's writes.
-func TestTxAdvisoryDeadLetterTable(t *testing.T) {
-	d := newDialect(t)
-	tbl := newTable(t, d, "ra_txam", advisoryTable)
-	dead := newTable(t, d, "ra_txam_dead", advisoryTable)
-	fx := effectsTable(t, d)
-	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
-	s := takeTx(t, q, keyOf(t, d, tbl, id), id)
-	if err := s.Begin(ctx); err != nil {
-		t.Fatal(err)
-	}
-	handlerWrite(t, s, fx, id)
-	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepDeadLetter}, id); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := stateOf(t, d, tbl, id); !ok {
-		t.Fatal("the move was committed before the transaction")
-	}
-	if err := s.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := stateOf(t, d, tbl, id); ok {
-		t.Error("row still in the queue")
-	}
-	if s, ok := stateOf(t, d, dead, id); !ok || s.Attempt != 2 {
-		t.Errorf("dead-letter row %+v %v", s, ok)
-	}
-	if !committed(t, d, fx, id) {
-		t.Error("the handler's write was not committed with the move")
-	}
-	if closed, err := s.Unlock(ctx); closed || err != nil {
-		t.Fatalf("unlock %v %v", closed, err)
-	}
-}
-
 // Advisory: the dead-letter move inside the transaction is not retried after a deadlock:
 // the error returns, the transaction is rolled back and Commit reports it.
 func TestTxAdvisoryDeadlockIsNotRetried(t *testing.T) {
@@ -680,7 +243,7 @@ func TestTxAdvisoryDeadlockIsNotRetried(t *testing.T) {
 	dead := newTable(t, d, "ra_txadl_dead", advisoryTable)
 	fx := effectsTable(t, d)
 	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
 	s := takeTx(t, q, keyOf(t, d, tbl, id), id)
 	if err := s.Begin(ctx); err != nil {
 		t.Fatal(err)
@@ -719,7 +282,7 @@ func TestTxAdvisoryFailedSettleRollsBack(t *testing.T) {
 	tbl := newTable(t, d, "ra_txaf", advisoryTable)
 	fx := effectsTable(t, d)
 	q := openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	s := takeTx(t, q, keyOf(t, d, tbl, id), id)
 	if err := s.Begin(ctx); err != nil {
 		t.Fatal(err)
@@ -775,8 +338,8 @@ func TestTxIsolation(t *testing.T) {
 				tbl.Isolation = level
 				return tbl
 			})
-			publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-			return claimTx(t, openTxRowLock(t, d, dialects.QueueSpec{Table: tbl}))
+			dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+			return dialecttest.ClaimTx(t, openTxRowLock(t, d, dialects.QueueSpec{Table: tbl}))
 		}},
 		{"lease", func(t *testing.T, level dialects.Isolation) dialects.DeliveryTx {
 			tbl := newTable(t, d, "ra_txiso", func(name string) dialects.Table {
@@ -785,7 +348,7 @@ func TestTxIsolation(t *testing.T) {
 				return tbl
 			})
 			q := openTxLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
-			claimOne(t, d, q, tbl)
+			dialecttest.ClaimOne(t, d, q, tbl)
 			return beginDelivery(t, q)
 		}},
 		{"advisory", func(t *testing.T, level dialects.Isolation) dialects.DeliveryTx {
@@ -794,7 +357,7 @@ func TestTxIsolation(t *testing.T) {
 				tbl.Isolation = level
 				return tbl
 			})
-			id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+			id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 			s := takeTx(t, openTxAdvisory(t, d, dialects.QueueSpec{Table: tbl}), keyOf(t, d, tbl, id), id)
 			if err := s.Begin(ctx); err != nil {
 				t.Fatal(err)
@@ -840,6 +403,27 @@ func TestTxIsolation(t *testing.T) {
 					t.Errorf("declared %q: the transaction runs at %s, want %s", l.declared, got, l.want)
 				}
 			})
+		}
+	}
+}
+
+// WatchSession: after Unlock the session's connection is alive with no InnoDB transaction
+// open; after Abort the server has ended it.
+func (harness) WatchSession(t *testing.T, d dialects.Dialect, s dialects.TxSession) func(bool) {
+	t.Helper()
+	db := d.(*Dialect).DB()
+	conn := txSessionConnID(t, s)
+	return func(closed bool) {
+		t.Helper()
+		if closed {
+			waitGone(t, db, conn)
+			return
+		}
+		if !connectionAlive(t, db, conn) {
+			t.Fatal("the connection was closed")
+		}
+		if n := count(t, db, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ?", conn); n != 0 {
+			t.Errorf("a transaction is still open on the pooled connection")
 		}
 	}
 }

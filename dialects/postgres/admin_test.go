@@ -4,25 +4,8 @@ import (
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
-
-// TestZeroDialectSchema: Schema reads only the description, so the zero Dialect (which
-// cmd/rowactor's schema command uses, with no database) renders what an open one does.
-func TestZeroDialectSchema(t *testing.T) {
-	d := newDialect(t)
-	for _, tbl := range []dialects.Table{
-		leaseTable("jobs"),
-		rowLockTable("a_table_name_long_enough_to_need_a_hashed_claim_index_name_xx"),
-		{Name: "jobs", ID: "id", Payload: "payload", AdvisoryKey: "jobs-{account}", ProcessedAt: "processed_at"},
-		{Name: "jobs", ID: "id"}, // refused alike
-	} {
-		want, wantErr := d.Schema(tbl)
-		got, err := (&Dialect{}).Schema(tbl)
-		if got != want || (err == nil) != (wantErr == nil) {
-			t.Errorf("zero Dialect Schema(%+v) = %q, %v; an open one renders %q, %v", tbl, got, err, want, wantErr)
-		}
-	}
-}
 
 // TestRequeueOwnTypes: a table of the service's own making (an integer id GENERATED
 // ALWAYS, a text payload, an integer attempt) takes its dead letters back with their ids.
@@ -56,7 +39,7 @@ func TestStatsAdvisoryHeldKeys(t *testing.T) {
 	tbl := dialects.Table{Name: name, ID: "id", Payload: "payload", AdvisoryKey: name + "-{id}"}
 	createTable(t, d, tbl)
 	for range 3 {
-		publish(t, d, tbl, dialects.Message{Payload: []byte("x")})
+		dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("x")})
 	}
 	held, err := d.Pool().Acquire(ctx)
 	if err != nil {

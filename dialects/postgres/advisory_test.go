@@ -2,35 +2,17 @@ package postgres
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 func advisoryTable(name string) dialects.Table {
 	return dialects.Table{Name: name, ID: "id", Payload: "payload", Attempt: "attempt", ProcessedAt: "processed_at",
 		RetryAfter: "retry_after", AdvisoryKey: name + "-{account}'s"}
-}
-
-func newSession(t *testing.T, q dialects.AdvisoryQueue) dialects.Session {
-	t.Helper()
-	s, err := q.Session(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func tryLock(t *testing.T, s dialects.Session, key string) bool {
-	t.Helper()
-	ok, err := s.TryLock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ok
 }
 
 func unlock(t *testing.T, s dialects.Session) bool {
@@ -53,28 +35,28 @@ func TestAdvisoryKeyExcludesOtherSessions(t *testing.T) {
 	d1, d2 := newDialect(t), newDialect(t) // two processes
 	tbl := advisoryTable(tableName(t, d1))
 	createTable(t, d1, tbl)
-	q1 := openAdvisory(t, d1, dialects.QueueSpec{Table: tbl})
-	q2 := openAdvisory(t, d2, dialects.QueueSpec{Table: tbl})
+	q1 := dialecttest.OpenAdvisory(t, d1, dialects.QueueSpec{Table: tbl})
+	q2 := dialecttest.OpenAdvisory(t, d2, dialects.QueueSpec{Table: tbl})
 	k, other := tbl.Name+"-k", tbl.Name+"-other"
 
-	s1, s2 := newSession(t, q1), newSession(t, q2)
-	if !tryLock(t, s1, k) {
+	s1, s2 := dialecttest.NewSession(t, q1), dialecttest.NewSession(t, q2)
+	if !dialecttest.TryLock(t, s1, k) {
 		t.Fatal("first lock refused")
 	}
 	if locksHeld(t, d1, k) != 1 {
 		t.Fatal("the lock is not in pg_locks")
 	}
-	if tryLock(t, s2, k) {
+	if dialecttest.TryLock(t, s2, k) {
 		t.Fatal("another process locked a held key")
 	}
-	s3 := newSession(t, q1)
-	if tryLock(t, s3, k) {
+	s3 := dialecttest.NewSession(t, q1)
+	if dialecttest.TryLock(t, s3, k) {
 		t.Fatal("another session of the same process locked a held key")
 	}
 	if unlock(t, s3) {
 		t.Fatal("a session holding nothing closed its connection")
 	}
-	if !tryLock(t, s2, other) {
+	if !dialecttest.TryLock(t, s2, other) {
 		t.Fatal("a free key was refused")
 	}
 	if _, err := s2.TryLock(ctx, k); err == nil {
@@ -86,8 +68,8 @@ func TestAdvisoryKeyExcludesOtherSessions(t *testing.T) {
 	if closed, err := s1.Unlock(ctx); closed || err != nil {
 		t.Fatalf("a second unlock: %v %v", closed, err)
 	}
-	s4 := newSession(t, q2)
-	if !tryLock(t, s4, k) {
+	s4 := dialecttest.NewSession(t, q2)
+	if !dialecttest.TryLock(t, s4, k) {
 		t.Fatal("an unlocked key stayed held")
 	}
 	if err := s4.Abort(ctx); err != nil {
@@ -96,8 +78,8 @@ func TestAdvisoryKeyExcludesOtherSessions(t *testing.T) {
 	if err := s4.Abort(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s5 := newSession(t, q1)
-	if !tryLock(t, s5, k) {
+	s5 := dialecttest.NewSession(t, q1)
+	if !dialecttest.TryLock(t, s5, k) {
 		t.Fatal("an aborted key stayed held")
 	}
 	unlock(t, s2)
@@ -115,18 +97,18 @@ func TestAdvisoryUnlockReturnsTheConnection(t *testing.T) {
 	d := newDialect(t)
 	tbl := advisoryTable(tableName(t, d))
 	createTable(t, d, tbl)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl})
 	key := tbl.Name + "-k"
 	stat := func() (acquired, total int32) {
 		s := d.Pool().Stat()
 		return s.AcquiredConns(), s.TotalConns()
 	}
 
-	s := newSession(t, q)
+	s := dialecttest.NewSession(t, q)
 	if a, _ := stat(); a != 1 {
 		t.Fatalf("a session holds %d connections", a)
 	}
-	tryLock(t, s, key)
+	dialecttest.TryLock(t, s, key)
 	_, total := stat()
 	if unlock(t, s) {
 		t.Fatal("closed")
@@ -137,8 +119,8 @@ func TestAdvisoryUnlockReturnsTheConnection(t *testing.T) {
 
 	// The server does not confirm the release (the key was released behind the
 	// session's back): the connection is closed, not pooled.
-	s = newSession(t, q)
-	tryLock(t, s, key)
+	s = dialecttest.NewSession(t, q)
+	dialecttest.TryLock(t, s, key)
 	mustExecOn(t, s, "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key)
 	_, total = stat()
 	if !unlock(t, s) {
@@ -149,8 +131,8 @@ func TestAdvisoryUnlockReturnsTheConnection(t *testing.T) {
 	}
 
 	// A failed unlock closes the connection too, and reports the error.
-	s = newSession(t, q)
-	tryLock(t, s, key)
+	s = dialecttest.NewSession(t, q)
+	dialecttest.TryLock(t, s, key)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	if closed, err := s.Unlock(cctx); !closed || err == nil {
@@ -158,8 +140,8 @@ func TestAdvisoryUnlockReturnsTheConnection(t *testing.T) {
 	}
 
 	// Abort always closes.
-	s = newSession(t, q)
-	tryLock(t, s, key)
+	s = dialecttest.NewSession(t, q)
+	dialecttest.TryLock(t, s, key)
 	_, total = stat()
 	if err := s.Abort(ctx); err != nil {
 		t.Fatal(err)
@@ -169,7 +151,7 @@ func TestAdvisoryUnlockReturnsTheConnection(t *testing.T) {
 	}
 
 	// A session whose lock statement failed may hold the key: it is closed.
-	s = newSession(t, q)
+	s = dialecttest.NewSession(t, q)
 	cctx, cancel = context.WithCancel(ctx)
 	cancel()
 	if _, err := s.TryLock(cctx, key); err == nil {
@@ -193,59 +175,12 @@ func mustExecOn(t *testing.T, s dialects.Session, query string, args ...any) {
 	}
 }
 
-func TestAdvisoryCandidates(t *testing.T) {
-	d := newDialect(t)
-	tbl := advisoryTable(tableName(t, d))
-	createTable(t, d, tbl)
-	tq := quote(tbl.Name)
-	mustExec(t, d, "INSERT INTO "+tq+" (payload, account) VALUES ('a', 'x'), ('b', 'x'), ('c', 'y'), ('d', NULL), ('e', 'z')")
-	mustExec(t, d, "INSERT INTO "+tq+" (payload, account, retry_after) VALUES ('f', 'w', $1)", t0.Add(time.Second))
-	mustExec(t, d, "INSERT INTO "+tq+" (payload, account, processed_at) VALUES ('g', 'v', $1)", t0)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	var first int64
-	if err := d.Pool().QueryRow(ctx, "SELECT min(id) FROM "+tq).Scan(&first); err != nil {
-		t.Fatal(err)
-	}
-	key := func(s string) string { return tbl.Name + "-" + s + "'s" }
-	cand := func(n int64, k string) dialects.Candidate { return dialects.Candidate{ID: first + n, Key: key(k)} }
-
-	cands, err := q.Candidates(ctx, t0, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []dialects.Candidate{cand(0, "x"), cand(1, "x"), cand(2, "y"), cand(3, ""), cand(4, "z")}
-	if !slices.Equal(cands, want) {
-		t.Fatalf("candidates %v, want %v", cands, want)
-	}
-
-	s := newSession(t, q)
-	if !tryLock(t, s, key("x")) {
-		t.Fatal("lock refused")
-	}
-	// The held key's rows are passed over and the limit still fills.
-	cands, err = q.Candidates(ctx, t0, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(cands, []dialects.Candidate{cand(2, "y"), cand(3, "")}) {
-		t.Fatalf("candidates with x held: %v", cands)
-	}
-	// The probe's shared locks end with the statement.
-	if n := locksHeld(t, d, key("y"), key(""), key("z")); n != 0 {
-		t.Fatalf("the candidates query left %d locks", n)
-	}
-	unlock(t, s)
-	if n := locksHeld(t, d, key("x")); n != 0 {
-		t.Fatalf("%d locks left", n)
-	}
-}
-
 func TestAdvisoryTakeAndSettle(t *testing.T) {
 	d := newDialect(t)
 	tbl := advisoryTable(tableName(t, d))
 	tbl.Group, tbl.Headers = "grp", "headers"
 	createTable(t, d, tbl)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
 	var keys []string
 
 	// take claims the first candidate on a session of its own.
@@ -255,8 +190,8 @@ func TestAdvisoryTakeAndSettle(t *testing.T) {
 		if err != nil || len(cands) != 1 {
 			t.Fatalf("candidates %v %v", cands, err)
 		}
-		s := newSession(t, q)
-		if !tryLock(t, s, cands[0].Key) {
+		s := dialecttest.NewSession(t, q)
+		if !dialecttest.TryLock(t, s, cands[0].Key) {
 			t.Fatal("lock refused")
 		}
 		keys = append(keys, cands[0].Key)
@@ -269,7 +204,7 @@ func TestAdvisoryTakeAndSettle(t *testing.T) {
 		}
 		return s, r
 	}
-	id := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p"), Headers: []byte(`{"a":"b"}`)})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p"), Headers: []byte(`{"a":"b"}`)})
 	mustExec(t, d, "UPDATE "+quote(tbl.Name)+" SET account = 'acct'")
 
 	s, r := take(t)
@@ -298,8 +233,8 @@ func TestAdvisoryTakeAndSettle(t *testing.T) {
 		t.Fatalf("after retry after: %+v", st)
 	}
 	// Not due: a take refuses it even with the key held.
-	s2 := newSession(t, q)
-	tryLock(t, s2, "unrelated-"+tbl.Name)
+	s2 := dialecttest.NewSession(t, q)
+	dialecttest.TryLock(t, s2, "unrelated-"+tbl.Name)
 	keys = append(keys, "unrelated-"+tbl.Name)
 	if _, ok, err := s2.Take(ctx, id, t0); ok || err != nil {
 		t.Fatalf("took a row not due: %v %v", ok, err)
@@ -316,7 +251,7 @@ func TestAdvisoryTakeAndSettle(t *testing.T) {
 		t.Fatalf("after dead letter: %+v", st)
 	}
 
-	id = publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("q")})
+	id = dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("q")})
 	s, _ = take(t)
 	now := t0.Add(time.Second)
 	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: now}, id); err != nil {
@@ -344,14 +279,14 @@ func TestAdvisoryMinimalTableAndMove(t *testing.T) {
 	dead := tbl
 	dead.Name = tableName(t, d)
 	createTable(t, d, dead)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name})
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("poison")})
 	cands, err := q.Candidates(ctx, t0, 5)
 	if err != nil || len(cands) != 1 || cands[0].Key != tbl.Name+"-"+strconv.FormatInt(id, 10) {
 		t.Fatalf("candidates %v %v", cands, err)
 	}
-	s := newSession(t, q)
-	tryLock(t, s, cands[0].Key)
+	s := dialecttest.NewSession(t, q)
+	dialecttest.TryLock(t, s, cands[0].Key)
 	r, ok, err := s.Take(ctx, id, t0)
 	if err != nil || !ok || r.Attempt != 0 || string(r.Payload) != "poison" {
 		t.Fatalf("take %+v %v %v", r, ok, err)
@@ -373,8 +308,8 @@ func TestAdvisoryMinimalTableAndMove(t *testing.T) {
 		t.Fatalf("%d copies", n)
 	}
 	// Gone: a take reports false.
-	s = newSession(t, q)
-	tryLock(t, s, cands[0].Key)
+	s = dialecttest.NewSession(t, q)
+	dialecttest.TryLock(t, s, cands[0].Key)
 	if _, ok, err := s.Take(ctx, id, t0); ok || err != nil {
 		t.Fatalf("took a moved row: %v %v", ok, err)
 	}

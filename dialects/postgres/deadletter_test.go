@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // TestCatalogColumns: the catalog tells a column an INSERT must give a value (NOT NULL
@@ -55,7 +56,7 @@ func TestDeadLetterIdentityAlways(t *testing.T) {
 	mustExec(t, d, "CREATE TABLE "+quote(dead)+" (LIKE "+quote(tbl.Name)+" INCLUDING ALL)")
 	mustExec(t, d, "INSERT INTO "+quote(tbl.Name)+" (payload, customer) VALUES ('x', 'ACME')")
 	mustExec(t, d, "ALTER TABLE "+quote(dead)+" ALTER COLUMN id RESTART WITH 500") // ids of its own would differ
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead})
 	rows, err := q.ClaimLeases(ctx, t0, t0.Add(30e9), 1)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim: %v, %v", rows, err)

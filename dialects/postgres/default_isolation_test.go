@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // A transactional lease table declaring no isolation level opens its deliveries with a
@@ -51,15 +52,15 @@ func TestOpenRefusesSnapshotDefaultOfRoleOrDatabase(t *testing.T) {
 			q.Close()
 			t.Fatalf("a transactional lease table opened at a default of %s", level)
 		}
-		ce := configError(t, err)
+		ce := dialecttest.ConfigError(t, err)
 		if ce.Table != tbl.Name || ce.Option != "Table.Isolation" {
 			t.Errorf("table %q option %q", ce.Table, ce.Option)
 		}
-		contains(t, err.Error(), "default_transaction_isolation")
-		contains(t, err.Error(), level)
-		contains(t, ce.Reason, source)
-		contains(t, ce.Fix, fix)
-		contains(t, ce.Fix, "ReadCommitted")
+		dialecttest.Contains(t, err.Error(), "default_transaction_isolation")
+		dialecttest.Contains(t, err.Error(), level)
+		dialecttest.Contains(t, ce.Reason, source)
+		dialecttest.Contains(t, ce.Fix, fix)
+		dialecttest.Contains(t, ce.Fix, "ReadCommitted")
 		// Declared read committed, the table opens: BEGIN names its level.
 		tbl.Isolation = dialects.ReadCommitted
 		q, err = d.Open(ctx, dialects.QueueSpec{Table: tbl, Transactional: true})

@@ -2,34 +2,26 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
-// TestClassifyRealFaults produces each fault on the server and checks its class, bare and
-// wrapped the way the runtime wraps claim errors.
-func TestClassifyRealFaults(t *testing.T) {
-	d := newDialect(t)
-	name := tableName(t, d)
-	mustExec(t, d, "CREATE TABLE "+quote(name)+" (id bigint PRIMARY KEY)")
-	mustExec(t, d, "INSERT INTO "+quote(name)+" VALUES (1)")
+func (harness) Try(c context.Context, d dialects.Dialect, query string, args ...any) error {
+	_, err := d.(*Dialect).Pool().Exec(c, dialecttest.Dollar(query), args...)
+	return err
+}
 
-	check := func(what string, err error, want dialects.Fault) {
-		t.Helper()
-		if err == nil {
-			t.Fatalf("%s: no error", what)
-		}
-		for _, e := range []error{err, fmt.Errorf("claim leases: %w", err)} {
-			if got := dialects.Classify(d, e); got != want {
-				t.Errorf("%s: Classify(%v) = %v, want %v", what, e, got, want)
-			}
-		}
-	}
+// MakeFaults: a connection the server terminates (then one pgx closed), a server that is
+// not there, a lock_timeout.
+func (harness) MakeFaults(t *testing.T, dd dialects.Dialect, name string) []dialecttest.MadeFault {
+	t.Helper()
+	d := dd.(*Dialect)
+	var faults []dialecttest.MadeFault
 
 	// A connection the server terminates (pg_terminate_backend, as a fast shutdown does).
 	conn, err := pgx.Connect(ctx, testURL())
@@ -39,21 +31,15 @@ func TestClassifyRealFaults(t *testing.T) {
 	defer conn.Close(ctx)
 	mustExec(t, d, "SELECT pg_terminate_backend($1)", conn.PgConn().PID())
 	_, err = conn.Exec(ctx, "SELECT 1")
-	check("query on a terminated connection", err, dialects.FaultConnection)
+	faults = append(faults, dialecttest.MadeFault{What: "query on a terminated connection", Err: err, Want: dialects.FaultConnection})
 	_, err = conn.Exec(ctx, "SELECT 1")
-	check("query on a connection pgx closed", err, dialects.FaultConnection)
+	faults = append(faults, dialecttest.MadeFault{What: "query on a connection pgx closed", Err: err, Want: dialects.FaultConnection})
 
 	// A server that is not there.
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err = pgx.Connect(cctx, "postgres://postgres@127.0.0.1:1/test?sslmode=disable")
-	check("connect to a closed port", err, dialects.FaultConnection)
-
-	// A table and a column that are not there.
-	_, err = d.Pool().Exec(ctx, "SELECT * FROM "+quote(name+"_missing"))
-	check("missing table", err, dialects.FaultSchema)
-	_, err = d.Pool().Exec(ctx, "SELECT nope FROM "+quote(name))
-	check("missing column", err, dialects.FaultSchema)
+	faults = append(faults, dialecttest.MadeFault{What: "connect to a closed port", Err: err, Want: dialects.FaultConnection})
 
 	// A row lock another transaction holds, with lock_timeout.
 	holder, err := d.Pool().Begin(ctx)
@@ -73,11 +59,5 @@ func TestClassifyRealFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = waiter.Exec(ctx, "SELECT id FROM "+quote(name)+" WHERE id = 1 FOR UPDATE")
-	check("lock timeout", err, dialects.FaultContention)
-
-	// A context that ended is the caller's doing, not the database's.
-	ended, stop := context.WithCancel(ctx)
-	stop()
-	_, err = d.Pool().Exec(ended, "SELECT 1")
-	check("ended context", err, dialects.FaultUnknown)
+	return append(faults, dialecttest.MadeFault{What: "lock timeout", Err: err, Want: dialects.FaultContention})
 }

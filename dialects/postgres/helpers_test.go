@@ -103,59 +103,6 @@ func rowLockTable(name string) dialects.Table {
 		RetryAfter: "retry_after", Headers: "headers"}
 }
 
-func openQueue(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.Queue {
-	t.Helper()
-	q, err := d.Open(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { q.Close() })
-	return q
-}
-
-func openLease(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.LeaseQueue {
-	t.Helper()
-	q := openQueue(t, d, spec)
-	lq, ok := q.(dialects.LeaseQueue)
-	if !ok {
-		t.Fatalf("Open returned %T, not a LeaseQueue", q)
-	}
-	return lq
-}
-
-func openRowLock(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.RowLockQueue {
-	t.Helper()
-	q := openQueue(t, d, spec)
-	rq, ok := q.(dialects.RowLockQueue)
-	if !ok {
-		t.Fatalf("Open returned %T, not a RowLockQueue", q)
-	}
-	return rq
-}
-
-func openAdvisory(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.AdvisoryQueue {
-	t.Helper()
-	q := openQueue(t, d, spec)
-	aq, ok := q.(dialects.AdvisoryQueue)
-	if !ok {
-		t.Fatalf("Open returned %T, not an AdvisoryQueue", q)
-	}
-	return aq
-}
-
-func publish(t *testing.T, d *Dialect, tbl dialects.Table, m dialects.Message) int64 {
-	t.Helper()
-	p, err := d.Publisher(ctx, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := p.Publish(ctx, nil, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
 // rowState is a row's state as stored; NULL times are nil.
 type rowState struct {
 	Attempt     int
@@ -210,33 +157,6 @@ func micro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
 
 func sameTime(a *time.Time, b time.Time) bool { return a != nil && a.Equal(micro(b)) }
 
-func configError(t *testing.T, err error) *dialects.ConfigError {
-	t.Helper()
-	var ce *dialects.ConfigError
-	if !errors.As(err, &ce) || !errors.Is(err, dialects.ErrConfig) {
-		t.Fatalf("want a *ConfigError, got %T %v", err, err)
-	}
-	if ce.Fix == "" || ce.Reason == "" {
-		t.Errorf("config error without reason or fix: %v", err)
-	}
-	return ce
-}
-
-func contains(t *testing.T, s, sub string) {
-	t.Helper()
-	if !strings.Contains(s, sub) {
-		t.Errorf("%q does not contain %q", s, sub)
-	}
-}
-
-func ids(rows []dialects.Row) []int64 {
-	var out []int64
-	for _, r := range rows {
-		out = append(out, r.ID)
-	}
-	return out
-}
-
 func tableNameSuffix(t *testing.T) string {
 	t.Helper()
 	var b [4]byte
@@ -244,4 +164,10 @@ func tableNameSuffix(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b[:])
+}
+
+func sameState(a, b rowState) bool {
+	eq := func(x, y *time.Time) bool { return (x == nil) == (y == nil) && (x == nil || x.Equal(*y)) }
+	return a.Attempt == b.Attempt && a.Group == b.Group && eq(a.LockedUntil, b.LockedUntil) &&
+		eq(a.RetryAfter, b.RetryAfter) && eq(a.ProcessedAt, b.ProcessedAt)
 }

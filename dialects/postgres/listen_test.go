@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 type wakeCall struct{ table, group string }
@@ -59,7 +60,7 @@ func TestListen(t *testing.T) {
 
 	// A publish from another process wakes the table's group.
 	other := newDialect(t)
-	publish(t, other, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
+	dialecttest.Publish(t, other, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
 	if w, ok := next(10 * time.Second); !ok || w != (wakeCall{tbl.Name, "g"}) {
 		t.Fatalf("wake %+v %v", w, ok)
 	}
@@ -86,7 +87,7 @@ func TestListen(t *testing.T) {
 	if err := other.Pool().QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'", app).Scan(&again); err != nil || again == pid {
 		t.Fatalf("no new listener backend: %d %v", again, err)
 	}
-	publish(t, other, tbl, dialects.Message{Group: "h", Payload: []byte("p")})
+	dialecttest.Publish(t, other, tbl, dialects.Message{Group: "h", Payload: []byte("p")})
 	if w, ok := next(10 * time.Second); !ok || w != (wakeCall{tbl.Name, "h"}) {
 		t.Fatalf("wake after the reconnect %+v %v", w, ok)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // Every literal rowactor renders into SQL means the same text whatever the session's
@@ -63,7 +64,7 @@ func literalAdvisoryKey(t *testing.T, d *Dialect, odd, template string) {
 		AdvisoryKey: template}
 	createTable(t, d, tbl)
 	id := insertRow(t, d, tbl, "")
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl})
 	want := strings.ReplaceAll(template, "{id}", strconv.FormatInt(id, 10))
 	cands, err := q.Candidates(ctx, t0, 10)
 	if err != nil {
@@ -72,8 +73,8 @@ func literalAdvisoryKey(t *testing.T, d *Dialect, odd, template string) {
 	if len(cands) != 1 || cands[0].ID != id || cands[0].Key != want {
 		t.Fatalf("candidates %+v, want row %d with key %q", cands, id, want)
 	}
-	s := newSession(t, q)
-	if !tryLock(t, s, cands[0].Key) {
+	s := dialecttest.NewSession(t, q)
+	if !dialecttest.TryLock(t, s, cands[0].Key) {
 		t.Fatal("lock refused")
 	}
 	// The lock is on the hash of the host's text, computed from a bound parameter.
@@ -92,7 +93,7 @@ func literalFIFOGuard(t *testing.T, d *Dialect, odd string) {
 		tbl.ProcessedAt, tbl.FIFO = "processed_at", true
 		createTable(t, d, tbl)
 		a := insertRow(t, d, tbl, "g")
-		q := openFIFO(t, d, tbl, "g")
+		q := dialecttest.NewFIFOClaimer(t, dialecttest.OpenQueue(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"}), tbl)
 		tx, err := d.Pool().Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -102,16 +103,16 @@ func literalFIFOGuard(t *testing.T, d *Dialect, odd string) {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1 || ':' || $2, 0))", tbl.Name, "g"); err != nil {
 			t.Fatal(err)
 		}
-		if got := q.claim(t0); got != 0 {
+		if got := q.Claim(t0); got != 0 {
 			t.Fatalf("lease %v: row %d was claimed while the group's guard was held: the claim locked another key", lease, got)
 		}
 		if err := tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := q.claim(t0); got != a {
+		if got := q.Claim(t0); got != a {
 			t.Fatalf("lease %v: claimed %d once the guard was free, want %d", lease, got, a)
 		}
-		q.ack(a, t0)
+		q.Ack(a, t0)
 	}
 }
 
@@ -136,7 +137,7 @@ func literalNotify(t *testing.T, d *Dialect, odd string) {
 		t.Fatal("the listener never connected")
 	}
 	group := `g\'h\` + odd
-	publish(t, d, tbl, dialects.Message{Group: group, Payload: []byte("p")})
+	dialecttest.Publish(t, d, tbl, dialects.Message{Group: group, Payload: []byte("p")})
 	for {
 		select {
 		case w := <-wakes:

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -11,77 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
-
-func TestPublish(t *testing.T) {
-	d := newDialect(t)
-	tbl := leaseTable(tableName(t, d))
-	createTable(t, d, tbl)
-	p, err := d.Publisher(ctx, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := p.Publish(ctx, nil, dialects.Message{Group: "g", Payload: []byte{0, 1, 2, 'x'}, Headers: []byte(`{"a":1}`),
-		NotBefore: t0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		payload []byte
-		group   string
-		attempt int
-		retry   time.Time
-		htype   string
-		aHeader int
-	)
-	err = d.Pool().QueryRow(ctx, "SELECT payload, grp, attempt, retry_after, jsonb_typeof(headers), (headers ->> 'a')::int FROM "+
-		quote(tbl.Name)+" WHERE id = $1", id).Scan(&payload, &group, &attempt, &retry, &htype, &aHeader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(payload) != "\x00\x01\x02x" || group != "g" || attempt != 1 || !retry.Equal(micro(t0)) || htype != "object" || aHeader != 1 {
-		t.Errorf("row: %q %q %d %v %s %d", payload, group, attempt, retry, htype, aHeader)
-	}
-
-	id, err = p.Publish(ctx, nil, dialects.Message{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := count(t, d, "SELECT count(*) FROM "+quote(tbl.Name)+
-		" WHERE id = $1 AND headers IS NULL AND retry_after IS NULL AND grp = '' AND length(payload) = 0", id); n != 1 {
-		t.Error("an empty message was not stored with defaults")
-	}
-}
-
-func TestPublishRefuses(t *testing.T) {
-	d := newDialect(t)
-	tbl := dialects.Table{Name: tableName(t, d), ID: "id", Payload: "payload"}
-	createTable(t, d, tbl)
-	p, err := d.Publisher(ctx, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Publish(ctx, nil, dialects.Message{Group: "g"}); err == nil {
-		t.Error("a group was published into a table without groups")
-	}
-	if _, err := p.Publish(ctx, nil, dialects.Message{NotBefore: t0}); err == nil {
-		t.Error("a delayed message was published into a table without retry_after")
-	}
-	// Headers without a headers column are dropped, as the SQLite dialect does.
-	if _, err := p.Publish(ctx, nil, dialects.Message{Headers: []byte(`{}`)}); err != nil {
-		t.Error(err)
-	}
-	if _, err := p.Publish(ctx, &sql.Tx{}, dialects.Message{}); err == nil || !strings.Contains(err.Error(), "pgx.Tx") {
-		t.Errorf("a *sql.Tx was taken: %v", err)
-	}
-	missing := tbl
-	missing.Name = tableName(t, d)
-	if _, err := d.Publisher(ctx, missing); err == nil {
-		t.Error("a publisher on a missing table")
-	} else {
-		configError(t, err)
-	}
-}
 
 // listener is a raw LISTEN connection collecting this test's notifications (other
 // processes may publish into other tables meanwhile).
@@ -174,7 +104,7 @@ func TestPublishTxNotifiesAtCommit(t *testing.T) {
 	// Through the pool, the notification follows the autocommit.
 	noGroup := dialects.Table{Name: tableName(t, d), ID: "id", Payload: "payload"}
 	createTable(t, d, noGroup)
-	publish(t, d, noGroup, dialects.Message{Payload: []byte("x")})
+	dialecttest.Publish(t, d, noGroup, dialects.Message{Payload: []byte("x")})
 	l.table = noGroup.Name
 	if got := l.next(t, 5*time.Second); got != noGroup.Name+"\t" {
 		t.Fatalf("notification %q", got)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // A row another session holds only FOR KEY SHARE (the foreign key check of an insert into
@@ -27,13 +28,13 @@ func TestExtendMovesALeaseWhoseRowIsOnlyKeyShared(t *testing.T) {
 	mustExec(t, d, "CREATE TABLE "+quote(child)+" (id bigserial PRIMARY KEY, job bigint NOT NULL REFERENCES "+quote(tbl.Name)+"(id))")
 	var in []int64
 	for range 2 {
-		in = append(in, publish(t, d, tbl, dialects.Message{Payload: []byte("p")}))
+		in = append(in, dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")}))
 	}
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl})
 	start := t0.Truncate(time.Second)
 	token := start.Add(10 * time.Second)
 	if rows, err := q.ClaimLeases(ctx, start, token, 2); err != nil || len(rows) != 2 {
-		t.Fatalf("claim: %v %v", ids(rows), err)
+		t.Fatalf("claim: %v %v", dialecttest.IDs(rows), err)
 	}
 	// A service's transaction records a result for the first job and stays open.
 	other, err := d.pool.Begin(ctx)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 func TestSchemaText(t *testing.T) {
@@ -42,7 +43,7 @@ func TestSchemaText(t *testing.T) {
 	if _, err := d.Schema(dialects.Table{Name: strings.Repeat("n", 64), ID: "id", Payload: "p"}); err == nil {
 		t.Error("a 64-byte name was rendered")
 	} else {
-		configError(t, err)
+		dialecttest.ConfigError(t, err)
 	}
 	if _, err := d.Schema(dialects.Table{Name: "n"}); err == nil {
 		t.Error("a description without columns was rendered")
@@ -66,5 +67,5 @@ func TestSchemaRuns(t *testing.T) {
 	if n := count(t, d, "SELECT count(*) FROM pg_indexes WHERE tablename = $1 AND indexname = $2", long, indexName(long)); n != 1 {
 		t.Fatalf("claim index missing (%s)", indexName(long))
 	}
-	openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
+	dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
 }

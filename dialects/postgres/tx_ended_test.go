@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // PostgreSQL aborts a transaction whose statement failed (a deadlock's victim included):
@@ -102,9 +103,9 @@ func TestTxEndedByDeadlockRowLock(t *testing.T) {
 	tbl := rowLockTable(tableName(t, d))
 	createTable(t, d, tbl)
 	ledger := ledgerTable(t, d)
-	id := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	c := claimTx(t, q)
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	c := dialecttest.ClaimTx(t, q)
 	deadlockedHandler(t, d, c.Tx(), ledger)
 
 	wantTxEnded(t, "the Ack", c.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}))
@@ -127,8 +128,8 @@ func TestTxEndedByDeadlockLease(t *testing.T) {
 	tbl := leaseTable(tableName(t, d))
 	createTable(t, d, tbl)
 	ledger := ledgerTable(t, d)
-	id := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
 	rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim %v %v", rows, err)
@@ -163,8 +164,8 @@ func TestTxEndedByDeadlockAdvisory(t *testing.T) {
 	tbl := advisoryTable(tableName(t, d))
 	createTable(t, d, tbl)
 	ledger := ledgerTable(t, d)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
 	s, _ := takeTx(t, q)
 	deadlockedHandler(t, d, s.Tx(), ledger)
 
@@ -198,8 +199,8 @@ func TestTxEndedCommitOfAbortedTransaction(t *testing.T) {
 	tbl := advisoryTable(tableName(t, d))
 	createTable(t, d, tbl)
 	ledger := ledgerTable(t, d)
-	publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
+	dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
 	s, _ := takeTx(t, q)
 	tx := s.Tx().(pgx.Tx)
 	if _, err := tx.Exec(ctx, "INSERT INTO "+quote(ledger)+" VALUES (1, 'debit')"); err != nil {

@@ -1,12 +1,14 @@
 package postgres
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // sideTable creates a table a handler writes to through its lent transaction.
@@ -75,22 +77,22 @@ func TestOpenTransactional(t *testing.T) {
 			q.Close()
 			t.Fatalf("%s: Open accepted a transactional lease table", level)
 		}
-		ce := configError(t, err)
+		ce := dialecttest.ConfigError(t, err)
 		if ce.Table != name || ce.Option != "Table.Isolation" {
 			t.Errorf("%s: table %q option %q", level, ce.Table, ce.Option)
 		}
-		contains(t, err.Error(), string(level))
-		contains(t, err.Error(), "renewer's extended lease")
-		contains(t, ce.Fix, "drop Transactional")
+		dialecttest.Contains(t, err.Error(), string(level))
+		dialecttest.Contains(t, err.Error(), "renewer's extended lease")
+		dialecttest.Contains(t, ce.Fix, "drop Transactional")
 		// Outside transactional mode the level only concerns other forms: accepted.
-		if q := openLease(t, d, dialects.QueueSpec{Table: tbl}); isTxLease(q) {
+		if q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl}); isTxLease(q) {
 			t.Errorf("%s: a lease queue outside transactional mode lends transactions", level)
 		}
 	}
 	for _, level := range []dialects.Isolation{"", dialects.ReadCommitted} {
 		tbl := leaseTable(name)
 		tbl.Isolation = level
-		if q := openLease(t, d, dialects.QueueSpec{Table: tbl, Transactional: true}); !isTxLease(q) {
+		if q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Transactional: true}); !isTxLease(q) {
 			t.Errorf("%q: Open returned %T, not a TxLeaseQueue", level, q)
 		}
 	}
@@ -101,8 +103,8 @@ func TestOpenTransactional(t *testing.T) {
 	createTable(t, d, adv)
 	for level := range levels {
 		rl.Isolation, adv.Isolation = level, level
-		openRowLock(t, d, dialects.QueueSpec{Table: rl, Transactional: true})
-		openAdvisory(t, d, dialects.QueueSpec{Table: adv, Transactional: true})
+		dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: rl, Transactional: true})
+		dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: adv, Transactional: true})
 	}
 }
 
@@ -111,43 +113,25 @@ func isTxLease(q dialects.LeaseQueue) bool {
 	return ok
 }
 
-// claimTx claims the first due row of a transactional row lock queue and sets the
-// savepoint, as the claimer does.
-func claimTx(t *testing.T, q dialects.RowLockQueue) dialects.TxLockedClaim {
-	t.Helper()
-	c, ok := claimLocked(t, q, t0)
-	if !ok {
-		t.Fatal("nothing claimed")
-	}
-	tc, isTx := c.(dialects.TxLockedClaim)
-	if !isTx {
-		t.Fatalf("a transactional claim is a %T, not a TxLockedClaim", c)
-	}
-	if err := tc.Savepoint(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return tc
-}
-
 func TestRowLockTransactional(t *testing.T) {
 	d := newDialect(t)
 	tbl := rowLockTable(tableName(t, d))
 	createTable(t, d, tbl)
 	side := sideTable(t, d)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 
 	// Outside transactional mode the claim lends nothing.
-	plain := openRowLock(t, d, dialects.QueueSpec{Table: tbl})
+	plain := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl})
 	c, _ := claimLocked(t, plain, t0)
 	if _, isTx := c.(dialects.TxLockedClaim); isTx {
 		t.Error("a claim outside transactional mode lends its transaction")
 	}
 	c.Rollback(ctx)
 
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
 
 	// Retry: the handler's writes roll back to the savepoint; the attempt is counted.
-	tc := claimTx(t, q)
+	tc := dialecttest.ClaimTx(t, q)
 	write(t, tc.Tx(), side, "retried")
 	if err := tc.RollbackToSavepoint(ctx); err != nil {
 		t.Fatal(err)
@@ -167,7 +151,7 @@ func TestRowLockTransactional(t *testing.T) {
 
 	// A handler statement that failed spoils the transaction; the rollback to the
 	// savepoint recovers it, and the retry still counts.
-	tc = claimTx(t, q)
+	tc = dialecttest.ClaimTx(t, q)
 	if _, err := tc.Tx().(pgx.Tx).Exec(ctx, "SELECT 1/0"); err == nil {
 		t.Fatal("a division by zero succeeded")
 	}
@@ -182,7 +166,7 @@ func TestRowLockTransactional(t *testing.T) {
 	}
 
 	// Rollback discards the handler's writes and returns the row as it was.
-	tc = claimTx(t, q)
+	tc = dialecttest.ClaimTx(t, q)
 	write(t, tc.Tx(), side, "rolled back")
 	if err := tc.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -195,7 +179,7 @@ func TestRowLockTransactional(t *testing.T) {
 	}
 
 	// Ack commits the handler's writes with the settlement.
-	tc = claimTx(t, q)
+	tc = dialecttest.ClaimTx(t, q)
 	if tc.Row().ID != id || tc.Row().Attempt != 3 {
 		t.Fatalf("claimed %+v", tc.Row())
 	}
@@ -223,16 +207,16 @@ func TestRowLockTransactionalEndedByHandler(t *testing.T) {
 	d := newDialect(t)
 	tbl := rowLockTable(tableName(t, d))
 	createTable(t, d, tbl)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := openRowLock(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
-	tc := claimTx(t, q)
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
+	tc := dialecttest.ClaimTx(t, q)
 	if _, err := tc.Tx().(pgx.Tx).Exec(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tc.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}); err == nil {
 		t.Fatal("a settlement ran outside the claim transaction")
 	} else {
-		contains(t, err.Error(), "ended outside rowactor")
+		dialecttest.Contains(t, err.Error(), "ended outside rowactor")
 	}
 	if _, exists := stateOf(t, d, tbl, id); !exists {
 		t.Fatal("the row was settled outside its claim")
@@ -255,13 +239,13 @@ func TestLeaseTransactional(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead", Transactional: true})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead", Transactional: true})
 	tq := q.(dialects.TxLeaseQueue)
 	now := t0.Add(time.Second)
 
 	claim := func(t *testing.T) dialects.Lease {
 		t.Helper()
-		id := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
+		id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
 		rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
 		if err != nil || len(rows) != 1 || rows[0].ID != id {
 			t.Fatalf("claim: %+v %v", rows, err)
@@ -383,7 +367,7 @@ func TestLeaseTransactionalRollbackFailure(t *testing.T) {
 	d := newDialect(t)
 	tbl := leaseTable(tableName(t, d))
 	createTable(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
 	ltx, err := q.(dialects.TxLeaseQueue).BeginDelivery(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -408,7 +392,7 @@ func takeTx(t *testing.T, q dialects.AdvisoryQueue) (dialects.TxSession, dialect
 	if err != nil || len(cands) != 1 {
 		t.Fatalf("candidates %v %v", cands, err)
 	}
-	s := newSession(t, q)
+	s := dialecttest.NewSession(t, q)
 	ts, ok := s.(dialects.TxSession)
 	if !ok {
 		t.Fatalf("a transactional session is a %T, not a TxSession", s)
@@ -416,7 +400,7 @@ func takeTx(t *testing.T, q dialects.AdvisoryQueue) (dialects.TxSession, dialect
 	if ts.Tx() != nil {
 		t.Fatal("Tx() before Begin is not nil")
 	}
-	if !tryLock(t, s, cands[0].Key) {
+	if !dialecttest.TryLock(t, s, cands[0].Key) {
 		t.Fatal("lock refused")
 	}
 	r, ok, err := s.Take(ctx, cands[0].ID, t0)
@@ -437,16 +421,16 @@ func TestAdvisoryTransactional(t *testing.T) {
 	tbl := advisoryTable(tableName(t, d))
 	createTable(t, d, tbl)
 	side := sideTable(t, d)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	key := tbl.Name + "-'s"
 
-	plain := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	ps := newSession(t, plain)
+	plain := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	ps := dialecttest.NewSession(t, plain)
 	if _, isTx := ps.(dialects.TxSession); isTx {
 		t.Error("a session outside transactional mode lends a transaction")
 	}
 	unlock(t, ps) // nothing held: just ends
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
 
 	// Anything but ack rolls back first, then settles in autocommit.
 	s, r := takeTx(t, q)
@@ -524,118 +508,22 @@ func TestAdvisoryTransactional(t *testing.T) {
 	}
 }
 
-// Unlock with the transaction still open rolls it back before the key is released, and
-// the connection returns to the pool clean; Abort closes it.
-func TestAdvisoryTransactionalUnlockRollsBack(t *testing.T) {
-	d := newDialect(t)
-	tbl := advisoryTable(tableName(t, d))
-	createTable(t, d, tbl)
-	side := sideTable(t, d)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	key := tbl.Name + "-'s"
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
-
-	s, _ := takeTx(t, q)
-	write(t, s.Tx(), side, "open")
-	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}, id); err != nil {
-		t.Fatal(err)
-	}
-	pid := backendPID(t, s.Tx())
-	total := d.Pool().Stat().TotalConns()
-	if unlock(t, s) {
-		t.Fatal("an unlock with an open transaction closed the connection")
-	}
-	if st := d.Pool().Stat(); st.AcquiredConns() != 0 || st.TotalConns() != total {
-		t.Fatalf("after the unlock: %d acquired, %d total (was %d)", st.AcquiredConns(), st.TotalConns(), total)
-	}
-	// Every idle pooled connection, the session's among them, is outside a transaction.
-	conns := d.Pool().AcquireAllIdle(ctx)
-	seen := false
-	for _, c := range conns {
-		var p int
-		var xid *int64
-		if err := c.QueryRow(ctx, "SELECT pg_backend_pid(), txid_current_if_assigned()").Scan(&p, &xid); err != nil {
-			t.Fatal(err)
-		}
-		if xid != nil || c.Conn().PgConn().TxStatus() != 'I' {
-			t.Errorf("pooled connection %d is inside a transaction", p)
-		}
-		seen = seen || p == pid
-	}
-	if !seen {
-		t.Error("the session's connection is not in the pool")
-	}
-	// While it is held here, another connection sees its backend idle, not idle in
-	// transaction.
-	var state string
-	if err := d.Pool().QueryRow(ctx, "SELECT state FROM pg_stat_activity WHERE pid = $1", pid).Scan(&state); err != nil {
-		t.Fatal(err)
-	}
-	if state != "idle" {
-		t.Errorf("the pooled connection is %q", state)
-	}
-	for _, c := range conns {
-		c.Release()
-	}
-	if written(t, d, side, "open") != 0 {
-		t.Fatal("the unlock committed the handler's write")
-	}
-	if st, _ := stateOf(t, d, tbl, id); st.ProcessedAt != nil {
-		t.Fatal("the unlock committed the settlement")
-	}
-	if n := locksHeld(t, d, key); n != 0 {
-		t.Fatalf("%d locks left", n)
-	}
-
-	// A transaction that failed (the handler's statement errored) rolls back as well.
-	s, _ = takeTx(t, q)
-	if _, err := s.Tx().(pgx.Tx).Exec(ctx, "SELECT 1/0"); err == nil {
-		t.Fatal("a division by zero succeeded")
-	}
-	if unlock(t, s) {
-		t.Fatal("an unlock with a failed transaction closed the connection")
-	}
-	if n := locksHeld(t, d, key); n != 0 {
-		t.Fatalf("%d locks left", n)
-	}
-
-	// Abort closes the connection, transaction and all.
-	s, _ = takeTx(t, q)
-	write(t, s.Tx(), side, "aborted")
-	total = d.Pool().Stat().TotalConns()
-	if err := s.Abort(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if st := d.Pool().Stat(); st.AcquiredConns() != 0 || st.TotalConns() != total-1 {
-		t.Fatalf("after abort: %d acquired, %d total (was %d)", st.AcquiredConns(), st.TotalConns(), total)
-	}
-	if written(t, d, side, "aborted") != 0 {
-		t.Fatal("an abort committed the handler's write")
-	}
-	if n := locksHeld(t, d, key); n != 0 {
-		t.Fatalf("%d locks left", n)
-	}
-	if err := s.Begin(ctx); err == nil {
-		t.Error("a transaction began on an ended session")
-	}
-}
-
 // Each form's lent transaction runs at the declared level.
 func TestTransactionalIsolation(t *testing.T) {
 	d := newDialect(t)
 	rl := rowLockTable(tableName(t, d))
 	createTable(t, d, rl)
-	publish(t, d, rl, dialects.Message{Payload: []byte("p")})
+	dialecttest.Publish(t, d, rl, dialects.Message{Payload: []byte("p")})
 	adv := advisoryTable(tableName(t, d))
 	createTable(t, d, adv)
-	publish(t, d, adv, dialects.Message{Payload: []byte("p")})
+	dialecttest.Publish(t, d, adv, dialects.Message{Payload: []byte("p")})
 	ls := leaseTable(tableName(t, d))
 	createTable(t, d, ls)
 
 	for level, want := range levels {
 		rl.Isolation, adv.Isolation, ls.Isolation = level, level, level
 
-		tc := claimTx(t, openRowLock(t, d, dialects.QueueSpec{Table: rl, Transactional: true}))
+		tc := dialecttest.ClaimTx(t, dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: rl, Transactional: true}))
 		if got := isolationOf(t, tc.Tx()); got != want {
 			t.Errorf("row lock declared %q: the transaction runs at %q", level, got)
 		}
@@ -643,7 +531,7 @@ func TestTransactionalIsolation(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		s, _ := takeTx(t, openAdvisory(t, d, dialects.QueueSpec{Table: adv, Transactional: true}))
+		s, _ := takeTx(t, dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: adv, Transactional: true}))
 		if got := isolationOf(t, s.Tx()); got != want {
 			t.Errorf("advisory declared %q: the transaction runs at %q", level, got)
 		}
@@ -654,7 +542,7 @@ func TestTransactionalIsolation(t *testing.T) {
 		if level == dialects.RepeatableRead || level == dialects.Serializable {
 			continue // refused for the lease form
 		}
-		lq := openLease(t, d, dialects.QueueSpec{Table: ls, Transactional: true})
+		lq := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: ls, Transactional: true})
 		ltx, err := lq.(dialects.TxLeaseQueue).BeginDelivery(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -675,12 +563,12 @@ func TestTransactionalIsolation(t *testing.T) {
 	// refused: its snapshot would not see the renewer's extensions either.
 	sd := openURL(t, withParams(testURL(), "pool_max_conns=4", "default_transaction_isolation=serializable"))
 	rl.Isolation, adv.Isolation, ls.Isolation = "", "", ""
-	tc := claimTx(t, openRowLock(t, sd, dialects.QueueSpec{Table: rl, Transactional: true}))
+	tc := dialecttest.ClaimTx(t, dialecttest.OpenRowLock(t, sd, dialects.QueueSpec{Table: rl, Transactional: true}))
 	if got := isolationOf(t, tc.Tx()); got != "serializable" {
 		t.Errorf("row lock declaring nothing on a serializable server runs at %q", got)
 	}
 	tc.Rollback(ctx)
-	s, _ := takeTx(t, openAdvisory(t, sd, dialects.QueueSpec{Table: adv, Transactional: true}))
+	s, _ := takeTx(t, dialecttest.OpenAdvisory(t, sd, dialects.QueueSpec{Table: adv, Transactional: true}))
 	if got := isolationOf(t, s.Tx()); got != "serializable" {
 		t.Errorf("advisory declaring nothing on a serializable server runs at %q", got)
 	}
@@ -689,14 +577,14 @@ func TestTransactionalIsolation(t *testing.T) {
 		q.Close()
 		t.Error("a transactional lease table opened on a serializable server")
 	} else {
-		ce := configError(t, err)
+		ce := dialecttest.ConfigError(t, err)
 		if ce.Option != "Table.Isolation" {
 			t.Errorf("option %q", ce.Option)
 		}
-		contains(t, err.Error(), "default_transaction_isolation")
+		dialecttest.Contains(t, err.Error(), "default_transaction_isolation")
 	}
 	ls.Isolation = dialects.ReadCommitted
-	lq := openLease(t, sd, dialects.QueueSpec{Table: ls, Transactional: true})
+	lq := dialecttest.OpenLease(t, sd, dialects.QueueSpec{Table: ls, Transactional: true})
 	ltx, err := lq.(dialects.TxLeaseQueue).BeginDelivery(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -711,3 +599,55 @@ func TestTransactionalIsolation(t *testing.T) {
 		t.Fatalf("%d connections held", n)
 	}
 }
+
+// WatchSession: after Unlock the session's backend is back in the pool, idle outside any
+// transaction, as every idle pooled connection is; after Abort the pool has one connection
+// less.
+func (harness) WatchSession(t *testing.T, dd dialects.Dialect, s dialects.TxSession) func(bool) {
+	t.Helper()
+	d := dd.(*Dialect)
+	pid := backendPID(t, s.Tx())
+	total := d.Pool().Stat().TotalConns()
+	return func(closed bool) {
+		t.Helper()
+		if closed {
+			if st := d.Pool().Stat(); st.AcquiredConns() != 0 || st.TotalConns() != total-1 {
+				t.Fatalf("after abort: %d acquired, %d total (was %d)", st.AcquiredConns(), st.TotalConns(), total)
+			}
+			return
+		}
+		if st := d.Pool().Stat(); st.AcquiredConns() != 0 || st.TotalConns() != total {
+			t.Fatalf("after the unlock: %d acquired, %d total (was %d)", st.AcquiredConns(), st.TotalConns(), total)
+		}
+		conns := d.Pool().AcquireAllIdle(ctx)
+		seen := false
+		for _, c := range conns {
+			var p int
+			var xid *int64
+			if err := c.QueryRow(ctx, "SELECT pg_backend_pid(), txid_current_if_assigned()").Scan(&p, &xid); err != nil {
+				t.Fatal(err)
+			}
+			if xid != nil || c.Conn().PgConn().TxStatus() != 'I' {
+				t.Errorf("pooled connection %d is inside a transaction", p)
+			}
+			seen = seen || p == pid
+		}
+		if !seen {
+			t.Error("the session's connection is not in the pool")
+		}
+		// While it is held here, another connection sees its backend idle, not idle in
+		// transaction.
+		var state string
+		if err := d.Pool().QueryRow(ctx, "SELECT state FROM pg_stat_activity WHERE pid = $1", pid).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if state != "idle" {
+			t.Errorf("the pooled connection is %q", state)
+		}
+		for _, c := range conns {
+			c.Release()
+		}
+	}
+}
+
+func (harness) IsTxEnded(err error) bool { return errors.Is(err, errTxEnded) }

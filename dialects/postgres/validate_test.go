@@ -5,79 +5,8 @@ import (
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
-
-func TestOpenRefuses(t *testing.T) {
-	d := newDialect(t)
-	name := tableName(t, d)
-	createTable(t, d, leaseTable(name))
-	dead := tableName(t, d)
-	mustExec(t, d, "CREATE TABLE "+quote(dead)+" (id bigint, payload bytea, grp text, attempt int, retry_after timestamptz, locked_until timestamptz)")
-	missing := tableName(t, d)
-	wrongType := tableName(t, d)
-	mustExec(t, d, "CREATE TABLE "+quote(wrongType)+" (id bigint, payload bytea, locked_until timestamp)")
-
-	long := strings.Repeat("x", 64)
-	longTable := leaseTable(long)
-	longColumn := leaseTable(name)
-	longColumn.Headers = long
-	missingCol := leaseTable(name)
-	missingCol.ProcessedAt = "done_at"
-	caseCol := leaseTable(name)
-	caseCol.RetryAfter = "Retry_After" // quoted names keep their case
-	uncommitted := leaseTable(name)
-	uncommitted.Isolation = dialects.ReadUncommitted
-	mode := leaseTable(name)
-	mode.Mode = dialects.Immediate
-	clock := leaseTable(name)
-	clock.DatabaseClock = true
-	noGroup := leaseTable(name)
-	noGroup.Group = ""
-
-	cases := []struct {
-		name   string
-		spec   dialects.QueueSpec
-		table  string
-		column string
-		option string
-		reason string
-	}{
-		{"long table name", dialects.QueueSpec{Table: longTable}, long, "", "Table.Name", "truncates identifiers to 63"},
-		{"long column name", dialects.QueueSpec{Table: longColumn}, name, long, "Table.Headers", "truncates identifiers to 63"},
-		{"long dead-letter table", dialects.QueueSpec{Table: leaseTable(name), DeadLetterTable: long}, name, "", "DeadLetterTable", "truncates"},
-		{"missing column", dialects.QueueSpec{Table: missingCol}, name, "done_at", "Table.ProcessedAt", "no such column"},
-		{"column case", dialects.QueueSpec{Table: caseCol}, name, "Retry_After", "Table.RetryAfter", "no such column"},
-		{"read uncommitted", dialects.QueueSpec{Table: uncommitted}, name, "", "Table.Isolation", "read uncommitted"},
-		{"mode", dialects.QueueSpec{Table: mode}, name, "", "Table.Mode", "SQLite"},
-		{"database clock", dialects.QueueSpec{Table: clock}, name, "", "Table.DatabaseClock", "host"},
-		{"missing table", dialects.QueueSpec{Table: leaseTable(missing)}, missing, "", "", "does not exist"},
-		{"wrong time type", dialects.QueueSpec{Table: dialects.Table{Name: wrongType, ID: "id", Payload: "payload", LockedUntil: "locked_until"}},
-			wrongType, "locked_until", "Table.LockedUntil", "timestamp with time zone"},
-		{"dead-letter table missing", dialects.QueueSpec{Table: leaseTable(name), DeadLetterTable: missing},
-			name, "", "DeadLetterTable", `"` + missing + `" does not exist`},
-		{"dead-letter table lacks a column", dialects.QueueSpec{Table: leaseTable(name), DeadLetterTable: dead},
-			name, "headers", "DeadLetterTable", `dead-letter table "` + dead + `" has no column "headers"`},
-		{"dead-letter group without group", dialects.QueueSpec{Table: noGroup, DeadLetterGroup: "dead"},
-			name, "", "DeadLetterGroup", "group column"},
-		{"both dead letters", dialects.QueueSpec{Table: leaseTable(name), DeadLetterGroup: "dead", DeadLetterTable: dead},
-			name, "", "DeadLetterTable", "not both"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			q, err := d.Open(ctx, c.spec)
-			if err == nil {
-				q.Close()
-				t.Fatal("Open accepted the spec")
-			}
-			ce := configError(t, err)
-			if ce.Table != c.table || ce.Column != c.column || ce.Option != c.option {
-				t.Errorf("table %q column %q option %q; want %q %q %q", ce.Table, ce.Column, ce.Option,
-					c.table, c.column, c.option)
-			}
-			contains(t, err.Error(), c.reason)
-		})
-	}
-}
 
 // A statement the live schema cannot run fails Open, not the first settlement.
 func TestOpenPreparesStatements(t *testing.T) {
@@ -92,12 +21,12 @@ func TestOpenPreparesStatements(t *testing.T) {
 		q.Close()
 		t.Fatal("Open accepted a dead-letter table that cannot take the move")
 	}
-	ce := configError(t, err)
+	ce := dialecttest.ConfigError(t, err)
 	if ce.Table != name {
 		t.Errorf("table %q", ce.Table)
 	}
-	contains(t, err.Error(), "does not prepare")
-	contains(t, err.Error(), "payload")
+	dialecttest.Contains(t, err.Error(), "does not prepare")
+	dialecttest.Contains(t, err.Error(), "payload")
 }
 
 func TestOpenAcceptsEveryForm(t *testing.T) {
@@ -114,19 +43,19 @@ func TestOpenAcceptsEveryForm(t *testing.T) {
 	deadTbl.Name = dead
 	createTable(t, d, deadTbl)
 
-	openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
+	dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
 	noGroup := tbl
 	noGroup.Group = ""
-	openAdvisory(t, d, dialects.QueueSpec{Table: noGroup, DeadLetterTable: dead})
+	dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: noGroup, DeadLetterTable: dead})
 	rl := tbl
 	rl.AdvisoryKey = ""
 	for _, level := range []dialects.Isolation{"", dialects.ReadCommitted, dialects.RepeatableRead, dialects.Serializable} {
 		rl.Isolation = level
-		openRowLock(t, d, dialects.QueueSpec{Table: rl, Group: "g", DeadLetterGroup: "dead"})
+		dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: rl, Group: "g", DeadLetterGroup: "dead"})
 	}
 	ls := leaseTable(name)
 	ls.ProcessedAt = "processed_at"
-	openLease(t, d, dialects.QueueSpec{Table: ls, Group: "g", DeadLetterGroup: "dead"})
+	dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: ls, Group: "g", DeadLetterGroup: "dead"})
 }
 
 func TestCaseAndQuotesInNames(t *testing.T) {
@@ -136,8 +65,8 @@ func TestCaseAndQuotesInNames(t *testing.T) {
 	t.Cleanup(func() { mustExec(t, d, "DROP TABLE IF EXISTS "+quote(name)) })
 	tbl := dialects.Table{Name: name, ID: "Id", Payload: `Pay"load`, Attempt: "Attempt", LockedUntil: "Locked Until"}
 	createTable(t, d, tbl)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("x")})
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("x")})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl})
 	rows, err := q.ClaimLeases(ctx, t0, t0.Add(1e9), 5)
 	if err != nil {
 		t.Fatal(err)
@@ -172,5 +101,32 @@ func TestOpenUnreachable(t *testing.T) {
 		d.Close()
 		t.Fatal("Open succeeded on a closed port")
 	}
-	contains(t, err.Error(), "postgres: open")
+	dialecttest.Contains(t, err.Error(), "postgres: open")
+}
+
+// Refusals: PostgreSQL's 63-byte identifiers, quoted names that keep their case, read
+// uncommitted, the SQLite-only mode, and a lease column without a time zone.
+func (harness) Refusals(t *testing.T, dd dialects.Dialect, name, dead string) []dialecttest.Refusal {
+	d := dd.(*Dialect)
+	wrongType := tableName(t, d)
+	mustExec(t, d, "CREATE TABLE "+quote(wrongType)+" (id bigint, payload bytea, locked_until timestamp)")
+	long := strings.Repeat("x", 64)
+	longColumn := leaseTable(name)
+	longColumn.Headers = long
+	caseCol := leaseTable(name)
+	caseCol.RetryAfter = "Retry_After" // quoted names keep their case
+	uncommitted := leaseTable(name)
+	uncommitted.Isolation = dialects.ReadUncommitted
+	mode := leaseTable(name)
+	mode.Mode = dialects.Immediate
+	return []dialecttest.Refusal{
+		{Name: "long table name", Spec: dialects.QueueSpec{Table: leaseTable(long)}, Option: "Table.Name", Reason: "truncates identifiers to 63"},
+		{Name: "long column name", Spec: dialects.QueueSpec{Table: longColumn}, Column: long, Option: "Table.Headers", Reason: "truncates identifiers to 63"},
+		{Name: "long dead-letter table", Spec: dialects.QueueSpec{Table: leaseTable(name), DeadLetterTable: long}, Option: "DeadLetterTable", Reason: "truncates"},
+		{Name: "column case", Spec: dialects.QueueSpec{Table: caseCol}, Column: "Retry_After", Option: "Table.RetryAfter", Reason: "no such column"},
+		{Name: "read uncommitted", Spec: dialects.QueueSpec{Table: uncommitted}, Option: "Table.Isolation", Reason: "read uncommitted"},
+		{Name: "mode", Spec: dialects.QueueSpec{Table: mode}, Option: "Table.Mode", Reason: "SQLite"},
+		{Name: "wrong time type", Spec: dialects.QueueSpec{Table: dialects.Table{Name: wrongType, ID: "id", Payload: "payload", LockedUntil: "locked_until"}},
+			Column: "locked_until", Option: "Table.LockedUntil", Reason: "timestamp with time zone"},
+	}
 }

@@ -5,24 +5,8 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
-
-// TestZeroDialectSchema: Schema reads only the description, so the zero Dialect (which
-// cmd/rowactor's schema command uses, with no database) renders what an open one does.
-func TestZeroDialectSchema(t *testing.T) {
-	d := newDialect(t)
-	for _, tbl := range []dialects.Table{
-		leaseTable("jobs"),
-		{Name: "jobs", ID: "id", Payload: "payload", AdvisoryKey: "jobs-{account}", ProcessedAt: "processed_at"},
-		{Name: "jobs", ID: "id"}, // refused alike
-	} {
-		want, wantErr := d.Schema(tbl)
-		got, err := (&Dialect{}).Schema(tbl)
-		if got != want || (err == nil) != (wantErr == nil) {
-			t.Errorf("zero Dialect Schema(%+v) = %q, %v; an open one renders %q, %v", tbl, got, err, want, wantErr)
-		}
-	}
-}
 
 // TestStatsTimeText: times are TimeLayout text, compared as text: a retry_after or a
 // lease equal to now is past (due), one a microsecond later is not; the oldest due row's
@@ -72,8 +56,8 @@ func TestStatsTimeText(t *testing.T) {
 
 	bad := tbl
 	bad.Group = "queue"
-	configError(t, func() error { _, err := d.Stats(ctx, bad, t0); return err }())
-	configError(t, func() error {
+	dialecttest.ConfigError(t, func() error { _, err := d.Stats(ctx, bad, t0); return err }())
+	dialecttest.ConfigError(t, func() error {
 		_, err := d.Requeue(ctx, dialects.RequeueSpec{Table: tbl, FromTable: "no_such_table"}, nil)
 		return err
 	}())

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // Claimers on two Dialects over one file take every row exactly once.
@@ -20,8 +21,8 @@ func TestConcurrentClaims(t *testing.T) {
 	const rows = 400
 	mustExec(t, d1, "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?) INSERT INTO jobs (payload) SELECT 'p' FROM s", rows)
 	queues := []dialects.LeaseQueue{
-		openLease(t, d1, dialects.QueueSpec{Table: tbl}),
-		openLease(t, d2, dialects.QueueSpec{Table: tbl}),
+		dialecttest.OpenLease(t, d1, dialects.QueueSpec{Table: tbl}),
+		dialecttest.OpenLease(t, d2, dialects.QueueSpec{Table: tbl}),
 	}
 
 	var (
@@ -73,8 +74,8 @@ func TestClaimWaitsForForeignWriter(t *testing.T) {
 	d := openFile(t, path)
 	tbl := leaseTable("jobs")
 	createTable(t, d, tbl)
-	publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl})
+	dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl})
 
 	other, err := sql.Open("sqlite", dsn(path))
 	if err != nil {
@@ -108,7 +109,7 @@ func TestClaimUsesIndex(t *testing.T) {
 	tbl := leaseTable("jobs")
 	tbl.ProcessedAt = "processed_at"
 	createTable(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl}).(*leaseQueue)
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl}).(*leaseQueue)
 	rows, err := d.DB().QueryContext(ctx, "EXPLAIN QUERY PLAN "+q.claim,
 		sql.Named("until", "x"), sql.Named("now", "x"), sql.Named("group", "g"), sql.Named("limit", 1))
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/rowactor/rowactor/dialects"
 )
 
-func TestNewLeavesThePoolToTheCaller(t *testing.T) {
+func TestNewOnTheCallersPool(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "queue.db")
 	db, err := sql.Open("sqlite", dsn(path))
 	if err != nil {
@@ -19,40 +19,19 @@ func TestNewLeavesThePoolToTheCaller(t *testing.T) {
 	if d.DB() != db || d.Name() != "sqlite" || d.Limits() != (dialects.Limits{Connections: 0, ClaimsInFlight: 1}) {
 		t.Fatal("accessors")
 	}
-	tbl := leaseTable("jobs")
-	createTable(t, d, tbl)
-	if _, err := d.Open(ctx, dialects.QueueSpec{Table: tbl}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := d.Publisher(ctx, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.PingContext(ctx); err != nil {
-		t.Fatalf("Close closed the caller's pool: %v", err)
-	}
-	// The dialect's statements are gone with it.
-	if _, err := p.Publish(ctx, nil, dialects.Message{Payload: []byte("x")}); err == nil {
-		t.Error("a closed dialect published")
-	}
-	if _, err := d.Open(ctx, dialects.QueueSpec{Table: tbl}); err == nil {
-		t.Error("a closed dialect opened a queue")
-	}
+	// Closing leaves the pool to the caller: TestConformance/admin/NewLeavesThePoolToTheCaller.
 }
 
-func TestPublishTypedNilTx(t *testing.T) {
-	d := newDialect(t)
-	tbl := leaseTable("jobs")
-	createTable(t, d, tbl)
-	p, err := d.Publisher(ctx, tbl)
+// OnCallerPool: New on a *sql.DB of the test's own, on this test's file.
+func (h *harness) OnCallerPool(t *testing.T) (dialects.Dialect, func() error) {
+	path, loaded := h.files.LoadOrStore(t, filepath.Join(t.TempDir(), "queue.db"))
+	if !loaded {
+		t.Cleanup(func() { h.files.Delete(t) })
+	}
+	db, err := sql.Open("sqlite", dsn(path.(string)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tx *sql.Tx
-	if _, err := p.Publish(ctx, tx, dialects.Message{Payload: []byte("x")}); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { db.Close() })
+	return New(db), func() error { return db.PingContext(ctx) }
 }

@@ -10,28 +10,8 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
-
-// unquoteFuzz undoes a quoting that wraps text in q and doubles q inside it. ok is false
-// when the text is not so wrapped or holds a lone q: a quote the parser would read as the
-// end of the identifier or literal.
-func unquoteFuzz(quoted string, q byte) (string, bool) {
-	if len(quoted) < 2 || quoted[0] != q || quoted[len(quoted)-1] != q {
-		return "", false
-	}
-	inner := quoted[1 : len(quoted)-1]
-	var b strings.Builder
-	for i := 0; i < len(inner); i++ {
-		if inner[i] == q {
-			if i+1 >= len(inner) || inner[i+1] != q {
-				return "", false
-			}
-			i++
-		}
-		b.WriteByte(inner[i])
-	}
-	return b.String(), true
-}
 
 // FuzzQuote: any identifier is quoted between backticks with every backtick inside
 // doubled, so the quoted form has no lone backtick and unquotes to the identifier: a name
@@ -43,7 +23,7 @@ func FuzzQuote(f *testing.F) {
 	f.Add(`a"b;--`)
 	f.Fuzz(func(t *testing.T, name string) {
 		q := quote(name)
-		got, ok := unquoteFuzz(q, '`')
+		got, ok := dialecttest.Unquote(q, '`')
 		if !ok {
 			t.Fatalf("quote(%q) = %q: not one backtick-quoted identifier", name, q)
 		}
@@ -51,7 +31,7 @@ func FuzzQuote(f *testing.F) {
 			t.Fatalf("quote(%q) = %q, which unquotes to %q", name, q, got)
 		}
 		l := literal(name)
-		got, ok = unquoteFuzz(l, '\'')
+		got, ok = dialecttest.Unquote(l, '\'')
 		if !ok || got != name {
 			t.Fatalf("literal(%q) = %q, which unquotes to %q (ok %v)", name, l, got, ok)
 		}

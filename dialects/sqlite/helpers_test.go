@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -55,47 +54,6 @@ func leaseTable(name string) dialects.Table {
 		RetryAfter: "retry_after", LockedUntil: "locked_until", Headers: "headers"}
 }
 
-func openLease(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.LeaseQueue {
-	t.Helper()
-	q, err := d.Open(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { q.Close() })
-	lq, ok := q.(dialects.LeaseQueue)
-	if !ok {
-		t.Fatalf("Open returned %T, not a LeaseQueue", q)
-	}
-	return lq
-}
-
-func openAdvisory(t *testing.T, d *Dialect, spec dialects.QueueSpec) dialects.AdvisoryQueue {
-	t.Helper()
-	q, err := d.Open(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { q.Close() })
-	aq, ok := q.(dialects.AdvisoryQueue)
-	if !ok {
-		t.Fatalf("Open returned %T, not an AdvisoryQueue", q)
-	}
-	return aq
-}
-
-func publish(t *testing.T, d *Dialect, tbl dialects.Table, m dialects.Message) int64 {
-	t.Helper()
-	p, err := d.Publisher(ctx, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := p.Publish(ctx, nil, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
 // rowState is a row's state as stored; NULL reads as "NULL".
 type rowState struct {
 	Attempt     int
@@ -127,21 +85,16 @@ func count(t *testing.T, d *Dialect, query string, args ...any) int {
 	return n
 }
 
-func configError(t *testing.T, err error) *dialects.ConfigError {
+// keyOf is row id's key as the dialect renders it now.
+func keyOf(t *testing.T, d *Dialect, tbl dialects.Table, id int64) string {
 	t.Helper()
-	var ce *dialects.ConfigError
-	if !errors.As(err, &ce) || !errors.Is(err, dialects.ErrConfig) {
-		t.Fatalf("want a *ConfigError, got %T %v", err, err)
+	expr, err := keyExpr(tbl.AdvisoryKey)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if ce.Fix == "" || ce.Reason == "" {
-		t.Errorf("config error without reason or fix: %v", err)
+	var key string
+	if err := d.DB().QueryRowContext(ctx, "SELECT "+expr+" FROM "+quote(tbl.Name)+" WHERE "+quote(tbl.ID)+" = ?", id).Scan(&key); err != nil {
+		t.Fatal(err)
 	}
-	return ce
-}
-
-func contains(t *testing.T, s, sub string) {
-	t.Helper()
-	if !strings.Contains(s, sub) {
-		t.Errorf("%q does not contain %q", s, sub)
-	}
+	return key
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // Poison rows: SQLite's integers are 64-bit, and rowactor caps the attempt counter at
@@ -20,56 +21,6 @@ func setAttempt(t *testing.T, d *Dialect, table string, id int64, attempt any) {
 	mustExec(t, d, "UPDATE `"+table+"` SET attempt = ? WHERE id = ?", attempt, id)
 }
 
-func attemptOf(t *testing.T, d *Dialect, table string, id int64) any {
-	t.Helper()
-	var v any
-	if err := d.DB().QueryRowContext(ctx, "SELECT attempt FROM `"+table+"` WHERE id = ?", id).Scan(&v); err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-func TestPoisonLeaseClaimSaturates(t *testing.T) {
-	for _, fifo := range []bool{false, true} {
-		t.Run(fmt.Sprintf("fifo=%v", fifo), func(t *testing.T) {
-			d := newDialect(t)
-			tbl := leaseTable("jobs")
-			tbl.FIFO = fifo
-			createTable(t, d, tbl)
-			full := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("full")})
-			setAttempt(t, d, tbl.Name, full, attemptCap)
-			q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
-			rows, err := q.ClaimLeases(ctx, t0, t0.Add(30*time.Second), 10)
-			if err != nil || len(rows) != 1 {
-				t.Fatalf("claim: %v, %v", rows, err)
-			}
-			if got := attemptOf(t, d, tbl.Name, full); got != int64(attemptCap) {
-				t.Fatalf("attempt %v, want %d", got, attemptCap)
-			}
-		})
-	}
-}
-
-func TestPoisonAdvisoryTakeSaturates(t *testing.T) {
-	d := newDialect(t)
-	tbl := dialects.Table{Name: "jobs", ID: "id", Payload: "payload", Attempt: "attempt", AdvisoryKey: "jobs-{id}"}
-	createTable(t, d, tbl)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	setAttempt(t, d, tbl.Name, id, attemptCap)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
-	s, _ := q.Session(ctx)
-	defer s.Abort(ctx)
-	if ok, err := s.TryLock(ctx, fmt.Sprintf("jobs-%d", id)); !ok || err != nil {
-		t.Fatalf("lock: %v, %v", ok, err)
-	}
-	if _, ok, err := s.Take(ctx, id, t0); !ok || err != nil {
-		t.Fatalf("take: %v, %v", ok, err)
-	}
-	if got := attemptOf(t, d, tbl.Name, id); got != int64(attemptCap) {
-		t.Fatalf("attempt %v, want %d", got, attemptCap)
-	}
-}
-
 // A row whose attempt column holds a REAL (SQLite keeps what it is given) cannot be read
 // as an integer. The lease claim returns it flagged with its token, and the rows beside it
 // (leased by the same statement) are returned, not left leased and undelivered.
@@ -77,11 +28,11 @@ func TestPoisonLeaseClaimReturnsRowsBesideAnUnreadableOne(t *testing.T) {
 	d := newDialect(t)
 	tbl := leaseTable("jobs")
 	createTable(t, d, tbl)
-	before := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("before")})
-	bad := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("bad")})
-	after := publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("after")})
+	before := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("before")})
+	bad := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("bad")})
+	after := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("after")})
 	setAttempt(t, d, tbl.Name, bad, 2.5)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
 	rows, err := q.ClaimLeases(ctx, t0, t0.Add(30*time.Second), 10)
 	if err != nil {
 		t.Fatalf("claim: %v", err)
@@ -109,9 +60,9 @@ func TestPoisonAdvisoryTakeReturnsAnUnreadableRow(t *testing.T) {
 	d := newDialect(t)
 	tbl := dialects.Table{Name: "jobs", ID: "id", Payload: "payload", Attempt: "attempt", AdvisoryKey: "jobs-{id}"}
 	createTable(t, d, tbl)
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	setAttempt(t, d, tbl.Name, id, 2.5)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl})
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl})
 	s, _ := q.Session(ctx)
 	defer s.Abort(ctx)
 	if ok, err := s.TryLock(ctx, fmt.Sprintf("jobs-%d", id)); !ok || err != nil {

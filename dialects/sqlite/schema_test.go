@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 func TestSchemaText(t *testing.T) {
@@ -50,8 +51,8 @@ func TestSchemaWorks(t *testing.T) {
 	lease := leaseTable("select")
 	lease.ProcessedAt = "processed_at"
 	createTable(t, d, lease)
-	q := openLease(t, d, dialects.QueueSpec{Table: lease})
-	publish(t, d, lease, dialects.Message{Payload: []byte("p")})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: lease})
+	dialecttest.Publish(t, d, lease, dialects.Message{Payload: []byte("p")})
 	rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Second), 1)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim: %v %v", rows, err)
@@ -62,7 +63,7 @@ func TestSchemaWorks(t *testing.T) {
 
 	adv := dialects.Table{Name: "adv", ID: "id", Payload: "payload", Attempt: "attempt", AdvisoryKey: "adv-{account}"}
 	createTable(t, d, adv)
-	aq := openAdvisory(t, d, dialects.QueueSpec{Table: adv})
+	aq := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: adv})
 	mustExec(t, d, "INSERT INTO adv (payload, account) VALUES ('p', 'a')")
 	c, err := aq.Candidates(ctx, t0, 1)
 	if err != nil || len(c) != 1 || c[0].Key != "adv-a" {

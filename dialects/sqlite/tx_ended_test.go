@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // SQLite ends a transaction by itself after some errors: an interrupted write
@@ -71,8 +72,8 @@ func TestTxEndedBySQLiteLease(t *testing.T) {
 			d := newDialect(t)
 			tbl := leaseTable("jobs")
 			txFixture(t, d, tbl)
-			q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-			held := claimOne(t, d, q, tbl)
+			q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+			held := dialecttest.ClaimOne(t, d, q, tbl)
 			ltx, tx := beginLease(t, q)
 			endedHandler(t, tx, e.end)
 

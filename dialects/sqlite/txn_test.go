@@ -11,6 +11,7 @@ import (
 	msqlite "modernc.org/sqlite"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // txFixture is a database with a queue table and a table for the handler's own writes.
@@ -52,134 +53,12 @@ func note(t *testing.T, tx *sql.Tx, v string) {
 
 func ack() dialects.Step { return dialects.Step{Kind: dialects.StepAck, Now: t0} }
 
-func TestTxLeaseAckCommitsBoth(t *testing.T) {
-	d := newDialect(t)
-	tbl := leaseTable("jobs")
-	txFixture(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	r := claimOne(t, d, q, tbl)
-
-	ltx, tx := beginLease(t, q)
-	note(t, tx, "done")
-	if notes(t, d) != 0 {
-		t.Fatal("the handler's write is visible before the commit")
-	}
-	ok, err := ltx.SettleLease(ctx, ack(), r)
-	if err != nil || !ok {
-		t.Fatalf("settle: %v %v", ok, err)
-	}
-	if _, found := stateOf(t, d, "jobs", r.ID); found {
-		t.Error("the acked row is still there")
-	}
-	if notes(t, d) != 1 {
-		t.Error("the handler's write was not committed with the ack")
-	}
-	if err := ltx.Rollback(ctx); err != nil {
-		t.Errorf("rollback after the commit: %v", err)
-	}
-	if _, err := tx.ExecContext(ctx, "SELECT 1"); !errors.Is(err, sql.ErrTxDone) {
-		t.Errorf("the lent tx still runs after the settlement: %v", err)
-	}
-	if ok, err := ltx.SettleLease(ctx, ack(), r); ok || !errors.Is(err, errTxEnded) {
-		t.Errorf("a second settlement: %v %v", ok, err)
-	}
-}
-
-func TestTxLeaseLostRollsBackBoth(t *testing.T) {
-	d := newDialect(t)
-	tbl := leaseTable("jobs")
-	txFixture(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	r := claimOne(t, d, q, tbl)
-	before, _ := stateOf(t, d, "jobs", r.ID)
-
-	ltx, tx := beginLease(t, q)
-	note(t, tx, "lost")
-	ok, err := ltx.SettleLease(ctx, ack(), dialects.Lease{ID: r.ID, Token: r.Token.Add(time.Second)})
-	if err != nil || ok {
-		t.Fatalf("settle with a stale token: %v %v", ok, err)
-	}
-	if after, found := stateOf(t, d, "jobs", r.ID); !found || after != before {
-		t.Errorf("the row changed: %+v, was %+v", after, before)
-	}
-	if notes(t, d) != 0 {
-		t.Error("the handler's write survived a lost lease")
-	}
-	if err := ltx.Rollback(ctx); err != nil {
-		t.Errorf("rollback after the settlement: %v", err)
-	}
-}
-
-func TestTxLeaseRollback(t *testing.T) {
-	d := newDialect(t)
-	tbl := leaseTable("jobs")
-	txFixture(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	r := claimOne(t, d, q, tbl)
-
-	ltx, tx := beginLease(t, q)
-	note(t, tx, "discarded")
-	if err := ltx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := ltx.Rollback(ctx); err != nil {
-		t.Errorf("a second rollback: %v", err)
-	}
-	if notes(t, d) != 0 {
-		t.Error("the handler's write survived the rollback")
-	}
-	// Settled as outside transactional mode, on the pool.
-	if ok, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepRetry}, r); err != nil || !ok {
-		t.Fatalf("retry after the rollback: %v %v", ok, err)
-	}
-	if s, _ := stateOf(t, d, "jobs", r.ID); s.LockedUntil != "NULL" {
-		t.Errorf("the row kept its lease: %+v", s)
-	}
-}
-
-func TestTxLeaseDeadLetterMove(t *testing.T) {
-	d := newDialect(t)
-	tbl := leaseTable("jobs")
-	tbl.Group = ""
-	txFixture(t, d, tbl)
-	dead := tbl
-	dead.Name = "jobs_dead"
-	createTable(t, d, dead)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: "jobs_dead", Transactional: true})
-	publish(t, d, tbl, dialects.Message{Payload: []byte("a")})
-	publish(t, d, tbl, dialects.Message{Payload: []byte("b")})
-	rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 2)
-	if err != nil || len(rows) != 2 {
-		t.Fatalf("claim: %v %v", rows, err)
-	}
-	step := dialects.Step{Kind: dialects.StepDeadLetter, Now: t0}
-
-	ltx, tx := beginLease(t, q)
-	note(t, tx, "stale")
-	if ok, err := ltx.SettleLease(ctx, step, dialects.Lease{ID: rows[0].ID, Token: t0}); err != nil || ok {
-		t.Fatalf("move with a stale token: %v %v", ok, err)
-	}
-	if count(t, d, "SELECT count(*) FROM jobs") != 2 || count(t, d, "SELECT count(*) FROM jobs_dead") != 0 || notes(t, d) != 0 {
-		t.Error("a move with a stale token changed something")
-	}
-
-	ltx, tx = beginLease(t, q)
-	note(t, tx, "moved")
-	if ok, err := ltx.SettleLease(ctx, step, dialects.Lease{ID: rows[0].ID, Token: rows[0].Token}); err != nil || !ok {
-		t.Fatalf("move: %v %v", ok, err)
-	}
-	if count(t, d, "SELECT count(*) FROM jobs WHERE id = ?", rows[0].ID) != 0 ||
-		count(t, d, "SELECT count(*) FROM jobs_dead WHERE id = ? AND locked_until IS NULL", rows[0].ID) != 1 || notes(t, d) != 1 {
-		t.Error("the move and the handler's write did not commit together")
-	}
-}
-
 func TestTxLeaseEndedByHandler(t *testing.T) {
 	d := newDialect(t)
 	tbl := leaseTable("jobs")
 	txFixture(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	r := claimOne(t, d, q, tbl)
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	r := dialecttest.ClaimOne(t, d, q, tbl)
 
 	ltx, tx := beginLease(t, q)
 	note(t, tx, "x")
@@ -200,47 +79,6 @@ func TestTxLeaseEndedByHandler(t *testing.T) {
 	}
 }
 
-func TestTxLeasePublishTx(t *testing.T) {
-	d := newDialect(t)
-	tbl := leaseTable("jobs")
-	txFixture(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	r := claimOne(t, d, q, tbl)
-	p, err := d.Publisher(ctx, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	ltx, tx := beginLease(t, q)
-	id, err := p.Publish(ctx, tx, dialects.Message{Group: "next", Payload: []byte("follow-up")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, found := stateOf(t, d, "jobs", id); found {
-		t.Fatal("the published row is visible before the commit")
-	}
-	if ok, err := ltx.SettleLease(ctx, ack(), r); err != nil || !ok {
-		t.Fatalf("settle: %v %v", ok, err)
-	}
-	if s, found := stateOf(t, d, "jobs", id); !found || s.Group != "next" {
-		t.Errorf("the published row did not commit with the ack: %+v %v", s, found)
-	}
-
-	// A rolled-back delivery publishes nothing.
-	claimOne(t, d, q, tbl) // a lease in work, so the rollback has a delivery to undo
-	ltx, tx = beginLease(t, q)
-	id, err = p.Publish(ctx, tx, dialects.Message{Group: "next", Payload: []byte("never")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ltx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, found := stateOf(t, d, "jobs", id); found {
-		t.Error("a row published in a rolled-back delivery exists")
-	}
-}
-
 // A settlement inside a delivery's transaction does not wait for this process's writer
 // turn: here a claim holds the turn while it waits for the write lock the delivery holds.
 func TestTxLeaseSettleSkipsWriterTurn(t *testing.T) {
@@ -248,9 +86,9 @@ func TestTxLeaseSettleSkipsWriterTurn(t *testing.T) {
 	tbl := leaseTable("jobs")
 	tbl.Mode = dialects.Immediate
 	txFixture(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	r := claimOne(t, d, q, tbl)
-	publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("second")})
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	r := dialecttest.ClaimOne(t, d, q, tbl)
+	dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("second")})
 
 	ltx, tx := beginLease(t, q)
 	note(t, tx, "x")
@@ -284,21 +122,21 @@ func advisoryTxFixture(t *testing.T) (*Dialect, dialects.AdvisoryQueue, dialects
 	d := newDialect(t)
 	tbl := advisoryTable("jobs")
 	txFixture(t, d, tbl)
-	return d, openAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true}), tbl
+	return d, dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true}), tbl
 }
 
 // takeTx publishes a row, locks its key, takes it and begins the session's transaction.
 func takeTx(t *testing.T, d *Dialect, q dialects.AdvisoryQueue, tbl dialects.Table) (dialects.TxSession, *sql.Tx, int64) {
 	t.Helper()
-	id := publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	s, ok := newSession(t, q).(dialects.TxSession)
+	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
+	s, ok := dialecttest.NewSession(t, q).(dialects.TxSession)
 	if !ok {
 		t.Fatal("the session is not a TxSession")
 	}
 	if s.Tx() != nil {
 		t.Fatalf("Tx() before Begin = %v", s.Tx())
 	}
-	if !tryLock(t, s, keyOf(t, d, tbl, id)) {
+	if !dialecttest.TryLock(t, s, keyOf(t, d, tbl, id)) {
 		t.Fatal("lock refused")
 	}
 	if _, ok, err := s.Take(ctx, id, t0); err != nil || !ok {
@@ -321,142 +159,6 @@ func takeTx(t *testing.T, d *Dialect, q dialects.AdvisoryQueue, tbl dialects.Tab
 func processed(t *testing.T, d *Dialect, id int64) bool {
 	t.Helper()
 	return count(t, d, "SELECT count(*) FROM jobs WHERE id = ? AND processed_at IS NOT NULL", id) == 1
-}
-
-func TestTxAdvisoryAckCommitsBoth(t *testing.T) {
-	d, q, tbl := advisoryTxFixture(t)
-	s, tx, id := takeTx(t, d, q, tbl)
-	note(t, tx, "done")
-	if err := s.Settle(ctx, ack(), id); err != nil {
-		t.Fatal(err)
-	}
-	if processed(t, d, id) || notes(t, d) != 0 {
-		t.Fatal("the settlement or the handler's write is visible before the commit")
-	}
-	if err := s.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !processed(t, d, id) || notes(t, d) != 1 {
-		t.Error("the ack and the handler's write did not commit together")
-	}
-	if err := s.Rollback(ctx); err != nil {
-		t.Errorf("rollback after the commit: %v", err)
-	}
-	if err := s.Commit(ctx); !errors.Is(err, errTxEnded) {
-		t.Errorf("a second commit: %v", err)
-	}
-	if closed, err := s.Unlock(ctx); closed || err != nil {
-		t.Errorf("unlock: %v %v", closed, err)
-	}
-	if n := d.DB().Stats().InUse; n != 0 {
-		t.Errorf("%d connections still in use", n)
-	}
-}
-
-func TestTxAdvisoryRollbackThenSettle(t *testing.T) {
-	d, q, tbl := advisoryTxFixture(t)
-	s, tx, id := takeTx(t, d, q, tbl)
-	note(t, tx, "discarded")
-	if err := s.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepRetry}, id); err != nil {
-		t.Fatal(err)
-	}
-	// After the rollback a settlement runs on the pool.
-	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepRetryAfter, At: t0.Add(time.Hour)}, id); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if notes(t, d) != 0 {
-		t.Error("the handler's write survived the rollback")
-	}
-	if count(t, d, "SELECT count(*) FROM jobs WHERE id = ? AND retry_after = ? AND processed_at IS NULL", id, formatTime(t0.Add(time.Hour))) != 1 {
-		t.Error("the retry after the rollback did not settle")
-	}
-}
-
-func TestTxAdvisoryUnlockRollsBack(t *testing.T) {
-	d, q, tbl := advisoryTxFixture(t)
-	s, tx, id := takeTx(t, d, q, tbl)
-	note(t, tx, "discarded")
-	if err := s.Settle(ctx, ack(), id); err != nil {
-		t.Fatal(err)
-	}
-	if closed, err := s.Unlock(ctx); closed || err != nil {
-		t.Fatalf("unlock: %v %v", closed, err)
-	}
-	if processed(t, d, id) || notes(t, d) != 0 {
-		t.Error("an uncommitted transaction survived the unlock")
-	}
-	if other := newSession(t, q); !tryLock(t, other, keyOf(t, d, tbl, id)) {
-		t.Error("the key stayed held")
-	} else {
-		other.Unlock(ctx)
-	}
-
-	s, tx, _ = takeTx(t, d, q, tbl)
-	note(t, tx, "aborted")
-	if err := s.Abort(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if notes(t, d) != 0 {
-		t.Error("an uncommitted transaction survived the abort")
-	}
-	if n := d.DB().Stats().InUse; n != 0 {
-		t.Errorf("%d connections still in use", n)
-	}
-}
-
-func TestTxAdvisoryDeadLetterMove(t *testing.T) {
-	d := newDialect(t)
-	tbl := advisoryTable("jobs")
-	txFixture(t, d, tbl)
-	dead := tbl
-	dead.Name = "jobs_dead"
-	createTable(t, d, dead)
-	q := openAdvisory(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: "jobs_dead", Transactional: true})
-	s, tx, id := takeTx(t, d, q, tbl)
-	note(t, tx, "x")
-	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepDeadLetter, Now: t0}, id); err != nil {
-		t.Fatal(err)
-	}
-	if count(t, d, "SELECT count(*) FROM jobs_dead") != 0 {
-		t.Fatal("the move is visible before the commit")
-	}
-	if err := s.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if count(t, d, "SELECT count(*) FROM jobs") != 0 || count(t, d, "SELECT count(*) FROM jobs_dead WHERE id = ?", id) != 1 || notes(t, d) != 1 {
-		t.Error("the move and the handler's write did not commit together")
-	}
-}
-
-func TestTxAdvisoryPublishTx(t *testing.T) {
-	d, q, tbl := advisoryTxFixture(t)
-	p, err := d.Publisher(ctx, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, tx, id := takeTx(t, d, q, tbl)
-	pub, err := p.Publish(ctx, tx, dialects.Message{Payload: []byte("follow-up")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if count(t, d, "SELECT count(*) FROM jobs WHERE id = ?", pub) != 0 {
-		t.Fatal("the published row is visible before the commit")
-	}
-	if err := s.Settle(ctx, ack(), id); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if count(t, d, "SELECT count(*) FROM jobs WHERE id = ?", pub) != 1 {
-		t.Error("the published row did not commit")
-	}
 }
 
 // busy reports an SQLITE_BUSY error.
@@ -577,7 +279,7 @@ func TestTxBeginBusy(t *testing.T) {
 	tbl := leaseTable("jobs")
 	tbl.Mode = dialects.Immediate
 	txFixture(t, d, tbl)
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Transactional: true}).(dialects.TxLeaseQueue)
+	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Transactional: true}).(dialects.TxLeaseQueue)
 
 	holder, err := foreign(t, path, "WAL").Conn(ctx)
 	if err != nil {
@@ -619,6 +321,18 @@ func TestTxOpenAcceptsForms(t *testing.T) {
 		tbl.Mode = ""
 		tbl.Isolation = dialects.ReadCommitted
 		_, err = d.Open(ctx, dialects.QueueSpec{Table: tbl, Transactional: true})
-		configError(t, err)
+		dialecttest.ConfigError(t, err)
 	}
 }
+
+// WatchSession: whether unlocked or aborted, the transaction's connection is back.
+func (*harness) WatchSession(t *testing.T, d dialects.Dialect, s dialects.TxSession) func(bool) {
+	return func(bool) {
+		t.Helper()
+		if n := d.(*Dialect).DB().Stats().InUse; n != 0 {
+			t.Errorf("%d connections still in use", n)
+		}
+	}
+}
+
+func (*harness) IsTxEnded(err error) bool { return errors.Is(err, errTxEnded) }

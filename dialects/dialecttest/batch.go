@@ -1,4 +1,4 @@
-package mysql
+package dialecttest
 
 import (
 	"context"
@@ -10,36 +10,47 @@ import (
 	"github.com/rowactor/rowactor/dialects"
 )
 
+// batchScenarios are batched lease settlements (LeaseBatchQueue.SettleLeases).
+var batchScenarios = []scenario{
+	{name: "SettleLeases", run: testSettleLeases},
+	{name: "SettleLeasesOne", run: testSettleLeasesOne},
+	{name: "SettleLeasesEmpty", run: testSettleLeasesEmpty},
+	{name: "SettleLeasesFullBatch", run: testSettleLeasesFullBatch},
+	{name: "SettleLeasesChunks", run: testSettleLeasesChunks},
+	{name: "SettleLeasesRefusesOtherSteps", run: testSettleLeasesRefusesOtherSteps},
+	{name: "SettleLeasesCanceled", run: testSettleLeasesCanceled},
+	{name: "SettleLeasesLeavesARowWhoseTokenIsBeingWritten", run: testSettleLeasesLeavesARowWhoseTokenIsBeingWritten,
+		applies: concurrentWriters},
+}
+
 // batchFixture is a fresh lease table of n rows in group "g", all claimed with the lease
 // until t0+30s.
 type batchFixture struct {
-	d     *Dialect
+	*env
 	tbl   dialects.Table
-	q     *leaseQueue
+	q     dialects.LeaseBatchQueue
 	held  []dialects.Lease
 	until time.Time
 }
 
-func newBatchFixture(t *testing.T, n int, processed bool) *batchFixture {
+func newBatchFixture(t *testing.T, h Harness, n int, processed bool) *batchFixture {
 	t.Helper()
-	d := newDialect(t)
-	shape := leaseTable
-	if processed {
-		shape = func(name string) dialects.Table {
-			tbl := leaseTable(name)
+	e := setup(t, h)
+	tbl := e.table("batch", func(name string) dialects.Table {
+		tbl := leaseTable(name)
+		if processed {
 			tbl.ProcessedAt = "processed_at"
-			return tbl
 		}
-	}
-	tbl := newTable(t, d, "batch", shape)
-	fill(t, d, tbl.Name, n, "g")
-	q := openLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
+		return tbl
+	})
+	e.fill(tbl.Name, n, "g")
+	q := e.openLease(dialects.QueueSpec{Table: tbl, Group: "g"})
 	bq, ok := q.(dialects.LeaseBatchQueue)
 	if !ok {
 		t.Fatalf("%T is not a LeaseBatchQueue", q)
 	}
-	f := &batchFixture{d: d, tbl: tbl, q: bq.(*leaseQueue), until: t0.Add(30 * time.Second)}
-	for len(f.held) < n { // a claim takes at most maxList rows
+	f := &batchFixture{env: e, tbl: tbl, q: bq, until: t0.Add(30 * time.Second)}
+	for len(f.held) < n { // a claim may take fewer rows than asked for
 		rows, err := f.q.ClaimLeases(ctx, t0, f.until, n-len(f.held))
 		if err != nil || len(rows) == 0 {
 			t.Fatalf("claimed %d rows of %d: %v", len(f.held), n, err)
@@ -52,14 +63,14 @@ func newBatchFixture(t *testing.T, n int, processed bool) *batchFixture {
 }
 
 // moveToken gives row id's lease to another claim, as its token other.
-func (f *batchFixture) moveToken(t *testing.T, id int64, other time.Time) {
-	t.Helper()
-	mustExec(t, f.d.DB(), "UPDATE "+quote(f.tbl.Name)+" SET locked_until = ? WHERE id = ?", dbTime(other), id)
+func (f *batchFixture) moveToken(id int64, other time.Time) {
+	f.t.Helper()
+	f.exec("UPDATE "+f.env.q(f.tbl.Name)+" SET locked_until = ? WHERE id = ?", f.h.TimeArg(other), id)
 }
 
-func (f *batchFixture) count(t *testing.T, where string, args ...any) int {
-	t.Helper()
-	return count(t, f.d.DB(), "SELECT COUNT(*) FROM "+quote(f.tbl.Name)+" WHERE "+where, args...)
+func (f *batchFixture) rows(where string, args ...any) int {
+	f.t.Helper()
+	return f.count("SELECT COUNT(*) FROM "+f.env.q(f.tbl.Name)+" WHERE "+where, args...)
 }
 
 func sorted(ids []int64) []int64 {
@@ -76,22 +87,22 @@ func leaseIDs(held []dialects.Lease) []int64 {
 	return out
 }
 
-// TestSettleLeases settles many leases in one transaction: rows that still hold their
-// tokens are acked (deleted, or marked processed with the lease cleared) or released; a row
-// whose token moved on, or that is gone, is left as it is and missing from the result.
-func TestSettleLeases(t *testing.T) {
+// SettleLeases settles many leases at once: rows that still hold their tokens are acked
+// (deleted, or marked processed with the lease cleared), released or retried; a row whose
+// token moved on, or that is gone, is left as it is and missing from the result.
+func testSettleLeases(t *testing.T, h Harness) {
 	for _, processed := range []bool{false, true} {
 		name := "ack deletes"
 		if processed {
 			name = "ack marks processed"
 		}
 		t.Run(name, func(t *testing.T) {
-			f := newBatchFixture(t, 8, processed)
+			f := newBatchFixture(t, h, 8, processed)
 			held := f.held
 			// Row 2's lease went to another claim; row 5 was deleted by someone else.
 			other := f.until.Add(time.Hour)
-			f.moveToken(t, held[2].ID, other)
-			mustExec(t, f.d.DB(), "DELETE FROM "+quote(f.tbl.Name)+" WHERE id = ?", held[5].ID)
+			f.moveToken(held[2].ID, other)
+			f.exec("DELETE FROM "+f.env.q(f.tbl.Name)+" WHERE id = ?", held[5].ID)
 
 			now := t0.Add(time.Second)
 			acked, err := f.q.SettleLeases(ctx, dialects.StepAck, now, held[:3])
@@ -117,7 +128,7 @@ func TestSettleLeases(t *testing.T) {
 				t.Fatalf("retried %v, want %v", retried, want)
 			}
 			for i, l := range held {
-				s, exists := stateOf(t, f.d, f.tbl, l.ID)
+				s, exists := f.state(f.tbl, l.ID)
 				switch {
 				case i < 2 && processed:
 					if !exists || s.LockedUntil != nil || s.Attempt != 2 {
@@ -154,13 +165,12 @@ func TestSettleLeases(t *testing.T) {
 	}
 }
 
-// TestSettleLeasesOne: a batch of one lease runs the single-row fenced statement, with the
-// same result as a longer batch.
-func TestSettleLeasesOne(t *testing.T) {
+// A batch of one lease has the same result as a longer batch.
+func testSettleLeasesOne(t *testing.T, h Harness) {
 	for _, processed := range []bool{false, true} {
-		f := newBatchFixture(t, 3, processed)
+		f := newBatchFixture(t, h, 3, processed)
 		other := f.until.Add(time.Hour)
-		f.moveToken(t, f.held[1].ID, other)
+		f.moveToken(f.held[1].ID, other)
 		now := t0.Add(time.Second)
 		for i, kind := range []dialects.StepKind{dialects.StepAck, dialects.StepAck, dialects.StepRelease} {
 			ids, err := f.q.SettleLeases(ctx, kind, now, f.held[i:i+1])
@@ -171,7 +181,7 @@ func TestSettleLeasesOne(t *testing.T) {
 				t.Errorf("%v of row %d (token moved on: %v): %v", kind, f.held[i].ID, lost, ids)
 			}
 		}
-		acked, ackedOK := stateOf(t, f.d, f.tbl, f.held[0].ID)
+		acked, ackedOK := f.state(f.tbl, f.held[0].ID)
 		switch {
 		case processed && (!ackedOK || acked.LockedUntil != nil):
 			t.Errorf("acked row: %+v (exists %v)", acked, ackedOK)
@@ -180,20 +190,20 @@ func TestSettleLeasesOne(t *testing.T) {
 		case ackedOK:
 			t.Errorf("acked row still exists: %+v", acked)
 		}
-		if s, ok := stateOf(t, f.d, f.tbl, f.held[1].ID); !ok || s.ProcessedAt != nil {
+		if s, ok := f.state(f.tbl, f.held[1].ID); !ok || s.ProcessedAt != nil {
 			t.Errorf("the row another claim holds changed: %+v (exists %v)", s, ok)
 		} else {
 			sameTime(t, "the other claim's token", s.LockedUntil, other)
 		}
-		if s, ok := stateOf(t, f.d, f.tbl, f.held[2].ID); !ok || s.LockedUntil != nil || s.ProcessedAt != nil {
+		if s, ok := f.state(f.tbl, f.held[2].ID); !ok || s.LockedUntil != nil || s.ProcessedAt != nil {
 			t.Errorf("released row: %+v (exists %v)", s, ok)
 		}
 	}
 }
 
-// TestSettleLeasesEmpty: no leases, no statement; not even a connection is taken.
-func TestSettleLeasesEmpty(t *testing.T) {
-	f := newBatchFixture(t, 1, false)
+// No leases, no statement: even a context that has ended is not looked at.
+func testSettleLeasesEmpty(t *testing.T, h Harness) {
+	f := newBatchFixture(t, h, 1, false)
 	c, cancel := context.WithCancel(ctx)
 	cancel()
 	for _, kind := range []dialects.StepKind{dialects.StepAck, dialects.StepRelease} {
@@ -202,23 +212,24 @@ func TestSettleLeasesEmpty(t *testing.T) {
 			t.Errorf("%v of no leases: %v, %v", kind, ids, err)
 		}
 	}
-	s, ok := stateOf(t, f.d, f.tbl, f.held[0].ID)
+	s, ok := f.state(f.tbl, f.held[0].ID)
 	if !ok {
 		t.Fatal("row gone")
 	}
 	sameTime(t, "locked_until", s.LockedUntil, f.until)
 }
 
-// TestSettleLeasesFullBatch settles the runtime's largest batch, 128 rows, a few of them
-// lost, and then batches of every size up to 15: each text is built once per padded size.
-func TestSettleLeasesFullBatch(t *testing.T) {
-	f := newBatchFixture(t, 128+120, false)
+// The runtime's largest batch, 128 rows, a few of them lost, and then batches of every
+// size up to 15; where the harness can tell (BatchTexter), each text is built once per
+// padded size.
+func testSettleLeasesFullBatch(t *testing.T, h Harness) {
+	f := newBatchFixture(t, h, 128+120, false)
 	batch, rest := f.held[:128], f.held[128:]
 	other := f.until.Add(time.Minute)
 	var lost []int64
 	for i := 0; i < len(batch); i += 17 {
 		lost = append(lost, batch[i].ID)
-		f.moveToken(t, batch[i].ID, other)
+		f.moveToken(batch[i].ID, other)
 	}
 	acked, err := f.q.SettleLeases(ctx, dialects.StepAck, t0, batch)
 	if err != nil {
@@ -232,39 +243,44 @@ func TestSettleLeasesFullBatch(t *testing.T) {
 			t.Errorf("row %d, whose token moved on, was acked", id)
 		}
 	}
-	if n := f.count(t, "locked_until = ?", dbTime(other)); n != len(lost) {
+	if n := f.rows("locked_until = ?", h.TimeArg(other)); n != len(lost) {
 		t.Errorf("%d rows kept the other token, want %d", n, len(lost))
 	}
-	if n := f.count(t, "1 = 1"); n != len(lost)+len(rest) {
+	if n := f.rows("1 = 1"); n != len(lost)+len(rest) {
 		t.Errorf("%d rows left, want %d", n, len(lost)+len(rest))
 	}
 	// Batches of 1, 2, … 15 rows: 120 rows.
+	texter, _ := h.(BatchTexter)
 	texts := map[string]bool{}
 	for size := 1; len(rest) > 0; size++ {
 		n := min(size, len(rest))
-		slot, _ := pairSlotOf(n)
-		texts[f.q.batch.lock.text(slot)] = true
+		if texter != nil {
+			texts[texter.BatchText(f.q, dialects.StepRelease, n)] = true
+		}
 		ids, err := f.q.SettleLeases(ctx, dialects.StepRelease, t0, rest[:n])
 		if err != nil || !slices.Equal(sorted(ids), leaseIDs(rest[:n])) {
 			t.Fatalf("release of %d: %v, %v", n, ids, err)
 		}
 		rest = rest[n:]
 	}
-	if len(texts) != 4 { // 2, 4, 8, 16 pairs
-		t.Errorf("%d texts for batches of 1 to 15 rows, want 4", len(texts))
+	if texter != nil && len(texts) != texter.BatchTexts() {
+		t.Errorf("%d texts for batches of 1 to 15 rows, want %d", len(texts), texter.BatchTexts())
 	}
-	if n := f.count(t, "locked_until IS NULL"); n != 120 {
+	if n := f.rows("locked_until IS NULL"); n != 120 {
 		t.Errorf("%d rows released, want 120", n)
 	}
 }
 
-// TestSettleLeasesChunks: more leases than one statement names run in chunks, in one
-// transaction.
-func TestSettleLeasesChunks(t *testing.T) {
-	f := newBatchFixture(t, maxList+5, true)
-	lost := f.held[maxList+1].ID // in the second chunk
-	f.moveToken(t, lost, f.until.Add(time.Minute))
-	// The first lease twice, in both chunks: settled once, reported once.
+// More leases than one statement names (Caps.ListChunk) run in chunks, in one transaction;
+// a lease named twice, once in each chunk, is settled once and reported once.
+func testSettleLeasesChunks(t *testing.T, h Harness) {
+	chunk := h.Caps().ListChunk
+	if chunk == 0 {
+		chunk = 5000
+	}
+	f := newBatchFixture(t, h, chunk+5, true)
+	lost := f.held[chunk+1].ID // in the second chunk
+	f.moveToken(lost, f.until.Add(time.Minute))
 	held := append(slices.Clone(f.held), f.held[0])
 	acked, err := f.q.SettleLeases(ctx, dialects.StepAck, t0, held)
 	if err != nil {
@@ -273,25 +289,48 @@ func TestSettleLeasesChunks(t *testing.T) {
 	if len(acked) != len(f.held)-1 || slices.Contains(acked, lost) {
 		t.Fatalf("acked %d of %d (lost row among them: %v)", len(acked), len(f.held), slices.Contains(acked, lost))
 	}
-	if n := f.count(t, "processed_at = ? AND locked_until IS NULL", dbTime(t0)); n != len(acked) {
+	if n := f.rows("processed_at = ? AND locked_until IS NULL", h.TimeArg(t0)); n != len(acked) {
 		t.Errorf("%d rows processed, want %d", n, len(acked))
 	}
 }
 
-// TestSettleLeasesLeavesARowWhoseTokenIsBeingWritten: a row whose token another
-// transaction is moving is not waited for (the batch would hold its other rows locked
-// meanwhile): it is reported busy, the others are settled, and the row's own settlement,
-// which waits for the writer, finds the token gone and leaves the row alone.
-func TestSettleLeasesLeavesARowWhoseTokenIsBeingWritten(t *testing.T) {
-	f := newBatchFixture(t, 3, false)
-	other := f.until.Add(time.Hour)
-	tx, err := f.d.DB().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
+func testSettleLeasesRefusesOtherSteps(t *testing.T, h Harness) {
+	f := newBatchFixture(t, h, 1, false)
+	for _, kind := range []dialects.StepKind{dialects.StepRetryAfter, dialects.StepDeadLetter} {
+		if _, err := f.q.SettleLeases(ctx, kind, t0, f.held); err == nil {
+			t.Errorf("%v batched", kind)
+		}
 	}
+	s, ok := f.state(f.tbl, f.held[0].ID)
+	if !ok {
+		t.Fatal("row gone")
+	}
+	sameTime(t, "locked_until", s.LockedUntil, f.until)
+}
+
+// A batch whose context ended changes nothing.
+func testSettleLeasesCanceled(t *testing.T, h Harness) {
+	f := newBatchFixture(t, h, 2, false)
+	c, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := f.q.SettleLeases(c, dialects.StepAck, t0, f.held); !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled batch: %v", err)
+	}
+	if n := f.rows("locked_until IS NOT NULL"); n != 2 {
+		t.Errorf("%d rows still leased, want 2", n)
+	}
+}
+
+// A row whose token another transaction is moving is not waited for (the batch would hold
+// its other rows locked meanwhile): it is reported busy, the others are settled, and the
+// row's own settlement, which waits for the writer, finds the token gone and leaves the
+// row alone.
+func testSettleLeasesLeavesARowWhoseTokenIsBeingWritten(t *testing.T, h Harness) {
+	f := newBatchFixture(t, h, 3, false)
+	other := f.until.Add(time.Hour)
+	tx := h.Begin(t, f.d)
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, "UPDATE "+quote(f.tbl.Name)+" SET locked_until = ? WHERE id = ?",
-		dbTime(other), f.held[1].ID); err != nil {
+	if err := tx.Exec("UPDATE "+f.env.q(f.tbl.Name)+" SET locked_until = ? WHERE id = ?", h.TimeArg(other), f.held[1].ID); err != nil {
 		t.Fatal(err)
 	}
 	c, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -310,36 +349,9 @@ func TestSettleLeasesLeavesARowWhoseTokenIsBeingWritten(t *testing.T) {
 	if ok, err := f.q.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}, f.held[1]); ok || err != nil {
 		t.Fatalf("the busy row's own ack: %v %v; want false (its token was moved)", ok, err)
 	}
-	s, ok := stateOf(t, f.d, f.tbl, f.held[1].ID)
+	s, ok := f.state(f.tbl, f.held[1].ID)
 	if !ok {
 		t.Fatal("the row the other transaction holds was acked")
 	}
 	sameTime(t, "locked_until", s.LockedUntil, other)
-}
-
-func TestSettleLeasesRefusesOtherSteps(t *testing.T) {
-	f := newBatchFixture(t, 1, false)
-	for _, kind := range []dialects.StepKind{dialects.StepRetryAfter, dialects.StepDeadLetter} {
-		if _, err := f.q.SettleLeases(ctx, kind, t0, f.held); err == nil {
-			t.Errorf("%v batched", kind)
-		}
-	}
-	s, ok := stateOf(t, f.d, f.tbl, f.held[0].ID)
-	if !ok {
-		t.Fatal("row gone")
-	}
-	sameTime(t, "locked_until", s.LockedUntil, f.until)
-}
-
-// TestSettleLeasesCanceled: a batch whose context ended changes nothing.
-func TestSettleLeasesCanceled(t *testing.T) {
-	f := newBatchFixture(t, 2, false)
-	c, cancel := context.WithCancel(ctx)
-	cancel()
-	if _, err := f.q.SettleLeases(c, dialects.StepAck, t0, f.held); !errors.Is(err, context.Canceled) {
-		t.Errorf("canceled batch: %v", err)
-	}
-	if n := f.count(t, "locked_until IS NOT NULL"); n != 2 {
-		t.Errorf("%d rows still leased, want 2", n)
-	}
 }

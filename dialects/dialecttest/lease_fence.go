@@ -1,0 +1,196 @@
+package dialecttest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// A renewer that comes after its lease expired and another consumer claimed the row with
+// the very expiry it asks for (tokens are whole seconds, so two hosts computing "now +
+// lease" in the same second write the same value) must not count the row as extended, nor
+// may its batched settlement by its old token touch the row: only a row that still held
+// the old token when the statement changed it counts.
+func testExtendLeasesNeverConfirmsByValue(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_extv", leaseTable)
+	stolen := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("stolen")})
+	kept := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("kept")})
+	q := e.openLease(dialects.QueueSpec{Table: tbl, Group: "g"})
+
+	// Consumer A claims both rows with the token T.
+	start := t0.Truncate(time.Second)
+	tokenA := start.Add(10 * time.Second)
+	if rows, err := q.ClaimLeases(ctx, start, tokenA, 2); err != nil || len(rows) != 2 {
+		t.Fatalf("A's claim: %v %v", ids(rows), err)
+	}
+	// A's lease on the first row runs out; consumer B claims it at T with the expiry U
+	// that A's late renewer is about to ask for. (The second row is made to look
+	// unexpired, so B's claim passes it by: A still holds it.)
+	update := "UPDATE " + e.q(tbl.Name) + " SET locked_until = ? WHERE id = ?"
+	e.exec(update, h.TimeArg(tokenA.Add(time.Hour)), kept)
+	until := tokenA.Add(30 * time.Second)
+	rows, err := q.ClaimLeases(ctx, tokenA, until, 10)
+	if err != nil || !slices.Equal(ids(rows), []int64{stolen}) {
+		t.Fatalf("B's claim: %v %v", ids(rows), err)
+	}
+	before, _ := e.state(tbl, stolen)
+	e.exec(update, h.TimeArg(tokenA), kept)
+
+	// A's renewer: both leases in one statement, one lost and one held.
+	moved, err := q.ExtendLeases(ctx, until, []dialects.Lease{{ID: stolen, Token: tokenA}, {ID: kept, Token: tokenA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(moved, []int64{kept}) {
+		t.Fatalf("A's renewer reported %v moved, want only row %d (row %d belongs to B)", moved, kept, stolen)
+	}
+	after, ok := e.state(tbl, stolen)
+	if !ok || !sameState(before, after) {
+		t.Fatalf("B's row changed: %+v -> %+v (exists %v)", before, after, ok)
+	}
+	sameTime(t, "B's lease", after.LockedUntil, until)
+	s, _ := e.state(tbl, kept)
+	sameTime(t, "A's extended lease", s.LockedUntil, until)
+
+	// A's batched release names its old token for B's row: B's lease stays.
+	released, err := q.(dialects.LeaseBatchQueue).SettleLeases(ctx, dialects.StepRelease, tokenA,
+		[]dialects.Lease{{ID: stolen, Token: tokenA}, {ID: kept, Token: until}})
+	if err != nil || !slices.Equal(released, []int64{kept}) {
+		t.Fatalf("A's batched release settled %v %v, want only row %d", released, err, kept)
+	}
+	after, _ = e.state(tbl, stolen)
+	sameTime(t, "B's lease after A's release", after.LockedUntil, until)
+
+	// B's delivery settles with its token, untouched by A.
+	if ok, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepRelease}, dialects.Lease{ID: stolen, Token: until}); !ok || err != nil {
+		t.Fatalf("B's release: %v %v", ok, err)
+	}
+}
+
+// A renewal in the same second as the claim asks for the token the row already holds: the
+// row still holds the delivery's token, so it counts as extended (to the same value),
+// whatever the server counts as changed.
+func testExtendLeasesToTheSameToken(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_exts", leaseTable)
+	id := e.publish(tbl, dialects.Message{Payload: []byte("p")})
+	q := e.openLease(dialects.QueueSpec{Table: tbl})
+	until := t0.Truncate(time.Second).Add(2 * time.Second)
+	if rows, err := q.ClaimLeases(ctx, t0, until, 1); err != nil || len(rows) != 1 {
+		t.Fatalf("claim: %v %v", ids(rows), err)
+	}
+	moved, err := q.ExtendLeases(ctx, until, []dialects.Lease{{ID: id, Token: until}, {ID: id + 1000, Token: until}})
+	if err != nil || !slices.Equal(moved, []int64{id}) {
+		t.Fatalf("moved %v %v, want [%d]", moved, err, id)
+	}
+	s, _ := e.state(tbl, id)
+	sameTime(t, "locked_until", s.LockedUntil, until)
+}
+
+// A row's new claim always writes a token later than the one it expired with, so no two
+// claims of one row write the same token: the claim takes only rows whose lease ended at
+// or before now, and refuses an expiry that is not after now (as stored), writing nothing.
+func testClaimTokenIsLaterThanTheExpiredOne(t *testing.T, h Harness) {
+	e := setup(t, h)
+	for _, fifo := range []bool{false, true} {
+		tbl := e.table("ra_tok", func(name string) dialects.Table {
+			tbl := leaseTable(name)
+			tbl.FIFO = fifo
+			return tbl
+		})
+		id := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("p")})
+		q := e.openLease(dialects.QueueSpec{Table: tbl, Group: "g"})
+		first := t0.Add(time.Second)
+		if rows, err := q.ClaimLeases(ctx, t0, first, 1); err != nil || len(rows) != 1 {
+			t.Fatalf("fifo %v: claim: %v %v", fifo, ids(rows), err)
+		}
+		// Also an expiry after now by less than the microsecond the database keeps.
+		sameMicro := first.Truncate(time.Microsecond).Add(999 * time.Nanosecond)
+		for _, bad := range []time.Time{first, first.Add(-time.Second), sameMicro} {
+			if rows, err := q.ClaimLeases(ctx, first, bad, 1); err == nil || len(rows) != 0 {
+				t.Errorf("fifo %v: a claim at %v with expiry %v: %v %v, want an error", fifo, first, bad, ids(rows), err)
+			}
+		}
+		s, _ := e.state(tbl, id)
+		sameTime(t, "locked_until", s.LockedUntil, first)
+		if s.Attempt != 2 {
+			t.Errorf("fifo %v: attempt %d after refused claims, want 2", fifo, s.Attempt)
+		}
+		second := first.Add(time.Second)
+		if rows, err := q.ClaimLeases(ctx, first, second, 1); err != nil || len(rows) != 1 {
+			t.Fatalf("fifo %v: claim at expiry: %v %v", fifo, ids(rows), err)
+		}
+		s, _ = e.state(tbl, id)
+		if s.LockedUntil == nil || !s.LockedUntil.After(first) {
+			t.Fatalf("fifo %v: the new token %v is not after the expired %v", fifo, s.LockedUntil, first)
+		}
+		sameTime(t, "locked_until", s.LockedUntil, second)
+	}
+}
+
+// Another session holding one leased row's lock (a service's own transaction, a slow
+// report) must not hold up the extension or the batched settlement of the other leases: a
+// round that waited for that lock would keep every other lease of the round from moving
+// and let them run out. The busy row is skipped, reported busy (still ours, not lost), and
+// a batch leaves it for a settlement of its own; a lost row is still reported lost.
+func testExtendAndBatchSkipARowAnotherSessionHolds(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_busy", leaseTable)
+	var in []int64
+	for range 3 {
+		in = append(in, e.publish(tbl, dialects.Message{Payload: []byte("p")}))
+	}
+	q := e.openLease(dialects.QueueSpec{Table: tbl})
+	start := t0.Truncate(time.Second)
+	token := start.Add(10 * time.Second)
+	if rows, err := q.ClaimLeases(ctx, start, token, 3); err != nil || len(rows) != 3 {
+		t.Fatalf("claim: %v %v", ids(rows), err)
+	}
+	held := []dialects.Lease{{ID: in[0], Token: token}, {ID: in[1], Token: token}, {ID: in[2], Token: token}}
+
+	// The outside session locks the middle row and keeps it.
+	other := h.Begin(t, e.d)
+	defer other.Rollback()
+	if err := other.Exec("SELECT id FROM "+e.q(tbl.Name)+" WHERE id = ? FOR UPDATE", in[1]); err != nil {
+		t.Fatal(err)
+	}
+	// A row whose lease was lost meanwhile is reported lost, not busy.
+	lostToken := token.Add(time.Hour)
+	e.exec("UPDATE "+e.q(tbl.Name)+" SET locked_until = ? WHERE id = ?", h.TimeArg(lostToken), in[2])
+
+	until := token.Add(20 * time.Second)
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	moved, err := q.ExtendLeases(short, until, held)
+	var busy *dialects.RowsBusyError
+	if !errors.As(err, &busy) || !slices.Equal(moved, []int64{in[0]}) || !slices.Equal(busy.IDs, []int64{in[1]}) {
+		t.Fatalf("extension: moved %v, err %v; want [%d] moved and row %d busy", moved, err, in[0], in[1])
+	}
+	s, _ := e.state(tbl, in[0])
+	sameTime(t, "free row's lease", s.LockedUntil, until)
+
+	// A batched ack of the held row and the free one: the free one is acked at once.
+	acked, err := q.(dialects.LeaseBatchQueue).SettleLeases(short, dialects.StepAck, start,
+		[]dialects.Lease{{ID: in[0], Token: until}, {ID: in[1], Token: token}, {ID: in[2], Token: token}})
+	if !errors.As(err, &busy) || !slices.Equal(busy.IDs, []int64{in[1]}) || !slices.Equal(acked, []int64{in[0]}) {
+		t.Fatalf("batched ack: acked %v, err %v; want [%d] acked and row %d busy", acked, err, in[0], in[1])
+	}
+	if _, ok := e.state(tbl, in[0]); ok {
+		t.Fatalf("row %d not acked", in[0])
+	}
+	s, _ = e.state(tbl, in[2])
+	sameTime(t, "the lost row's other lease", s.LockedUntil, lostToken)
+
+	// Once the other session ends, the busy row is still ours and settles alone.
+	if err := other.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck, Now: start}, held[1]); !ok || err != nil {
+		t.Fatalf("busy row's own ack: %v %v", ok, err)
+	}
+}

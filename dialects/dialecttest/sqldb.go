@@ -1,0 +1,71 @@
+package dialecttest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// SQLRunner is the raw-SQL half of a Harness for a dialect on database/sql (MySQL,
+// SQLite): embed it and give it the dialect's pool.
+type SQLRunner struct {
+	DB func(dialects.Dialect) *sql.DB
+}
+
+func (r SQLRunner) Exec(t *testing.T, d dialects.Dialect, query string, args ...any) {
+	t.Helper()
+	if _, err := r.DB(d).ExecContext(ctx, query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+func (r SQLRunner) Try(c context.Context, d dialects.Dialect, query string, args ...any) error {
+	_, err := r.DB(d).ExecContext(c, query, args...)
+	return err
+}
+
+func (r SQLRunner) QueryRow(t *testing.T, d dialects.Dialect, query string, args []any, dest ...any) bool {
+	t.Helper()
+	err := r.DB(d).QueryRowContext(ctx, query, args...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return true
+}
+
+// LentTry runs on the *sql.Tx a delivery lends.
+func (SQLRunner) LentTry(tx any, query string, args ...any) error {
+	stx, ok := tx.(*sql.Tx)
+	if !ok || stx == nil {
+		return fmt.Errorf("Tx() is %T %v, want a *sql.Tx", tx, tx)
+	}
+	_, err := stx.ExecContext(ctx, query, args...)
+	return err
+}
+
+// BeginTx opens a caller's *sql.Tx with opts.
+func (r SQLRunner) BeginTx(t *testing.T, d dialects.Dialect, opts *sql.TxOptions) Tx {
+	t.Helper()
+	tx, err := r.DB(d).BeginTx(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sqlTx{tx}
+}
+
+// sqlTx is a caller's *sql.Tx.
+type sqlTx struct{ *sql.Tx }
+
+func (tx sqlTx) Value() any { return tx.Tx }
+
+func (tx sqlTx) Exec(query string, args ...any) error {
+	_, err := tx.ExecContext(ctx, query, args...)
+	return err
+}
