@@ -40,6 +40,10 @@ type childJob struct {
 	// RetryPayloads are payloads whose first delivery answers RetryAfter(RetryDelay).
 	RetryPayloads []string
 	RetryDelay    time.Duration
+	// UniqueKey makes the child a publisher instead (runPublisherChild): at StartAt, 8
+	// goroutines publish with Unique(UniqueKey), and it writes each returned id.
+	UniqueKey string
+	StartAt   time.Time
 }
 
 // runChild is a consumer OS process: it drains the table until it has seen nothing for a
@@ -56,6 +60,9 @@ func runChild(spec string) int {
 		return 2
 	}
 	defer out.Close()
+	if job.UniqueKey != "" {
+		return runPublisherChild(job, out)
+	}
 	w := bufio.NewWriter(out)
 	var mu sync.Mutex
 	last := time.Now()

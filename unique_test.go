@@ -2,8 +2,13 @@ package rowactor_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -197,5 +202,96 @@ func uniqueDeadLetterScenario(t *testing.T, h *harness, _ rowactor.Form) {
 	}
 	if n := h.drv.count(t, h.d, fmt.Sprintf("SELECT count(*) FROM %s WHERE unique_key IS NULL", dead.Name)); n != 2 {
 		t.Fatalf("%d dead letters with a NULL key, want 2", n)
+	}
+}
+
+// runPublisherChild publishes job.UniqueKey from 8 goroutines at job.StartAt and writes
+// every id Publish returned, a line each.
+func runPublisherChild(job childJob, out *os.File) int {
+	ctx := context.Background()
+	b, err := rowactor.Open(ctx, job.URL)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 2
+	}
+	time.Sleep(time.Until(job.StartAt))
+	ids := make([]int64, 8)
+	errs := make([]error, 8)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Go(func() {
+			ids[i], errs[i] = b.Publish(ctx, job.Table, job.Queue, []byte("race"), rowactor.Unique(job.UniqueKey))
+		})
+	}
+	wg.Wait()
+	code := 0
+	for i := range ids {
+		if errs[i] != nil {
+			fmt.Fprintln(os.Stderr, "child: publish:", errs[i])
+			code = 1
+		}
+		fmt.Fprintf(out, "%d\n", ids[i])
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := b.Shutdown(sctx); err != nil {
+		fmt.Fprintln(os.Stderr, "child: shutdown:", err)
+		code = 1
+	}
+	return code
+}
+
+// TestUniquePublishRacesAcrossProcesses: two OS processes, 8 goroutines each, publish one
+// unique key at the same instant; every publish returns the same id and the table holds
+// one row, on every database.
+func TestUniquePublishRacesAcrossProcesses(t *testing.T) {
+	for _, drv := range drivers {
+		if drv.url == nil {
+			continue
+		}
+		t.Run(drv.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, drv, rowactor.FormLease, withUniqueKey)
+			exe, err := os.Executable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now().Add(2 * time.Second) // both processes up and connected by then
+			var procs []*exec.Cmd
+			var outs []string
+			for i := range 2 {
+				job := childJob{URL: drv.url(t, h.d), Table: h.table, Queue: h.queue, UniqueKey: "race-key", StartAt: start,
+					Out: filepath.Join(t.TempDir(), fmt.Sprintf("publisher%d.txt", i))}
+				spec, _ := json.Marshal(job)
+				cmd := exec.Command(exe, "-test.run=^$")
+				cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
+				cmd.Stderr = os.Stderr
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				procs, outs = append(procs, cmd), append(outs, job.Out)
+			}
+			for _, cmd := range procs {
+				if err := cmd.Wait(); err != nil {
+					t.Fatalf("publisher process: %v", err)
+				}
+			}
+			ids := map[string]int{}
+			for _, path := range outs {
+				data, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, line := range strings.Fields(string(data)) {
+					ids[line]++
+				}
+			}
+			if len(ids) != 1 || ids[fmt.Sprint(h.drv.count(t, h.d, "SELECT max(id) FROM "+h.table.Name))] != 16 {
+				t.Fatalf("16 publishes of one key from two processes returned ids %v", ids)
+			}
+			if n := h.drv.count(t, h.d, "SELECT count(*) FROM "+h.table.Name); n != 1 {
+				t.Fatalf("%d rows after 16 racing publishes of one key from two processes", n)
+			}
+		})
 	}
 }
