@@ -117,6 +117,9 @@ type session struct {
 	key string
 	// held says whether key is this session's in the registry.
 	held bool
+	// ended says Unlock or Abort ended the session: it settles and begins nothing more,
+	// as a server session whose connection went back to its pool cannot.
+	ended bool
 	// tx is the transaction Begin opened (txn.go); Tx lends it until the next Begin.
 	tx *deliveryTx
 }
@@ -183,6 +186,9 @@ func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.R
 // (txn.go), on the pool otherwise. A statement that changes no row still settles: the key
 // kept every other delivery away, so the row was settled by nobody else's claim.
 func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) error {
+	if s.isEnded() {
+		return s.q.errorf("settle", errSessionEnded)
+	}
 	st, err := s.q.advisorySettlement(step, id)
 	if err != nil {
 		return err
@@ -202,6 +208,15 @@ func (q *advisoryQueue) advisorySettlement(step dialects.Step, id int64) (settle
 	}
 	return q.settlement(step, sql.Named("id", id))
 }
+
+func (s *session) isEnded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
+}
+
+// errSessionEnded refuses a statement on a session Unlock or Abort ended.
+var errSessionEnded = errors.New("the advisory session has ended (Unlock or Abort): its key is no longer held")
 
 // Unlock ends a transaction still open (rolling it back) and releases the key. It
 // reports closed when that transaction's connection had to be closed.
@@ -223,6 +238,7 @@ func (s *session) Abort(ctx context.Context) error {
 func (s *session) release() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.ended = true
 	if s.held {
 		s.q.f.releaseKey(s.key)
 		s.key, s.held = "", false

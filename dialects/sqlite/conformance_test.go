@@ -43,7 +43,7 @@ func (*harness) Caps() dialecttest.Caps {
 		// Every lease queue and session can lend a transaction.
 		TxAlways: true,
 		// A session is a registry slot: it settles and begins after it ended.
-		EndedSessionWorks: true,
+
 	}
 }
 

@@ -375,6 +375,9 @@ func (t *leaseTx) Rollback(ctx context.Context) error {
 // own (SQLite's advisory sessions hold none otherwise), without this process's writer
 // turn. It lives as long as ctx.
 func (s *session) Begin(ctx context.Context) error {
+	if s.isEnded() {
+		return s.q.errorf("begin", errSessionEnded)
+	}
 	if s.openTx() != nil {
 		return s.q.errorf("begin", errTxOpen)
 	}
