@@ -2,6 +2,7 @@ package dialecttest
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -165,4 +166,19 @@ func Unquote(quoted string, q byte) (string, bool) {
 		b.WriteByte(inner[i])
 	}
 	return b.String(), true
+}
+
+// DataFault checks that d classifies err, bare and wrapped as the runtime wraps a
+// settlement's error, as dialects.FaultData: a value the row's data cannot take. what
+// names the case in failures.
+func DataFault(t *testing.T, d dialects.Dialect, what string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: no error", what)
+	}
+	for _, e := range []error{err, fmt.Errorf("settle retry of row 1: %w", err)} {
+		if got := dialects.Classify(d, e); got != dialects.FaultData {
+			t.Errorf("%s: Classify(%v) = %v, want %v", what, e, got, dialects.FaultData)
+		}
+	}
 }

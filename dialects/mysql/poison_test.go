@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -54,17 +53,7 @@ func TestClassifyDataFaults(t *testing.T) {
 	name := tableName(t, d, "rapoison")
 	mustExec(t, db, "CREATE TABLE "+quote(name)+" (id BIGINT PRIMARY KEY, attempt SMALLINT NOT NULL, note VARCHAR(3)) ENGINE=InnoDB")
 	mustExec(t, db, "INSERT INTO "+quote(name)+" VALUES (1, 32767, 'a')")
-	check := func(what string, err error) {
-		t.Helper()
-		if err == nil {
-			t.Fatalf("%s: no error", what)
-		}
-		for _, e := range []error{err, fmt.Errorf("settle retry of row 1: %w", err)} {
-			if got := dialects.Classify(d, e); got != dialects.FaultData {
-				t.Errorf("%s: Classify(%v) = %v, want %v", what, e, got, dialects.FaultData)
-			}
-		}
-	}
+	check := func(what string, err error) { t.Helper(); dialecttest.DataFault(t, d, what, err) }
 	_, err := db.ExecContext(ctx, "UPDATE "+quote(name)+" SET attempt = attempt + 1")
 	check("out of range (1264)", err)
 	_, err = db.ExecContext(ctx, "SELECT CAST(18446744073709551615 AS UNSIGNED) + 1")

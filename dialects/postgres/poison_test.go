@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -41,17 +40,7 @@ func TestClassifyDataFaults(t *testing.T) {
 	name := tableName(t, d)
 	mustExec(t, d, "CREATE TABLE "+quote(name)+" (id bigint PRIMARY KEY, attempt smallint NOT NULL CHECK (attempt < 100))")
 	mustExec(t, d, "INSERT INTO "+quote(name)+" VALUES (1, 1)")
-	check := func(what string, err error) {
-		t.Helper()
-		if err == nil {
-			t.Fatalf("%s: no error", what)
-		}
-		for _, e := range []error{err, fmt.Errorf("settle retry of row 1: %w", err)} {
-			if got := dialects.Classify(d, e); got != dialects.FaultData {
-				t.Errorf("%s: Classify(%v) = %v, want %v", what, e, got, dialects.FaultData)
-			}
-		}
-	}
+	check := func(what string, err error) { t.Helper(); dialecttest.DataFault(t, d, what, err) }
 	_, err := d.Pool().Exec(ctx, "UPDATE "+quote(name)+" SET attempt = attempt + 40000")
 	check("smallint out of range", err)
 	_, err = d.Pool().Exec(ctx, "SELECT 1e400::numeric(10,2)")

@@ -98,17 +98,7 @@ func checkReadable(t *testing.T, r dialects.Row) {
 func TestClassifyDataFaults(t *testing.T) {
 	d := newDialect(t)
 	mustExec(t, d, "CREATE TABLE strict_jobs (id INTEGER PRIMARY KEY, attempt INTEGER NOT NULL CHECK (attempt < 100)) STRICT")
-	check := func(what string, err error) {
-		t.Helper()
-		if err == nil {
-			t.Fatalf("%s: no error", what)
-		}
-		for _, e := range []error{err, fmt.Errorf("settle retry of row 1: %w", err)} {
-			if got := dialects.Classify(d, e); got != dialects.FaultData {
-				t.Errorf("%s: Classify(%v) = %v, want %v", what, e, got, dialects.FaultData)
-			}
-		}
-	}
+	check := func(what string, err error) { t.Helper(); dialecttest.DataFault(t, d, what, err) }
 	_, err := d.DB().ExecContext(ctx, "INSERT INTO strict_jobs (attempt) VALUES ('many')")
 	check("mismatch", err)
 	_, err = d.DB().ExecContext(ctx, "INSERT INTO strict_jobs (attempt) VALUES (100)")
