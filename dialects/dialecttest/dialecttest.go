@@ -315,6 +315,7 @@ var topics = []struct {
 	{"events", eventScenarios},
 	{"txn", txnScenarios},
 	{"rowlock", rowLockScenarios},
+	{"txended", txEndedScenarios},
 }
 
 // Run runs every scenario of the suite against the harness's database, as subtests named

@@ -98,98 +98,12 @@ func wantTxEnded(t *testing.T, what string, err error) {
 	}
 }
 
-func TestTxEndedByDeadlockRowLock(t *testing.T) {
-	d := newDialect(t)
-	tbl := rowLockTable(tableName(t, d))
-	createTable(t, d, tbl)
-	ledger := ledgerTable(t, d)
-	id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
-	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	c := dialecttest.ClaimTx(t, q)
-	deadlockedHandler(t, d, c.Tx(), ledger)
-
-	wantTxEnded(t, "the Ack", c.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}))
-	ledgerUntouched(t, d, ledger)
-	if s, ok := stateOf(t, d, tbl, id); !ok || s.Attempt != 1 {
-		t.Fatalf("row %+v (exists %v), want it queued at attempt 1", s, ok)
-	}
-	again, ok := claimLocked(t, q, t0)
-	if !ok || again.Row().ID != id {
-		t.Fatalf("the row was not claimable again")
-	}
-	again.Rollback(ctx)
-	if n := acquired(d); n != 0 {
-		t.Errorf("%d connections held", n)
-	}
-}
-
-func TestTxEndedByDeadlockLease(t *testing.T) {
-	d := newDialect(t)
-	tbl := leaseTable(tableName(t, d))
-	createTable(t, d, tbl)
-	ledger := ledgerTable(t, d)
-	id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
-	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
-	if err != nil || len(rows) != 1 {
-		t.Fatalf("claim %v %v", rows, err)
-	}
-	held := dialects.Lease{ID: id, Token: rows[0].Token}
-	ltx, err := q.(dialects.TxLeaseQueue).BeginDelivery(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadlockedHandler(t, d, ltx.Tx(), ledger)
-
-	ok, err := ltx.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}, held)
-	if ok {
-		t.Error("the Ack reported the row settled")
-	}
-	wantTxEnded(t, "the Ack", err)
-	ledgerUntouched(t, d, ledger)
-	s, exists := stateOf(t, d, tbl, id)
-	if !exists || s.Attempt != 2 || !sameTime(s.LockedUntil, held.Token) {
-		t.Fatalf("row %+v (exists %v), want it leased at attempt 2", s, exists)
-	}
-	if ok, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepRelease}, held); !ok || err != nil {
-		t.Fatalf("release: %v %v", ok, err)
-	}
-	if n := acquired(d); n != 0 {
-		t.Errorf("%d connections held", n)
-	}
-}
-
-func TestTxEndedByDeadlockAdvisory(t *testing.T) {
-	d := newDialect(t)
-	tbl := advisoryTable(tableName(t, d))
-	createTable(t, d, tbl)
-	ledger := ledgerTable(t, d)
-	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true})
-	s, _ := takeTx(t, q)
-	deadlockedHandler(t, d, s.Tx(), ledger)
-
-	err := s.Settle(ctx, dialects.Step{Kind: dialects.StepAck, Now: t0}, id)
-	if err == nil {
-		err = s.Commit(ctx)
-	} else if cerr := s.Commit(ctx); cerr == nil {
-		t.Error("Commit after a failed settlement reported success")
-	}
-	wantTxEnded(t, "the Ack", err)
-	if _, err := s.Unlock(ctx); err != nil {
-		t.Errorf("unlock: %v", err)
-	}
-	ledgerUntouched(t, d, ledger)
-	if st, ok := stateOf(t, d, tbl, id); !ok || st.ProcessedAt != nil || st.Attempt != 2 {
-		t.Fatalf("row %+v (exists %v), want it unsettled at attempt 2", st, ok)
-	}
-	cands, err := q.Candidates(ctx, t0, 1)
-	if err != nil || len(cands) != 1 || cands[0].ID != id {
-		t.Fatalf("the row is not a candidate again: %v %v", cands, err)
-	}
-	if n := acquired(d); n != 0 {
-		t.Errorf("%d connections held", n)
-	}
+// TxEndings: PostgreSQL ends a lent transaction as a deadlock's victim (the suite's
+// txended topic runs each form through it).
+func (harness) TxEndings() []dialecttest.TxEnding {
+	return []dialecttest.TxEnding{{Name: "deadlock", Recoverable: true, End: func(t *testing.T, d dialects.Dialect, lent any, ledger string) {
+		deadlockedHandler(t, d.(*Dialect), lent, ledger)
+	}}}
 }
 
 // The commit of an aborted transaction is a rollback: a Commit run without a settlement

@@ -86,15 +86,3 @@ func count(t *testing.T, d *Dialect, query string, args ...any) int {
 }
 
 // keyOf is row id's key as the dialect renders it now.
-func keyOf(t *testing.T, d *Dialect, tbl dialects.Table, id int64) string {
-	t.Helper()
-	expr, err := keyExpr(tbl.AdvisoryKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var key string
-	if err := d.DB().QueryRowContext(ctx, "SELECT "+expr+" FROM "+quote(tbl.Name)+" WHERE "+quote(tbl.ID)+" = ?", id).Scan(&key); err != nil {
-		t.Fatal(err)
-	}
-	return key
-}

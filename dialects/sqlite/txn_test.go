@@ -21,11 +21,6 @@ func txFixture(t *testing.T, d *Dialect, tbl dialects.Table) {
 	mustExec(t, d, "CREATE TABLE notes (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
 }
 
-func notes(t *testing.T, d *Dialect) int {
-	t.Helper()
-	return count(t, d, "SELECT count(*) FROM notes")
-}
-
 func beginLease(t *testing.T, q dialects.LeaseQueue) (dialects.LeaseTx, *sql.Tx) {
 	t.Helper()
 	tq, ok := q.(dialects.TxLeaseQueue)
@@ -115,50 +110,6 @@ func TestTxLeaseSettleSkipsWriterTurn(t *testing.T) {
 	if err := <-claimed; err != nil {
 		t.Errorf("the claim waiting for the delivery failed: %v", err)
 	}
-}
-
-func advisoryTxFixture(t *testing.T) (*Dialect, dialects.AdvisoryQueue, dialects.Table) {
-	t.Helper()
-	d := newDialect(t)
-	tbl := advisoryTable("jobs")
-	txFixture(t, d, tbl)
-	return d, dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl, Transactional: true}), tbl
-}
-
-// takeTx publishes a row, locks its key, takes it and begins the session's transaction.
-func takeTx(t *testing.T, d *Dialect, q dialects.AdvisoryQueue, tbl dialects.Table) (dialects.TxSession, *sql.Tx, int64) {
-	t.Helper()
-	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
-	s, ok := dialecttest.NewSession(t, q).(dialects.TxSession)
-	if !ok {
-		t.Fatal("the session is not a TxSession")
-	}
-	if s.Tx() != nil {
-		t.Fatalf("Tx() before Begin = %v", s.Tx())
-	}
-	if !dialecttest.TryLock(t, s, keyOf(t, d, tbl, id)) {
-		t.Fatal("lock refused")
-	}
-	if _, ok, err := s.Take(ctx, id, t0); err != nil || !ok {
-		t.Fatalf("take: %v %v", ok, err)
-	}
-	if err := s.Begin(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Abort(ctx) })
-	if err := s.Begin(ctx); !errors.Is(err, errTxOpen) {
-		t.Errorf("a second Begin: %v", err)
-	}
-	tx, ok := s.Tx().(*sql.Tx)
-	if !ok || tx == nil {
-		t.Fatalf("Tx() = %T", s.Tx())
-	}
-	return s, tx, id
-}
-
-func processed(t *testing.T, d *Dialect, id int64) bool {
-	t.Helper()
-	return count(t, d, "SELECT count(*) FROM jobs WHERE id = ? AND processed_at IS NOT NULL", id) == 1
 }
 
 // busy reports an SQLITE_BUSY error.
