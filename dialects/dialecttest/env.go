@@ -11,9 +11,13 @@ import (
 
 var ctx = context.Background()
 
-// t0 has a fraction finer than a microsecond: tokens must still match once the database
-// has stored them to the microsecond.
-var t0 = time.Date(2030, 1, 2, 3, 4, 5, 123456789, time.UTC)
+// T0 is the suite's "now", whole seconds plus a fraction finer than a microsecond: tokens
+// must still match once the database has stored them to the microsecond (PostgreSQL and
+// MySQL's DATETIME(6) keep microseconds; SQLite's TimeLayout text too). The dialects'
+// own tests use it as well.
+var T0 = time.Date(2030, 1, 2, 3, 4, 5, 123456789, time.UTC)
+
+var t0 = T0
 
 // env is one scenario's bundle: the test, the harness and a dialect opened for it.
 type env struct {

@@ -182,3 +182,18 @@ func DataFault(t *testing.T, d dialects.Dialect, what string, err error) {
 		}
 	}
 }
+
+// LockFirst locks the first candidate of q on a session of its own, as a claimer does
+// before its take, and returns the session and the candidate.
+func LockFirst(t *testing.T, q dialects.AdvisoryQueue) (dialects.Session, dialects.Candidate) {
+	t.Helper()
+	cands, err := q.Candidates(ctx, t0, 1)
+	if err != nil || len(cands) != 1 {
+		t.Fatalf("candidates %v %v", cands, err)
+	}
+	s := NewSession(t, q)
+	if !TryLock(t, s, cands[0].Key) {
+		t.Fatal("lock refused")
+	}
+	return s, cands[0]
+}

@@ -12,13 +12,10 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
-var ctx = context.Background()
-
-// t0 is whole seconds plus a fraction finer than a microsecond: tokens must still match
-// once truncated to DATETIME(6).
-var t0 = time.Date(2030, 1, 2, 3, 4, 5, 123456789, time.UTC)
+var ctx, t0 = context.Background(), dialecttest.T0 // the suite's now, finer than a microsecond
 
 // testDSN is the server the tests run against. It must be reachable: the tests fail,
 // never skip, without it.

@@ -186,21 +186,14 @@ func TestAdvisoryTakeAndSettle(t *testing.T) {
 	// take claims the first candidate on a session of its own.
 	take := func(t *testing.T) (dialects.Session, dialects.Row) {
 		t.Helper()
-		cands, err := q.Candidates(ctx, t0, 1)
-		if err != nil || len(cands) != 1 {
-			t.Fatalf("candidates %v %v", cands, err)
-		}
-		s := dialecttest.NewSession(t, q)
-		if !dialecttest.TryLock(t, s, cands[0].Key) {
-			t.Fatal("lock refused")
-		}
-		keys = append(keys, cands[0].Key)
-		r, ok, err := s.Take(ctx, cands[0].ID, t0)
+		s, cand := dialecttest.LockFirst(t, q)
+		keys = append(keys, cand.Key)
+		r, ok, err := s.Take(ctx, cand.ID, t0)
 		if err != nil || !ok {
 			t.Fatalf("take: %v %v", ok, err)
 		}
-		if r.Key != cands[0].Key {
-			t.Fatalf("take read key %q, candidate %q", r.Key, cands[0].Key)
+		if r.Key != cand.Key {
+			t.Fatalf("take read key %q, candidate %q", r.Key, cand.Key)
 		}
 		return s, r
 	}

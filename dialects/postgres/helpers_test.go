@@ -13,13 +13,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
-var ctx = context.Background()
-
-// t0 has a fraction finer than a microsecond: the server keeps microseconds, and tokens
-// bound as time.Time are truncated alike wherever they are compared.
-var t0 = time.Date(2030, 1, 2, 3, 4, 5, 123456789, time.UTC)
+var ctx, t0 = context.Background(), dialecttest.T0 // the suite's now, finer than a microsecond
 
 // testURL is the server the tests run on. They fail, never skip, when it is unreachable.
 func testURL() string {

@@ -6,16 +6,12 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
-var ctx = context.Background()
-
-// t0 has a fraction finer than a microsecond, so the tests see tokens truncated by
-// TimeLayout still match.
-var t0 = time.Date(2030, 1, 2, 3, 4, 5, 123456789, time.UTC)
+var ctx, t0 = context.Background(), dialecttest.T0 // the suite's now, finer than a microsecond
 
 func openFile(t *testing.T, path string) *Dialect {
 	t.Helper()
