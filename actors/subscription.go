@@ -343,6 +343,19 @@ type subscriptionActor struct {
 	failing int // claims failed in a row, for the log line when they succeed again
 	// room sizes the rows that wait for a worker (AutoPrefetch).
 	room roomSizer
+	// deliveryProps spawns every delivery actor; spawning is the delivery its producer
+	// hands over (spawnDelivery).
+	deliveryProps *actor.Props
+	spawning      *delivery
+}
+
+// stopAtOnce is an actor that stops as it starts.
+type stopAtOnce struct{}
+
+func (stopAtOnce) Receive(c actor.Context) {
+	if _, ok := c.Message().(*actor.Started); ok {
+		c.Stop(c.Self())
+	}
 }
 
 func (a *subscriptionActor) Receive(c actor.Context) {
@@ -798,7 +811,22 @@ func (a *subscriptionActor) spawnDelivery(c actor.Context, d *delivery) {
 		a.busy++
 		a.handling++
 	}
-	c.Spawn(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithDispatcher(cfg.Dispatcher)))
+	if a.deliveryProps == nil {
+		// One Props for every delivery: Spawn calls the producer at once, on this actor's
+		// goroutine, so it hands over the delivery set just before. A Props per delivery
+		// cost four allocations a row. A delivery actor is never restarted (decide stops
+		// a failed one); were one, it would get an actor that stops itself.
+		a.deliveryProps = actor.PropsFromProducer(func() actor.Actor {
+			d := a.spawning
+			a.spawning = nil
+			if d == nil {
+				return stopAtOnce{}
+			}
+			return d
+		}, actor.WithDispatcher(cfg.Dispatcher))
+	}
+	a.spawning = d
+	c.Spawn(a.deliveryProps)
 }
 
 // waitRoom is how many claimed rows may wait beyond the workers: Prefetch's, and with
