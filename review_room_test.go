@@ -103,8 +103,12 @@ func review16SlowAfterFast(t *testing.T, h *harness, _ rowactor.Form) {
 	most := <-peak
 	a, b := handled[0].Load(), handled[1].Load()
 	t.Logf("slow phase: peak rows held %d; processes handled %d and %d", most, a, b)
-	if limit := 2 * (workers + 2); most > limit {
-		t.Errorf("two subscriptions of %d workers with 100 ms handlers held %d rows at once; want at most %d (workers and about one row of room each)", workers, most, limit)
+	// The room is one claim's worth: ceil(workers × claim / 100 ms) rows, 1 or 2 while a
+	// claim takes under 50 ms, 3 when the machine is loaded and claims take up to 75 ms (a
+	// full CI run saw 13 rows held once). The hoarding this test guards against held 19 to
+	// 73.
+	if limit := 2 * (workers + 3); most > limit {
+		t.Errorf("two subscriptions of %d workers with 100 ms handlers held %d rows at once; want at most %d (workers and one claim's worth of room each)", workers, most, limit)
 	}
 	if a+b != rows || a < rows*4/10 || b < rows*4/10 {
 		t.Errorf("the two processes handled %d and %d of %d slow rows; want each 40–60%%", a, b, rows)
