@@ -57,7 +57,8 @@ func IDs(leases []Lease) []int64 {
 // other sessions hold on their rows (bounded by ctx), where ExtendLeases skips such rows.
 // The renewer uses it for leases it found busy, one statement at a time: a lock held a
 // moment (another claim's read of the row, say) is waited out before the lease runs out,
-// and at most the renewer's one connection waits.
+// and at most the renewer's one connection waits. An extension cut short by ctx moves
+// nothing, then or later (see LeaseBatchQueue.SettleLeaseWaiting).
 type WaitingExtender interface {
 	ExtendLeasesWaiting(ctx context.Context, until time.Time, held []Lease) ([]int64, error)
 }

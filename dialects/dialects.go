@@ -105,15 +105,36 @@ func ProbeChunk(n int) int {
 	return c
 }
 
-// ProbeSpread gives a table without groups the one answer its probe asked for (the
-// first) in every entry.
-func ProbeSpread(t Table, due []bool) []bool {
-	if t.Group == "" && len(due) > 0 {
+// DueRows is the result of a due probe, as pgx and database/sql both return it: one row
+// per due queue, holding the queue's place in the chunk.
+type DueRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// ReadDue reads a probe of n queues: entry i is true when a row named i. A table without
+// groups asked one question (the first entry), whose answer goes in every entry.
+func ReadDue(rows DueRows, t Table, n int) ([]bool, error) {
+	due := make([]bool, n)
+	for rows.Next() {
+		var i int
+		if err := rows.Scan(&i); err != nil {
+			return nil, err
+		}
+		if i >= 0 && i < n {
+			due[i] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if t.Group == "" && n > 0 {
 		for i := range due {
 			due[i] = due[0]
 		}
 	}
-	return due
+	return due, nil
 }
 
 // ProbeMax is the most groups one DueQueues statement asks about.
@@ -172,6 +193,11 @@ type LeaseQueue interface {
 	// SettleLease runs the step's statement fenced by the token. It reports false, with
 	// no change to the row, when the row no longer holds the token.
 	SettleLease(ctx context.Context, step Step, held Lease) (bool, error)
+
+	// Holding returns the ids of held whose rows hold their tokens, read without locking
+	// or waiting for a lock. The renewer reads back what a round it did not hear the end
+	// of wrote.
+	Holding(ctx context.Context, held []Lease) ([]int64, error)
 }
 
 // FIFOQueue is a queue opened for a table with FIFO groups whose claims take only the
@@ -195,6 +221,12 @@ type LeaseBatchQueue interface {
 	// naming it: another session held its row's lock and the row still holds its token;
 	// the ids returned beside that error were settled.
 	SettleLeases(ctx context.Context, kind StepKind, now time.Time, held []Lease) ([]int64, error)
+
+	// SettleLeaseWaiting is SettleLease for a batchable step (Batchable in settler) whose
+	// row another session holds: it waits for the row's lock, up to ctx. A wait cut short
+	// changes nothing, then or later: the server ends the wait itself, or the statement
+	// runs in a transaction that commits only once its result is read.
+	SettleLeaseWaiting(ctx context.Context, step Step, held Lease) (bool, error)
 }
 
 // AdvisoryQueue serves the advisory lock form: candidates are selected with their keys,

@@ -153,8 +153,11 @@ func (r *renewer) roundOf(c actor.Context, only map[int64]struct{}) {
 		moved, err = w.ExtendLeasesWaiting(ctx, until, leases(held))
 		timedOut := ctx.Err() != nil && r.cfg.Ctx.Err() == nil
 		cancel()
-		if err != nil && timedOut {
-			// Those not moved (the statement cut short rolled back) are busy still.
+		if errors.As(err, &busyErr) {
+			busy, err = busyErr.IDs, nil // the server ended the wait (its own lock timeout)
+		} else if err != nil && timedOut {
+			// Those not moved are busy still, unless the statement did run.
+			moved = append(moved, r.readBack(held, until, moved)...)
 			busy, err = dialects.IDs(dialects.Missing(leases(held), moved)), nil
 		}
 	} else {
@@ -163,6 +166,8 @@ func (r *renewer) roundOf(c actor.Context, only map[int64]struct{}) {
 		cancel()
 		if errors.As(err, &busyErr) {
 			busy, err = busyErr.IDs, nil
+		} else if err != nil {
+			moved = append(moved, r.readBack(held, until, moved)...)
 		}
 	}
 	lost := r.cfg.Book.end(held, until, moved, err != nil, busy)
@@ -193,4 +198,48 @@ func (r *renewer) roundOf(c actor.Context, only map[int64]struct{}) {
 	if r.cfg.OnRound != nil {
 		r.cfg.OnRound(len(moved), len(lost), err)
 	}
+}
+
+// readBack reads back a round that failed, before its leases are given back to their
+// deliveries: its statement may have run on the server though its answer never came (the
+// context ended with the answer on its way: this process stalled, the network was slow,
+// the commit's reply was lost). Believing such a round moved nothing would leave the book
+// with tokens the rows no longer hold, and each delivery's settlement would find its lease
+// lost. A row that holds the round's token counts as moved when the read's answer came
+// while the lease's old token still ran: until then no other claim could take the row
+// and write that value, so the round wrote it. It returns the ids found so.
+func (r *renewer) readBack(held []*Held, until time.Time, moved []int64) []int64 {
+	missing := dialects.Missing(leases(held), moved)
+	if len(missing) == 0 {
+		return nil
+	}
+	ask := make([]dialects.Lease, len(missing))
+	old := make(map[int64]time.Time, len(missing))
+	earliest := missing[0].Token
+	for i, l := range missing {
+		ask[i] = dialects.Lease{ID: l.ID, Token: until}
+		old[l.ID] = l.Token
+		if l.Token.Before(earliest) {
+			earliest = l.Token
+		}
+	}
+	left := earliest.Sub(r.cfg.Now())
+	if left <= 0 {
+		return nil // every answer would come too late to tell whose the value is
+	}
+	ctx, cancel := context.WithTimeout(r.cfg.Ctx, min(left, r.cfg.Lease/2))
+	found, err := r.cfg.Queue.Holding(ctx, ask)
+	cancel()
+	if err != nil {
+		r.cfg.Log.Debug("rowactor: could not read back a failed lease extension", slog.Any("error", err))
+		return nil
+	}
+	now := r.cfg.Now()
+	kept := found[:0]
+	for _, id := range found {
+		if t, ok := old[id]; ok && t.After(now) {
+			kept = append(kept, id)
+		}
+	}
+	return kept
 }

@@ -351,11 +351,11 @@ func (b *Batcher) wait(r *batchReq) {
 		// a request that became the waiter late in the lane waits no longer than that.
 		wctx, wcancel := context.WithDeadline(ctx, r.busySince.Add(b.timeout))
 		var done bool
-		done, err = b.q.SettleLease(wctx, dialects.Step{Kind: r.kind, Now: r.now}, held)
+		done, err = b.q.SettleLeaseWaiting(wctx, dialects.Step{Kind: r.kind, Now: r.now}, held)
 		wcancel()
 		if done {
 			settled = []int64{held.ID}
-		} else if errors.Is(err, context.DeadlineExceeded) && wctx.Err() != nil {
+		} else if errors.As(err, &busy) || errors.Is(err, context.DeadlineExceeded) && wctx.Err() != nil {
 			err = fmt.Errorf("%w: the row stayed locked by another session for %v",
 				context.DeadlineExceeded, b.timeout)
 		}

@@ -25,6 +25,8 @@ var leaseScenarios = []scenario{
 	{name: "ClaimTokenIsLaterThanTheExpiredOne", run: testClaimTokenIsLaterThanTheExpiredOne},
 	{name: "ExtendAndBatchSkipARowAnotherSessionHolds", run: testExtendAndBatchSkipARowAnotherSessionHolds,
 		applies: concurrentWriters},
+	{name: "WaitCutShortChangesNothing", run: testWaitCutShortChangesNothing, applies: concurrentWriters},
+	{name: "RenewerReadsBackARoundItDidNotHear", run: testRenewerReadsBackARoundItDidNotHear},
 }
 
 func testClaimLeases(t *testing.T, h Harness) {

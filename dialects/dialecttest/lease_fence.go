@@ -194,3 +194,59 @@ func testExtendAndBatchSkipARowAnotherSessionHolds(t *testing.T, h Harness) {
 		t.Fatalf("busy row's own ack: %v %v", ok, err)
 	}
 }
+
+// A statement that waits for a row another session holds, cut short by its context, must
+// change nothing, also once that session lets the row go. A driver gives up on a cancelled
+// statement by closing its socket, but the server does not notice while the statement
+// waits in the lock's queue: run on its own (autocommit), the orphan would take the lock
+// when the other session ends and commit. An extension would then move the token the book
+// no longer knows, and the delivery's own settlement would find its lease lost; an ack
+// reported failed would take effect. Both waiting statements (the renewer's retry of a
+// busy lease, the batcher's waiter) must end on the server too, or never commit.
+func testWaitCutShortChangesNothing(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_waitcut", leaseTable)
+	id := e.publish(tbl, dialects.Message{Payload: []byte("p")})
+	q := e.openLease(dialects.QueueSpec{Table: tbl})
+	start := t0.Truncate(time.Second)
+	token := start.Add(10 * time.Second)
+	if rows, err := q.ClaimLeases(ctx, start, token, 1); err != nil || len(rows) != 1 {
+		t.Fatalf("claim: %v %v", ids(rows), err)
+	}
+	held := dialects.Lease{ID: id, Token: token}
+	other := h.Begin(t, e.d)
+	defer other.Rollback()
+	if err := other.Exec("UPDATE "+e.q(tbl.Name)+" SET payload = payload WHERE id = ?", id); err != nil {
+		t.Fatal(err)
+	}
+
+	if w, ok := q.(dialects.WaitingExtender); ok {
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		moved, err := w.ExtendLeasesWaiting(short, token.Add(20*time.Second), []dialects.Lease{held})
+		cancel()
+		if len(moved) != 0 || err == nil {
+			t.Fatalf("waiting extension of a row another session holds: moved %v, err %v", moved, err)
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	acked, err := q.(dialects.LeaseBatchQueue).SettleLeaseWaiting(short, dialects.Step{Kind: dialects.StepAck, Now: start}, held)
+	cancel()
+	if acked || err == nil {
+		t.Fatalf("waiting ack of a row another session holds: acked %v, err %v", acked, err)
+	}
+
+	if err := other.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever the server still ran would have run by now.
+	time.Sleep(time.Second)
+	s, ok := e.state(tbl, id)
+	if !ok {
+		t.Fatalf("row %d was acked by a settlement that returned %v", id, err)
+	}
+	sameTime(t, "the lease after the waits were cut short", s.LockedUntil, token)
+	// The lease is still the delivery's: its own ack settles it.
+	if ok, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck, Now: start}, held); !ok || err != nil {
+		t.Fatalf("the delivery's ack after the cut waits: %v %v", ok, err)
+	}
+}

@@ -110,15 +110,32 @@ func (q *leaseQueue) SettleLeases(ctx context.Context, kind dialects.StepKind, n
 // locking or waiting; on an error it returns every missing row with it.
 func (q *leaseQueue) busyOf(ctx context.Context, held []dialects.Lease, done []int64) ([]int64, error) {
 	missing := dialects.Missing(held, done)
-	var busy []int64
-	for start := 0; start < len(missing); start += maxList {
-		ids, err := q.holding(ctx, missing[start:min(start+maxList, len(missing))])
-		if err != nil {
-			return dialects.IDs(missing), err
-		}
-		busy = append(busy, ids...)
+	busy, err := q.holdingAll(ctx, missing)
+	if err != nil {
+		return dialects.IDs(missing), err
 	}
 	return busy, nil
+}
+
+// Holding reads which rows of held hold their tokens, one statement per maxList leases.
+func (q *leaseQueue) Holding(ctx context.Context, held []dialects.Lease) ([]int64, error) {
+	found, err := q.holdingAll(ctx, held)
+	if err != nil {
+		return nil, q.errorf("read leases", err)
+	}
+	return found, nil
+}
+
+func (q *leaseQueue) holdingAll(ctx context.Context, held []dialects.Lease) ([]int64, error) {
+	var found []int64
+	for start := 0; start < len(held); start += maxList {
+		ids, err := q.holding(ctx, held[start:min(start+maxList, len(held))])
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, ids...)
+	}
+	return found, nil
 }
 
 // settleOnce runs one batch transaction: the locking read of the rows holding their

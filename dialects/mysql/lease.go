@@ -300,55 +300,60 @@ func (q *leaseQueue) ExtendLeasesWaiting(ctx context.Context, until time.Time, h
 }
 
 func (q *leaseQueue) extendOnce(ctx context.Context, until time.Time, held []dialects.Lease, lock *inList) ([]int64, error) {
-	x, err := q.d.begin(ctx, sql.LevelReadCommitted)
-	if err != nil {
-		return nil, err
-	}
-	done := false
-	var connID int64
-	defer func() {
-		if !done {
-			_ = x.rollback()
-			if connID != 0 && ctx.Err() != nil {
-				q.killWaiting(connID)
-			}
+	var found []int64
+	err := q.inTx(ctx, lock == &q.batch.lockWait, func(x *txn) error {
+		var err error
+		if found, err = q.lockPairs(ctx, x, lock, held); err != nil || len(found) == 0 {
+			return err
 		}
-	}()
-	if lock == &q.batch.lockWait {
-		// A waiting read cut short by ctx: the driver closes its socket, but the server
-		// does not notice while the read waits in a lock's queue, and its transaction
-		// keeps the rows it locked already (up to innodb_lock_wait_timeout). Its
-		// session is killed then (killWaiting).
-		if err := x.tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&connID); err != nil {
-			return nil, err
+		slices.Sort(found)
+		found = slices.Compact(found) // held may name a row twice
+		slot, n := slotOf(len(found))
+		s, err := x.stmt(ctx, q.extend.text(slot))
+		if err != nil {
+			return err
 		}
-	}
-	found, err := q.lockPairs(ctx, x, lock, held)
+		args := make([]any, 0, 1+n)
+		args = idArgs(append(args, dbTime(until)), found, n)
+		// The count is not checked: a row already holding until does not count as changed.
+		_, err = s.ExecContext(ctx, args...)
+		return err
+	})
 	if err != nil {
 		return nil, err
-	}
-	if len(found) == 0 {
-		done = true
-		return nil, x.rollback()
-	}
-	slices.Sort(found)
-	found = slices.Compact(found) // held may name a row twice
-	slot, n := slotOf(len(found))
-	s, err := x.stmt(ctx, q.extend.text(slot))
-	if err != nil {
-		return nil, err
-	}
-	args := make([]any, 0, 1+n)
-	args = idArgs(append(args, dbTime(until)), found, n)
-	// The count is not checked: a row already holding until does not count as changed.
-	if _, err := s.ExecContext(ctx, args...); err != nil {
-		return nil, err
-	}
-	done = true
-	if err := x.commit(); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return found, nil
+}
+
+// inTx runs fn in a transaction of its own at read committed, committed when fn returns
+// nil. wait says fn may wait for locks other sessions hold: a wait cut short by ctx makes
+// the driver close its socket, but the server does not notice while the statement waits
+// in a lock's queue, and its transaction keeps the rows it locked already (up to
+// innodb_lock_wait_timeout). It never commits (nothing else will be read from the socket),
+// and its session is killed (killWaiting) so that its locks go at once.
+func (q *leaseQueue) inTx(ctx context.Context, wait bool, fn func(x *txn) error) error {
+	x, err := q.d.begin(ctx, sql.LevelReadCommitted)
+	if err != nil {
+		return err
+	}
+	var connID int64
+	if wait {
+		if err := x.tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&connID); err != nil {
+			_ = x.rollback()
+			return err
+		}
+	}
+	if err := fn(x); err != nil {
+		_ = x.rollback()
+		if connID != 0 && ctx.Err() != nil {
+			q.killWaiting(connID)
+		}
+		return err
+	}
+	if err := x.commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
 }
 
 // killWaiting ends the server session id, whose waiting statement its caller gave up on
@@ -389,6 +394,31 @@ func (q *leaseQueue) SettleLease(ctx context.Context, step dialects.Step, held d
 	}
 	// Every lease statement deletes the row or clears its lease, so a row that held the
 	// token is a changed row whatever the DSN's clientFoundRows says.
+	return n > 0, nil
+}
+
+// SettleLeaseWaiting runs a batchable step's statement in a transaction of its own that
+// waits for the row's lock up to ctx (inTx): a wait cut short never commits.
+func (q *leaseQueue) SettleLeaseWaiting(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
+	op := step.Kind.String()
+	text, args, move, err := q.settle.statement(step, held.ID, dbTime(held.Token))
+	if err == nil && (move || text == "" || step.Event != "") {
+		err = fmt.Errorf("a %v step does not wait for its row in a batch", step.Kind)
+	}
+	if err != nil {
+		return false, q.errorf(op, err)
+	}
+	var n int64
+	err = q.inTx(ctx, true, func(x *txn) error {
+		s, err := x.stmt(ctx, text)
+		if err == nil {
+			n, err = affected(s.ExecContext(ctx, args...))
+		}
+		return err
+	})
+	if err != nil {
+		return false, q.errorf(op, err)
+	}
 	return n > 0, nil
 }
 

@@ -26,20 +26,7 @@ func (d *Dialect) DueQueues(ctx context.Context, t dialects.Table, lease bool, g
 			return nil, err
 		}
 		defer rows.Close()
-		due := make([]bool, len(chunk))
-		for rows.Next() {
-			var i int
-			if err := rows.Scan(&i); err != nil {
-				return nil, err
-			}
-			if i >= 0 && i < len(due) {
-				due[i] = true
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		return dialects.ProbeSpread(t, due), nil
+		return dialects.ReadDue(rows, t, len(chunk))
 	})
 }
 
@@ -63,7 +50,7 @@ func probeSQL(t dialects.Table, lease bool, groups []string, now time.Time) (str
 		b.WriteString(cl.where + ")")
 		args = cl.args(args, "", now)
 		if t.Group == "" {
-			break // one question: the table's rows (ProbeSpread answers for every entry)
+			break // one question: the table's rows (ReadDue answers for every entry)
 		}
 	}
 	return b.String(), args

@@ -106,6 +106,16 @@ func (q *leaseQueue) busyOf(ctx context.Context, held []dialects.Lease, done []i
 	return busy, nil
 }
 
+// Holding reads which rows of held hold their tokens, in one statement.
+func (q *leaseQueue) Holding(ctx context.Context, held []dialects.Lease) ([]int64, error) {
+	ids, tokens := leaseArrays(held)
+	found, err := q.queryIDs(ctx, q.batch.holding, ids, tokens)
+	if err != nil {
+		return nil, q.errorf("read leases", err)
+	}
+	return found, nil
+}
+
 // leaseArrays returns the ids and tokens of held as two arrays.
 func leaseArrays(held []dialects.Lease) ([]int64, []time.Time) {
 	ids := make([]int64, len(held))
@@ -118,7 +128,12 @@ func leaseArrays(held []dialects.Lease) ([]int64, []time.Time) {
 
 // queryIDs runs a statement that returns row ids, on the pool.
 func (q *leaseQueue) queryIDs(ctx context.Context, text string, args ...any) ([]int64, error) {
-	rows, err := q.d.pool.Query(ctx, text, args...)
+	return queryIDs(ctx, q.d.pool, text, args...)
+}
+
+// queryIDs runs a query of ids on db (the pool, or a transaction).
+func queryIDs(ctx context.Context, db querier, text string, args ...any) ([]int64, error) {
+	rows, err := db.Query(ctx, text, args...)
 	if err != nil {
 		return nil, err
 	}

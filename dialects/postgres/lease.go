@@ -134,17 +134,6 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 	return moved, nil
 }
 
-// ExtendLeasesWaiting moves the leases of held that still hold their tokens, waiting (up
-// to ctx) for rows another session has locked.
-func (q *leaseQueue) ExtendLeasesWaiting(ctx context.Context, until time.Time, held []dialects.Lease) ([]int64, error) {
-	ids, tokens := leaseArrays(held)
-	moved, err := q.queryIDs(ctx, q.extendWait.text, until, ids, tokens)
-	if err != nil {
-		return nil, q.errorf("extend", err)
-	}
-	return moved, nil
-}
-
 // SettleLease runs the step's statement fenced by the token; false when the row holds
 // another token (or is gone), with nothing changed.
 func (q *leaseQueue) SettleLease(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {

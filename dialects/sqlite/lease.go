@@ -29,6 +29,8 @@ type leaseQueue struct {
 	priority bool
 	// confirm confirms a row holds a token before an event runs (events.go).
 	confirm string
+	// holds reads whether a row holds a token (Holding).
+	holds string
 
 	// extendPrefix and extendSuffix wrap the VALUES list of the extension.
 	extendPrefix string
@@ -70,6 +72,7 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 		priority:     t.Priority != "",
 		claim:        b.String(),
 		confirm:      confirmText(t),
+		holds:        "SELECT " + id + " FROM " + tq + " WHERE " + id + " = ? AND " + lu + " = ?",
 		extendPrefix: "UPDATE " + tq + " SET " + lu + " = ? WHERE (" + id + ", " + lu + ") IN (VALUES ",
 		extendSuffix: ") RETURNING " + id,
 		batch:        newBatchSQL(t),
@@ -251,6 +254,31 @@ func (q *leaseQueue) extendText(slot, n int) string {
 		q.extend[slot] = b.String()
 	}
 	return q.extend[slot]
+}
+
+// Holding reads which rows of held hold their tokens, a row at a time: the renewer reads
+// back only a round it did not hear the end of.
+func (q *leaseQueue) Holding(ctx context.Context, held []dialects.Lease) ([]int64, error) {
+	var found []int64
+	for _, l := range held {
+		rows, err := q.query(ctx, q.holds, l.ID, formatTime(l.Token))
+		if err != nil {
+			return nil, q.errorf("read leases", err)
+		}
+		ids, err := scanIDs(rows)
+		if err != nil {
+			return nil, q.errorf("read leases", err)
+		}
+		found = append(found, ids...)
+	}
+	return found, nil
+}
+
+// SettleLeaseWaiting is SettleLease: SQLite's locks live in this process, and a statement
+// whose context ends is interrupted before the call returns, so a wait cut short leaves
+// nothing to run later.
+func (q *leaseQueue) SettleLeaseWaiting(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
+	return q.SettleLease(ctx, step, held)
 }
 
 func (q *leaseQueue) SettleLease(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
