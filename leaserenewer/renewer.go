@@ -205,40 +205,50 @@ func (r *renewer) roundOf(c actor.Context, only map[int64]struct{}) {
 // context ended with the answer on its way: this process stalled, the network was slow,
 // the commit's reply was lost). Believing such a round moved nothing would leave the book
 // with tokens the rows no longer hold, and each delivery's settlement would find its lease
-// lost. A row that holds the round's token counts as moved when the read's answer came
-// while the lease's old token still ran: until then no other claim could take the row
-// and write that value, so the round wrote it. It returns the ids found so.
+// lost. A row that holds the round's token counts as moved only when no other claim can
+// have written that value, which two bounds make sure of, each on its own:
+//
+//   - the round's token is less than a lease after the old one: a claim takes the row only
+//     once the old token ended, and writes at least a lease later (every host of the
+//     subscription claims with this lease), whatever its clock says;
+//   - the read's answer came while the old token still ran by this host's clock: until
+//     then no claim on a host whose clock agrees could take the row.
+//
+// Each lease is judged on its own: one whose old token ran out does not keep the others
+// from being confirmed. It returns the ids found so.
 func (r *renewer) readBack(held []*Held, until time.Time, moved []int64) []int64 {
-	missing := dialects.Missing(leases(held), moved)
-	if len(missing) == 0 {
-		return nil
-	}
-	ask := make([]dialects.Lease, len(missing))
-	old := make(map[int64]time.Time, len(missing))
-	earliest := missing[0].Token
-	for i, l := range missing {
-		ask[i] = dialects.Lease{ID: l.ID, Token: until}
+	now := r.cfg.Now()
+	var (
+		ask    []dialects.Lease
+		latest time.Time
+	)
+	old := make(map[int64]time.Time)
+	for _, l := range dialects.Missing(leases(held), moved) {
+		if !l.Token.After(now) || !until.Before(l.Token.Add(r.cfg.Lease)) {
+			continue // an answer could not tell whose the value is
+		}
+		ask = append(ask, dialects.Lease{ID: l.ID, Token: until})
 		old[l.ID] = l.Token
-		if l.Token.Before(earliest) {
-			earliest = l.Token
+		if l.Token.After(latest) {
+			latest = l.Token
 		}
 	}
-	left := earliest.Sub(r.cfg.Now())
-	if left <= 0 {
-		return nil // every answer would come too late to tell whose the value is
+	if len(ask) == 0 {
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(r.cfg.Ctx, min(left, r.cfg.Lease/2))
+	ctx, cancel := context.WithTimeout(r.cfg.Ctx, min(latest.Sub(now), r.cfg.Lease/2))
 	found, err := r.cfg.Queue.Holding(ctx, ask)
 	cancel()
 	if err != nil {
 		r.cfg.Log.Debug("rowactor: could not read back a failed lease extension", slog.Any("error", err))
 		return nil
 	}
-	now := r.cfg.Now()
+	now = r.cfg.Now()
 	kept := found[:0]
 	for _, id := range found {
 		if t, ok := old[id]; ok && t.After(now) {
 			kept = append(kept, id)
+			delete(old, id) // a row named twice counts once
 		}
 	}
 	return kept
