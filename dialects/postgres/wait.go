@@ -73,14 +73,24 @@ func (q *leaseQueue) SettleLeaseWaiting(ctx context.Context, step dialects.Step,
 	if step.Event != "" {
 		return false, q.errorf(step.Kind.String(), fmt.Errorf("a step with an event does not wait for its row in a batch"))
 	}
-	var done bool
+	var (
+		done bool
+		serr error // the statement's own error, which names the table already
+	)
 	err := q.d.waiting(ctx, []dialects.Lease{held}, func(tx pgx.Tx) error {
-		var err error
-		done, err = q.settleOn(ctx, tx, step, held)
-		return err
+		done, serr = q.settleOn(ctx, tx, step, held)
+		return serr
 	})
 	if busy := (*dialects.RowsBusyError)(nil); errors.As(err, &busy) {
 		return false, err
 	}
-	return done, err
+	if err != nil {
+		// The transaction did not commit (or its COMMIT's answer never came): nothing is
+		// reported settled.
+		if err != serr {
+			err = q.errorf(step.Kind.String(), err) // BEGIN or COMMIT
+		}
+		return false, err
+	}
+	return done, nil
 }
