@@ -34,8 +34,10 @@ var createTableRE = regexp.MustCompile("^CREATE TABLE (?:IF NOT EXISTS )?`((?:[^
 
 func init() {
 	drivers = append(drivers, driver{
-		name:  "mysql",
-		forms: []rowactor.Form{rowactor.FormRowLock, rowactor.FormLease, rowactor.FormAdvisory},
+		name: "mysql",
+		// InnoDB queues record locks: a waiting settlement gets its row first.
+		waiterKeepsPlace: true,
+		forms:            []rowactor.Form{rowactor.FormRowLock, rowactor.FormLease, rowactor.FormAdvisory},
 		open: func(t *testing.T) func() dialects.Dialect {
 			dsn := mysqlDSN()
 			// Registered before any dialect or broker of the test, so it runs after all

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +23,9 @@ import (
 type driver struct {
 	name  string
 	forms []rowactor.Form
+	// waiterKeepsPlace says a statement waiting for a row another session holds gets it
+	// before any later statement once that session ends (dialecttest.Caps.WaiterKeepsPlace).
+	waiterKeepsPlace bool
 	// notifies says the database wakes subscriptions in other processes (LISTEN/NOTIFY).
 	notifies bool
 	// open returns a new dialect on the test's database; every call within one test
@@ -141,7 +145,7 @@ func (h *harness) second(opts ...rowactor.Option) *rowactor.Broker {
 
 func (h *harness) brokerOn(d dialects.Dialect, opts ...rowactor.Option) *rowactor.Broker {
 	h.t.Helper()
-	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: debugLevel()}))
 	opts = append([]rowactor.Option{rowactor.WithLogger(log), rowactor.WithOnSettled(func(s rowactor.Settlement) { h.settled <- s })}, opts...)
 	b, err := rowactor.New(d, opts...)
 	if err != nil {
@@ -287,4 +291,11 @@ func driverNamed(t *testing.T, name string) driver {
 	}
 	t.Fatalf("no %s driver in the matrix", name)
 	return driver{}
+}
+
+func debugLevel() slog.Level {
+	if os.Getenv("RA_TEST_DEBUG") != "" {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
 }

@@ -280,9 +280,12 @@ func (b *Batcher) settle(batch []*batchReq) {
 
 // queueBusy hands a request whose row another session holds to the busy lane. The lane
 // (one goroutine per batcher while it has work) keeps one waiter: the oldest busy request
-// runs the single-row statement, which waits for the lock, and so keeps the row's place
-// in the lock's queue (a claim elsewhere cannot take it first once the lock ends, even
-// with its lease run out); the others are tried every busyPoll with the batched statement,
+// runs the single-row statement, which waits for the lock (SettleLeaseWaiting). On
+// MariaDB that keeps the row's place in the lock's queue: a claim elsewhere cannot take
+// it first once the lock ends, even with its lease run out. PostgreSQL wakes the waiter
+// and only then locks the row, so a claim in between can take a row whose lease ran out
+// while it was held, and the ack finds its lease lost (dialecttest
+// WaitingSettlementAndALateClaim). The others are tried every busyPoll with the batched statement,
 // which skips rows still held, so a row whose lock ends soon is settled at once instead
 // of queuing behind a long wait. At most one pool connection waits, whatever the number
 // of rows another session holds. A queued request's lease is unpinned meanwhile: the

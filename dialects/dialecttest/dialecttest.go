@@ -260,6 +260,13 @@ type Caps struct {
 	// exactly its token's own time moves the lease on. MySQL counts only changed rows, so
 	// an unchanged row would read as a lost lease: it moves a microsecond on.
 	ParkNudge time.Duration
+
+	// WaiterKeepsPlace says a statement waiting for a row another session holds gets the
+	// row before any later statement once that session ends (InnoDB queues record locks).
+	// PostgreSQL does not: a waiter wakes and then locks the row, and a claim arriving in
+	// between takes it if it finds it free, so a lease that ran out while the row was held
+	// can be claimed before its waiting settlement runs.
+	WaiterKeepsPlace bool
 }
 
 // AttemptType is an attempt column type and its maximum.

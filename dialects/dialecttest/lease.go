@@ -26,6 +26,7 @@ var leaseScenarios = []scenario{
 	{name: "ExtendAndBatchSkipARowAnotherSessionHolds", run: testExtendAndBatchSkipARowAnotherSessionHolds,
 		applies: concurrentWriters},
 	{name: "WaitCutShortChangesNothing", run: testWaitCutShortChangesNothing, applies: concurrentWriters},
+	{name: "WaitingSettlementAndALateClaim", run: testWaitingSettlementAndALateClaim, applies: concurrentWriters},
 	{name: "RenewerReadsBackARoundItDidNotHear", run: testRenewerReadsBackARoundItDidNotHear},
 }
 

@@ -250,3 +250,86 @@ func testWaitCutShortChangesNothing(t *testing.T, h Harness) {
 		t.Fatalf("the delivery's ack after the cut waits: %v %v", ok, err)
 	}
 }
+
+// A settlement that waits for a row another session holds, with its lease run out
+// meanwhile (the renewer cannot write a row held by another session), races the claims
+// that come when that session ends. Whoever wins, the row is settled once: the waiting
+// ack settles it, or a claim takes it and the ack changes nothing. Where the waiter keeps
+// its place (Caps.WaiterKeepsPlace) the ack always wins.
+func testWaitingSettlementAndALateClaim(t *testing.T, h Harness) {
+	e := setup(t, h)
+	o := e.other()
+	const trials = 6
+	acked, claimed := 0, 0
+	for range trials {
+		tbl := e.table("ra_waitclaim", leaseTable)
+		id := e.publish(tbl, dialects.Message{Payload: []byte("p")})
+		q := e.openLease(dialects.QueueSpec{Table: tbl})
+		q2 := o.openLease(dialects.QueueSpec{Table: tbl})
+		now := time.Now()
+		token := now.Add(200 * time.Millisecond)
+		if rows, err := q.ClaimLeases(ctx, now, token, 1); err != nil || len(rows) != 1 {
+			t.Fatalf("claim: %v %v", ids(rows), err)
+		}
+		other := h.Begin(t, e.d)
+		if err := other.Exec("UPDATE "+e.q(tbl.Name)+" SET payload = payload WHERE id = ?", id); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			ok  bool
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			ok, err := q.(dialects.LeaseBatchQueue).SettleLeaseWaiting(ctx,
+				dialects.Step{Kind: dialects.StepAck, Now: now}, dialects.Lease{ID: id, Token: token})
+			done <- result{ok, err}
+		}()
+		time.Sleep(300 * time.Millisecond) // the lease runs out; the ack waits
+		stop := make(chan struct{})
+		took := make(chan int, 1)
+		go func() { // another process claims as fast as it can
+			n := 0
+			defer func() { took <- n }()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c := time.Now()
+				rows, err := q2.ClaimLeases(ctx, c, c.Add(time.Minute), 1)
+				if err != nil {
+					t.Errorf("the other process's claim: %v", err)
+					return
+				}
+				n += len(rows)
+			}
+		}()
+		time.Sleep(20 * time.Millisecond)
+		if err := other.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		close(stop)
+		n := <-took
+		if r.err != nil {
+			t.Fatalf("the waiting ack: %v", r.err)
+		}
+		_, exists := e.state(tbl, id)
+		switch {
+		case r.ok && (n != 0 || exists):
+			t.Fatalf("the waiting ack settled the row and yet it was claimed %d times (exists %v)", n, exists)
+		case !r.ok && (n != 1 || !exists):
+			t.Fatalf("the waiting ack settled nothing and the row was claimed %d times (exists %v)", n, exists)
+		case r.ok:
+			acked++
+		default:
+			claimed++
+		}
+	}
+	t.Logf("of %d trials, the waiting ack settled %d; a later claim took the row in %d", trials, acked, claimed)
+	if h.Caps().WaiterKeepsPlace && claimed > 0 {
+		t.Fatalf("a claim took the row before its waiting ack in %d of %d trials", claimed, trials)
+	}
+}

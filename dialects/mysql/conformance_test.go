@@ -34,6 +34,7 @@ func (harness) Caps() dialecttest.Caps {
 		RowLock:                 true,
 		ListChunk:               maxList,
 		ParkNudge:               time.Microsecond,
+		WaiterKeepsPlace:        true,
 		// Racing guards may all see each other's row locks.
 		FIFORacingClaimsMayAllMiss: true,
 	}
