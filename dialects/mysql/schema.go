@@ -73,7 +73,11 @@ func columnType(role string) string {
 	case "Priority":
 		return "INT NOT NULL DEFAULT 0"
 	case "UniqueKey":
-		return "VARCHAR(191) NULL" // 191 utf8mb4 characters: InnoDB's longest indexed prefix
+		// Bytes, as PostgreSQL and SQLite compare keys: a VARCHAR's collation would make
+		// keys that differ in case, accents or trailing spaces one key, and a publish of
+		// the second would return the first's row and write nothing. 767 bytes: the
+		// longest index key of every InnoDB row format (191 utf8mb4 characters at least).
+		return "VARBINARY(767) NULL"
 	}
 	// Advisory key placeholder columns.
 	return "VARCHAR(191) NULL"
