@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -108,9 +109,12 @@ func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limi
 	}
 	defer rows.Close()
 	var out []dialects.Row
-	var prio map[int64]int64 // by id, when the table has priorities
+	// Each row's priority, by id, when the table has priorities. Read as whatever the
+	// column holds: a NULL (a hand-written table's nullable column) or any other value
+	// SQLite keeps is a row like the others, never an unreadable one.
+	var prio map[int64]any
 	for rows.Next() {
-		var p int64
+		var p any
 		var extra []any
 		if q.priority {
 			extra = append(extra, &p)
@@ -123,7 +127,7 @@ func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limi
 		out = append(out, r)
 		if q.priority {
 			if prio == nil {
-				prio = map[int64]int64{}
+				prio = map[int64]any{}
 			}
 			prio[r.ID] = p
 		}
@@ -133,7 +137,7 @@ func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limi
 	}
 	// RETURNING yields rows in no particular order; deliveries go out in claim order.
 	slices.SortFunc(out, func(a, b dialects.Row) int {
-		if c := cmpInt64(prio[a.ID], prio[b.ID]); c != 0 {
+		if c := cmpValues(prio[a.ID], prio[b.ID]); c != 0 {
 			return c
 		}
 		return cmpInt64(a.ID, b.ID)
@@ -181,6 +185,53 @@ func (q *queue) scanRow(rows *sql.Rows, withKey bool, extra ...any) (dialects.Ro
 	r.Attempt = int(attempt.Int64)
 	r.Key = key.String
 	return r, nil
+}
+
+// cmpValues compares two column values as SQLite's ORDER BY does: NULL first, then
+// numbers (by value), then text, then blobs.
+func cmpValues(a, b any) int {
+	rank := func(v any) int {
+		switch v.(type) {
+		case nil:
+			return 0
+		case int64, float64:
+			return 1
+		case string:
+			return 2
+		}
+		return 3
+	}
+	if ra, rb := rank(a), rank(b); ra != rb {
+		return cmpInt64(int64(ra), int64(rb))
+	}
+	switch x := a.(type) {
+	case int64:
+		if y, ok := b.(int64); ok {
+			return cmpInt64(x, y)
+		}
+		return cmpFloat(float64(x), b.(float64))
+	case float64:
+		if y, ok := b.(int64); ok {
+			return cmpFloat(x, float64(y))
+		}
+		return cmpFloat(x, b.(float64))
+	case string:
+		return strings.Compare(x, b.(string))
+	case []byte:
+		y, _ := b.([]byte)
+		return bytes.Compare(x, y)
+	}
+	return 0
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 func cmpInt64(a, b int64) int {
