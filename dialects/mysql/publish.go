@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/rowactor/rowactor/dialects"
 )
@@ -38,6 +40,18 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 	}
 	if t.UniqueKey != "" {
 		cols = append(cols, quote(t.UniqueKey))
+	}
+	if t.Priority != "" {
+		var err error
+		if p.prioMin, p.prioMax, p.prioType, err = d.priorityRange(ctx, t); err != nil {
+			return nil, err
+		}
+	}
+	if t.UniqueKey != "" {
+		var err error
+		if p.keyMax, p.keyBytes, p.keyType, err = d.uniqueKeyLength(ctx, t); err != nil {
+			return nil, err
+		}
 	}
 	p.insert = insertText(t, cols)
 	p.insertHeaders = p.insert
@@ -80,6 +94,16 @@ type publisher struct {
 	hasRetryAfter bool
 	hasPriority   bool
 	hasUnique     bool
+	// prioMin and prioMax bound what the priority column holds (its COLUMN_TYPE is
+	// prioType): a session without strict mode would store a value beyond them clamped.
+	prioMin, prioMax int64
+	prioType         string
+	// keyMax is the longest unique key the column holds, in bytes when keyBytes, else in
+	// characters (its COLUMN_TYPE is keyType); 0 when unbounded. A session without strict
+	// mode would store a longer key cut, and two keys could then become one.
+	keyMax        int64
+	keyBytes      bool
+	keyType       string
 	insert        string
 	insertHeaders string
 	maxPacket     int64 // the server's max_allowed_packet when the publisher was built
@@ -99,6 +123,21 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 	}
 	if !m.NotBefore.IsZero() && !p.hasRetryAfter {
 		return 0, p.errorf(errors.New("Message.NotBefore needs a retry_after column, and the table has none"))
+	}
+	if p.hasPriority && (int64(m.Priority) < p.prioMin || int64(m.Priority) > p.prioMax) {
+		return 0, p.errorf(fmt.Errorf("priority %d does not fit the priority column (%s: %d to %d); publish a priority in that range, "+
+			"or widen the column (ALTER TABLE ... MODIFY ... BIGINT NOT NULL DEFAULT 0)", m.Priority, p.prioType, p.prioMin, p.prioMax))
+	}
+	if m.UniqueKey != "" && p.keyMax > 0 {
+		n := int64(utf8.RuneCountInString(m.UniqueKey))
+		unit := "characters"
+		if p.keyBytes {
+			n, unit = int64(len(m.UniqueKey)), "bytes"
+		}
+		if n > p.keyMax {
+			return 0, p.errorf(fmt.Errorf("the unique key is %d %s and the unique key column (%s) holds %d; publish a shorter key "+
+				"(a hash of a long one), or widen the column", n, unit, p.keyType, p.keyMax))
+		}
 	}
 	if err := p.checkSize(m); err != nil {
 		return 0, err
@@ -162,6 +201,52 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 		return 0, p.errorf(err)
 	}
 	return id, nil
+}
+
+// priorityRange reads the priority column's type from the catalog and returns the range
+// of values it holds; a column of a type that is not an integer gets the whole int64
+// range (the server then judges the value).
+func (d *Dialect) priorityRange(ctx context.Context, t dialects.Table) (lo, hi int64, typ string, err error) {
+	var dataType string
+	err = d.db.QueryRowContext(ctx, "SELECT DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS "+
+		"WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?", t.Name, t.Priority).Scan(&dataType, &typ)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, "", fmt.Errorf("mysql: table %s has no priority column %s", t.Name, t.Priority)
+	}
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("mysql: read the priority column's type of table %s: %w", t.Name, err)
+	}
+	switch strings.ToLower(dataType) {
+	case "tinyint", "smallint", "mediumint", "int", "integer", "bigint":
+	default:
+		return math.MinInt64, math.MaxInt64, typ, nil
+	}
+	unsigned := strings.Contains(strings.ToLower(typ), "unsigned")
+	hi = integerMax(dataType, unsigned)
+	if !unsigned {
+		lo = -hi - 1
+	}
+	return lo, hi, typ, nil
+}
+
+// uniqueKeyLength reads the unique key column's type from the catalog and returns the
+// longest key it holds, in bytes for a binary type and in characters otherwise.
+func (d *Dialect) uniqueKeyLength(ctx context.Context, t dialects.Table) (max int64, inBytes bool, typ string, err error) {
+	var dataType string
+	var length sql.NullInt64
+	err = d.db.QueryRowContext(ctx, "SELECT DATA_TYPE, COLUMN_TYPE, CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS "+
+		"WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?", t.Name, t.UniqueKey).Scan(&dataType, &typ, &length)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, "", fmt.Errorf("mysql: table %s has no unique key column %s", t.Name, t.UniqueKey)
+	}
+	if err != nil {
+		return 0, false, "", fmt.Errorf("mysql: read the unique key column's type of table %s: %w", t.Name, err)
+	}
+	switch strings.ToLower(dataType) {
+	case "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob":
+		inBytes = true
+	}
+	return length.Int64, inBytes, typ, nil
 }
 
 // checkSize refuses a message the server would refuse for its max_allowed_packet.
