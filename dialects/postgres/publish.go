@@ -66,8 +66,11 @@ func insertText(t dialects.Table, cols, vals []string) string {
 	conflict := ""
 	if t.UniqueKey != "" {
 		// A key a row holds already: nothing is inserted, nor notified (Publish looks the
-		// row up).
-		conflict = " ON CONFLICT DO NOTHING"
+		// row up). The target names the key's column, so a conflict on another unique
+		// index of the table is the error it is, never a silent "held already"; and a
+		// table without a unique index on the key fails here instead of taking
+		// duplicates.
+		conflict = " ON CONFLICT (" + quote(t.UniqueKey) + ") DO NOTHING"
 	}
 	return "WITH ins AS (INSERT INTO " + quote(t.Name) + " (" + strings.Join(cols, ", ") + ") VALUES (" +
 		strings.Join(vals, ", ") + ")" + conflict + " RETURNING " + quote(t.ID) + " AS id) SELECT id, pg_notify(" +

@@ -73,7 +73,10 @@ func insertText(t dialects.Table, cols, vals []string) string {
 	}
 	s += ")"
 	if t.UniqueKey != "" {
-		s += " ON CONFLICT DO NOTHING" // a key a row holds already: no row, Publish looks it up
+		// A key a row holds already: no row, Publish looks it up. The target names the
+		// key's column (see the PostgreSQL dialect): another unique index's conflict stays
+		// an error, and a key without a unique index fails instead of taking duplicates.
+		s += " ON CONFLICT (" + quote(t.UniqueKey) + ") DO NOTHING"
 	}
 	return s + " RETURNING " + quote(t.ID)
 }
