@@ -30,6 +30,9 @@ var (
 	// ErrConfig matches every *ConfigError.
 	ErrConfig = dialects.ErrConfig
 
+	// ErrNotFound reports a row id the table does not hold (Inspect).
+	ErrNotFound = dialects.ErrRowNotFound
+
 	// ErrShutdownInHandler reports a Shutdown called from a handler (or from a hook
 	// rowactor runs, such as WithOnSettled): it cannot wait for the delivery that called
 	// it, so it returns at once and the broker shuts down in the background once that

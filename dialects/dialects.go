@@ -105,17 +105,9 @@ func ProbeChunk(n int) int {
 	return c
 }
 
-// DueRows is the result of a due probe, as pgx and database/sql both return it: one row
-// per due queue, holding the queue's place in the chunk.
-type DueRows interface {
-	Next() bool
-	Scan(dest ...any) error
-	Err() error
-}
-
 // ReadDue reads a probe of n queues: entry i is true when a row named i. A table without
 // groups asked one question (the first entry), whose answer goes in every entry.
-func ReadDue(rows DueRows, t Table, n int) ([]bool, error) {
+func ReadDue(rows Rows, t Table, n int) ([]bool, error) {
 	due := make([]bool, n)
 	for rows.Next() {
 		var i int

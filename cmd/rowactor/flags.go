@@ -152,20 +152,11 @@ func resolveDSN(e *env, flagValue string) (string, error) {
 // openTimeout bounds connecting to the database, not the command.
 const openTimeout = 30 * time.Second
 
-// openAdmin opens the database and finds its operator's commands. The broker is the
-// library's, with polling only (no LISTEN connection): close shuts it down and closes the
-// database.
+// openAdmin opens the database and finds its operator's commands (openBroker).
 func openAdmin(ctx context.Context, dsn string) (dialects.Admin, func(), error) {
-	octx, cancel := context.WithTimeout(ctx, openTimeout)
-	defer cancel()
-	b, err := rowactor.Open(octx, dsn, rowactor.WithPollOnly())
+	b, closeFn, err := openBroker(ctx, dsn)
 	if err != nil {
 		return nil, nil, err
-	}
-	closeFn := func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_, _ = b.Shutdown(sctx)
 	}
 	a, ok := b.Dialect().(dialects.Admin)
 	if !ok {
@@ -173,4 +164,20 @@ func openAdmin(ctx context.Context, dsn string) (dialects.Admin, func(), error) 
 		return nil, nil, fmt.Errorf("the %s dialect serves no operator's commands (dialects.Admin)", b.Dialect().Name())
 	}
 	return a, closeFn, nil
+}
+
+// openBroker opens the database with the library's broker, polling only (no LISTEN
+// connection): close shuts it down and closes the database.
+func openBroker(ctx context.Context, dsn string) (*rowactor.Broker, func(), error) {
+	octx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	b, err := rowactor.Open(octx, dsn, rowactor.WithPollOnly())
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, _ = b.Shutdown(sctx)
+	}, nil
 }

@@ -319,6 +319,7 @@ var topics = []struct {
 	{"poison", poisonScenarios},
 	{"validate", validateScenarios},
 	{"admin", adminScenarios},
+	{"inspect", inspectScenarios},
 	{"events", eventScenarios},
 	{"txn", txnScenarios},
 	{"rowlock", rowLockScenarios},
