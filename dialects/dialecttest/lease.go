@@ -26,6 +26,8 @@ var leaseScenarios = []scenario{
 	{name: "ExtendAndBatchSkipARowAnotherSessionHolds", run: testExtendAndBatchSkipARowAnotherSessionHolds,
 		applies: concurrentWriters},
 	{name: "WaitCutShortChangesNothing", run: testWaitCutShortChangesNothing, applies: concurrentWriters},
+	{name: "WaitCancelledWithoutDeadlineChangesNothing", run: testWaitCancelledWithoutDeadlineChangesNothing,
+		applies: concurrentWriters},
 	{name: "WaitingSettlementAndALateClaim", run: testWaitingSettlementAndALateClaim, applies: concurrentWriters},
 	{name: "RenewerReadsBackARoundItDidNotHear", run: testRenewerReadsBackARoundItDidNotHear},
 }

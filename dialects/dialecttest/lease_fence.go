@@ -333,3 +333,51 @@ func testWaitingSettlementAndALateClaim(t *testing.T, h Harness) {
 		t.Fatalf("a claim took the row before its waiting ack in %d of %d trials", claimed, trials)
 	}
 }
+
+// A waiting ack and a waiting extension whose context has no deadline (PostgreSQL sets no
+// lock_timeout then; MariaDB goes through its kill path) and is cancelled while another
+// session holds the row change nothing, also once that session commits, and name the
+// table in their errors. Run on a lease table and on one with only the lease columns.
+func testWaitCancelledWithoutDeadlineChangesNothing(t *testing.T, h Harness) {
+	e := setup(t, h)
+	minimal := func(name string) dialects.Table {
+		return dialects.Table{Name: name, ID: "id", Payload: "payload", Attempt: "attempt", LockedUntil: "locked_until"}
+	}
+	for _, shape := range []func(string) dialects.Table{leaseTable, minimal} {
+		tbl := e.table("ra_rbw", shape)
+		id := e.publish(tbl, dialects.Message{Payload: []byte("p")})
+		q := e.openLease(dialects.QueueSpec{Table: tbl}).(dialects.LeaseBatchQueue)
+		now := time.Now()
+		held := dialects.Lease{ID: id, Token: now.Truncate(time.Second).Add(30 * time.Second)}
+		if rows, err := q.ClaimLeases(ctx, now, held.Token, 1); err != nil || len(rows) != 1 {
+			t.Fatalf("claim: %v %v", ids(rows), err)
+		}
+		other := h.Begin(t, e.d)
+		defer other.Rollback()
+		if err := other.Exec("UPDATE "+e.q(tbl.Name)+" SET payload = payload WHERE id = ?", id); err != nil {
+			t.Fatal(err)
+		}
+		cut := func() context.Context {
+			c, cancel := context.WithCancel(ctx)
+			time.AfterFunc(300*time.Millisecond, cancel)
+			return c
+		}
+		moved, err := q.(dialects.WaitingExtender).ExtendLeasesWaiting(cut(), held.Token.Add(time.Minute), []dialects.Lease{held})
+		if len(moved) != 0 || err == nil {
+			t.Fatalf("%s: waiting extension cancelled: moved %v, err %v", tbl.Name, moved, err)
+		}
+		contains(t, err.Error(), tbl.Name)
+		done, err := q.SettleLeaseWaiting(cut(), dialects.Step{Kind: dialects.StepAck, Now: now}, held)
+		if done || err == nil {
+			t.Fatalf("%s: waiting ack cancelled: done %v, err %v", tbl.Name, done, err)
+		}
+		contains(t, err.Error(), tbl.Name)
+		if err := other.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		if found, err := q.Holding(ctx, []dialects.Lease{held}); err != nil || len(found) != 1 {
+			t.Fatalf("%s: the row after the cancelled waits no longer holds its token: %v %v", tbl.Name, found, err)
+		}
+	}
+}
