@@ -2,13 +2,10 @@ package mysql
 
 import (
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
-	"github.com/rowactor/rowactor/dialects"
 	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
@@ -23,43 +20,23 @@ func FuzzQuote(f *testing.F) {
 	f.Add("a`b")
 	f.Add(`a"b\';--`)
 	f.Fuzz(func(t *testing.T, name string) {
-		q := quote(name)
-		got, ok := dialecttest.Unquote(q, '`')
-		if !ok {
-			t.Fatalf("quote(%q) = %q: not one backtick-quoted identifier", name, q)
-		}
-		if got != name {
-			t.Fatalf("quote(%q) = %q, which unquotes to %q", name, q, got)
-		}
-		l := literal(name)
-		const pre, post = "_utf8mb4 X'", "'"
-		if !strings.HasPrefix(l, pre) || !strings.HasSuffix(l, post) {
-			t.Fatalf("literal(%q) = %q", name, l)
-		}
-		raw, err := hex.DecodeString(l[len(pre) : len(l)-len(post)])
-		if err != nil || string(raw) != name {
-			t.Fatalf("literal(%q) = %q, which decodes to %q (%v)", name, l, raw, err)
-		}
-
-		for _, tbl := range []dialects.Table{
-			{Name: name, ID: "id", Payload: "payload"},
-			{Name: "jobs", ID: "id", Payload: name},
-		} {
-			err := checkNames(tbl, "")
-			long := utf8.RuneCountInString(name) > maxIdentifier
-			if long != (err != nil) {
-				t.Fatalf("checkNames(%+v) = %v for a %d-character name", tbl, err, utf8.RuneCountInString(name))
-			}
-			if err == nil {
-				continue
-			}
-			var ce *dialects.ConfigError
-			if !errors.As(err, &ce) || ce.Fix == "" || !strings.Contains(err.Error(), fmt.Sprintf("%q", name)) {
-				t.Fatalf("checkNames(%+v) = %v: want a *ConfigError naming %q with a fix", tbl, err, name)
-			}
-		}
+		dialecttest.CheckQuoting(t, name, dialecttest.Quoting{
+			Quote: quote, Mark: '`', Literal: literal, Unliteral: unhex,
+			CheckNames: checkNames,
+			TooLong:    func(name string) bool { return utf8.RuneCountInString(name) > maxIdentifier },
+		})
 		if n := utf8.RuneCountInString(LockName("test", name)); n > 64 {
 			t.Fatalf("LockName(test, %q) is %d characters", name, n)
 		}
 	})
+}
+
+// unhex reads back a literal: hex, whatever sql_mode says about backslashes.
+func unhex(l string) (string, bool) {
+	const pre, post = "_utf8mb4 X'", "'"
+	if !strings.HasPrefix(l, pre) || !strings.HasSuffix(l, post) || len(l) < len(pre)+len(post) {
+		return "", false
+	}
+	raw, err := hex.DecodeString(l[len(pre) : len(l)-len(post)])
+	return string(raw), err == nil
 }

@@ -1,13 +1,9 @@
 package postgres
 
 import (
-	"errors"
-	"fmt"
-	"strings"
 	"testing"
 	"unicode/utf8"
 
-	"github.com/rowactor/rowactor/dialects"
 	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
@@ -24,37 +20,11 @@ func FuzzQuote(f *testing.F) {
 	f.Add(`a"b`)
 	f.Add("a`b;--")
 	f.Fuzz(func(t *testing.T, name string) {
-		q := quote(name)
-		got, ok := dialecttest.Unquote(q, '"')
-		if !ok {
-			t.Fatalf("quote(%q) = %q: not one double-quoted identifier", name, q)
-		}
-		if got != name {
-			t.Fatalf("quote(%q) = %q, which unquotes to %q", name, q, got)
-		}
-		l := literal(name)
-		got, ok = unescapeFuzz(l)
-		if !ok || got != name {
-			t.Fatalf("literal(%q) = %q, which unquotes to %q (ok %v)", name, l, got, ok)
-		}
-
-		for _, tbl := range []dialects.Table{
-			{Name: name, ID: "id", Payload: "payload"},
-			{Name: "jobs", ID: "id", Payload: name},
-		} {
-			err := checkNames(tbl, "")
-			long := len(name) > maxIdent
-			if long != (err != nil) {
-				t.Fatalf("checkNames(%+v) = %v for a %d-byte name", tbl, err, len(name))
-			}
-			if err == nil {
-				continue
-			}
-			var ce *dialects.ConfigError
-			if !errors.As(err, &ce) || ce.Fix == "" || !strings.Contains(err.Error(), fmt.Sprintf("%q", name)) {
-				t.Fatalf("checkNames(%+v) = %v: want a *ConfigError naming %q with a fix", tbl, err, name)
-			}
-		}
+		dialecttest.CheckQuoting(t, name, dialecttest.Quoting{
+			Quote: quote, Mark: '"', Literal: literal, Unliteral: unescapeFuzz,
+			CheckNames: checkNames,
+			TooLong:    func(name string) bool { return len(name) > maxIdent },
+		})
 		if len(name) <= maxIdent {
 			idx := indexName(name)
 			if len(idx) > maxIdent || (utf8.ValidString(name) && !utf8.ValidString(idx)) {

@@ -22,19 +22,8 @@ func FuzzQuote(f *testing.F) {
 	f.Add("a`b")
 	f.Add(`a"b;--`)
 	f.Fuzz(func(t *testing.T, name string) {
-		q := quote(name)
-		got, ok := dialecttest.Unquote(q, '`')
-		if !ok {
-			t.Fatalf("quote(%q) = %q: not one backtick-quoted identifier", name, q)
-		}
-		if got != name {
-			t.Fatalf("quote(%q) = %q, which unquotes to %q", name, q, got)
-		}
-		l := literal(name)
-		got, ok = dialecttest.Unquote(l, '\'')
-		if !ok || got != name {
-			t.Fatalf("literal(%q) = %q, which unquotes to %q (ok %v)", name, l, got, ok)
-		}
+		dialecttest.CheckQuoting(t, name, dialecttest.Quoting{Quote: quote, Mark: '`', Literal: literal,
+			Unliteral: func(l string) (string, bool) { return dialecttest.Unquote(l, '\'') }})
 	})
 }
 
