@@ -76,30 +76,29 @@ func (e *env) table(prefix string, shape func(string) dialects.Table) dialects.T
 // create creates the table Schema renders for tbl.
 func (e *env) create(tbl dialects.Table) {
 	e.t.Helper()
-	ddl, err := e.d.Schema(tbl)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, s := range strings.Split(ddl, ";\n") {
-		if strings.TrimSpace(s) != "" {
-			e.exec(s)
-		}
-	}
+	CreateTable(e.t, e.d, tbl, func(s string) { e.exec(s) })
 }
 
-func leaseTable(name string) dialects.Table {
+// LeaseTable is the lease form's table the suite and the dialects' tests use.
+func LeaseTable(name string) dialects.Table {
 	return dialects.Table{Name: name, ID: "id", Payload: "payload", Group: "grp", Attempt: "attempt",
 		RetryAfter: "retry_after", LockedUntil: "locked_until", Headers: "headers"}
 }
 
-func rowLockTable(name string) dialects.Table {
+// RowLockTable is the row lock form's table the suite and the dialects' tests use.
+func RowLockTable(name string) dialects.Table {
 	return dialects.Table{Name: name, ID: "id", Payload: "payload", Group: "grp", Attempt: "attempt",
 		RetryAfter: "retry_after", Headers: "headers"}
 }
 
-func advisoryTable(name string) dialects.Table {
+// AdvisoryTable is the advisory form's table the suite uses, its key ending in a quote
+// and a backslash.
+func AdvisoryTable(name string) dialects.Table { return AdvisoryTableKeyed(name, `'s\`) }
+
+// AdvisoryTableKeyed is AdvisoryTable with its key, name-{account}, ending in suffix.
+func AdvisoryTableKeyed(name, suffix string) dialects.Table {
 	return dialects.Table{Name: name, ID: "id", Payload: "payload", Attempt: "attempt", ProcessedAt: "processed_at",
-		RetryAfter: "retry_after", AdvisoryKey: name + "-{account}'s\\"}
+		RetryAfter: "retry_after", AdvisoryKey: name + "-{account}" + suffix}
 }
 
 // keyOf is the key advisoryTable's template renders for account.
@@ -183,15 +182,20 @@ func sameTime(t *testing.T, what string, got *time.Time, want time.Time) {
 
 func isTime(got *time.Time, want time.Time) bool { return got != nil && got.Equal(stored(want)) }
 
-func sameState(a, b RowState) bool {
+// SameState says a and b are the same row state (times equal, or both NULL).
+func SameState(a, b RowState) bool {
 	eq := func(x, y *time.Time) bool { return (x == nil) == (y == nil) && (x == nil || x.Equal(*y)) }
 	return a.Attempt == b.Attempt && a.Group == b.Group && eq(a.LockedUntil, b.LockedUntil) &&
 		eq(a.RetryAfter, b.RetryAfter) && eq(a.ProcessedAt, b.ProcessedAt)
 }
 
 var (
-	configError = ConfigError
-	contains    = Contains
-	ids         = IDs
-	tryLock     = TryLock
+	sameState     = SameState
+	leaseTable    = LeaseTable
+	rowLockTable  = RowLockTable
+	advisoryTable = AdvisoryTable
+	configError   = ConfigError
+	contains      = Contains
+	ids           = IDs
+	tryLock       = TryLock
 )

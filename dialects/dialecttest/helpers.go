@@ -1,8 +1,10 @@
 package dialecttest
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -196,4 +198,86 @@ func LockFirst(t *testing.T, q dialects.AdvisoryQueue) (dialects.Session, dialec
 		t.Fatal("lock refused")
 	}
 	return s, cands[0]
+}
+
+// SchemaText checks the text d's Schema renders: wantLease for a lease table named name
+// with a processed_at column, wantAdvisory for table "m" (id, body) keyed on {id} and
+// {account}; a description without columns it refuses.
+func SchemaText(t *testing.T, d dialects.Dialect, name, wantLease, wantAdvisory string) {
+	t.Helper()
+	tbl := LeaseTable(name)
+	tbl.ProcessedAt = "processed_at"
+	for _, c := range []struct {
+		tbl  dialects.Table
+		want string
+	}{
+		{tbl, wantLease},
+		{dialects.Table{Name: "m", ID: "id", Payload: "body", AdvisoryKey: "m-{id}-{account}"}, wantAdvisory},
+	} {
+		got, err := d.Schema(c.tbl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("schema:\n%s\nwant:\n%s", got, c.want)
+		}
+	}
+	if _, err := d.Schema(dialects.Table{Name: "n"}); err == nil {
+		t.Error("a description without columns was rendered")
+	}
+}
+
+// Env is the environment variable name's value, or fallback when it is unset or empty:
+// the dialects' tests name their servers so.
+func Env(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}
+
+// CreateTable creates the table d's Schema renders for tbl, running each statement of it
+// with exec.
+func CreateTable(t *testing.T, d dialects.Dialect, tbl dialects.Table, exec func(stmt string)) {
+	t.Helper()
+	ddl, err := d.Schema(tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range strings.Split(ddl, ";\n") {
+		if strings.TrimSpace(s) != "" {
+			exec(s)
+		}
+	}
+}
+
+// CatalogColumns checks a dialect's reading of its catalog (its unexported catalogOf):
+// table's columns print as want (fmt.Sprint), and a missing table has none.
+func CatalogColumns(t *testing.T, catalog func(context.Context, string) ([]dialects.CatalogColumn, error), table, want string) {
+	t.Helper()
+	cols, err := catalog(ctx, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(cols); got != want {
+		t.Fatalf("catalog of %s: %s, want %s", table, got, want)
+	}
+	if cols, err := catalog(ctx, table+"_missing"); err != nil || len(cols) != 0 {
+		t.Fatalf("a missing table: %v, %v", cols, err)
+	}
+}
+
+// DeadLetterOne claims one row of q as of t0 and moves it to the dead-letter table; it
+// returns the row's id.
+func DeadLetterOne(t *testing.T, q dialects.LeaseQueue) int64 {
+	t.Helper()
+	rows, err := q.ClaimLeases(ctx, t0, t0.Add(30*time.Second), 1)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("claim: %v, %v", rows, err)
+	}
+	ok, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepDeadLetter, Now: t0}, dialects.Lease{ID: rows[0].ID, Token: rows[0].Token})
+	if err != nil || !ok {
+		t.Fatalf("dead-letter move: %v, %v", ok, err)
+	}
+	return rows[0].ID
 }

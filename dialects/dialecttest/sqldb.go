@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/rowactor/rowactor/dialects"
 )
@@ -68,4 +69,37 @@ func (tx sqlTx) Value() any { return tx.Tx }
 func (tx sqlTx) Exec(query string, args ...any) error {
 	_, err := tx.ExecContext(ctx, query, args...)
 	return err
+}
+
+// ReadState reads row id of tbl on db, for a Harness.State on database/sql: the columns
+// tbl names (unnamed ones read as zero), times scanned into T (sql.NullTime, or
+// sql.NullString where the database keeps times as text) and made times by toTime, which
+// returns nil for NULL. It reports false when the row does not exist.
+func ReadState[T any](t *testing.T, db *sql.DB, quote func(string) string, tbl dialects.Table, id int64,
+	toTime func(T) *time.Time) (RowState, bool) {
+	t.Helper()
+	col := func(name string) string {
+		if name == "" {
+			return "NULL"
+		}
+		return quote(name)
+	}
+	var (
+		s                   RowState
+		attempt             sql.NullInt64
+		group               sql.NullString
+		locked, retry, proc T
+	)
+	err := db.QueryRowContext(ctx, "SELECT "+col(tbl.Attempt)+", "+col(tbl.Group)+", "+col(tbl.LockedUntil)+", "+
+		col(tbl.RetryAfter)+", "+col(tbl.ProcessedAt)+" FROM "+quote(tbl.Name)+" WHERE "+quote(tbl.ID)+" = ?", id).
+		Scan(&attempt, &group, &locked, &retry, &proc)
+	if errors.Is(err, sql.ErrNoRows) {
+		return s, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Attempt, s.Group = int(attempt.Int64), group.String
+	s.LockedUntil, s.RetryAfter, s.ProcessedAt = toTime(locked), toTime(retry), toTime(proc)
+	return s, true
 }

@@ -10,10 +10,7 @@ import (
 	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
-func advisoryTable(name string) dialects.Table {
-	return dialects.Table{Name: name, ID: "id", Payload: "payload", Attempt: "attempt", ProcessedAt: "processed_at",
-		RetryAfter: "retry_after", AdvisoryKey: name + "-{account}'s\\"}
-}
+var advisoryTable = dialecttest.AdvisoryTable
 
 func databaseName(t *testing.T, db *sql.DB) string {
 	t.Helper()

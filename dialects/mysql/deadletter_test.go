@@ -24,18 +24,8 @@ func TestCatalogColumns(t *testing.T) {
 		born DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
 		customer_key VARCHAR(100) AS (LOWER(customer)) VIRTUAL,
 		customer_len INT AS (CHAR_LENGTH(customer)) STORED)`)
-	cols, err := d.catalogOf(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := fmt.Sprint(cols)
-	want := "[{id false false} {customer true false} {Mixed false false} {amount false false} {born false false} {customer_key false true} {customer_len false true}]"
-	if got != want {
-		t.Fatalf("catalog %s, want %s", got, want)
-	}
-	if cols, err := d.catalogOf(ctx, name+"_missing"); err != nil || len(cols) != 0 {
-		t.Fatalf("a missing table: %v, %v", cols, err)
-	}
+	dialecttest.CatalogColumns(t, d.catalogOf, name,
+		"[{id false false} {customer true false} {Mixed false false} {amount false false} {born false false} {customer_key false true} {customer_len false true}]")
 }
 
 // TestCulprit: the constraint or column a server error names in its message.
@@ -78,16 +68,9 @@ func TestDeadLetterLikeGenerated(t *testing.T) {
 	mustExec(t, d.DB(), "CREATE TABLE "+quote(dead)+" LIKE "+quote(tbl.Name))
 	mustExec(t, d.DB(), "INSERT INTO "+quote(tbl.Name)+` (payload, customer, details) VALUES ('x', 'ACME', '{"a": 1}')`)
 	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead})
-	rows, err := q.ClaimLeases(ctx, t0, t0.Add(30e9), 1)
-	if err != nil || len(rows) != 1 {
-		t.Fatalf("claim: %v, %v", rows, err)
-	}
-	ok, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepDeadLetter, Now: t0}, dialects.Lease{ID: rows[0].ID, Token: rows[0].Token})
-	if err != nil || !ok {
-		t.Fatalf("dead-letter move: %v, %v", ok, err)
-	}
+	id := dialecttest.DeadLetterOne(t, q)
 	if n := count(t, d.DB(), "SELECT COUNT(*) FROM "+quote(dead)+` WHERE id = ? AND customer = 'ACME' AND customer_key = 'acme'
-		AND JSON_EXTRACT(details, '$.a') = 1 AND locked_until IS NULL`, rows[0].ID); n != 1 {
+		AND JSON_EXTRACT(details, '$.a') = 1 AND locked_until IS NULL`, id); n != 1 {
 		t.Fatalf("the dead-letter table holds %d copies of the whole row", n)
 	}
 }

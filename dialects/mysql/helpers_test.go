@@ -3,10 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,10 +17,7 @@ var ctx, t0 = context.Background(), dialecttest.T0 // the suite's now, finer tha
 // testDSN is the server the tests run against. It must be reachable: the tests fail,
 // never skip, without it.
 func testDSN() string {
-	if dsn := os.Getenv("ROWACTOR_MYSQL_DSN"); dsn != "" {
-		return dsn
-	}
-	return "root@tcp(127.0.0.1:3306)/test?parseTime=true"
+	return dialecttest.Env("ROWACTOR_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/test?parseTime=true")
 }
 
 func newDialect(t *testing.T) *Dialect {
@@ -85,26 +79,10 @@ func mustExec(t *testing.T, db *sql.DB, query string, args ...any) sql.Result {
 // createTable creates the table Schema renders for tbl.
 func createTable(t *testing.T, d *Dialect, tbl dialects.Table) {
 	t.Helper()
-	ddl, err := d.Schema(tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range strings.Split(ddl, ";\n") {
-		if strings.TrimSpace(s) != "" {
-			mustExec(t, d.DB(), s)
-		}
-	}
+	dialecttest.CreateTable(t, d, tbl, func(s string) { mustExec(t, d.DB(), s) })
 }
 
-func leaseTable(name string) dialects.Table {
-	return dialects.Table{Name: name, ID: "id", Payload: "payload", Group: "grp", Attempt: "attempt",
-		RetryAfter: "retry_after", LockedUntil: "locked_until", Headers: "headers"}
-}
-
-func rowLockTable(name string) dialects.Table {
-	return dialects.Table{Name: name, ID: "id", Payload: "payload", Group: "grp", Attempt: "attempt",
-		RetryAfter: "retry_after", Headers: "headers"}
-}
+var leaseTable, rowLockTable = dialecttest.LeaseTable, dialecttest.RowLockTable
 
 // newTable creates a fresh table of shape (given its unique name) and returns its
 // description.
@@ -116,47 +94,17 @@ func newTable(t *testing.T, d *Dialect, prefix string, shape func(string) dialec
 }
 
 // rowState is a row as stored; NULL times are nil.
-type rowState struct {
-	Attempt     int
-	Group       string
-	LockedUntil *time.Time
-	RetryAfter  *time.Time
-	ProcessedAt *time.Time
-}
+type rowState = dialecttest.RowState
 
 // stateOf reads the columns a description names (unnamed ones read as zero).
 func stateOf(t *testing.T, d *Dialect, tbl dialects.Table, id int64) (rowState, bool) {
 	t.Helper()
-	col := func(name string) string {
-		if name == "" {
-			return "NULL"
-		}
-		return quote(name)
-	}
-	var (
-		s                   rowState
-		attempt             sql.NullInt64
-		group               sql.NullString
-		locked, retry, proc sql.NullTime
-	)
-	err := d.DB().QueryRowContext(ctx, "SELECT "+col(tbl.Attempt)+", "+col(tbl.Group)+", "+col(tbl.LockedUntil)+", "+
-		col(tbl.RetryAfter)+", "+col(tbl.ProcessedAt)+" FROM "+quote(tbl.Name)+" WHERE "+quote(tbl.ID)+" = ?", id).
-		Scan(&attempt, &group, &locked, &retry, &proc)
-	if errors.Is(err, sql.ErrNoRows) {
-		return s, false
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Attempt, s.Group = int(attempt.Int64), group.String
-	nt := func(n sql.NullTime) *time.Time {
+	return dialecttest.ReadState(t, d.DB(), quote, tbl, id, func(n sql.NullTime) *time.Time {
 		if !n.Valid {
 			return nil
 		}
 		return &n.Time
-	}
-	s.LockedUntil, s.RetryAfter, s.ProcessedAt = nt(locked), nt(retry), nt(proc)
-	return s, true
+	})
 }
 
 func count(t *testing.T, db *sql.DB, query string, args ...any) int {

@@ -10,10 +10,7 @@ import (
 	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
-func advisoryTable(name string) dialects.Table {
-	return dialects.Table{Name: name, ID: "id", Payload: "payload", Attempt: "attempt", ProcessedAt: "processed_at",
-		RetryAfter: "retry_after", AdvisoryKey: name + "-{account}'s"}
-}
+func advisoryTable(name string) dialects.Table { return dialecttest.AdvisoryTableKeyed(name, "'s") }
 
 func unlock(t *testing.T, s dialects.Session) bool {
 	t.Helper()

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
@@ -24,18 +23,8 @@ func TestCatalogColumns(t *testing.T) {
 		amount numeric,
 		customer_key text GENERATED ALWAYS AS (lower(customer)) STORED)`)
 	mustExec(t, d, "ALTER TABLE "+quote(name)+" DROP COLUMN amount") // a dropped column is gone
-	cols, err := d.catalogOf(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := fmt.Sprint(cols)
-	want := "[{id false false} {serial_no false false} {by_default false false} {customer true false} {Mixed false false} {customer_key false true}]"
-	if got != want {
-		t.Fatalf("catalog %s, want %s", got, want)
-	}
-	if cols, err := d.catalogOf(ctx, name+"_missing"); err != nil || len(cols) != 0 {
-		t.Fatalf("a missing table: %v, %v", cols, err)
-	}
+	dialecttest.CatalogColumns(t, d.catalogOf, name,
+		"[{id false false} {serial_no false false} {by_default false false} {customer true false} {Mixed false false} {customer_key false true}]")
 }
 
 // TestDeadLetterIdentityAlways: a dead-letter table whose id is GENERATED ALWAYS AS
@@ -57,22 +46,15 @@ func TestDeadLetterIdentityAlways(t *testing.T) {
 	mustExec(t, d, "INSERT INTO "+quote(tbl.Name)+" (payload, customer) VALUES ('x', 'ACME')")
 	mustExec(t, d, "ALTER TABLE "+quote(dead)+" ALTER COLUMN id RESTART WITH 500") // ids of its own would differ
 	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, DeadLetterTable: dead})
-	rows, err := q.ClaimLeases(ctx, t0, t0.Add(30e9), 1)
-	if err != nil || len(rows) != 1 {
-		t.Fatalf("claim: %v, %v", rows, err)
-	}
-	ok, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepDeadLetter, Now: t0}, dialects.Lease{ID: rows[0].ID, Token: rows[0].Token})
-	if err != nil || !ok {
-		t.Fatalf("dead-letter move: %v, %v", ok, err)
-	}
-	if n := count(t, d, "SELECT count(*) FROM "+quote(dead)+" WHERE id = $1 AND customer = 'ACME' AND locked_until IS NULL", rows[0].ID); n != 1 {
+	id := dialecttest.DeadLetterOne(t, q)
+	if n := count(t, d, "SELECT count(*) FROM "+quote(dead)+" WHERE id = $1 AND customer = 'ACME' AND locked_until IS NULL", id); n != 1 {
 		t.Fatalf("the dead-letter table holds %d copies of the row with its id and customer", n)
 	}
 	n, err := d.Requeue(ctx, dialects.RequeueSpec{Table: tbl, FromTable: dead}, nil)
 	if err != nil || n != 1 {
 		t.Fatalf("Requeue = %d, %v", n, err)
 	}
-	if n := count(t, d, "SELECT count(*) FROM "+quote(tbl.Name)+" WHERE id = $1 AND customer = 'ACME' AND attempt = 1", rows[0].ID); n != 1 {
+	if n := count(t, d, "SELECT count(*) FROM "+quote(tbl.Name)+" WHERE id = $1 AND customer = 'ACME' AND attempt = 1", id); n != 1 {
 		t.Fatalf("the queue table holds %d copies of the requeued row with its id and customer", n)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,10 +19,7 @@ var ctx, t0 = context.Background(), dialecttest.T0 // the suite's now, finer tha
 
 // testURL is the server the tests run on. They fail, never skip, when it is unreachable.
 func testURL() string {
-	if u := os.Getenv("ROWACTOR_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	return dialecttest.Env("ROWACTOR_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 }
 
 // withParams adds connection parameters to a URL.
@@ -79,35 +75,13 @@ func mustExec(t *testing.T, d *Dialect, query string, args ...any) {
 // createTable creates the table Schema renders for tbl.
 func createTable(t *testing.T, d *Dialect, tbl dialects.Table) {
 	t.Helper()
-	ddl, err := d.Schema(tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range strings.Split(ddl, ";\n") {
-		if strings.TrimSpace(s) != "" {
-			mustExec(t, d, s)
-		}
-	}
+	dialecttest.CreateTable(t, d, tbl, func(s string) { mustExec(t, d, s) })
 }
 
-func leaseTable(name string) dialects.Table {
-	return dialects.Table{Name: name, ID: "id", Payload: "payload", Group: "grp", Attempt: "attempt",
-		RetryAfter: "retry_after", LockedUntil: "locked_until", Headers: "headers"}
-}
-
-func rowLockTable(name string) dialects.Table {
-	return dialects.Table{Name: name, ID: "id", Payload: "payload", Group: "grp", Attempt: "attempt",
-		RetryAfter: "retry_after", Headers: "headers"}
-}
+var leaseTable, rowLockTable = dialecttest.LeaseTable, dialecttest.RowLockTable
 
 // rowState is a row's state as stored; NULL times are nil.
-type rowState struct {
-	Attempt     int
-	Group       string
-	LockedUntil *time.Time
-	RetryAfter  *time.Time
-	ProcessedAt *time.Time
-}
+type rowState = dialecttest.RowState
 
 // stateOf reads the columns a description names (NULL for the others).
 func stateOf(t *testing.T, d *Dialect, tbl dialects.Table, id int64) (rowState, bool) {
@@ -163,8 +137,4 @@ func tableNameSuffix(t *testing.T) string {
 	return hex.EncodeToString(b[:])
 }
 
-func sameState(a, b rowState) bool {
-	eq := func(x, y *time.Time) bool { return (x == nil) == (y == nil) && (x == nil || x.Equal(*y)) }
-	return a.Attempt == b.Attempt && a.Group == b.Group && eq(a.LockedUntil, b.LockedUntil) &&
-		eq(a.RetryAfter, b.RetryAfter) && eq(a.ProcessedAt, b.ProcessedAt)
-}
+var sameState = dialecttest.SameState

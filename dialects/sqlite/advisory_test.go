@@ -8,10 +8,7 @@ import (
 	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
-func advisoryTable(name string) dialects.Table {
-	return dialects.Table{Name: name, ID: "id", Payload: "payload", Attempt: "attempt", ProcessedAt: "processed_at",
-		RetryAfter: "retry_after", AdvisoryKey: name + "-{account}'s"}
-}
+func advisoryTable(name string) dialects.Table { return dialecttest.AdvisoryTableKeyed(name, "'s") }
 
 func TestAdvisoryRegistrySharedByFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "queue.db")

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"database/sql"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -70,29 +69,7 @@ func (*harness) TimeArg(t time.Time) any { return formatTime(t) }
 // (claims compare the text).
 func (*harness) State(t *testing.T, d dialects.Dialect, tbl dialects.Table, id int64) (dialecttest.RowState, bool) {
 	t.Helper()
-	col := func(name string) string {
-		if name == "" {
-			return "NULL"
-		}
-		return quote(name)
-	}
-	var (
-		s                   dialecttest.RowState
-		attempt             sql.NullInt64
-		group               sql.NullString
-		locked, retry, proc sql.NullString
-	)
-	err := d.(*Dialect).DB().QueryRowContext(ctx, "SELECT "+col(tbl.Attempt)+", "+col(tbl.Group)+", "+col(tbl.LockedUntil)+", "+
-		col(tbl.RetryAfter)+", "+col(tbl.ProcessedAt)+" FROM "+quote(tbl.Name)+" WHERE "+quote(tbl.ID)+" = ?", id).
-		Scan(&attempt, &group, &locked, &retry, &proc)
-	if errors.Is(err, sql.ErrNoRows) {
-		return s, false
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Attempt, s.Group = int(attempt.Int64), group.String
-	parse := func(n sql.NullString) *time.Time {
+	return dialecttest.ReadState(t, d.(*Dialect).DB(), quote, tbl, id, func(n sql.NullString) *time.Time {
 		if !n.Valid {
 			return nil
 		}
@@ -102,9 +79,7 @@ func (*harness) State(t *testing.T, d dialects.Dialect, tbl dialects.Table, id i
 			return nil
 		}
 		return &tm
-	}
-	s.LockedUntil, s.RetryAfter, s.ProcessedAt = parse(locked), parse(retry), parse(proc)
-	return s, true
+	})
 }
 
 func (h *harness) Begin(t *testing.T, d dialects.Dialect) dialecttest.Tx {

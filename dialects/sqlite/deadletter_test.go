@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // TestCatalogColumns: the catalog tells a column an INSERT must give a value (NOT NULL
@@ -25,13 +26,7 @@ func TestCatalogColumns(t *testing.T) {
 		"keyed": "[{code true false} {n false false}]",
 		"none":  "[]",
 	} {
-		cols, err := d.catalogOf(ctx, table)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := fmt.Sprint(cols); got != want {
-			t.Errorf("catalog of %s: %s, want %s", table, got, want)
-		}
+		t.Run(table, func(t *testing.T) { dialecttest.CatalogColumns(t, d.catalogOf, table, want) })
 	}
 }
 

@@ -38,17 +38,10 @@ func mustExec(t *testing.T, d *Dialect, query string, args ...any) {
 // createTable creates the table Schema renders for tbl.
 func createTable(t *testing.T, d *Dialect, tbl dialects.Table) {
 	t.Helper()
-	ddl, err := d.Schema(tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustExec(t, d, ddl)
+	dialecttest.CreateTable(t, d, tbl, func(s string) { mustExec(t, d, s) })
 }
 
-func leaseTable(name string) dialects.Table {
-	return dialects.Table{Name: name, ID: "id", Payload: "payload", Group: "grp", Attempt: "attempt",
-		RetryAfter: "retry_after", LockedUntil: "locked_until", Headers: "headers"}
-}
+var leaseTable = dialecttest.LeaseTable
 
 // rowState is a row's state as stored; NULL reads as "NULL".
 type rowState struct {
@@ -80,5 +73,3 @@ func count(t *testing.T, d *Dialect, query string, args ...any) int {
 	}
 	return n
 }
-
-// keyOf is row id's key as the dialect renders it now.

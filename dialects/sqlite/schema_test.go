@@ -9,40 +9,18 @@ import (
 )
 
 func TestSchemaText(t *testing.T) {
-	d := New(nil)
-	tbl := leaseTable("jo`bs")
-	tbl.ProcessedAt = "processed_at"
-	got, err := d.Schema(tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "CREATE TABLE IF NOT EXISTS `jo``bs` (\n" +
-		"  `id` INTEGER PRIMARY KEY AUTOINCREMENT,\n" +
-		"  `payload` BLOB NOT NULL,\n" +
-		"  `grp` TEXT NOT NULL DEFAULT '',\n" +
-		"  `attempt` INTEGER NOT NULL DEFAULT 1,\n" +
-		"  `retry_after` TEXT,\n" +
-		"  `processed_at` TEXT,\n" +
-		"  `locked_until` TEXT,\n" +
-		"  `headers` TEXT\n" +
-		");\n" +
-		"CREATE INDEX IF NOT EXISTS `jo``bs_claim` ON `jo``bs` (`grp`, `id`) WHERE `processed_at` IS NULL;\n"
-	if got != want {
-		t.Errorf("schema:\n%s\nwant:\n%s", got, want)
-	}
-
-	got, err = d.Schema(dialects.Table{Name: "m", ID: "id", Payload: "body", AdvisoryKey: "m-{id}-{account}"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want = "CREATE TABLE IF NOT EXISTS `m` (\n  `id` INTEGER PRIMARY KEY AUTOINCREMENT,\n  `body` BLOB NOT NULL,\n  `account` TEXT\n);\n"
-	if got != want {
-		t.Errorf("schema:\n%s\nwant:\n%s", got, want)
-	}
-
-	if _, err := d.Schema(dialects.Table{Name: "x"}); err == nil {
-		t.Error("a description without columns rendered")
-	}
+	dialecttest.SchemaText(t, New(nil), "jo`bs", "CREATE TABLE IF NOT EXISTS `jo``bs` (\n"+
+		"  `id` INTEGER PRIMARY KEY AUTOINCREMENT,\n"+
+		"  `payload` BLOB NOT NULL,\n"+
+		"  `grp` TEXT NOT NULL DEFAULT '',\n"+
+		"  `attempt` INTEGER NOT NULL DEFAULT 1,\n"+
+		"  `retry_after` TEXT,\n"+
+		"  `processed_at` TEXT,\n"+
+		"  `locked_until` TEXT,\n"+
+		"  `headers` TEXT\n"+
+		");\n"+
+		"CREATE INDEX IF NOT EXISTS `jo``bs_claim` ON `jo``bs` (`grp`, `id`) WHERE `processed_at` IS NULL;\n",
+		"CREATE TABLE IF NOT EXISTS `m` (\n  `id` INTEGER PRIMARY KEY AUTOINCREMENT,\n  `body` BLOB NOT NULL,\n  `account` TEXT\n);\n")
 }
 
 // The rendered schema makes a table each form can be opened on and worked.
