@@ -17,6 +17,13 @@ type SQLRunner struct {
 	DB func(dialects.Dialect) *sql.DB
 }
 
+// SQLCaps is c with what the dialects on database/sql share: Publish takes a *sql.Tx as
+// the caller's transaction, refuses a *sql.DB, and takes a nil *sql.Tx as none.
+func SQLCaps(c Caps) Caps {
+	c.TxType, c.WrongTx, c.TypedNilTx = "*sql.Tx", (*sql.DB)(nil), (*sql.Tx)(nil)
+	return c
+}
+
 func (r SQLRunner) Exec(t *testing.T, d dialects.Dialect, query string, args ...any) {
 	t.Helper()
 	if _, err := r.DB(d).ExecContext(ctx, query, args...); err != nil {

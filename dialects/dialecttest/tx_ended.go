@@ -61,6 +61,13 @@ func (e *env) ledger() string {
 	return fx
 }
 
+// Ledger creates on d, for a dialect's own tests, the table TxEnding.End writes to:
+// columns id and v, with row 2 ('before') in it.
+func Ledger(t *testing.T, h Harness, d dialects.Dialect) string {
+	t.Helper()
+	return (&env{t: t, h: h, d: d, caps: h.Caps()}).ledger()
+}
+
 // nothingCommitted checks, from the pool, that no write of the handler's was committed
 // and that row 2 is as it was.
 func (e *env) nothingCommitted(fx string) {

@@ -20,14 +20,11 @@ func dbOf(d dialects.Dialect) *sql.DB { return d.(*Dialect).DB() }
 type harness struct{ dialecttest.SQLRunner }
 
 func (harness) Caps() dialecttest.Caps {
-	return dialecttest.Caps{
+	return dialecttest.SQLCaps(dialecttest.Caps{
 		Types: dialecttest.Types{ID: "BIGINT AUTO_INCREMENT PRIMARY KEY", Text: "TEXT", Time: "DATETIME(6) NULL", Int: "SMALLINT", Blob: "LONGBLOB", JSON: "JSON"},
 		AttemptTypes: []dialecttest.AttemptType{{Name: "SMALLINT", Type: "SMALLINT", Max: 32767}, {Name: "TINYINT UNSIGNED", Type: "TINYINT UNSIGNED", Max: 255},
 			{Name: "INT", Type: "INT", Max: 2147483647}, {Name: "MEDIUMINT", Type: "MEDIUMINT", Max: 8388607}, {Name: "BIGINT", Type: "BIGINT", Max: 9223372036854775807}},
-		Concat:     concat,
-		TxType:     "*sql.Tx",
-		WrongTx:    (*sql.DB)(nil),
-		TypedNilTx: (*sql.Tx)(nil),
+		Concat: concat,
 		// Commit with no transaction open is a no-op.
 		CommitWithoutTxSucceeds: true,
 		TxNilAfterEnd:           true,
@@ -37,7 +34,7 @@ func (harness) Caps() dialecttest.Caps {
 		WaiterKeepsPlace:        true,
 		// Racing guards may all see each other's row locks.
 		FIFORacingClaimsMayAllMiss: true,
-	}
+	})
 }
 
 func (harness) Open(t *testing.T) dialects.Dialect { return newDialect(t) }

@@ -19,9 +19,7 @@ import (
 // exists before the delivery, so that a deadlock can be made on it.
 func ledger(t *testing.T, d *Dialect) string {
 	t.Helper()
-	fx := effectsTable(t, d)
-	mustExec(t, d.DB(), "INSERT INTO "+quote(fx)+" (id, v) VALUES (2, 'before')")
-	return fx
+	return dialecttest.Ledger(t, harness{dialecttest.SQLRunner{DB: dbOf}}, d)
 }
 
 // deadlockedHandler is a handler that writes a debit (row 1) through its transaction,

@@ -21,10 +21,7 @@ import (
 // a deadlock can be made on it.
 func ledgerTable(t *testing.T, d *Dialect) string {
 	t.Helper()
-	name := tableName(t, d)
-	mustExec(t, d, "CREATE TABLE "+quote(name)+" (id bigint PRIMARY KEY, v text NOT NULL)")
-	mustExec(t, d, "INSERT INTO "+quote(name)+" VALUES (2, 'before')")
-	return name
+	return dialecttest.Ledger(t, harness{}, d)
 }
 
 // deadlockedHandler writes a debit (row 1) through tx, becomes a deadlock's victim

@@ -16,7 +16,7 @@ import (
 
 // TestConformance runs the dialects' shared suite on SQLite, a database file per test.
 func TestConformance(t *testing.T) {
-	dialecttest.Run(t, &harness{SQLRunner: dialecttest.SQLRunner{DB: dbOf}})
+	dialecttest.Run(t, &harness{SQLRunner: sqlRunner})
 }
 
 func dbOf(d dialects.Dialect) *sql.DB { return d.(*Dialect).DB() }
@@ -29,21 +29,16 @@ type harness struct {
 }
 
 func (*harness) Caps() dialecttest.Caps {
-	return dialecttest.Caps{
+	return dialecttest.SQLCaps(dialecttest.Caps{
 		Types:        dialecttest.Types{CaseBlindText: "TEXT COLLATE NOCASE", ID: "INTEGER PRIMARY KEY", Text: "TEXT", Time: "TEXT", Int: "INTEGER", Blob: "BLOB", JSON: "TEXT"},
 		AttemptTypes: []dialecttest.AttemptType{{Name: "capped", Max: attemptCap}},
 		Concat:       concat,
 		NowText:      formatTime,
-		TxType:       "*sql.Tx",
-		WrongTx:      (*sql.DB)(nil),
-		TypedNilTx:   (*sql.Tx)(nil),
 		ListChunk:    maxSettle,
 		SingleWriter: true,
 		// Every lease queue and session can lend a transaction.
 		TxAlways: true,
-		// A session is a registry slot: it settles and begins after it ended.
-
-	}
+	})
 }
 
 func (*harness) Zero() dialects.Dialect { return &Dialect{} }

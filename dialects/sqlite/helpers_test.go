@@ -28,17 +28,18 @@ func newDialect(t *testing.T) *Dialect {
 	return openFile(t, filepath.Join(t.TempDir(), "queue.db"))
 }
 
+// sqlRunner runs the tests' own statements on a dialect's pool.
+var sqlRunner = dialecttest.SQLRunner{DB: dbOf}
+
 func mustExec(t *testing.T, d *Dialect, query string, args ...any) {
 	t.Helper()
-	if _, err := d.DB().ExecContext(ctx, query, args...); err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
+	sqlRunner.Exec(t, d, query, args...)
 }
 
 // createTable creates the table Schema renders for tbl.
 func createTable(t *testing.T, d *Dialect, tbl dialects.Table) {
 	t.Helper()
-	dialecttest.CreateTable(t, d, tbl, func(s string) { mustExec(t, d, s) })
+	dialecttest.CreateTable(t, d, tbl, func(s string) { sqlRunner.Exec(t, d, s) })
 }
 
 var leaseTable = dialecttest.LeaseTable
@@ -68,8 +69,8 @@ func stateOf(t *testing.T, d *Dialect, table string, id int64) (rowState, bool) 
 func count(t *testing.T, d *Dialect, query string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := d.DB().QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", query, err)
+	if !sqlRunner.QueryRow(t, d, query, args, &n) {
+		t.Fatalf("%s: no row", query)
 	}
 	return n
 }
