@@ -3,6 +3,7 @@ package dialects
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -99,13 +100,16 @@ func InspectText(t Table, quote func(string) string, state, idParam string) stri
 // to read the time once scanned (zero for NULL).
 type TimeScan func() (dest any, get func() (time.Time, error))
 
-// ScanJob reads InspectText's row into a Job of id: found is false when the query
-// returned no row.
-func ScanJob(rows Rows, t Table, id int64, inWorkCounted bool, scanTime TimeScan) (j Job, found bool, err error) {
+// ScanJob reads InspectText's row into a Job of id; an error wrapping ErrRowNotFound when
+// the query returned no row.
+func ScanJob(rows Rows, t Table, id int64, inWorkCounted bool, scanTime TimeScan) (Job, error) {
 	if !rows.Next() {
-		return Job{}, false, rows.Err()
+		if err := rows.Err(); err != nil {
+			return Job{}, err
+		}
+		return Job{}, fmt.Errorf("row %d: %w", id, ErrRowNotFound)
 	}
-	j = Job{ID: id, InWorkCounted: inWorkCounted}
+	j := Job{ID: id, InWorkCounted: inWorkCounted}
 	var (
 		state   int64
 		group   *string
@@ -136,12 +140,12 @@ func ScanJob(rows Rows, t Table, id int64, inWorkCounted bool, scanTime TimeScan
 	}
 	add(t.Error, &errText)
 	if err := rows.Scan(dest...); err != nil {
-		return Job{}, true, err
+		return Job{}, err
 	}
 	for i, get := range times {
 		v, err := get()
 		if err != nil {
-			return Job{}, true, err
+			return Job{}, err
 		}
 		*into[i] = v
 	}
@@ -159,5 +163,5 @@ func ScanJob(rows Rows, t Table, id int64, inWorkCounted bool, scanTime TimeScan
 	if errText != nil {
 		j.Error = *errText
 	}
-	return j, true, rows.Err()
+	return j, rows.Err()
 }

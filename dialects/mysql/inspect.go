@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -29,15 +28,12 @@ func (d *Dialect) Inspect(ctx context.Context, t dialects.Table, id int64, now t
 		return dialects.Job{}, adminErr("inspect", t.Name, err)
 	}
 	defer rows.Close()
-	j, found, err := dialects.ScanJob(rows, t, id, t.Form() != dialects.FormRowLock, func() (any, func() (time.Time, error)) {
+	j, err := dialects.ScanJob(rows, t, id, t.Form() != dialects.FormRowLock, func() (any, func() (time.Time, error)) {
 		var v sql.NullTime
 		return &v, func() (time.Time, error) { return v.Time, nil }
 	})
-	switch {
-	case err != nil:
+	if err != nil {
 		return dialects.Job{}, adminErr("inspect", t.Name, err)
-	case !found:
-		return dialects.Job{}, adminErr("inspect", t.Name, fmt.Errorf("row %d: %w", id, dialects.ErrRowNotFound))
 	}
 	return j, nil
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -29,7 +28,7 @@ func (d *Dialect) Inspect(ctx context.Context, t dialects.Table, id int64, now t
 		return dialects.Job{}, adminErr("inspect", t.Name, err)
 	}
 	defer rows.Close()
-	j, found, err := dialects.ScanJob(rows, t, id, t.Form() != dialects.FormRowLock, func() (any, func() (time.Time, error)) {
+	j, err := dialects.ScanJob(rows, t, id, t.Form() != dialects.FormRowLock, func() (any, func() (time.Time, error)) {
 		var v *time.Time
 		return &v, func() (time.Time, error) {
 			if v == nil {
@@ -38,11 +37,8 @@ func (d *Dialect) Inspect(ctx context.Context, t dialects.Table, id int64, now t
 			return *v, nil
 		}
 	})
-	switch {
-	case err != nil:
+	if err != nil {
 		return dialects.Job{}, adminErr("inspect", t.Name, err)
-	case !found:
-		return dialects.Job{}, adminErr("inspect", t.Name, fmt.Errorf("row %d: %w", id, dialects.ErrRowNotFound))
 	}
 	return j, nil
 }

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -27,15 +26,12 @@ func (d *Dialect) Inspect(ctx context.Context, t dialects.Table, id int64, now t
 		return dialects.Job{}, adminErr("inspect", t.Name, err)
 	}
 	defer rows.Close()
-	j, found, err := dialects.ScanJob(rows, t, id, t.Form() == dialects.FormLease, func() (any, func() (time.Time, error)) {
+	j, err := dialects.ScanJob(rows, t, id, t.Form() == dialects.FormLease, func() (any, func() (time.Time, error)) {
 		var v sql.NullString
 		return &v, func() (time.Time, error) { return parseTime(v) }
 	})
-	switch {
-	case err != nil:
+	if err != nil {
 		return dialects.Job{}, adminErr("inspect", t.Name, err)
-	case !found:
-		return dialects.Job{}, adminErr("inspect", t.Name, fmt.Errorf("row %d: %w", id, dialects.ErrRowNotFound))
 	}
 	return j, nil
 }
