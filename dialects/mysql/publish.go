@@ -81,8 +81,12 @@ func insertText(t dialects.Table, cols []string) string {
 	s := "INSERT INTO " + quote(t.Name) + " (" + strings.Join(cols, ", ") + ") VALUES (" + placeholders(len(cols)) + ")"
 	if t.UniqueKey != "" {
 		// A key a row holds already: nothing changes, and LAST_INSERT_ID (the result's
-		// insert id) is that row's id.
-		s += " ON DUPLICATE KEY UPDATE " + quote(t.ID) + " = LAST_INSERT_ID(" + quote(t.ID) + ")"
+		// insert id) is that row's id. ON DUPLICATE KEY fires on any unique index, and
+		// cannot name one: a conflict on another index (the row there holds another key,
+		// or the message none) changes nothing either, but leaves the insert id 0, which
+		// Publish reports as that conflict instead of returning the other row's id.
+		id, k := quote(t.ID), quote(t.UniqueKey)
+		s += " ON DUPLICATE KEY UPDATE " + id + " = IF(VALUES(" + k + ") IS NOT NULL AND " + k + " = VALUES(" + k + "), LAST_INSERT_ID(" + id + "), " + id + ")"
 	}
 	return s
 }
@@ -199,6 +203,9 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 	id, err := res.LastInsertId()
 	if err != nil {
 		return 0, p.errorf(err)
+	}
+	if id == 0 && p.hasUnique {
+		return 0, p.errorf(fmt.Errorf("the message conflicts with a row on a unique index of the table other than the unique key %q's; nothing was written", m.UniqueKey))
 	}
 	return id, nil
 }
