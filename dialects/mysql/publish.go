@@ -9,6 +9,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/rowactor/rowactor/dialects"
 )
 
@@ -54,6 +56,10 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 		}
 	}
 	p.insert = insertText(t, cols)
+	if t.UniqueKey != "" {
+		p.lookup = "SELECT " + quote(t.ID) + " FROM " + quote(t.Name) + " WHERE " + quote(t.UniqueKey) + " = ?"
+		p.lookupLocked = p.lookup + " LOCK IN SHARE MODE"
+	}
 	p.insertHeaders = p.insert
 	if t.Headers != "" {
 		// A message without headers leaves the column to its default rather than
@@ -77,18 +83,13 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 // bytes).
 const packetMargin = 1024
 
+// insertText inserts one row. A unique key a row holds already fails it with
+// ER_DUP_ENTRY (Publish then looks the row up): ON DUPLICATE KEY UPDATE would fire on any
+// unique index of the table, and its update waits for the lock on the row that holds the
+// key, which a row lock claim holds while its handler runs; the duplicate check of a plain
+// insert reads the key's index only.
 func insertText(t dialects.Table, cols []string) string {
-	s := "INSERT INTO " + quote(t.Name) + " (" + strings.Join(cols, ", ") + ") VALUES (" + placeholders(len(cols)) + ")"
-	if t.UniqueKey != "" {
-		// A key a row holds already: nothing changes, and LAST_INSERT_ID (the result's
-		// insert id) is that row's id. ON DUPLICATE KEY fires on any unique index, and
-		// cannot name one: a conflict on another index (the row there holds another key,
-		// or the message none) changes nothing either, but leaves the insert id 0, which
-		// Publish reports as that conflict instead of returning the other row's id.
-		id, k := quote(t.ID), quote(t.UniqueKey)
-		s += " ON DUPLICATE KEY UPDATE " + id + " = IF(VALUES(" + k + ") IS NOT NULL AND " + k + " = VALUES(" + k + "), LAST_INSERT_ID(" + id + "), " + id + ")"
-	}
-	return s
+	return "INSERT INTO " + quote(t.Name) + " (" + strings.Join(cols, ", ") + ") VALUES (" + placeholders(len(cols)) + ")"
 }
 
 type publisher struct {
@@ -110,7 +111,11 @@ type publisher struct {
 	keyType       string
 	insert        string
 	insertHeaders string
-	maxPacket     int64 // the server's max_allowed_packet when the publisher was built
+	// lookup reads the id of the row holding a unique key, without locking (a consistent
+	// read: it waits for no lock); lookupLocked reads the latest committed row, for a
+	// caller's transaction whose snapshot predates it.
+	lookup, lookupLocked string
+	maxPacket            int64 // the server's max_allowed_packet when the publisher was built
 }
 
 // Publish inserts m and returns its id (LAST_INSERT_ID). tx is nil for the dialect's pool,
@@ -180,34 +185,71 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 	if x, ok := tx.(*sql.Tx); ok && x == nil {
 		tx = nil
 	}
-	var res sql.Result
-	switch x := tx.(type) {
-	case nil:
-		s, err := p.d.stmt(ctx, text)
-		if err != nil {
-			return 0, p.errorf(err)
+	exec := func() (sql.Result, error) {
+		switch x := tx.(type) {
+		case nil:
+			s, err := p.d.stmt(ctx, text)
+			if err != nil {
+				return nil, err
+			}
+			return s.ExecContext(ctx, args...)
+		case *sql.Tx:
+			// As text: the transaction may come from another pool, which the dialect's
+			// prepared statement cannot serve.
+			return x.ExecContext(ctx, text, args...)
 		}
-		if res, err = s.ExecContext(ctx, args...); err != nil {
-			return 0, p.errorf(err)
+		return nil, fmt.Errorf("mysql: PublishTx on table %s needs a *sql.Tx, got %T", p.name, tx)
+	}
+	res, err := exec()
+	// A duplicate of the key: the key's row (another unique index's conflict stays the
+	// error it is; InnoDB undoes the statement alone, and a caller's transaction goes on).
+	// A row gone between the two (acked, say) frees the key: the insert runs once more.
+	for try := 0; err != nil && m.UniqueKey != "" && isDuplicate(err) && try < 2; try++ {
+		id, ok, lerr := p.holder(ctx, tx, m.UniqueKey)
+		switch {
+		case lerr != nil:
+			return 0, p.errorf(fmt.Errorf("look up the row holding unique key %q: %w", m.UniqueKey, lerr))
+		case ok:
+			return id, nil
+		case try == 0:
+			res, err = exec()
 		}
-	case *sql.Tx:
-		// As text: the transaction may come from another pool, which the dialect's
-		// prepared statement cannot serve.
-		var err error
-		if res, err = x.ExecContext(ctx, text, args...); err != nil {
-			return 0, p.errorf(err)
-		}
-	default:
-		return 0, fmt.Errorf("mysql: PublishTx on table %s needs a *sql.Tx, got %T", p.name, tx)
+	}
+	if err != nil {
+		return 0, p.errorf(err)
 	}
 	id, err := res.LastInsertId()
 	if err != nil {
 		return 0, p.errorf(err)
 	}
-	if id == 0 && p.hasUnique {
-		return 0, p.errorf(fmt.Errorf("the message conflicts with a row on a unique index of the table other than the unique key %q's; nothing was written", m.UniqueKey))
-	}
 	return id, nil
+}
+
+// holder returns the id of the row holding key: a consistent read first, which waits for
+// no lock; in a caller's transaction whose snapshot predates that row, a locking read of
+// the latest committed one.
+func (p *publisher) holder(ctx context.Context, tx any, key string) (int64, bool, error) {
+	var id int64
+	x, inTx := tx.(*sql.Tx)
+	var err error
+	if inTx {
+		err = x.QueryRowContext(ctx, p.lookup, key).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			err = x.QueryRowContext(ctx, p.lookupLocked, key).Scan(&id)
+		}
+	} else {
+		err = p.d.db.QueryRowContext(ctx, p.lookup, key).Scan(&id)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	return id, err == nil, err
+}
+
+// isDuplicate reports ER_DUP_ENTRY.
+func isDuplicate(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1062
 }
 
 // priorityRange reads the priority column's type from the catalog and returns the range
