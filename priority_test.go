@@ -32,10 +32,12 @@ func init() {
 			name: "a publish with a priority into a table without the column is refused before anything is written",
 			run: func(t *testing.T, h *harness, _ rowactor.Form) {
 				b := h.broker()
-				_, err := b.Publish(context.Background(), h.table, h.queue, []byte("x"), rowactor.Priority(3))
 				var ce *rowactor.ConfigError
-				if !errors.As(err, &ce) || ce.Option != "Priority" || !strings.Contains(err.Error(), "Table.Priority") {
-					t.Fatalf("Publish with Priority on a table without the column: %v", err)
+				for _, n := range []int{3, 0} { // 0 too: the caller asked for a priority
+					_, err := b.Publish(context.Background(), h.table, h.queue, []byte("x"), rowactor.Priority(n))
+					if !errors.As(err, &ce) || ce.Option != "Priority" || !strings.Contains(err.Error(), "Table.Priority") {
+						t.Fatalf("Publish with Priority(%d) on a table without the column: %v", n, err)
+					}
 				}
 				if n := h.drv.count(t, h.d, fmt.Sprintf("SELECT count(*) FROM %s", h.table.Name)); n != 0 {
 					t.Fatalf("%d rows written", n)

@@ -20,11 +20,12 @@ type PublishOption func(*publishing)
 
 // publishing is a message being built by its options.
 type publishing struct {
-	headers   map[string]string
-	notBefore time.Time
-	priority  int
-	unique    string
-	uniqueSet bool
+	headers     map[string]string
+	notBefore   time.Time
+	priority    int
+	prioritySet bool
+	unique      string
+	uniqueSet   bool
 }
 
 // WithHeaders stores headers in the table's headers column as a JSON object. rowactor adds
@@ -61,7 +62,7 @@ func Unique(key string) PublishOption {
 // publish without it writes 0, so Priority(1) and above run after the default and
 // negative numbers before it.
 func Priority(n int) PublishOption {
-	return func(p *publishing) { p.priority = n }
+	return func(p *publishing) { p.priority, p.prioritySet = n, true }
 }
 
 // Publish inserts a row into table t for queue (its group, in a table with groups) and
@@ -119,7 +120,7 @@ func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, pay
 	if pub.uniqueSet && pub.unique == "" {
 		return 0, &ConfigError{Table: t.Name, Option: "Unique", Reason: "the unique key is empty", Fix: "give Unique a non-empty key, or publish without it"}
 	}
-	if pub.priority != 0 && t.Priority == "" {
+	if pub.prioritySet && t.Priority == "" {
 		return 0, &ConfigError{Table: t.Name, Option: "Priority", Reason: "a publish with a priority needs the table's priority column",
 			Fix: "set Table.Priority (an integer column; rowactor.Schema renders it), or publish without Priority"}
 	}
