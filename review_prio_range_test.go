@@ -22,12 +22,19 @@ func TestReviewPrioOutOfRange(t *testing.T) {
 			for _, p := range []int{math.MaxInt32, math.MinInt32, math.MaxInt32 + 1, math.MinInt32 - 1, math.MaxInt64, math.MinInt64} {
 				id, err := b.Publish(context.Background(), h.table, h.queue, []byte("x"), rowactor.Priority(p))
 				if err != nil {
-					t.Logf("Priority(%d): %v", p, err)
+					// The refusal names the column, its range and the fix, before
+					// anything is written.
+					if !strings.Contains(err.Error(), "does not fit the priority column") || !strings.Contains(err.Error(), "widen the column") {
+						t.Errorf("Priority(%d): %v; want the column's range and the fix", p, err)
+					}
 					continue
 				}
 				if n := h.drv.count(t, h.d, fmt.Sprintf("SELECT count(*) FROM %s WHERE id = ? AND priority = ?", h.table.Name), id, p); n != 1 {
 					t.Errorf("Priority(%d) returned no error, and row %d does not hold that priority", p, id)
 				}
+			}
+			if n := h.drv.count(t, h.d, fmt.Sprintf("SELECT count(*) FROM %s WHERE priority IN (?, ?)", h.table.Name), math.MaxInt32, math.MinInt32); n != 2 {
+				t.Errorf("%d rows hold the int32 bounds, want 2 (both fit every database's column)", n)
 			}
 		})
 	}

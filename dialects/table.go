@@ -262,3 +262,14 @@ func CheckFIFO(t Table) error {
 	}
 	return nil
 }
+
+// CheckPriorityFits refuses a priority the priority column cannot hold: lo and hi are the
+// column's range, typ its type as the catalog names it. A database would clamp the value
+// (MySQL without strict mode) or fail with an error that names neither (pgx's encoder).
+func CheckPriorityFits(n int, lo, hi int64, typ string) error {
+	if int64(n) < lo || int64(n) > hi {
+		return fmt.Errorf("priority %d does not fit the priority column (%s: %d to %d); publish a priority in that range, "+
+			"or widen the column to a bigint", n, typ, lo, hi)
+	}
+	return nil
+}

@@ -133,9 +133,10 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 	if !m.NotBefore.IsZero() && !p.hasRetryAfter {
 		return 0, p.errorf(errors.New("Message.NotBefore needs a retry_after column, and the table has none"))
 	}
-	if p.hasPriority && (int64(m.Priority) < p.prioMin || int64(m.Priority) > p.prioMax) {
-		return 0, p.errorf(fmt.Errorf("priority %d does not fit the priority column (%s: %d to %d); publish a priority in that range, "+
-			"or widen the column (ALTER TABLE ... MODIFY ... BIGINT NOT NULL DEFAULT 0)", m.Priority, p.prioType, p.prioMin, p.prioMax))
+	if p.hasPriority {
+		if err := dialects.CheckPriorityFits(m.Priority, p.prioMin, p.prioMax, p.prioType); err != nil {
+			return 0, p.errorf(err)
+		}
 	}
 	if m.UniqueKey != "" && p.keyMax > 0 {
 		n := int64(utf8.RuneCountInString(m.UniqueKey))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -41,6 +42,18 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 	}
 	if t.Priority != "" {
 		cols, vals = append(cols, quote(t.Priority)), append(vals, next())
+	}
+	if t.Priority != "" {
+		have, err := d.columnsOf(ctx, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range have {
+			if c.name == t.Priority {
+				p.prioType = c.typ
+				p.prioMin, p.prioMax = intRange(c.typ)
+			}
+		}
 	}
 	if t.UniqueKey != "" {
 		cols, vals = append(cols, quote(t.UniqueKey)), append(vals, next())
@@ -83,10 +96,13 @@ type publisher struct {
 	hasGroup      bool
 	hasRetryAfter bool
 	hasPriority   bool
-	hasUnique     bool
-	lookup        string // $1 the unique key: the id of the row holding it
-	insert        string
-	insertHeaders string
+	// prioMin and prioMax bound what the priority column (of type prioType) holds.
+	prioMin, prioMax int64
+	prioType         string
+	hasUnique        bool
+	lookup           string // $1 the unique key: the id of the row holding it
+	insert           string
+	insertHeaders    string
 }
 
 // Publish inserts m. tx is nil for the dialect's pool, or a pgx.Tx (from any pool or
@@ -122,6 +138,9 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 		}
 	}
 	if p.hasPriority {
+		if err := dialects.CheckPriorityFits(m.Priority, p.prioMin, p.prioMax, p.prioType); err != nil {
+			return 0, p.errorf(err)
+		}
 		args = append(args, m.Priority)
 	}
 	if p.hasUnique {
@@ -215,4 +234,16 @@ func (p *publisher) insertOnce(ctx context.Context, db querier, text string, arg
 
 func (p *publisher) errorf(err error) error {
 	return fmt.Errorf("postgres: publish on table %s: %w", p.name, err)
+}
+
+// intRange is the range of an integer column type (checkColumns admits only these for a
+// priority).
+func intRange(typ string) (lo, hi int64) {
+	switch typ {
+	case "smallint":
+		return math.MinInt16, math.MaxInt16
+	case "integer":
+		return math.MinInt32, math.MaxInt32
+	}
+	return math.MinInt64, math.MaxInt64
 }
