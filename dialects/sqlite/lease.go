@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -140,7 +141,7 @@ func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limi
 		if c := cmpValues(prio[a.ID], prio[b.ID]); c != 0 {
 			return c
 		}
-		return cmpInt64(a.ID, b.ID)
+		return cmp.Compare(a.ID, b.ID)
 	})
 	return out, nil
 }
@@ -202,44 +203,24 @@ func cmpValues(a, b any) int {
 		return 3
 	}
 	if ra, rb := rank(a), rank(b); ra != rb {
-		return cmpInt64(int64(ra), int64(rb))
+		return cmp.Compare(ra, rb)
 	}
 	switch x := a.(type) {
 	case int64:
 		if y, ok := b.(int64); ok {
-			return cmpInt64(x, y)
+			return cmp.Compare(x, y)
 		}
-		return cmpFloat(float64(x), b.(float64))
+		return cmp.Compare(float64(x), b.(float64))
 	case float64:
 		if y, ok := b.(int64); ok {
-			return cmpFloat(x, float64(y))
+			return cmp.Compare(x, float64(y))
 		}
-		return cmpFloat(x, b.(float64))
+		return cmp.Compare(x, b.(float64))
 	case string:
 		return strings.Compare(x, b.(string))
 	case []byte:
 		y, _ := b.([]byte)
 		return bytes.Compare(x, y)
-	}
-	return 0
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
 	}
 	return 0
 }
