@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -79,6 +80,9 @@ type RequeueSpec struct {
 	// like any other.
 	ToGroup   string
 	FromTable string
+	// IDs, when set, names the dead letters to move: each must be a row of the source
+	// (a requeue naming one that is not moves nothing and fails). Empty: every row.
+	IDs []int64
 	// DryRun counts the rows and changes nothing.
 	DryRun bool
 	// Chunk is how many rows one statement moves; 0 means DefaultRequeueChunk.
@@ -116,6 +120,14 @@ func CheckRequeue(spec RequeueSpec) error {
 		return &ConfigError{Table: t.Name, Option: "requeue destination",
 			Reason: "rows moved from a dead-letter table keep their group",
 			Fix:    "drop the destination group"}
+	}
+	seen := make(map[int64]bool, len(spec.IDs))
+	for _, id := range spec.IDs {
+		if id <= 0 || seen[id] {
+			return &ConfigError{Table: t.Name, Option: "requeue ids",
+				Reason: fmt.Sprintf("row id %d is not a positive id, or is named twice", id), Fix: "name each dead letter's id once"}
+		}
+		seen[id] = true
 	}
 	if spec.Chunk < 0 {
 		return &ConfigError{Table: t.Name, Option: "requeue chunk",
@@ -157,6 +169,31 @@ func StartRequeue(ctx context.Context, spec RequeueSpec, checkTable func(context
 		return nil, cols, err
 	}
 	return []any{spec.FromGroup}, nil, nil
+}
+
+// PickRequeue narrows the source rows a requeue locked (ids, in id order) to spec.IDs,
+// when set: a named id that is not among them fails the requeue (wrapping ErrRowNotFound),
+// before anything moved.
+func PickRequeue(spec RequeueSpec, ids []int64) ([]int64, error) {
+	if len(spec.IDs) == 0 {
+		return ids, nil
+	}
+	have := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		have[id] = true
+	}
+	picked := slices.Clone(spec.IDs)
+	slices.Sort(picked)
+	for _, id := range picked {
+		if !have[id] {
+			from := fmt.Sprintf("dead-letter group %q", spec.FromGroup)
+			if spec.FromTable != "" {
+				from = "dead-letter table " + spec.FromTable
+			}
+			return nil, fmt.Errorf("row %d is not in %s; nothing moved: %w", id, from, ErrRowNotFound)
+		}
+	}
+	return picked, nil
 }
 
 // ErrRequeueRace is a requeue chunk that changed another number of rows than it locked:

@@ -77,3 +77,53 @@ func TestInspect(t *testing.T) {
 		}
 	}
 }
+
+// TestRequeueRows runs on every database: -rows moves only the dead letters it names, from
+// a group and from a table; naming a row that is not a dead letter of the source moves
+// nothing and fails; -dry-run counts the named rows.
+func TestRequeueRows(t *testing.T) {
+	for _, db := range databases {
+		t.Run(db.name, func(t *testing.T) {
+			f := newFixture(t, db)
+			tb := queueTable(f.tableName("ra_rows_"), rowactor.FormLease)
+			f.create(tb)
+			live := f.publish(tb, "jobs", "live")
+			var dead []int64
+			for i := range 3 {
+				id := f.publish(tb, "jobs-dead", fmt.Sprintf("dead-%d", i))
+				f.set(tb, id, tb.Attempt, 5)
+				dead = append(dead, id)
+			}
+			requeue := append([]string{"requeue", "-dsn", f.dsn, "-from-group", "jobs-dead", "-to-group", "jobs"}, columnFlags(tb)...)
+			groupOf := func() map[int64]string {
+				got := map[int64]string{}
+				for id, r := range f.rows(tb, tb.Name) {
+					got[id] = r["Group"] + "/" + r["Attempt"]
+				}
+				return got
+			}
+			before := groupOf()
+			for _, bad := range []string{fmt.Sprint(live), fmt.Sprintf("%d,%d", dead[0], 999999)} {
+				code, _, errOut := cli(append(requeue, "-rows", bad, tb.Name)...)
+				if code != exitFailed || !strings.Contains(errOut, "is not in dead-letter group") {
+					t.Errorf("requeue -rows %s: exit %d: %s", bad, code, errOut)
+				}
+			}
+			code, out, errOut := cli(append(requeue, "-rows", fmt.Sprintf("%d,%d", dead[2], dead[0]), "-dry-run", tb.Name)...)
+			if code != exitOK || !strings.Contains(out, "would move 2 rows") {
+				t.Errorf("requeue -rows -dry-run: exit %d: %s%s", code, out, errOut)
+			}
+			if got := groupOf(); fmt.Sprint(got) != fmt.Sprint(before) {
+				t.Fatalf("refused and dry runs changed rows: %v -> %v", before, got)
+			}
+			code, out, errOut = cli(append(requeue, "-rows", fmt.Sprint(dead[1]), tb.Name)...)
+			if code != exitOK || !strings.Contains(out, "moved 1 row ") {
+				t.Fatalf("requeue -rows %d: exit %d: %s%s", dead[1], code, out, errOut)
+			}
+			want := map[int64]string{live: "jobs/1", dead[0]: "jobs-dead/5", dead[1]: "jobs/1", dead[2]: "jobs-dead/5"}
+			if got := groupOf(); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("after requeue -rows %d: %v, want %v", dead[1], got, want)
+			}
+		})
+	}
+}

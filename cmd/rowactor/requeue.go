@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/rowactor/rowactor"
 	"github.com/rowactor/rowactor/dialects"
@@ -13,8 +15,8 @@ import (
 var requeueCommand = &command{
 	name:    "requeue",
 	summary: "move dead letters back into their queue, in one transaction",
-	help: `Usage: rowactor requeue [-dsn URL] -from-group G -to-group Q [-dry-run] [column flags] TABLE
-       rowactor requeue [-dsn URL] -from-table T [-dry-run] [column flags] TABLE
+	help: `Usage: rowactor requeue [-dsn URL] -from-group G -to-group Q [-rows N,...] [-dry-run] [column flags] TABLE
+       rowactor requeue [-dsn URL] -from-table T [-rows N,...] [-dry-run] [column flags] TABLE
 
 Moves dead letters back into the queue, in one transaction:
   -from-group G -to-group Q  (a table with groups, -group given) every row of group G
@@ -24,6 +26,8 @@ Moves dead letters back into the queue, in one transaction:
                              T; columns TABLE computes are computed again (T has TABLE's
                              described columns and every column TABLE has as NOT NULL
                              without a default, as rowactor's dead-letter tables do)
+-rows N,... moves only those rows of the source; one that is not there (a row of another
+group, an id the dead-letter table does not hold) fails the requeue, and nothing moves.
 Each moved row starts afresh: attempt 1, retry_after, locked_until and processed_at
 cleared (for the columns described). The rows are locked, then moved -chunk at a time,
 and everything commits at once, or nothing does: an error, or Ctrl-C, rolls it all back.
@@ -42,6 +46,7 @@ Examples:
       -locked-until locked_until -from-group emails-dead -to-group emails -dry-run jobs
   rowactor requeue -group queue -attempt attempt -from-group emails-dead -to-group emails jobs
   rowactor requeue -dsn 'postgres://app@db/app' -attempt attempt -from-table jobs_dead jobs
+  rowactor requeue -group queue -from-group emails-dead -to-group emails -rows 17,42 jobs
 `,
 }
 
@@ -56,6 +61,16 @@ func runRequeue(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&spec.FromTable, "from-table", "", "the dead-letter table to move rows out of (tables without groups)")
 	fs.BoolVar(&spec.DryRun, "dry-run", false, "print how many rows would move, and change nothing")
 	fs.IntVar(&spec.Chunk, "chunk", dialects.DefaultRequeueChunk, "rows moved per statement")
+	fs.Func("rows", "move only these rows of the source (ids, comma-separated; repeatable)", func(v string) error {
+		for _, f := range strings.Split(v, ",") {
+			id, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+			if err != nil {
+				return fmt.Errorf("%q is not a row id", f)
+			}
+			spec.IDs = append(spec.IDs, id)
+		}
+		return nil
+	})
 	var t rowactor.Table
 	addTableFlags(fs, &t)
 	rest, err := parse(e, requeueCommand, fs, args)

@@ -201,7 +201,7 @@ func (d *Dialect) Requeue(ctx context.Context, spec dialects.RequeueSpec, progre
 	}
 	t := spec.Table
 	s := buildRequeue(spec, cols)
-	if spec.DryRun {
+	if spec.DryRun && len(spec.IDs) == 0 {
 		var n int
 		if err := d.db.QueryRowContext(ctx, s.count, fromArgs...).Scan(&n); err != nil {
 			return 0, adminErr("requeue count", t.Name, err)
@@ -242,6 +242,9 @@ func (d *Dialect) requeue(ctx context.Context, tx *sql.Tx, spec dialects.Requeue
 	}
 	if err := rows.Err(); err != nil {
 		return 0, err
+	}
+	if ids, err = dialects.PickRequeue(spec, ids); err != nil || spec.DryRun {
+		return len(ids), err
 	}
 	return dialects.RequeueChunks(ctx, ids, spec.Chunk, func(ctx context.Context, ids []int64) (int64, error) {
 		var args []any

@@ -223,7 +223,7 @@ func (d *Dialect) Requeue(ctx context.Context, spec dialects.RequeueSpec, progre
 	}
 	t := spec.Table
 	s := buildRequeue(spec, cols)
-	if spec.DryRun {
+	if spec.DryRun && len(spec.IDs) == 0 {
 		var n int
 		if err := d.pool.QueryRow(ctx, s.count, fromArgs...).Scan(&n); err != nil {
 			return 0, adminErr("requeue count", t.Name, err)
@@ -260,6 +260,9 @@ func requeue(ctx context.Context, tx pgx.Tx, spec dialects.RequeueSpec, s requeu
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		return 0, err
+	}
+	if ids, err = dialects.PickRequeue(spec, ids); err != nil || spec.DryRun {
+		return len(ids), err
 	}
 	return dialects.RequeueChunks(ctx, ids, spec.Chunk, func(ctx context.Context, ids []int64) (int64, error) {
 		args := []any{ids}

@@ -197,7 +197,7 @@ func (d *Dialect) Requeue(ctx context.Context, spec dialects.RequeueSpec, progre
 	}
 	t := spec.Table
 	s := buildRequeue(spec, cols)
-	if spec.DryRun {
+	if spec.DryRun && len(spec.IDs) == 0 {
 		var n int
 		if err := d.db.QueryRowContext(ctx, s.count, fromArgs...).Scan(&n); err != nil {
 			return 0, adminErr("requeue count", t.Name, err)
@@ -218,6 +218,13 @@ func (d *Dialect) Requeue(ctx context.Context, spec dialects.RequeueSpec, progre
 		ids, err := scanIDs(rows)
 		if err != nil {
 			return false, q.errorf("requeue", err)
+		}
+		if ids, err = dialects.PickRequeue(spec, ids); err != nil || spec.DryRun {
+			moved = len(ids)
+			if err != nil {
+				err = q.errorf("requeue", err)
+			}
+			return false, err // a dry run, or a named row missing: nothing changes
 		}
 		moved, err = dialects.RequeueChunks(ctx, ids, spec.Chunk, func(ctx context.Context, ids []int64) (int64, error) {
 			var args []any
