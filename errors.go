@@ -30,8 +30,14 @@ var (
 	// ErrConfig matches every *ConfigError.
 	ErrConfig = dialects.ErrConfig
 
-	// ErrNotFound reports a row id the table does not hold (Inspect).
+	// ErrNotFound reports a row id the table does not hold (Inspect, RetryNow, Cancel).
 	ErrNotFound = dialects.ErrRowNotFound
+
+	// ErrInWork reports a row a delivery holds, which RetryNow and Cancel leave to it.
+	ErrInWork = dialects.ErrRowInWork
+
+	// ErrFinished reports a processed row, which RetryNow and Cancel leave as it is.
+	ErrFinished = dialects.ErrRowFinished
 
 	// ErrShutdownInHandler reports a Shutdown called from a handler (or from a hook
 	// rowactor runs, such as WithOnSettled): it cannot wait for the delivery that called

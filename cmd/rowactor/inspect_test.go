@@ -127,3 +127,53 @@ func TestRequeueRows(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryAndCancel runs on every database in the lease form: retry makes a delayed row
+// due, cancel marks a queued row processed with its reason, and both refuse a row whose
+// lease runs (exit 1, the row unchanged).
+func TestRetryAndCancel(t *testing.T) {
+	for _, db := range databases {
+		t.Run(db.name, func(t *testing.T) {
+			f := newFixture(t, db)
+			tb := queueTable(f.tableName("ra_jc_"), rowactor.FormLease)
+			tb.Error = "error"
+			f.create(tb)
+			delayed := f.publish(tb, "jobs", "later", rowactor.After(time.Hour))
+			held := f.publish(tb, "jobs", "held")
+			f.set(tb, held, tb.LockedUntil, time.Now().Add(time.Hour))
+			run := func(args ...string) (int, string, string) {
+				return cli(append(append([]string{args[0], "-dsn", f.dsn}, columnFlags(tb)...), args[1:]...)...)
+			}
+			state := func(id int64) inspectLine {
+				t.Helper()
+				code, out, errOut := run("inspect", "-json", tb.Name, fmt.Sprint(id))
+				var l inspectLine
+				if code != exitOK || json.Unmarshal([]byte(out), &l) != nil {
+					t.Fatalf("inspect %d: exit %d: %s%s", id, code, out, errOut)
+				}
+				return l
+			}
+			if code, out, errOut := run("retry", tb.Name, fmt.Sprint(delayed)); code != exitOK || !strings.Contains(out, "due now") {
+				t.Fatalf("retry: exit %d: %s%s", code, out, errOut)
+			}
+			if l := state(delayed); l.State != "due" || l.RetryAfter != nil {
+				t.Errorf("after retry: %+v", l)
+			}
+			for _, c := range []string{"retry", "cancel"} {
+				code, _, errOut := run(c, tb.Name, fmt.Sprint(held))
+				if code != exitFailed || !strings.Contains(errOut, "in work") {
+					t.Errorf("%s of a row in work: exit %d: %s", c, code, errOut)
+				}
+			}
+			if l := state(held); l.State != "in work" || l.ProcessedAt != nil {
+				t.Errorf("the row in work after refusals: %+v", l)
+			}
+			if code, out, errOut := run("cancel", "-reason", "customer left", tb.Name, fmt.Sprint(delayed)); code != exitOK || !strings.Contains(out, "cancelled") {
+				t.Fatalf("cancel: exit %d: %s%s", code, out, errOut)
+			}
+			if l := state(delayed); l.State != "processed" || l.Error == nil || *l.Error != "customer left" {
+				t.Errorf("after cancel: %+v", l)
+			}
+		})
+	}
+}

@@ -64,7 +64,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{schemaCommand, statsCommand, inspectCommand, requeueCommand, benchCommand}
+	commands = []*command{schemaCommand, statsCommand, inspectCommand, retryCommand, cancelCommand, requeueCommand, benchCommand}
 }
 
 func lookup(name string) *command {

@@ -320,6 +320,7 @@ var topics = []struct {
 	{"validate", validateScenarios},
 	{"admin", adminScenarios},
 	{"inspect", inspectScenarios},
+	{"jobcontrol", jobControlScenarios},
 	{"events", eventScenarios},
 	{"txn", txnScenarios},
 	{"rowlock", rowLockScenarios},

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/rowactor/rowactor"
+)
+
+var retryCommand = &command{
+	name:    "retry",
+	summary: "make a delayed row due now",
+	help: `Usage: rowactor retry [-dsn URL] [column flags] TABLE ID
+
+Clears row ID's retry_after (it needs -retry-after), in one statement: the row is due at
+once and keeps its attempt. A row in work (a lease that has not run out; in the row lock
+form, a row a claim holds) is refused and left to its delivery, as is a processed row; a
+row due already is no error. The advisory form is refused: its rows in work are held by
+keys one statement cannot see. Exit status 1 for a refusal.
+
+Examples:
+  rowactor retry -dsn sqlite:jobs.db -group queue -retry-after retry_after -locked-until locked_until jobs 42
+  DATABASE_URL=postgres://app@db/app rowactor retry -retry-after retry_after jobs 42
+`,
+}
+
+var cancelCommand = &command{
+	name:    "cancel",
+	summary: "take a queued row out of its queue, as Drop would",
+	help: `Usage: rowactor cancel [-dsn URL] [-reason TEXT] [column flags] TABLE ID
+
+Ends row ID as a handler's Drop would, in one statement: it is deleted or, with
+-processed-at, marked processed now, with -reason in the -error column when there is one.
+A row in work is refused and left to its delivery, as is a processed row. The advisory
+form is refused. Exit status 1 for a refusal.
+
+Examples:
+  rowactor cancel -dsn sqlite:jobs.db -group queue -locked-until locked_until \
+      -processed-at processed_at -error error -reason 'customer left' jobs 42
+  DATABASE_URL=postgres://app@db/app rowactor cancel jobs 42
+`,
+}
+
+func init() {
+	retryCommand.run = func(ctx context.Context, e *env, args []string) error {
+		return runJobControl(ctx, e, retryCommand, args)
+	}
+	cancelCommand.run = func(ctx context.Context, e *env, args []string) error {
+		return runJobControl(ctx, e, cancelCommand, args)
+	}
+}
+
+func runJobControl(ctx context.Context, e *env, c *command, args []string) error {
+	fs := newFlags(c)
+	dsnValue := dsnFlag(fs)
+	reason := "cancelled"
+	if c == cancelCommand {
+		fs.StringVar(&reason, "reason", reason, "the text written in the error column")
+	}
+	var t rowactor.Table
+	addTableFlags(fs, &t)
+	rest, err := parse(e, c, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 2 {
+		return usagef("TABLE and ID expected, got %d arguments", len(rest))
+	}
+	id, err := strconv.ParseInt(rest[1], 10, 64)
+	if err != nil || id <= 0 {
+		return usagef("ID %q is not a row id (a positive integer)", rest[1])
+	}
+	if err := tableArg(rest[:1], &t); err != nil {
+		return err
+	}
+	dsn, err := resolveDSN(e, *dsnValue)
+	if err != nil {
+		return err
+	}
+	b, closeDB, err := openBroker(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if c == retryCommand {
+		if err := b.RetryNow(ctx, t, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "row %d of %s is due now\n", id, t.Name)
+		return nil
+	}
+	if err := b.Cancel(ctx, t, id, reason); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "row %d of %s cancelled\n", id, t.Name)
+	return nil
+}

@@ -1,0 +1,169 @@
+package dialecttest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// jobControlScenarios are RetryNow's and Cancel's (dialects.JobController).
+var jobControlScenarios = []scenario{
+	{name: "Lease", run: testJobControlLease},
+	{name: "RowLock", run: testJobControlRowLock, applies: func(h Harness) bool { return h.Caps().RowLock }},
+	{name: "Refusals", run: testJobControlRefusals},
+}
+
+func controller(t *testing.T, d dialects.Dialect) dialects.JobController {
+	t.Helper()
+	c, ok := d.(dialects.JobController)
+	if !ok {
+		t.Fatalf("%T is not a dialects.JobController", d)
+	}
+	return c
+}
+
+// A delayed row is made due and keeps its attempt; a due row stays due; a row whose lease
+// runs, a finished row and a missing one are refused and left as they were; Cancel ends a
+// queued row as Drop does, and a row whose lease ran out is queued again.
+func testJobControlLease(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_jc", func(name string) dialects.Table {
+		tb := leaseTable(name)
+		tb.ProcessedAt, tb.Error = "processed_at", "error"
+		return tb
+	})
+	inWork := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("in work")})
+	delayed := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("delayed"), NotBefore: t0.Add(time.Hour)})
+	due := e.publish(tbl, dialects.Message{Group: "other", Payload: []byte("due")})
+	done := e.publish(tbl, dialects.Message{Group: "other", Payload: []byte("done")})
+	e.exec("UPDATE "+e.q(tbl.Name)+" SET processed_at = ? WHERE id = ?", h.TimeArg(t0.Add(-time.Minute)), done)
+	q := e.openLease(dialects.QueueSpec{Table: tbl, Group: "g"})
+	token := t0.Add(30 * time.Second)
+	if rows, err := q.ClaimLeases(ctx, t0, token, 1); err != nil || len(rows) != 1 || rows[0].ID != inWork {
+		t.Fatalf("claim: %v %v", ids(rows), err)
+	}
+	jc, in := controller(t, e.d), inspector(t, e.d)
+	state := func(id int64) dialects.Job {
+		t.Helper()
+		j, err := in.Inspect(ctx, tbl, id, t0)
+		if err != nil {
+			t.Fatalf("Inspect(%d): %v", id, err)
+		}
+		return j
+	}
+
+	if err := jc.RetryNow(ctx, tbl, delayed, t0); err != nil {
+		t.Fatalf("RetryNow of a delayed row: %v", err)
+	}
+	if j := state(delayed); j.State != dialects.JobDue || !j.RetryAfter.IsZero() || j.Attempt != 1 {
+		t.Errorf("the delayed row after RetryNow: %+v", j)
+	}
+	if err := jc.RetryNow(ctx, tbl, due, t0); err != nil {
+		t.Errorf("RetryNow of a row due already: %v", err)
+	}
+	before := state(inWork)
+	for _, err := range []error{jc.RetryNow(ctx, tbl, inWork, t0), jc.Cancel(ctx, tbl, inWork, t0, "cancelled")} {
+		if !errors.Is(err, dialects.ErrRowInWork) {
+			t.Errorf("RetryNow or Cancel of a row in work: %v, want ErrRowInWork", err)
+		}
+	}
+	if j := state(inWork); j.State != dialects.JobInWork || !j.LockedUntil.Equal(before.LockedUntil) || j.Error != "" {
+		t.Errorf("the row in work changed: %+v -> %+v", before, j)
+	}
+	for _, err := range []error{jc.RetryNow(ctx, tbl, done, t0), jc.Cancel(ctx, tbl, done, t0, "x")} {
+		if !errors.Is(err, dialects.ErrRowFinished) {
+			t.Errorf("RetryNow or Cancel of a finished row: %v, want ErrRowFinished", err)
+		}
+	}
+	if err := jc.Cancel(ctx, tbl, 99999, t0, "x"); !errors.Is(err, dialects.ErrRowNotFound) {
+		t.Errorf("Cancel of a missing row: %v, want ErrRowNotFound", err)
+	}
+
+	if err := jc.Cancel(ctx, tbl, due, t0, "cancelled by the operator"); err != nil {
+		t.Fatalf("Cancel of a due row: %v", err)
+	}
+	j := state(due)
+	if j.State != dialects.JobProcessed || j.Error != "cancelled by the operator" {
+		t.Errorf("the cancelled row: %+v", j)
+	}
+	sameTime(t, "the cancelled row's processed_at", &j.ProcessedAt, t0)
+	// Once the lease ran out, the row is queued again and can be cancelled.
+	if err := jc.Cancel(ctx, tbl, inWork, token.Add(time.Second), "late"); err != nil {
+		t.Errorf("Cancel of a row whose lease ran out: %v", err)
+	}
+
+	// A table without processed_at: Cancel deletes.
+	bare := e.table("ra_jcb", leaseTable)
+	id := e.publish(bare, dialects.Message{Group: "g", Payload: []byte("x")})
+	if err := jc.Cancel(ctx, bare, id, t0, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.state(bare, id); ok {
+		t.Errorf("row %d of a table without processed_at outlived its Cancel", id)
+	}
+}
+
+// A row a claim holds in the row lock form is refused (the change skips it, as claims
+// do) and left as it was; once the claim ended it is cancelled.
+func testJobControlRowLock(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_jcr", rowLockTable)
+	held := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("held")})
+	delayed := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("delayed"), NotBefore: t0.Add(time.Hour)})
+	q := OpenRowLock(t, e.d, dialects.QueueSpec{Table: tbl, Group: "g"})
+	c, ok, err := q.ClaimLocked(ctx, t0)
+	if err != nil || !ok || c.Row().ID != held {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	jc := controller(t, e.d)
+	for _, err := range []error{jc.RetryNow(ctx, tbl, held, t0), jc.Cancel(ctx, tbl, held, t0, "x")} {
+		if !errors.Is(err, dialects.ErrRowInWork) {
+			t.Errorf("RetryNow or Cancel of a row a claim holds: %v, want ErrRowInWork", err)
+		}
+	}
+	for range 2 { // the second finds it due already: nothing to change, no error
+		if err := jc.RetryNow(ctx, tbl, delayed, t0); err != nil {
+			t.Errorf("RetryNow of a delayed row beside a held one: %v", err)
+		}
+	}
+	if s, _ := e.state(tbl, delayed); s.RetryAfter != nil {
+		t.Errorf("the delayed row keeps retry_after %v", s.RetryAfter)
+	}
+	if err := c.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.state(tbl, held); !ok {
+		t.Fatal("the held row is gone")
+	}
+	if err := jc.Cancel(ctx, tbl, held, t0, "x"); err != nil {
+		t.Fatalf("Cancel once the claim ended: %v", err)
+	}
+	if _, ok := e.state(tbl, held); ok {
+		t.Error("the cancelled row is still there")
+	}
+}
+
+// The advisory form, and RetryNow without a retry_after column, are refused before
+// anything is read.
+func testJobControlRefusals(t *testing.T, h Harness) {
+	e := setup(t, h)
+	jc := controller(t, e.d)
+	var ce *dialects.ConfigError
+	adv := e.table("ra_jca", advisoryTable)
+	id := e.publish(adv, dialects.Message{Payload: []byte("x")})
+	if err := jc.Cancel(ctx, adv, id, t0, "x"); !errors.As(err, &ce) {
+		t.Errorf("Cancel in the advisory form: %v, want a *ConfigError", err)
+	}
+	noDelay := e.table("ra_jcn", func(name string) dialects.Table {
+		return dialects.Table{Name: name, ID: "id", Payload: "payload", LockedUntil: "locked_until"}
+	})
+	other := e.publish(noDelay, dialects.Message{Payload: []byte("x")})
+	if err := jc.RetryNow(ctx, noDelay, other, t0); !errors.As(err, &ce) || ce.Option != "Table.RetryAfter" {
+		t.Errorf("RetryNow without retry_after: %v, want a *ConfigError on Table.RetryAfter", err)
+	}
+	if _, ok := e.state(adv, id); !ok {
+		t.Error("a refused Cancel removed the row")
+	}
+}

@@ -1,0 +1,103 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+var _ dialects.JobController = (*Dialect)(nil)
+
+// RetryNow clears a queued row's retry_after (dialects.JobController).
+func (d *Dialect) RetryNow(ctx context.Context, t dialects.Table, id int64, now time.Time) error {
+	return d.changeJob(ctx, t, id, now, "RetryNow", dialects.RetryNowChange(t))
+}
+
+// Cancel ends a queued row as Drop would (dialects.JobController).
+func (d *Dialect) Cancel(ctx context.Context, t dialects.Table, id int64, now time.Time, reason string) error {
+	return d.changeJob(ctx, t, id, now, "Cancel", dialects.CancelChange(t, reason))
+}
+
+// changeJob runs c on row id if it is queued: not processed, and not in work. The lease
+// form fences the statement by the lease; the row lock form first locks the row skipping
+// it when a claim holds it (MySQL cannot update a table selecting from it), in one read
+// committed transaction.
+func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now time.Time, op string, c dialects.JobChange) error {
+	if err := dialects.CheckJobControl(t, op); err != nil {
+		return err
+	}
+	if err := d.checkTable(ctx, t); err != nil {
+		return err
+	}
+	tq, idq := quote(t.Name), quote(t.ID)
+	var args []any
+	text := "DELETE FROM " + tq
+	if !c.Delete {
+		sets := make([]string, len(c.Set))
+		for i, s := range c.Set {
+			sets[i] = quote(s.Column) + " = NULL"
+			switch {
+			case s.Now:
+				sets[i], args = quote(s.Column)+" = ?", append(args, dbTime(now))
+			case s.Value != nil:
+				sets[i], args = quote(s.Column)+" = ?", append(args, s.Value)
+			}
+		}
+		text = "UPDATE " + tq + " SET " + strings.Join(sets, ", ")
+	}
+	queued := idq + " = ?"
+	args = append(args, id)
+	if t.ProcessedAt != "" {
+		queued += " AND " + quote(t.ProcessedAt) + " IS NULL"
+	}
+	if t.Form() == dialects.FormLease {
+		lu := quote(t.LockedUntil)
+		queued += " AND (" + lu + " IS NULL OR " + lu + " <= ?)"
+		args = append(args, dbTime(now))
+	}
+	text += " WHERE " + queued
+	var n int64
+	err := func() error {
+		if t.Form() != dialects.FormRowLock {
+			var err error
+			n, err = affected(d.db.ExecContext(ctx, text, args...))
+			return err
+		}
+		x, err := d.begin(ctx, sql.LevelReadCommitted)
+		if err != nil {
+			return err
+		}
+		var got int64
+		err = x.tx.QueryRowContext(ctx, "SELECT "+idq+" FROM "+tq+" WHERE "+queued+" FOR UPDATE SKIP LOCKED", id).Scan(&got)
+		if err == nil {
+			n, err = affected(x.tx.ExecContext(ctx, text, args...))
+		}
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			n = 0 // processed, gone, or held by a claim: Unchanged tells
+			return x.rollback()
+		case err == nil && n == 0:
+			n = 1 // locked and queued: a RetryNow of a row due already changes nothing
+		}
+		if err != nil {
+			_ = x.rollback()
+			return err
+		}
+		return x.commit()
+	}()
+	if err != nil {
+		return adminErr(op, t.Name, err)
+	}
+	if n == 0 {
+		err := dialects.Unchanged(ctx, d, t, id, now, op)
+		if errors.Is(err, dialects.ErrRowInWork) || errors.Is(err, dialects.ErrRowFinished) {
+			err = adminErr(op, t.Name, err)
+		}
+		return err
+	}
+	return nil
+}

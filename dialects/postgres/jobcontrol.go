@@ -1,0 +1,75 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+var _ dialects.JobController = (*Dialect)(nil)
+
+// RetryNow clears a queued row's retry_after, in one statement (dialects.JobController).
+func (d *Dialect) RetryNow(ctx context.Context, t dialects.Table, id int64, now time.Time) error {
+	return d.changeJob(ctx, t, id, now, "RetryNow", dialects.RetryNowChange(t))
+}
+
+// Cancel ends a queued row as Drop would, in one statement (dialects.JobController).
+func (d *Dialect) Cancel(ctx context.Context, t dialects.Table, id int64, now time.Time, reason string) error {
+	return d.changeJob(ctx, t, id, now, "Cancel", dialects.CancelChange(t, reason))
+}
+
+// changeJob runs c on row id if it is queued: not processed, and not in work (a lease not
+// run out; in the row lock form, a row a claim holds, which the change skips as claims do).
+func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now time.Time, op string, c dialects.JobChange) error {
+	if err := dialects.CheckJobControl(t, op); err != nil {
+		return err
+	}
+	if err := d.checkTable(ctx, t); err != nil {
+		return err
+	}
+	tq, idq := quote(t.Name), quote(t.ID)
+	args := []any{id}
+	bind := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
+	where := idq + " = $1"
+	if t.Form() == dialects.FormRowLock {
+		where = idq + " = (SELECT " + idq + " FROM " + tq + " WHERE " + idq + " = $1 FOR UPDATE SKIP LOCKED)"
+	}
+	if t.ProcessedAt != "" {
+		where += " AND " + quote(t.ProcessedAt) + " IS NULL"
+	}
+	if t.Form() == dialects.FormLease {
+		lu := quote(t.LockedUntil)
+		where += " AND (" + lu + " IS NULL OR " + lu + " <= " + bind(now) + ")"
+	}
+	text := "DELETE FROM " + tq + " WHERE " + where
+	if !c.Delete {
+		sets := make([]string, len(c.Set))
+		for i, s := range c.Set {
+			v := "NULL"
+			switch {
+			case s.Now:
+				v = bind(now)
+			case s.Value != nil:
+				v = bind(s.Value)
+			}
+			sets[i] = quote(s.Column) + " = " + v
+		}
+		text = "UPDATE " + tq + " SET " + strings.Join(sets, ", ") + " WHERE " + where
+	}
+	tag, err := d.pool.Exec(ctx, text, args...)
+	if err != nil {
+		return adminErr(op, t.Name, err)
+	}
+	if tag.RowsAffected() == 0 {
+		err := dialects.Unchanged(ctx, d, t, id, now, op)
+		if errors.Is(err, dialects.ErrRowInWork) || errors.Is(err, dialects.ErrRowFinished) {
+			err = adminErr(op, t.Name, err)
+		}
+		return err
+	}
+	return nil
+}

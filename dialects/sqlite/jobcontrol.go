@@ -1,0 +1,80 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+var _ dialects.JobController = (*Dialect)(nil)
+
+// RetryNow clears a queued row's retry_after (dialects.JobController).
+func (d *Dialect) RetryNow(ctx context.Context, t dialects.Table, id int64, now time.Time) error {
+	return d.changeJob(ctx, t, id, now, "RetryNow", dialects.RetryNowChange(t))
+}
+
+// Cancel ends a queued row as Drop would (dialects.JobController).
+func (d *Dialect) Cancel(ctx context.Context, t dialects.Table, id int64, now time.Time, reason string) error {
+	return d.changeJob(ctx, t, id, now, "Cancel", dialects.CancelChange(t, reason))
+}
+
+// changeJob runs c on row id, fenced by "not processed and no lease running", in one
+// statement in this process's writer turn. SQLite serves the lease form only (of the
+// forms a change can tell in work).
+func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now time.Time, op string, c dialects.JobChange) error {
+	if err := dialects.CheckJobControl(t, op); err != nil {
+		return err
+	}
+	if err := d.checkTable(ctx, t); err != nil {
+		return err
+	}
+	tq := quote(t.Name)
+	var args []any
+	text := "DELETE FROM " + tq
+	if !c.Delete {
+		sets := make([]string, len(c.Set))
+		for i, s := range c.Set {
+			sets[i] = quote(s.Column) + " = NULL"
+			switch {
+			case s.Now:
+				sets[i], args = quote(s.Column)+" = ?", append(args, formatTime(now))
+			case s.Value != nil:
+				sets[i], args = quote(s.Column)+" = ?", append(args, s.Value)
+			}
+		}
+		text = "UPDATE " + tq + " SET " + strings.Join(sets, ", ")
+	}
+	text += " WHERE " + quote(t.ID) + " = ?"
+	args = append(args, id)
+	if t.ProcessedAt != "" {
+		text += " AND " + quote(t.ProcessedAt) + " IS NULL"
+	}
+	if t.Form() == dialects.FormLease {
+		lu := quote(t.LockedUntil)
+		text += " AND (" + lu + " IS NULL OR " + lu + " <= ?)"
+		args = append(args, formatTime(now))
+	}
+	f, err := d.fileEntry(ctx)
+	if err != nil {
+		return err
+	}
+	if err := f.lockWriter(ctx); err != nil {
+		return adminErr(op, t.Name, err)
+	}
+	n, err := changed(d.db.ExecContext(ctx, text, args...))
+	f.unlockWriter()
+	if err != nil {
+		return adminErr(op, t.Name, err)
+	}
+	if n == 0 {
+		err := dialects.Unchanged(ctx, d, t, id, now, op)
+		if errors.Is(err, dialects.ErrRowInWork) || errors.Is(err, dialects.ErrRowFinished) {
+			err = adminErr(op, t.Name, err)
+		}
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package rowactor_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor"
+)
+
+func init() {
+	scenarios = append(scenarios, scenario{
+		name:  "Inspect tells a row in work, a delayed one and a deleted one, and refuses once Shutdown began",
+		forms: []rowactor.Form{rowactor.FormLease},
+		run:   inspectScenario,
+	})
+}
+
+func inspectScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	ctx := context.Background()
+	b := h.broker()
+	ids := h.publish(b, 2)
+	started, release := make(chan int64, 2), make(chan struct{})
+	h.subscribe(b, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		started <- d.ID()
+		<-release
+		return rowactor.Ack()
+	}, rowactor.Workers(1), rowactor.Prefetch(1), rowactor.Lease(time.Minute))
+	held := <-started
+	waiting := ids[0] + ids[1] - held
+	later, err := b.Publish(ctx, h.table, h.queue, []byte("later"), rowactor.After(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := b.Inspect(ctx, h.table, held)
+	if err != nil || j.State != rowactor.JobInWork || j.LockedUntil.Before(time.Now()) || j.Attempt != 2 {
+		t.Fatalf("the row in work: %+v, %v", j, err)
+	}
+	if st := h.row(held); st.lockedUntil == nil || !st.lockedUntil.Equal(j.LockedUntil) {
+		t.Fatalf("Inspect's lease %v, the table's %v", j.LockedUntil, st.lockedUntil)
+	}
+	// The other row waits for the worker: due, or already in hand (leased) as the
+	// subscription's room allows; either way not delayed.
+	if j, err := b.Inspect(ctx, h.table, waiting); err != nil || (j.State != rowactor.JobDue && j.State != rowactor.JobInWork) {
+		t.Fatalf("the waiting row: %+v, %v", j, err)
+	}
+	if j, err := b.Inspect(ctx, h.table, later); err != nil || j.State != rowactor.JobDelayed || j.RetryAfter.Before(time.Now().Add(50*time.Minute)) {
+		t.Fatalf("the delayed row: %+v, %v", j, err)
+	}
+	close(release)
+	h.waitSettled(2)
+	if _, err := b.Inspect(ctx, h.table, held); !errors.Is(err, rowactor.ErrNotFound) {
+		t.Fatalf("Inspect of an acked (deleted) row: %v", err)
+	}
+	if _, err := b.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Inspect(ctx, h.table, waiting); !errors.Is(err, rowactor.ErrClosed) {
+		t.Fatalf("Inspect after Shutdown: %v", err)
+	}
+}
+
+func init() {
+	scenarios = append(scenarios, scenario{
+		name:   "RetryNow runs a delayed row at once, Cancel ends a queued one, and both leave a row in work to its delivery",
+		forms:  []rowactor.Form{rowactor.FormLease, rowactor.FormRowLock},
+		shapes: []tableShape{withProcessedAt},
+		run:    jobControlScenario,
+	})
+}
+
+func jobControlScenario(t *testing.T, h *harness, form rowactor.Form) {
+	ctx := context.Background()
+	b := h.broker()
+	delayed, err := b.Publish(ctx, h.table, h.queue, []byte("delayed"), rowactor.After(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled := h.publish(b, 1)[0]
+	if err := b.Cancel(ctx, h.table, cancelled, "not wanted"); err != nil {
+		t.Fatalf("Cancel of a queued row: %v", err)
+	}
+	if st := h.row(cancelled); !st.exists || st.processedAt == nil {
+		t.Fatalf("the cancelled row: %+v, want it processed", st)
+	}
+	started, release := make(chan int64, 4), make(chan struct{})
+	h.subscribe(b, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		started <- d.ID()
+		<-release
+		return rowactor.Ack()
+	}, rowactor.Workers(2))
+	if err := b.RetryNow(ctx, h.table, delayed); err != nil {
+		t.Fatalf("RetryNow of a delayed row: %v", err)
+	}
+	var held int64
+	select {
+	case held = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the row RetryNow made due was not delivered")
+	}
+	if held != delayed {
+		t.Fatalf("delivered row %d, want the delayed row %d (the cancelled one must not run)", held, delayed)
+	}
+	for _, err := range []error{b.RetryNow(ctx, h.table, held), b.Cancel(ctx, h.table, held, "late")} {
+		if !errors.Is(err, rowactor.ErrInWork) {
+			t.Fatalf("RetryNow or Cancel of the row in work: %v, want ErrInWork", err)
+		}
+	}
+	if err := b.Cancel(ctx, h.table, cancelled, "again"); !errors.Is(err, rowactor.ErrFinished) {
+		t.Fatalf("Cancel of a cancelled row: %v, want ErrFinished", err)
+	}
+	close(release)
+	if s := h.waitSettled(1)[0]; s.ID != held || s.Err != nil {
+		t.Fatalf("the held row's settlement: %+v", s)
+	}
+	if st := h.row(held); !st.exists || st.processedAt == nil {
+		t.Fatalf("the held row after its ack: %+v", st)
+	}
+	if _, err := b.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Cancel(ctx, h.table, delayed, "x"); !errors.Is(err, rowactor.ErrClosed) {
+		t.Fatalf("Cancel after Shutdown: %v", err)
+	}
+}
