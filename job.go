@@ -45,11 +45,11 @@ func (b *Broker) Inspect(ctx context.Context, t Table, id int64) (Job, error) {
 
 // RetryNow makes a delayed row of t due now (its retry_after cleared; its attempt stays),
 // in one statement fenced by the row's state: a row in work (a lease that has not run
-// out; in the row lock form, a row a claim holds) is refused with an error wrapping
-// ErrInWork and left to its delivery, a processed one with ErrFinished, a missing one
-// with ErrNotFound. A row due already is no error. The table needs a retry_after column;
-// the advisory form is refused (*ConfigError): its rows in work are held by keys one
-// statement cannot see.
+// out; in the row lock form, a row a claim holds; in the advisory form, a row whose key a
+// session holds, which SQLite sees in this process only) is refused with an error
+// wrapping ErrInWork and left to its delivery, a processed one with ErrFinished, a missing
+// one with ErrNotFound. A row due already is no error. The table needs a retry_after
+// column (*ConfigError otherwise).
 func (b *Broker) RetryNow(ctx context.Context, t Table, id int64) error {
 	jc, err := b.jobController("retry", t, id)
 	if err != nil {

@@ -64,7 +64,6 @@ func inspectScenario(t *testing.T, h *harness, _ rowactor.Form) {
 func init() {
 	scenarios = append(scenarios, scenario{
 		name:   "RetryNow runs a delayed row at once, Cancel ends a queued one, and both leave a row in work to its delivery",
-		forms:  []rowactor.Form{rowactor.FormLease, rowactor.FormRowLock},
 		shapes: []tableShape{withProcessedAt},
 		run:    jobControlScenario,
 	})

@@ -17,8 +17,8 @@ var ErrRowFinished = errors.New("rowactor: the row is finished")
 
 // JobController is a dialect that changes one queued row at a service's or an operator's
 // request (Broker.RetryNow, Broker.Cancel, rowactor retry / cancel). Each change is one
-// statement fenced by "not processed and not in work", so it never races the row's
-// holder: a row in work, or finished, is refused (ErrRowInWork, ErrRowFinished), a missing
+// statement fenced by "not processed and not in work" (in the advisory form, under the
+// row's key, taken without waiting), so it never races the row's holder: a row in work, or finished, is refused (ErrRowInWork, ErrRowFinished), a missing
 // one too (ErrRowNotFound). The description is checked against the live table first, as
 // Open does.
 type JobController interface {
@@ -31,16 +31,10 @@ type JobController interface {
 
 // CheckJobControl refuses a change no database can make of t: retry without a
 // retry_after column (nothing to clear: such a row is due unless in work, or parked in its
-// lease, which tells it from one in work no more), and either in the advisory form, whose
-// rows in work are held by keys of sessions this call cannot see through one statement.
+// lease, which tells it from one in work no more).
 func CheckJobControl(t Table, op string) error {
 	if err := CheckDescription(t); err != nil {
 		return err
-	}
-	if t.Form() == FormAdvisory {
-		return &ConfigError{Table: t.Name, Option: op,
-			Reason: "the advisory form's rows in work are held by keys; " + op + " cannot tell them yet",
-			Fix:    "stop the table's consumers and change the row in SQL, or wait for its settlement"}
 	}
 	if op == "RetryNow" && t.RetryAfter == "" {
 		return &ConfigError{Table: t.Name, Option: "Table.RetryAfter",

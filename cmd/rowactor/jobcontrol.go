@@ -15,9 +15,9 @@ var retryCommand = &command{
 
 Clears row ID's retry_after (it needs -retry-after), in one statement: the row is due at
 once and keeps its attempt. A row in work (a lease that has not run out; in the row lock
-form, a row a claim holds) is refused and left to its delivery, as is a processed row; a
-row due already is no error. The advisory form is refused: its rows in work are held by
-keys one statement cannot see. Exit status 1 for a refusal.
+form, a row a claim holds; in the advisory form, a row whose key a session holds, which
+SQLite sees in the consuming process only) is refused and left to its delivery, as is a
+processed row; a row due already is no error. Exit status 1 for a refusal.
 
 Examples:
   rowactor retry -dsn sqlite:jobs.db -group queue -retry-after retry_after -locked-until locked_until jobs 42
@@ -32,8 +32,8 @@ var cancelCommand = &command{
 
 Ends row ID as a handler's Drop would, in one statement: it is deleted or, with
 -processed-at, marked processed now, with -reason in the -error column when there is one.
-A row in work is refused and left to its delivery, as is a processed row. The advisory
-form is refused. Exit status 1 for a refusal.
+A row in work is refused and left to its delivery, as is a processed row (see retry).
+Exit status 1 for a refusal.
 
 Examples:
   rowactor cancel -dsn sqlite:jobs.db -group queue -locked-until locked_until \

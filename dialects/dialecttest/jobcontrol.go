@@ -2,6 +2,7 @@ package dialecttest
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 var jobControlScenarios = []scenario{
 	{name: "Lease", run: testJobControlLease},
 	{name: "RowLock", run: testJobControlRowLock, applies: func(h Harness) bool { return h.Caps().RowLock }},
+	{name: "Advisory", run: testJobControlAdvisory},
 	{name: "Refusals", run: testJobControlRefusals},
 }
 
@@ -145,25 +147,70 @@ func testJobControlRowLock(t *testing.T, h Harness) {
 	}
 }
 
-// The advisory form, and RetryNow without a retry_after column, are refused before
-// anything is read.
+// In the advisory form a row whose key a consumer's session holds is refused and left as
+// it was; once the key is free the change runs, and the key is free again after it.
+func testJobControlAdvisory(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_jcv", func(name string) dialects.Table {
+		return dialects.Table{Name: name, ID: "id", Payload: "payload", RetryAfter: "retry_after",
+			ProcessedAt: "processed_at", AdvisoryKey: name + "-{id}"}
+	})
+	held := e.publish(tbl, dialects.Message{Payload: []byte("held"), NotBefore: t0.Add(time.Hour)})
+	free := e.publish(tbl, dialects.Message{Payload: []byte("free"), NotBefore: t0.Add(time.Hour)})
+	q := e.openAdvisory(dialects.QueueSpec{Table: tbl})
+	s, err := q.Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(id int64) string { return tbl.Name + "-" + strconv.FormatInt(id, 10) }
+	if ok, err := s.TryLock(ctx, key(held)); !ok || err != nil {
+		t.Fatalf("a consumer's lock of %s: %v %v", key(held), ok, err)
+	}
+	jc := controller(t, e.d)
+	for _, err := range []error{jc.RetryNow(ctx, tbl, held, t0), jc.Cancel(ctx, tbl, held, t0, "x")} {
+		if !errors.Is(err, dialects.ErrRowInWork) {
+			t.Errorf("RetryNow or Cancel of a row whose key is held: %v, want ErrRowInWork", err)
+		}
+	}
+	if st, _ := e.state(tbl, held); st.RetryAfter == nil || st.ProcessedAt != nil {
+		t.Errorf("the held row changed: %+v", st)
+	}
+	if err := jc.RetryNow(ctx, tbl, free, t0); err != nil {
+		t.Errorf("RetryNow of a free row beside a held one: %v", err)
+	}
+	if st, _ := e.state(tbl, free); st.RetryAfter != nil {
+		t.Errorf("the free row keeps retry_after %v", st.RetryAfter)
+	}
+	if _, err := s.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := jc.Cancel(ctx, tbl, held, t0, "x"); err != nil {
+		t.Fatalf("Cancel once the key is free: %v", err)
+	}
+	if st, _ := e.state(tbl, held); st.ProcessedAt == nil {
+		t.Errorf("the cancelled row: %+v", st)
+	}
+	// The change let its key go: a consumer takes it.
+	s2, err := q.Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s2.TryLock(ctx, key(free)); !ok || err != nil {
+		t.Errorf("the key of the row RetryNow changed is still held: %v %v", ok, err)
+	}
+	_, _ = s2.Unlock(ctx)
+}
+
+// RetryNow without a retry_after column is refused before anything is read.
 func testJobControlRefusals(t *testing.T, h Harness) {
 	e := setup(t, h)
 	jc := controller(t, e.d)
 	var ce *dialects.ConfigError
-	adv := e.table("ra_jca", advisoryTable)
-	id := e.publish(adv, dialects.Message{Payload: []byte("x")})
-	if err := jc.Cancel(ctx, adv, id, t0, "x"); !errors.As(err, &ce) {
-		t.Errorf("Cancel in the advisory form: %v, want a *ConfigError", err)
-	}
 	noDelay := e.table("ra_jcn", func(name string) dialects.Table {
 		return dialects.Table{Name: name, ID: "id", Payload: "payload", LockedUntil: "locked_until"}
 	})
-	other := e.publish(noDelay, dialects.Message{Payload: []byte("x")})
-	if err := jc.RetryNow(ctx, noDelay, other, t0); !errors.As(err, &ce) || ce.Option != "Table.RetryAfter" {
+	id := e.publish(noDelay, dialects.Message{Payload: []byte("x")})
+	if err := jc.RetryNow(ctx, noDelay, id, t0); !errors.As(err, &ce) || ce.Option != "Table.RetryAfter" {
 		t.Errorf("RetryNow without retry_after: %v, want a *ConfigError on Table.RetryAfter", err)
-	}
-	if _, ok := e.state(adv, id); !ok {
-		t.Error("a refused Cancel removed the row")
 	}
 }

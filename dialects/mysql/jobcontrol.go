@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"strings"
 	"time"
@@ -25,7 +26,7 @@ func (d *Dialect) Cancel(ctx context.Context, t dialects.Table, id int64, now ti
 // changeJob runs c on row id if it is queued: not processed, and not in work. The lease
 // form fences the statement by the lease; the row lock form first locks the row skipping
 // it when a claim holds it (MySQL cannot update a table selecting from it), in one read
-// committed transaction.
+// committed transaction; the advisory form runs it under the row's key (underKey).
 func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now time.Time, op string, c dialects.JobChange) error {
 	if err := dialects.CheckJobControl(t, op); err != nil {
 		return err
@@ -62,6 +63,11 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 	text += " WHERE " + queued
 	var n int64
 	err := func() error {
+		if t.Form() == dialects.FormAdvisory {
+			var err error
+			n, err = d.underKey(ctx, t, id, text, args)
+			return err
+		}
 		if t.Form() != dialects.FormRowLock {
 			var err error
 			n, err = affected(d.db.ExecContext(ctx, text, args...))
@@ -100,4 +106,42 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 		return err
 	}
 	return nil
+}
+
+// underKey runs text on a connection of its own while it holds row id's key, taken
+// without waiting (GET_LOCK, as consumers take it): a key a consumer's session holds
+// leaves the row unchanged (0 rows). The key's name is read first, since the change may
+// delete the row that names it.
+func (d *Dialect) underKey(ctx context.Context, t dialects.Table, id int64, text string, args []any) (int64, error) {
+	key, err := keyText(t.AdvisoryKey)
+	if err != nil {
+		return 0, err
+	}
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	var name string
+	err = conn.QueryRowContext(ctx, "SELECT "+lockNameExpr(key)+" FROM "+quote(t.Name)+" WHERE "+quote(t.ID)+" = ?", id).Scan(&name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil // gone: Unchanged tells
+	}
+	if err != nil {
+		return 0, err
+	}
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", name).Scan(&got); err != nil {
+		return 0, err
+	}
+	if got.Int64 != 1 {
+		return 0, nil // a consumer's session holds it
+	}
+	n, err := affected(conn.ExecContext(ctx, text, args...))
+	var released sql.NullInt64
+	if rerr := conn.QueryRowContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK(?)", name).Scan(&released); rerr != nil || released.Int64 != 1 {
+		// The session must not keep the key: end it, and the server releases it.
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	return n, err
 }

@@ -23,7 +23,8 @@ func (d *Dialect) Cancel(ctx context.Context, t dialects.Table, id int64, now ti
 }
 
 // changeJob runs c on row id if it is queued: not processed, and not in work (a lease not
-// run out; in the row lock form, a row a claim holds, which the change skips as claims do).
+// run out; in the row lock form, a row a claim holds, which the change skips as claims do;
+// in the advisory form, a row whose key a session holds).
 func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now time.Time, op string, c dialects.JobChange) error {
 	if err := dialects.CheckJobControl(t, op); err != nil {
 		return err
@@ -35,8 +36,20 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 	args := []any{id}
 	bind := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
 	where := idq + " = $1"
-	if t.Form() == dialects.FormRowLock {
+	switch t.Form() {
+	case dialects.FormRowLock:
 		where = idq + " = (SELECT " + idq + " FROM " + tq + " WHERE " + idq + " = $1 FOR UPDATE SKIP LOCKED)"
+	case dialects.FormAdvisory:
+		// The row's key, taken without waiting for the statement's transaction: a
+		// consumer's session holding it makes the change skip the row, and a consumer
+		// trying it meanwhile passes the row over. MATERIALIZED reads the one row first,
+		// so no other row's key is tried.
+		key, err := keyExpr(t.AdvisoryKey)
+		if err != nil {
+			return err
+		}
+		where = idq + " IN (SELECT r." + idq + " FROM (SELECT " + idq + ", " + key + " AS k FROM " + tq + " WHERE " + idq +
+			" = $1 OFFSET 0) AS r WHERE pg_try_advisory_xact_lock(hashtextextended(r.k, 0)))"
 	}
 	if t.ProcessedAt != "" {
 		where += " AND " + quote(t.ProcessedAt) + " IS NULL"

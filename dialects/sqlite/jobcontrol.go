@@ -2,7 +2,9 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -21,9 +23,8 @@ func (d *Dialect) Cancel(ctx context.Context, t dialects.Table, id int64, now ti
 	return d.changeJob(ctx, t, id, now, "Cancel", dialects.CancelChange(t, reason))
 }
 
-// changeJob runs c on row id, fenced by "not processed and no lease running", in one
-// statement in this process's writer turn. SQLite serves the lease form only (of the
-// forms a change can tell in work).
+// changeJob runs c on row id, fenced by "not processed and no lease running" (in the
+// advisory form, under the row's key), in one statement in this process's writer turn.
 func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now time.Time, op string, c dialects.JobChange) error {
 	if err := dialects.CheckJobControl(t, op); err != nil {
 		return err
@@ -60,6 +61,26 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 	f, err := d.fileEntry(ctx)
 	if err != nil {
 		return err
+	}
+	if t.Form() == dialects.FormAdvisory {
+		// The row's key in this process's registry, taken as a consumer takes it: a key
+		// a delivery here holds leaves the row unchanged. Keys held in other processes
+		// are not seen (as Inspect and stats cannot see them).
+		key, err := keyExpr(t.AdvisoryKey)
+		if err != nil {
+			return err
+		}
+		var k string
+		err = d.db.QueryRowContext(ctx, "SELECT "+key+" FROM "+tq+" WHERE "+quote(t.ID)+" = ?", id).Scan(&k)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return dialects.Unchanged(ctx, d, t, id, now, op)
+		case err != nil:
+			return adminErr(op, t.Name, err)
+		case !f.tryKey(k):
+			return adminErr(op, t.Name, fmt.Errorf("row %d: %w", id, dialects.ErrRowInWork))
+		}
+		defer f.releaseKey(k)
 	}
 	if err := f.lockWriter(ctx); err != nil {
 		return adminErr(op, t.Name, err)
