@@ -66,12 +66,18 @@ func RetryNowChange(t Table) JobChange {
 }
 
 // CancelChange ends the row as Drop does: processed_at = now with the reason in the
-// error column (and the unique key cleared with ClearUniqueKeyAtAck), or a delete.
+// error column (and the unique key cleared with ClearUniqueKeyAtAck), or a delete. In the
+// lease form it clears the lease as Drop does: a row whose lease ran out may still have
+// its delivery running, and that delivery's settlement (and renewal), fenced by its
+// token, must then find the row lost rather than end it a second time.
 func CancelChange(t Table, reason string) JobChange {
 	if t.ProcessedAt == "" {
 		return JobChange{Delete: true}
 	}
 	c := JobChange{Set: []JobSet{{Column: t.ProcessedAt, Now: true}}}
+	if t.LockedUntil != "" {
+		c.Set = append(c.Set, JobSet{Column: t.LockedUntil})
+	}
 	if t.Error != "" {
 		c.Set = append(c.Set, JobSet{Column: t.Error, Value: reason})
 	}

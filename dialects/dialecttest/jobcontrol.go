@@ -214,3 +214,43 @@ func testJobControlRefusals(t *testing.T, h Harness) {
 		t.Errorf("RetryNow without retry_after: %v, want a *ConfigError on Table.RetryAfter", err)
 	}
 }
+
+// CancelFencesLateDelivery checks that Cancel ends a row whose lease ran out for every
+// delivery of it: the delivery whose lease it was may still be running (its renewer late),
+// and its settlement, fenced by its token, must then find the row lost, as it would after
+// a later claim, and the renewer must not move its lease again. tbl is a created lease
+// table in which a claim of group "g" takes the row ClaimOne publishes.
+func CancelFencesLateDelivery(t *testing.T, d dialects.Dialect, tbl dialects.Table) {
+	t.Helper()
+	q := OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
+	held := ClaimOne(t, d, q, tbl) // lease until t0+1m
+	late := held.Token.Add(time.Second)
+	if err := controller(t, d).Cancel(ctx, tbl, held.ID, late, "cancelled by the operator"); err != nil {
+		t.Fatalf("Cancel of a row whose lease ran out: %v", err)
+	}
+	moved, err := q.ExtendLeases(ctx, late.Add(time.Minute), []dialects.Lease{held})
+	if err != nil || len(moved) != 0 {
+		t.Errorf("the renewer moved the lease of a cancelled row: moved %v, %v", moved, err)
+	}
+	if len(moved) == 1 {
+		held.Token = late.Add(time.Minute) // the delivery settles with the token the renewer handed it
+	}
+	changed, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck, Now: late.Add(2 * time.Second)}, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed {
+		t.Errorf("the delivery of row %d settled it after Cancel ended it: settled twice", held.ID)
+	}
+	if tbl.ProcessedAt == "" {
+		return
+	}
+	j, err := inspector(t, d).Inspect(ctx, tbl, held.ID, late.Add(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != dialects.JobProcessed || (tbl.Error != "" && j.Error != "cancelled by the operator") {
+		t.Errorf("the cancelled row after its late delivery's ack: %+v (want processed, error %q)", j, "cancelled by the operator")
+	}
+	sameTime(t, "the cancelled row's processed_at", &j.ProcessedAt, late)
+}
