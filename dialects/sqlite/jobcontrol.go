@@ -29,6 +29,9 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 	if err := dialects.CheckJobControl(t, op); err != nil {
 		return err
 	}
+	if err := refuseRowLock(t); err != nil {
+		return err
+	}
 	if err := d.checkTable(ctx, t); err != nil {
 		return err
 	}

@@ -49,10 +49,8 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]dia
 	if err := dialects.CheckDescription(t); err != nil {
 		return nil, err
 	}
-	if t.Form() == dialects.FormRowLock {
-		return nil, &dialects.ConfigError{Table: t.Name, Option: "Table.LockedUntil",
-			Reason: "SQLite has no row locks, so it cannot serve the row lock form",
-			Fix:    "add a LockedUntil column for the lease form, or an AdvisoryKey for the advisory form"}
+	if err := refuseRowLock(t); err != nil {
+		return nil, err
 	}
 	if err := dialects.CheckFIFO(t); err != nil {
 		return nil, err
@@ -83,4 +81,16 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]dia
 		return d.deadLetterColumns(ctx, t, spec.DeadLetterTable, false)
 	}
 	return nil, nil
+}
+
+// refuseRowLock refuses the row lock form (no LockedUntil, no AdvisoryKey), which SQLite
+// cannot serve: no subscription consumes a table so described, so a change made through
+// such a description would skip the fence of the form the table's consumers use.
+func refuseRowLock(t dialects.Table) error {
+	if t.Form() != dialects.FormRowLock {
+		return nil
+	}
+	return &dialects.ConfigError{Table: t.Name, Option: "Table.LockedUntil",
+		Reason: "SQLite has no row locks, so it cannot serve the row lock form",
+		Fix:    "add a LockedUntil column for the lease form, or an AdvisoryKey for the advisory form"}
 }
