@@ -94,6 +94,8 @@ func CancelChange(t Table, reason string) JobChange {
 func Unchanged(ctx context.Context, in Inspector, t Table, id int64, now time.Time, op string) error {
 	j, err := in.Inspect(ctx, t, id, now)
 	switch {
+	case errors.Is(err, ErrRowNotFound):
+		return fmt.Errorf("row %d: %w", id, ErrRowNotFound) // the caller names its op
 	case err != nil:
 		return err
 	case j.State == JobProcessed:
@@ -102,4 +104,10 @@ func Unchanged(ctx context.Context, in Inspector, t Table, id int64, now time.Ti
 		return nil
 	}
 	return fmt.Errorf("row %d: %w", id, ErrRowInWork)
+}
+
+// Refused reports the errors of Unchanged that name the row but not the operation: the
+// dialect wraps them with its op and table.
+func Refused(err error) bool {
+	return errors.Is(err, ErrRowInWork) || errors.Is(err, ErrRowFinished) || errors.Is(err, ErrRowNotFound)
 }

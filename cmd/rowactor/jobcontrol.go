@@ -19,9 +19,14 @@ form, a row a claim holds; in the advisory form, a row whose key a session holds
 SQLite sees in the consuming process only) is refused and left to its delivery, as is a
 processed row; a row due already is no error. Exit status 1 for a refusal.
 
+Describe the table as its consumers do: the form decides what counts as in work. A table
+described with neither -locked-until nor -advisory-key is taken for the row lock form,
+where only a claim's row lock tells a row in work; a lease or an advisory key would not
+be seen.
+
 Examples:
   rowactor retry -dsn sqlite:jobs.db -group queue -retry-after retry_after -locked-until locked_until jobs 42
-  DATABASE_URL=postgres://app@db/app rowactor retry -retry-after retry_after jobs 42
+  DATABASE_URL=postgres://app@db/app rowactor retry -retry-after retry_after -locked-until locked_until jobs 42
 `,
 }
 
@@ -38,7 +43,7 @@ Exit status 1 for a refusal.
 Examples:
   rowactor cancel -dsn sqlite:jobs.db -group queue -locked-until locked_until \
       -processed-at processed_at -error error -reason 'customer left' jobs 42
-  DATABASE_URL=postgres://app@db/app rowactor cancel jobs 42
+  DATABASE_URL=postgres://app@db/app rowactor cancel -locked-until locked_until jobs 42
 `,
 }
 

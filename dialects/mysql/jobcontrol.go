@@ -100,7 +100,7 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 	}
 	if n == 0 {
 		err := dialects.Unchanged(ctx, d, t, id, now, op)
-		if errors.Is(err, dialects.ErrRowInWork) || errors.Is(err, dialects.ErrRowFinished) {
+		if dialects.Refused(err) {
 			err = adminErr(op, t.Name, err)
 		}
 		return err

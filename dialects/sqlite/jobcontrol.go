@@ -77,7 +77,7 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 		err = d.db.QueryRowContext(ctx, "SELECT "+key+" FROM "+tq+" WHERE "+quote(t.ID)+" = ?", id).Scan(&k)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			return dialects.Unchanged(ctx, d, t, id, now, op)
+			return adminErr(op, t.Name, fmt.Errorf("row %d: %w", id, dialects.ErrRowNotFound))
 		case err != nil:
 			return adminErr(op, t.Name, err)
 		case !f.tryKey(k):
@@ -95,7 +95,7 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 	}
 	if n == 0 {
 		err := dialects.Unchanged(ctx, d, t, id, now, op)
-		if errors.Is(err, dialects.ErrRowInWork) || errors.Is(err, dialects.ErrRowFinished) {
+		if dialects.Refused(err) {
 			err = adminErr(op, t.Name, err)
 		}
 		return err
