@@ -1,0 +1,143 @@
+package rowactortest_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/rowactortest"
+)
+
+// The service under test: signing up publishes a welcome email, in the caller's
+// transaction or not; the email handler fails on a bounced address.
+var emails = rowactor.Table{Name: "emails", ID: "id", Payload: "payload", Group: "queue",
+	Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until"}
+
+type welcome struct {
+	To string `json:"to"`
+}
+
+func signUp(ctx context.Context, b *rowactor.Broker, address string) error {
+	if address == "" {
+		return errors.New("no address")
+	}
+	_, err := rowactor.PublishJSON(ctx, b, emails, "welcome", welcome{To: address})
+	return err
+}
+
+var errBounced = errors.New("bounced")
+
+func sendWelcome(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+	var w welcome
+	if err := json.Unmarshal(d.Payload(), &w); err != nil {
+		return rowactor.Drop().WithError(err)
+	}
+	if w.To == "bounce@example.com" {
+		return rowactor.Fail(errBounced)
+	}
+	return rowactor.Ack()
+}
+
+// A user's test written with the kit: what was published, and what the handler's
+// outcome settled.
+func TestSignUpPublishesAWelcome(t *testing.T) {
+	ctx := context.Background()
+	b := rowactortest.New(t, emails)
+	if err := signUp(ctx, b, "a@example.com"); err != nil {
+		t.Fatal(err)
+	}
+	id := rowactortest.RequirePublished(t, b, emails, "welcome", func(p []byte) bool {
+		var w welcome
+		return json.Unmarshal(p, &w) == nil && w.To == "a@example.com"
+	})
+	if id <= 0 {
+		t.Fatalf("id %d", id)
+	}
+	if err := signUp(ctx, b, ""); err == nil {
+		t.Fatal("a sign-up without an address succeeded")
+	}
+	rowactortest.RequireNotPublished(t, b, emails, "welcome", rowactortest.Payload([]byte(`{"to":""}`)))
+	if n := len(rowactortest.Published(t, b, emails, "welcome", nil)); n != 1 {
+		t.Fatalf("%d rows queued, want 1", n)
+	}
+}
+
+func TestSendWelcome(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if s := rowactortest.Work(ctx, t, sendWelcome, []byte(`{"to":"a@example.com"}`)); s.Step != "ack" || s.Err != nil || s.Attempt != 1 {
+		t.Fatalf("a good address: %+v", s)
+	}
+	s := rowactortest.Work(ctx, t, sendWelcome, []byte(`{"to":"bounce@example.com"}`))
+	if s.Step != "retry_after" || !errors.Is(s.HandlerErr, errBounced) || s.Err != nil {
+		t.Fatalf("a bounced address: %+v", s)
+	}
+	if s := rowactortest.Work(ctx, t, sendWelcome, []byte(`not json`)); s.Step != "ack" || s.HandlerErr == nil {
+		t.Fatalf("a malformed payload: %+v", s)
+	}
+}
+
+// The kit's own refusals: a row published twice is not "exactly one".
+func TestRequirePublishedCountsExactlyOne(t *testing.T) {
+	ctx := context.Background()
+	b := rowactortest.New(t, emails)
+	for range 2 {
+		if err := signUp(ctx, b, "twice@example.com"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ids := rowactortest.Published(t, b, emails, "welcome", nil); len(ids) != 2 {
+		t.Fatalf("Published: %v", ids)
+	}
+	if ids := rowactortest.Published(t, b, emails, "other", nil); len(ids) != 0 {
+		t.Fatalf("Published in another queue: %v", ids)
+	}
+}
+
+// fatalRecorder is a testing.TB whose Fatalf records the message and ends the goroutine
+// that called it, as testing.T's does.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// fails runs f with a recorder and returns what it failed with ("" when it did not).
+func fails(t *testing.T, f func(tb testing.TB)) string {
+	r := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(r)
+	}()
+	<-done
+	return r.msg
+}
+
+// The assertions fail a test when they should, naming what they found.
+func TestAssertionsFail(t *testing.T) {
+	ctx := context.Background()
+	b := rowactortest.New(t, emails)
+	if msg := fails(t, func(tb testing.TB) { rowactortest.RequirePublished(tb, b, emails, "welcome", nil) }); !strings.Contains(msg, "0 rows") {
+		t.Errorf("RequirePublished on an empty queue: %q", msg)
+	}
+	if err := signUp(ctx, b, "a@example.com"); err != nil {
+		t.Fatal(err)
+	}
+	if msg := fails(t, func(tb testing.TB) { rowactortest.RequireNotPublished(tb, b, emails, "welcome", nil) }); !strings.Contains(msg, "want none") {
+		t.Errorf("RequireNotPublished of a queued row: %q", msg)
+	}
+	if msg := fails(t, func(tb testing.TB) { rowactortest.RequirePublished(tb, b, emails, "welcome", nil) }); msg != "" {
+		t.Errorf("RequirePublished of the one queued row failed: %q", msg)
+	}
+}
