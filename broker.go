@@ -37,6 +37,8 @@ type Broker struct {
 	pubs   map[Table]dialects.Publisher
 	// idlePolls poll the idle subscriptions of one table together (under mu).
 	idlePolls map[idlePollKey]*actors.IdlePoll
+	// retentions run until Shutdown (under mu).
+	retentions []*Retention
 
 	// Publishes in flight, which Shutdown lets finish before it closes anything they use.
 	pubMu      sync.Mutex
@@ -301,9 +303,15 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 	b.mu.Lock()
 	polls := b.idlePolls
 	b.idlePolls = nil
+	rets := b.retentions
+	b.retentions = nil
 	b.mu.Unlock()
 	for _, p := range polls {
 		p.Close()
+	}
+	for _, r := range rets {
+		// Before the dialect closes: a leadership holds one of its connections.
+		r.stop()
 	}
 	if b.stopListening != nil {
 		b.stopListening()

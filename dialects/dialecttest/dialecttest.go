@@ -321,6 +321,7 @@ var topics = []struct {
 	{"admin", adminScenarios},
 	{"inspect", inspectScenarios},
 	{"jobcontrol", jobControlScenarios},
+	{"retention", retentionScenarios},
 	{"events", eventScenarios},
 	{"txn", txnScenarios},
 	{"rowlock", rowLockScenarios},

@@ -60,6 +60,7 @@ type Telemetry struct {
 	abandoned   metric.Int64Counter
 	restarts    metric.Int64Counter
 	published   metric.Int64Counter
+	retained    metric.Int64Counter
 
 	db string
 	// global is otel's global provider as New found it when nothing had been set: its
@@ -111,6 +112,9 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider, db string) (*Telemetr
 		return nil, err
 	}
 	if t.published, err = m.Int64Counter("rowactor.published", metric.WithDescription("Rows published.")); err != nil {
+		return nil, err
+	}
+	if t.retained, err = m.Int64Counter("rowactor.retention.deleted", metric.WithDescription("Finished rows deleted by retention.")); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -212,6 +216,11 @@ func (s *Sub) SpanAttributes() []attribute.KeyValue { return s.spanA }
 // Published records a publish into table's queue.
 func (t *Telemetry) Published(ctx context.Context, table, queue string) {
 	t.published.Add(ctx, 1, metric.WithAttributes(Destination.String(table), Queue.String(queue)))
+}
+
+// RetentionDeleted records n finished rows of table deleted by retention.
+func (t *Telemetry) RetentionDeleted(ctx context.Context, table string, n int64) {
+	t.retained.Add(ctx, n, metric.WithAttributes(Destination.String(table)))
 }
 
 // DB is the database's name, for span attributes.
