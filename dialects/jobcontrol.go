@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -58,6 +59,24 @@ type JobSet struct {
 	// dialect binds times.
 	Value any
 	Now   bool
+}
+
+// SetClause renders the SET list of a change that is no delete: "column = value, ...".
+// quote quotes an identifier; bind binds a value and returns its placeholder, called in
+// the list's order; now is the change's time as the dialect binds it.
+func (c JobChange) SetClause(quote func(string) string, bind func(v any) string, now any) string {
+	sets := make([]string, len(c.Set))
+	for i, s := range c.Set {
+		v := "NULL"
+		switch {
+		case s.Now:
+			v = bind(now)
+		case s.Value != nil:
+			v = bind(s.Value)
+		}
+		sets[i] = quote(s.Column) + " = " + v
+	}
+	return strings.Join(sets, ", ")
 }
 
 // RetryNowChange clears retry_after.

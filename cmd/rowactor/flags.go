@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -180,4 +181,32 @@ func openBroker(ctx context.Context, dsn string) (*rowactor.Broker, func(), erro
 		defer cancel()
 		_, _ = b.Shutdown(sctx)
 	}, nil
+}
+
+// openRow parses the command line of a command on one row (TABLE ID, the table's flags
+// already on fs) and opens the database.
+func openRow(ctx context.Context, e *env, c *command, fs *flag.FlagSet, args []string, dsnValue *string, t *rowactor.Table) (*rowactor.Broker, int64, func(), error) {
+	rest, err := parse(e, c, fs, args)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if len(rest) != 2 {
+		return nil, 0, nil, usagef("TABLE and ID expected, got %d arguments", len(rest))
+	}
+	id, err := strconv.ParseInt(rest[1], 10, 64)
+	if err != nil || id <= 0 {
+		return nil, 0, nil, usagef("ID %q is not a row id (a positive integer)", rest[1])
+	}
+	if err := tableArg(rest[:1], t); err != nil {
+		return nil, 0, nil, err
+	}
+	dsn, err := resolveDSN(e, *dsnValue)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	b, closeDB, err := openBroker(ctx, dsn)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	return b, id, closeDB, nil
 }

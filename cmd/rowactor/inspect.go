@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -45,25 +44,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	var t rowactor.Table
 	addTableFlags(fs, &t)
-	rest, err := parse(e, inspectCommand, fs, args)
-	if err != nil {
-		return err
-	}
-	if len(rest) != 2 {
-		return usagef("TABLE and ID expected, got %d arguments", len(rest))
-	}
-	id, err := strconv.ParseInt(rest[1], 10, 64)
-	if err != nil || id <= 0 {
-		return usagef("ID %q is not a row id (a positive integer)", rest[1])
-	}
-	if err := tableArg(rest[:1], &t); err != nil {
-		return err
-	}
-	dsn, err := resolveDSN(e, *dsnValue)
-	if err != nil {
-		return err
-	}
-	b, closeDB, err := openBroker(ctx, dsn)
+	b, id, closeDB, err := openRow(ctx, e, inspectCommand, fs, args, dsnValue, &t)
 	if err != nil {
 		return err
 	}

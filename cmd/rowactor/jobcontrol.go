@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/rowactor/rowactor"
 )
@@ -65,25 +64,7 @@ func runJobControl(ctx context.Context, e *env, c *command, args []string) error
 	}
 	var t rowactor.Table
 	addTableFlags(fs, &t)
-	rest, err := parse(e, c, fs, args)
-	if err != nil {
-		return err
-	}
-	if len(rest) != 2 {
-		return usagef("TABLE and ID expected, got %d arguments", len(rest))
-	}
-	id, err := strconv.ParseInt(rest[1], 10, 64)
-	if err != nil || id <= 0 {
-		return usagef("ID %q is not a row id (a positive integer)", rest[1])
-	}
-	if err := tableArg(rest[:1], &t); err != nil {
-		return err
-	}
-	dsn, err := resolveDSN(e, *dsnValue)
-	if err != nil {
-		return err
-	}
-	b, closeDB, err := openBroker(ctx, dsn)
+	b, id, closeDB, err := openRow(ctx, e, c, fs, args, dsnValue, &t)
 	if err != nil {
 		return err
 	}

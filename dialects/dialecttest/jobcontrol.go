@@ -14,6 +14,7 @@ var jobControlScenarios = []scenario{
 	{name: "Lease", run: testJobControlLease},
 	{name: "RowLock", run: testJobControlRowLock, applies: func(h Harness) bool { return h.Caps().RowLock }},
 	{name: "Advisory", run: testJobControlAdvisory},
+	{name: "CancelFencesLateDelivery", run: testCancelFencesLateDelivery},
 	{name: "Refusals", run: testJobControlRefusals},
 }
 
@@ -215,12 +216,12 @@ func testJobControlRefusals(t *testing.T, h Harness) {
 	}
 }
 
-// CancelFencesLateDelivery checks that Cancel ends a row whose lease ran out for every
+// cancelFencesLateDelivery checks that Cancel ends a row whose lease ran out for every
 // delivery of it: the delivery whose lease it was may still be running (its renewer late),
 // and its settlement, fenced by its token, must then find the row lost, as it would after
 // a later claim, and the renewer must not move its lease again. tbl is a created lease
 // table in which a claim of group "g" takes the row ClaimOne publishes.
-func CancelFencesLateDelivery(t *testing.T, d dialects.Dialect, tbl dialects.Table) {
+func cancelFencesLateDelivery(t *testing.T, d dialects.Dialect, tbl dialects.Table) {
 	t.Helper()
 	q := OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
 	held := ClaimOne(t, d, q, tbl) // lease until t0+1m
@@ -253,4 +254,20 @@ func CancelFencesLateDelivery(t *testing.T, d dialects.Dialect, tbl dialects.Tab
 		t.Errorf("the cancelled row after its late delivery's ack: %+v (want processed, error %q)", j, "cancelled by the operator")
 	}
 	sameTime(t, "the cancelled row's processed_at", &j.ProcessedAt, late)
+}
+
+// Cancel of a row whose lease ran out while its delivery still runs: the delivery's ack
+// (and renewer) must find the row lost, whether Cancel kept the row or deleted it.
+func testCancelFencesLateDelivery(t *testing.T, h Harness) {
+	e := setup(t, h)
+	for _, keep := range []bool{true, false} {
+		tbl := e.table("ra_jcl", func(name string) dialects.Table {
+			tb := leaseTable(name)
+			if keep {
+				tb.ProcessedAt, tb.Error = "processed_at", "error"
+			}
+			return tb
+		})
+		cancelFencesLateDelivery(t, e.d, tbl)
+	}
 }

@@ -99,3 +99,26 @@ func testOneLeader(t *testing.T, h Harness) {
 		}
 	}
 }
+
+// WaitLeads waits up to 5 s for el to lead name (its leader's session ended, say), then
+// resigns; it fails t if el never leads.
+func WaitLeads(t *testing.T, el dialects.Elector, name string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l, ok, err := el.Lead(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			if err := l.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not handed over within 5 s", name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -38,17 +37,7 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 	var args []any
 	text := "DELETE FROM " + tq
 	if !c.Delete {
-		sets := make([]string, len(c.Set))
-		for i, s := range c.Set {
-			sets[i] = quote(s.Column) + " = NULL"
-			switch {
-			case s.Now:
-				sets[i], args = quote(s.Column)+" = ?", append(args, dbTime(now))
-			case s.Value != nil:
-				sets[i], args = quote(s.Column)+" = ?", append(args, s.Value)
-			}
-		}
-		text = "UPDATE " + tq + " SET " + strings.Join(sets, ", ")
+		text = "UPDATE " + tq + " SET " + c.SetClause(quote, func(v any) string { args = append(args, v); return "?" }, dbTime(now))
 	}
 	queued := idq + " = ?"
 	args = append(args, id)

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -59,18 +58,7 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 	}
 	text := "DELETE FROM " + tq + " WHERE " + where
 	if !c.Delete {
-		sets := make([]string, len(c.Set))
-		for i, s := range c.Set {
-			v := "NULL"
-			switch {
-			case s.Now:
-				v = bind(now)
-			case s.Value != nil:
-				v = bind(s.Value)
-			}
-			sets[i] = quote(s.Column) + " = " + v
-		}
-		text = "UPDATE " + tq + " SET " + strings.Join(sets, ", ") + " WHERE " + where
+		text = "UPDATE " + tq + " SET " + c.SetClause(quote, bind, now) + " WHERE " + where
 	}
 	tag, err := d.pool.Exec(ctx, text, args...)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
 )
 
 // A leader whose session ends (its process died, its connection was killed) hands the
@@ -29,20 +30,6 @@ func TestLeadershipEndsWithItsSession(t *testing.T) {
 	if err := la.Alive(ctx); err == nil {
 		t.Error("the killed leadership reports itself alive")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		lb, ok, err := b.Lead(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			_ = lb.Resign(ctx)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the leadership was not handed over after its session ended")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	dialecttest.WaitLeads(t, b, name)
 	_ = la.Resign(ctx) // its connection is gone: an error, and nothing left behind
 }

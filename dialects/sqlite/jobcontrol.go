@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -39,17 +38,7 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 	var args []any
 	text := "DELETE FROM " + tq
 	if !c.Delete {
-		sets := make([]string, len(c.Set))
-		for i, s := range c.Set {
-			sets[i] = quote(s.Column) + " = NULL"
-			switch {
-			case s.Now:
-				sets[i], args = quote(s.Column)+" = ?", append(args, formatTime(now))
-			case s.Value != nil:
-				sets[i], args = quote(s.Column)+" = ?", append(args, s.Value)
-			}
-		}
-		text = "UPDATE " + tq + " SET " + strings.Join(sets, ", ")
+		text = "UPDATE " + tq + " SET " + c.SetClause(quote, func(v any) string { args = append(args, v); return "?" }, formatTime(now))
 	}
 	text += " WHERE " + quote(t.ID) + " = ?"
 	args = append(args, id)
