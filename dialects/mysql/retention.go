@@ -80,8 +80,9 @@ func (l *leadership) Resign(ctx context.Context) error {
 }
 
 // DeleteProcessed deletes the oldest finished rows in a read committed transaction of its
-// own: a row a claim holds is unfinished, and InnoDB's semi-consistent read passes it by
-// without waiting.
+// own: it locks them with SKIP LOCKED first, so a row a claim or a delivery's transaction
+// holds is passed by without waiting (InnoDB's semi-consistent read serves UPDATE, not
+// DELETE: a DELETE alone waits for every locked row it scans), then deletes what it locked.
 func (d *Dialect) DeleteProcessed(ctx context.Context, t dialects.Table, before time.Time, limit int) (int64, error) {
 	if err := d.checkTable(ctx, t); err != nil {
 		return 0, err
@@ -96,8 +97,7 @@ func (d *Dialect) DeleteProcessed(ctx context.Context, t dialects.Table, before 
 	if err != nil {
 		return 0, adminErr("retention", t.Name, err)
 	}
-	n, err := affected(x.tx.ExecContext(ctx, "DELETE FROM "+quote(t.Name)+" WHERE "+quote(t.ProcessedAt)+" < ? ORDER BY "+
-		quote(t.ID)+" LIMIT "+strconv.Itoa(limit), dbTime(before)))
+	n, err := deleteLocked(ctx, x.tx, t, before, limit)
 	if err != nil {
 		_ = x.rollback()
 		return 0, adminErr("retention", t.Name, err)
@@ -106,4 +106,32 @@ func (d *Dialect) DeleteProcessed(ctx context.Context, t dialects.Table, before 
 		return 0, adminErr("retention", t.Name, err)
 	}
 	return n, nil
+}
+
+// deleteLocked locks up to limit finished rows older than before, skipping rows others
+// hold, and deletes them.
+func deleteLocked(ctx context.Context, tx *sql.Tx, t dialects.Table, before time.Time, limit int) (int64, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT "+quote(t.ID)+" FROM "+quote(t.Name)+" WHERE "+quote(t.ProcessedAt)+" < ? ORDER BY "+
+		quote(t.ID)+" LIMIT "+strconv.Itoa(limit)+" FOR UPDATE SKIP LOCKED", dbTime(before))
+	if err != nil {
+		return 0, err
+	}
+	var ids []any
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return affected(tx.ExecContext(ctx, "DELETE FROM "+quote(t.Name)+" WHERE "+quote(t.ID)+" IN (?"+
+		strings.Repeat(", ?", len(ids)-1)+")", ids...))
 }
