@@ -260,7 +260,14 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 	b.mu.Lock()
 	subs := b.subs
 	b.subs = nil
+	rets := b.retentions
+	b.retentions = nil
 	b.mu.Unlock()
+	// Retentions first: they are no deliveries, and a leadership holds a pool connection
+	// that a handler draining now may be waiting for (its own queries, on a small pool).
+	for _, r := range rets {
+		r.stop()
+	}
 
 	// Counted from before the drain: it gives back prefetched rows that never started.
 	relRows, relConns := make([]int, len(subs)), make([]int, len(subs))
@@ -303,15 +310,9 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 	b.mu.Lock()
 	polls := b.idlePolls
 	b.idlePolls = nil
-	rets := b.retentions
-	b.retentions = nil
 	b.mu.Unlock()
 	for _, p := range polls {
 		p.Close()
-	}
-	for _, r := range rets {
-		// Before the dialect closes: a leadership holds one of its connections.
-		r.stop()
 	}
 	if b.stopListening != nil {
 		b.stopListening()
