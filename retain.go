@@ -152,7 +152,19 @@ func (b *Broker) retain(ctx context.Context, r *Retention, el dialects.Elector, 
 				r.leading.Store(true)
 			}
 		}
-		for lead != nil && ctx.Err() == nil {
+		for first := true; lead != nil && ctx.Err() == nil; first = false {
+			// The deletes run on other connections than the leadership's: check it before
+			// each batch, or a leader whose session ended would go on deleting beside the
+			// next one for as many batches as it has left.
+			if !first {
+				if err := lead.Alive(ctx); err != nil {
+					if ctx.Err() == nil {
+						b.log.Warn("rowactor: retention lost its leadership", "table", t.Name, "error", err)
+					}
+					resign()
+					break
+				}
+			}
 			n, err := rt.DeleteProcessed(ctx, t, time.Now().Add(-keep), cfg.batch)
 			if n > 0 {
 				r.deleted.Add(n)

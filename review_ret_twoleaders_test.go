@@ -1,0 +1,51 @@
+package rowactor_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects/postgres"
+)
+
+func init() {
+	scenarios = append(scenarios, scenario{
+		name:   "review ret: a leader whose session is killed mid-delete stops deleting before another leads",
+		forms:  []rowactor.Form{rowactor.FormLease},
+		shapes: []tableShape{withProcessedAt},
+		run:    reviewRetTwoLeadersScenario,
+	})
+}
+
+func reviewRetTwoLeadersScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	pd, ok := h.d.(*postgres.Dialect)
+	if !ok {
+		t.Skip("PostgreSQL's pg_terminate_backend")
+	}
+	ctx := context.Background()
+	if _, err := pd.Pool().Exec(ctx, fmt.Sprintf("INSERT INTO %q (grp, payload, processed_at) SELECT 'q', 'x', now() - interval '2 hours' FROM generate_series(1, 20000)", h.table.Name)); err != nil {
+		t.Fatal(err)
+	}
+	b1, b2 := h.broker(), h.second()
+	r1, err := b1.Retain(ctx, h.table, time.Hour, rowactor.RetainEvery(time.Hour), rowactor.RetainBatch(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the first to lead", func() bool { return r1.Deleted() > 10 })
+	r2, err := b2.Retain(ctx, h.table, time.Hour, rowactor.RetainEvery(20*time.Millisecond), rowactor.RetainBatch(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var killed int
+	if err := pd.Pool().QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()").Scan(&killed); err != nil || killed != 1 {
+		t.Fatalf("kill the leader's session: %d %v", killed, err)
+	}
+	waitUntil(t, "the second to lead", func() bool { return r2.Deleted() > 0 })
+	a1 := r1.Deleted()
+	time.Sleep(300 * time.Millisecond)
+	if a2 := r1.Deleted(); a2 > a1 && r2.Deleted() > 0 {
+		t.Fatalf("two leaders delete at once: the killed leader deleted %d more rows after the second led (leading %v and %v)", a2-a1, r1.Leading(), r2.Leading())
+	}
+}
