@@ -40,15 +40,16 @@ type Retention struct {
 	once    sync.Once
 }
 
-// Leading reports whether this broker leads the table's retention now: one broker at a
-// time does, across every process on the database (on SQLite, within the process).
+// Leading reports whether this broker led the table's latest round of retention: one
+// broker at a time does, across every process on the database (on SQLite, within the
+// process).
 func (r *Retention) Leading() bool { return r.leading.Load() }
 
 // Deleted is how many rows this broker's retention deleted so far.
 func (r *Retention) Deleted() int64 { return r.deleted.Load() }
 
-// Stop ends the retention and gives its leadership up, so that another broker leads;
-// Shutdown stops it too.
+// Stop ends the retention (a round in progress ends with its current statement); Shutdown
+// stops it too.
 func (r *Retention) Stop() { r.stop() }
 
 func (r *Retention) stop() {
@@ -57,12 +58,15 @@ func (r *Retention) stop() {
 }
 
 // Retain deletes t's finished rows (processed_at set) older than keep, in batches, for
-// as long as the broker runs. One broker at a time does it, across every process on the
-// database: the brokers elect a leader through a session lock (PostgreSQL's advisory
-// locks, MySQL's GET_LOCK), handed over when its holder stops or dies. On SQLite the
-// leader is elected within the process; processes sharing a file each delete, which
-// their batches tolerate. Each statement deletes at most RetainBatch rows and waits for
-// no lock. The rowactor.retention.deleted counter counts what it deleted.
+// as long as the broker runs. Every RetainEvery each broker retaining the table tries a
+// round; one at a time, across every process on the database, gets it: the round holds a
+// session lock (PostgreSQL's advisory lock, MySQL's GET_LOCK), taken without waiting, on
+// the one pool connection its statements run on, and lets it go at the round's end. A
+// round therefore needs a connection only while it runs, and a session that dies takes
+// its round with it. On SQLite the rounds take turns within the process; processes
+// sharing a file each delete, which the batches tolerate. Each statement deletes at most
+// RetainBatch rows and waits for no row lock. The rowactor.retention.deleted counter
+// counts what was deleted. Every group of the table is retained.
 //
 // The table must have a processed_at column (a table without one deletes its rows at
 // their ack). For a large table, index processed_at for the finished rows (see
@@ -87,12 +91,11 @@ func (b *Broker) Retain(ctx context.Context, t Table, keep time.Duration, opts .
 		return nil, &ConfigError{Table: t.Name, Option: "RetainBatch", Reason: fmt.Sprintf("batch %d is not positive", cfg.batch),
 			Fix: "give RetainBatch a positive number of rows, or leave it out"}
 	}
-	el, ok1 := b.d.(dialects.Elector)
-	rt, ok2 := b.d.(dialects.Retainer)
-	if !ok1 || !ok2 {
-		return nil, fmt.Errorf("rowactor: the %s dialect cannot retain rows (dialects.Elector, dialects.Retainer)", b.d.Name())
+	rt, ok := b.d.(dialects.Retainer)
+	if !ok {
+		return nil, fmt.Errorf("rowactor: the %s dialect cannot retain rows (dialects.Retainer)", b.d.Name())
 	}
-	if _, err := rt.DeleteProcessed(ctx, t, time.Now(), 0); err != nil { // the description, checked
+	if _, _, err := rt.RetainRound(ctx, t, "", time.Now(), 0); err != nil { // the description, checked
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
@@ -103,31 +106,24 @@ func (b *Broker) Retain(ctx context.Context, t Table, keep time.Duration, opts .
 		cancel()
 		return nil, fmt.Errorf("rowactor: retain table %s: %w", t.Name, ErrClosed)
 	}
+	for _, other := range b.retentions {
+		if other.table == t.Name {
+			b.mu.Unlock()
+			cancel()
+			return nil, &ConfigError{Table: t.Name, Option: "Retain", Reason: "the broker retains the table already",
+				Fix: "call Retain once per table and broker (Stop the first to change its keep)"}
+		}
+	}
 	b.retentions = append(b.retentions, r)
 	b.mu.Unlock()
-	go b.retain(rctx, r, el, rt, t, keep, cfg)
+	go b.retain(rctx, r, rt, t, keep, cfg)
 	return r, nil
 }
 
-// retain is a retention's loop: lead, or try to; while leading, delete a batch at a time
-// until a batch comes back short, then wait for the next round.
-func (b *Broker) retain(ctx context.Context, r *Retention, el dialects.Elector, rt dialects.Retainer, t Table, keep time.Duration, cfg retainConfig) {
+// retain is a retention's loop: a round every cfg.every.
+func (b *Broker) retain(ctx context.Context, r *Retention, rt dialects.Retainer, t Table, keep time.Duration, cfg retainConfig) {
 	defer close(r.done)
-	var lead dialects.Leadership
-	resign := func() {
-		if lead == nil {
-			return
-		}
-		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := lead.Resign(rctx); err != nil {
-			b.log.Warn("rowactor: retention could not resign its leadership; its session was closed",
-				"table", t.Name, "error", err)
-		}
-		cancel()
-		lead = nil
-		r.leading.Store(false)
-	}
-	defer resign()
+	defer r.leading.Store(false)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -136,49 +132,14 @@ func (b *Broker) retain(ctx context.Context, r *Retention, el dialects.Elector, 
 			return
 		case <-timer.C:
 		}
-		if lead != nil {
-			if err := lead.Alive(ctx); err != nil {
-				b.log.Warn("rowactor: retention lost its leadership", "table", t.Name, "error", err)
-				resign()
-			}
+		n, led, err := rt.RetainRound(ctx, t, "retain:"+t.Name, time.Now().Add(-keep), cfg.batch)
+		r.leading.Store(led)
+		if n > 0 {
+			r.deleted.Add(n)
+			b.tel.RetentionDeleted(ctx, t.Name, n)
 		}
-		if lead == nil {
-			l, ok, err := el.Lead(ctx, "retain:"+t.Name)
-			if err != nil && ctx.Err() == nil {
-				b.log.Warn("rowactor: retention could not run for leadership", "table", t.Name, "error", err)
-			}
-			if ok {
-				lead = l
-				r.leading.Store(true)
-			}
-		}
-		for first := true; lead != nil && ctx.Err() == nil; first = false {
-			// The deletes run on other connections than the leadership's: check it before
-			// each batch, or a leader whose session ended would go on deleting beside the
-			// next one for as many batches as it has left.
-			if !first {
-				if err := lead.Alive(ctx); err != nil {
-					if ctx.Err() == nil {
-						b.log.Warn("rowactor: retention lost its leadership", "table", t.Name, "error", err)
-					}
-					resign()
-					break
-				}
-			}
-			n, err := rt.DeleteProcessed(ctx, t, time.Now().Add(-keep), cfg.batch)
-			if n > 0 {
-				r.deleted.Add(n)
-				b.tel.RetentionDeleted(ctx, t.Name, n)
-			}
-			if err != nil {
-				if ctx.Err() == nil {
-					b.log.Warn("rowactor: retention could not delete finished rows", "table", t.Name, "error", err)
-				}
-				break
-			}
-			if n < int64(cfg.batch) {
-				break
-			}
+		if err != nil && ctx.Err() == nil {
+			b.log.Warn("rowactor: retention could not delete finished rows", "table", t.Name, "error", err)
 		}
 		timer.Reset(cfg.every)
 	}

@@ -2,23 +2,24 @@ package dialecttest
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
 )
 
-// retentionScenarios are the Elector's and the Retainer's.
+// retentionScenarios are the Retainer's.
 var retentionScenarios = []scenario{
-	{name: "DeleteProcessed", run: testDeleteProcessed},
-	{name: "OneLeader", run: testOneLeader},
+	{name: "RetainRound", run: testRetainRound},
+	{name: "RoundLockHeldElsewhere", run: testRoundLockHeldElsewhere,
+		applies: func(h Harness) bool { _, ok := h.(KeyInspector); return ok }},
 }
 
-// Finished rows older than the cutoff go, lowest ids first, limit at a time; recent
-// finished rows and unfinished ones stay.
-func testDeleteProcessed(t *testing.T, h Harness) {
-	e := setup(t, h)
-	tbl := e.table("ra_ret", func(name string) dialects.Table {
+// retentionTable has three rows finished two hours before t0, one finished at t0 and one
+// queued; it returns the table and the old rows' ids.
+func retentionTable(e *env, prefix string) (dialects.Table, []int64, []int64) {
+	tbl := e.table(prefix, func(name string) dialects.Table {
 		tb := leaseTable(name)
 		tb.ProcessedAt = "processed_at"
 		return tb
@@ -26,99 +27,77 @@ func testDeleteProcessed(t *testing.T, h Harness) {
 	var old []int64
 	for range 3 {
 		id := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("old")})
-		e.exec("UPDATE "+e.q(tbl.Name)+" SET processed_at = ? WHERE id = ?", h.TimeArg(t0.Add(-2*time.Hour)), id)
+		e.exec("UPDATE "+e.q(tbl.Name)+" SET processed_at = ? WHERE id = ?", e.h.TimeArg(t0.Add(-2*time.Hour)), id)
 		old = append(old, id)
 	}
 	recent := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("recent")})
-	e.exec("UPDATE "+e.q(tbl.Name)+" SET processed_at = ? WHERE id = ?", h.TimeArg(t0), recent)
+	e.exec("UPDATE "+e.q(tbl.Name)+" SET processed_at = ? WHERE id = ?", e.h.TimeArg(t0), recent)
 	queued := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("queued")})
-	r, ok := e.d.(dialects.Retainer)
+	return tbl, old, []int64{recent, queued}
+}
+
+func retainer(t *testing.T, d dialects.Dialect) dialects.Retainer {
+	t.Helper()
+	r, ok := d.(dialects.Retainer)
 	if !ok {
-		t.Fatalf("%T is not a dialects.Retainer", e.d)
+		t.Fatalf("%T is not a dialects.Retainer", d)
 	}
+	return r
+}
+
+// A round deletes every row finished before the cutoff, limit a statement, and lets its
+// lock go; recent finished rows and unfinished ones stay. A description the table does
+// not match is refused by the check (limit 0).
+func testRetainRound(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl, old, kept := retentionTable(e, "ra_ret")
+	r := retainer(t, e.d)
 	cutoff := t0.Add(-time.Hour)
-	for _, want := range []int64{2, 1, 0} {
-		n, err := r.DeleteProcessed(ctx, tbl, cutoff, 2)
-		if err != nil || n != want {
-			t.Fatalf("DeleteProcessed: %d %v, want %d", n, err, want)
-		}
+	lock := e.name("ra_retlock")
+	if n, led, err := r.RetainRound(ctx, tbl, lock, cutoff, 2); err != nil || !led || n != 3 {
+		t.Fatalf("RetainRound: %d %v %v, want 3 rows deleted", n, led, err)
 	}
 	for _, id := range old {
 		if _, ok := e.state(tbl, id); ok {
 			t.Errorf("old finished row %d outlived retention", id)
 		}
 	}
-	for _, id := range []int64{recent, queued} {
+	for _, id := range kept {
 		if _, ok := e.state(tbl, id); !ok {
 			t.Errorf("row %d was deleted", id)
 		}
 	}
+	// The round let its lock go: another dialect's round leads.
+	if n, led, err := retainer(t, e.other().d).RetainRound(ctx, tbl, lock, cutoff, 2); err != nil || !led || n != 0 {
+		t.Fatalf("a later round: %d %v %v, want led and 0 rows", n, led, err)
+	}
 	wrong := tbl
 	wrong.ProcessedAt = "no_such_column"
 	var ce *dialects.ConfigError
-	if _, err := r.DeleteProcessed(ctx, wrong, cutoff, 0); !errors.As(err, &ce) {
+	if _, _, err := r.RetainRound(ctx, wrong, lock, cutoff, 0); !errors.As(err, &ce) {
 		t.Errorf("a check of a description the table does not match: %v, want a *ConfigError", err)
 	}
 }
 
-// One dialect leads a name; another on the same database does not until the leader
-// resigns; names are independent.
-func testOneLeader(t *testing.T, h Harness) {
+// While another session holds the round's lock, a round does not lead and deletes
+// nothing; once it is free, the round runs.
+func testRoundLockHeldElsewhere(t *testing.T, h Harness) {
 	e := setup(t, h)
-	o := e.other()
-	a, ok1 := e.d.(dialects.Elector)
-	b, ok2 := o.d.(dialects.Elector)
-	if !ok1 || !ok2 {
-		t.Fatalf("%T is not a dialects.Elector", e.d)
+	tbl, old, _ := retentionTable(e, "ra_reth")
+	r := retainer(t, e.d)
+	lock := e.name("ra_retlock")
+	hold := h.(KeyInspector).HoldKey(t, e.d, dialects.LockKey(lock))
+	var once sync.Once
+	release := func() { once.Do(hold) }
+	t.Cleanup(release) // a failing check must not leave the key's connection held
+	if n, led, err := r.RetainRound(ctx, tbl, lock, t0, 2); err != nil || led || n != 0 {
+		t.Fatalf("a round whose lock another session holds: %d %v %v, want not led", n, led, err)
 	}
-	name := e.name("ra_lead")
-	la, ok, err := a.Lead(ctx, name)
-	if err != nil || !ok {
-		t.Fatalf("the first Lead: %v %v", ok, err)
+	if _, ok := e.state(tbl, old[0]); !ok {
+		t.Fatal("a round that did not lead deleted rows")
 	}
-	if err := la.Alive(ctx); err != nil {
-		t.Fatalf("Alive: %v", err)
-	}
-	if _, ok, err := b.Lead(ctx, name); err != nil || ok {
-		t.Fatalf("a second leader of %s: %v %v", name, ok, err)
-	}
-	lo, ok, err := b.Lead(ctx, name+"_other")
-	if err != nil || !ok {
-		t.Fatalf("another name: %v %v", ok, err)
-	}
-	if err := la.Resign(ctx); err != nil {
-		t.Fatal(err)
-	}
-	lb, ok, err := b.Lead(ctx, name)
-	if err != nil || !ok {
-		t.Fatalf("Lead after the leader resigned: %v %v", ok, err)
-	}
-	for _, l := range []dialects.Leadership{lb, lo} {
-		if err := l.Resign(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// WaitLeads waits up to 5 s for el to lead name (its leader's session ended, say), then
-// resigns; it fails t if el never leads.
-func WaitLeads(t *testing.T, el dialects.Elector, name string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		l, ok, err := el.Lead(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			if err := l.Resign(ctx); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s was not handed over within 5 s", name)
-		}
-		time.Sleep(50 * time.Millisecond)
+	release()
+	if n, led, err := r.RetainRound(ctx, tbl, lock, t0, 2); err != nil || !led || n != 3 {
+		t.Fatalf("the round once the lock is free: %d %v %v", n, led, err)
 	}
 }

@@ -11,101 +11,88 @@ import (
 	"github.com/rowactor/rowactor/dialects"
 )
 
+var _ dialects.Retainer = (*Dialect)(nil)
+
+// lockOf and unlockOf take and free a round's GET_LOCK name, computed as the advisory form
+// computes its keys' names; the key is bound lockArgs times.
 var (
-	_ dialects.Elector  = (*Dialect)(nil)
-	_ dialects.Retainer = (*Dialect)(nil)
+	lockOf   = "SELECT GET_LOCK(" + lockNameExpr(utf8mb4("?")) + ", 0)"
+	unlockOf = "SELECT RELEASE_LOCK(" + lockNameExpr(utf8mb4("?")) + ")"
+	lockArgs = strings.Count(lockNameExpr(utf8mb4("?")), "?")
 )
 
-// leaderLock and leaderUnlock take and free a leadership's GET_LOCK name, computed as the
-// advisory form computes its keys' names; the key is bound leaderArgs times.
-var (
-	leaderLock   = "SELECT GET_LOCK(" + lockNameExpr(utf8mb4("?")) + ", 0)"
-	leaderUnlock = "SELECT RELEASE_LOCK(" + lockNameExpr(utf8mb4("?")) + ")"
-	leaderArgs   = strings.Count(lockNameExpr(utf8mb4("?")), "?")
-)
-
-// leaderKey binds name's key as leaderLock and leaderUnlock take it.
-func leaderKey(name string) []any {
-	args := make([]any, leaderArgs)
+// lockKey binds lock's key as lockOf and unlockOf take it.
+func lockKey(lock string) []any {
+	args := make([]any, lockArgs)
 	for i := range args {
-		args[i] = dialects.LeaderKey(name)
+		args[i] = dialects.LockKey(lock)
 	}
 	return args
 }
 
-// Lead takes the name's GET_LOCK without waiting on a connection the leadership keeps
-// until it resigns.
-func (d *Dialect) Lead(ctx context.Context, name string) (dialects.Leadership, bool, error) {
+// RetainRound holds lock's GET_LOCK on one pool connection for the round, and deletes on
+// that connection, a read committed transaction a batch (deleteLocked).
+func (d *Dialect) RetainRound(ctx context.Context, t dialects.Table, lock string, before time.Time, limit int) (int64, bool, error) {
+	if err := d.checkTable(ctx, t); err != nil {
+		return 0, false, err
+	}
+	if t.ProcessedAt == "" {
+		return 0, false, fmt.Errorf("mysql: retention on table %s: the description names no processed_at column", t.Name)
+	}
+	if limit <= 0 {
+		return 0, false, nil
+	}
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
-		return nil, false, fmt.Errorf("mysql: lead %s: %w", name, err)
+		return 0, false, adminErr("retention", t.Name, err)
 	}
 	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, leaderLock, leaderKey(name)...).Scan(&got); err != nil {
+	if err := conn.QueryRowContext(ctx, lockOf, lockKey(lock)...).Scan(&got); err != nil {
 		discard(conn)
-		return nil, false, fmt.Errorf("mysql: lead %s: %w", name, err)
+		return 0, false, adminErr("retention", t.Name, err)
 	}
 	if got.Int64 != 1 {
 		_ = conn.Close()
-		return nil, false, nil
+		return 0, false, nil
 	}
-	return &leadership{conn: conn, name: name}, true, nil
-}
-
-type leadership struct {
-	conn *sql.Conn
-	name string
-}
-
-func (l *leadership) Alive(ctx context.Context) error {
-	if err := l.conn.PingContext(ctx); err != nil {
-		return fmt.Errorf("mysql: leadership of %s: %w", l.name, err)
+	var deleted int64
+	for ctx.Err() == nil {
+		n, derr := func() (int64, error) {
+			tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+			if err != nil {
+				return 0, err
+			}
+			n, err := deleteLocked(ctx, tx, t, before, limit)
+			if err != nil {
+				_ = tx.Rollback()
+				return 0, err
+			}
+			return n, tx.Commit()
+		}()
+		if derr != nil {
+			err = derr
+			break
+		}
+		deleted += n
+		if n < int64(limit) {
+			break
+		}
 	}
-	return nil
-}
-
-// Resign releases the lock and gives the connection back; one whose release failed is
-// discarded, which ends its session and the lock with it.
-func (l *leadership) Resign(ctx context.Context) error {
-	var got sql.NullInt64
-	err := l.conn.QueryRowContext(ctx, leaderUnlock, leaderKey(l.name)...).Scan(&got)
-	if err == nil && got.Int64 != 1 {
-		err = fmt.Errorf("the lock was not held")
+	// The lock goes with the round; a connection whose release failed is discarded, which
+	// ends its session and the lock with it.
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	var released sql.NullInt64
+	uerr := conn.QueryRowContext(uctx, unlockOf, lockKey(lock)...).Scan(&released)
+	cancel()
+	if err != nil || uerr != nil || released.Int64 != 1 {
+		discard(conn)
+	} else {
+		_ = conn.Close()
 	}
 	if err != nil {
-		discard(l.conn)
-		return fmt.Errorf("mysql: resign %s: %w", l.name, err)
+		return deleted, true, adminErr("retention", t.Name, err)
 	}
-	return l.conn.Close()
-}
-
-// DeleteProcessed deletes the oldest finished rows in a read committed transaction of its
-// own: it locks them with SKIP LOCKED first, so a row a claim or a delivery's transaction
-// holds is passed by without waiting (InnoDB's semi-consistent read serves UPDATE, not
-// DELETE: a DELETE alone waits for every locked row it scans), then deletes what it locked.
-func (d *Dialect) DeleteProcessed(ctx context.Context, t dialects.Table, before time.Time, limit int) (int64, error) {
-	if err := d.checkTable(ctx, t); err != nil {
-		return 0, err
-	}
-	if t.ProcessedAt == "" {
-		return 0, fmt.Errorf("mysql: retention on table %s: the description names no processed_at column", t.Name)
-	}
-	if limit <= 0 {
-		return 0, nil
-	}
-	x, err := d.begin(ctx, sql.LevelReadCommitted)
-	if err != nil {
-		return 0, adminErr("retention", t.Name, err)
-	}
-	n, err := deleteLocked(ctx, x.tx, t, before, limit)
-	if err != nil {
-		_ = x.rollback()
-		return 0, adminErr("retention", t.Name, err)
-	}
-	if err := x.commit(); err != nil {
-		return 0, adminErr("retention", t.Name, err)
-	}
-	return n, nil
+	return deleted, true, nil
 }
 
 // deleteLocked locks up to limit finished rows older than before, skipping rows others

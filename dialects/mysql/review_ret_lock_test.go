@@ -11,7 +11,7 @@ import (
 
 // Retention must wait on no lock a delivery holds: a row lock claim (or a transactional
 // delivery) holds an unfinished row with FOR UPDATE while finished old rows sit around it.
-// DeleteProcessed must delete the finished rows and come back at once.
+// RetainRound must delete the finished rows and come back at once.
 func TestReviewRetDeleteWaitsOnNoClaim(t *testing.T) {
 	d := newDialect(t)
 	name := tableName(t, d, "ra_ret_lock")
@@ -38,8 +38,8 @@ func TestReviewRetDeleteWaitsOnNoClaim(t *testing.T) {
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	n, err := d.DeleteProcessed(dctx, tbl, time.Now().Add(-time.Hour), 10)
-	if err != nil || n != 2 || time.Since(start) > 2*time.Second {
-		t.Fatalf("DeleteProcessed beside a claimed row: %d rows, %v, after %v; want 2 rows at once", n, err, time.Since(start).Round(time.Millisecond))
+	n, led, err := d.RetainRound(dctx, tbl, name, time.Now().Add(-time.Hour), 10)
+	if err != nil || !led || n != 2 || time.Since(start) > 2*time.Second {
+		t.Fatalf("RetainRound beside a claimed row: %d rows (led %v), %v, after %v; want 2 rows at once", n, led, err, time.Since(start).Round(time.Millisecond))
 	}
 }

@@ -4,70 +4,53 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
 )
 
-var (
-	_ dialects.Elector  = (*Dialect)(nil)
-	_ dialects.Retainer = (*Dialect)(nil)
-)
+var _ dialects.Retainer = (*Dialect)(nil)
 
-// Lead takes the name's key in the file's registry of this process: brokers of one
-// process on one file elect one leader; processes sharing the file each lead (SQLite has
-// no session locks another process could see).
-func (d *Dialect) Lead(ctx context.Context, name string) (dialects.Leadership, bool, error) {
-	f, err := d.fileEntry(ctx)
-	if err != nil {
-		return nil, false, fmt.Errorf("sqlite: lead %s: %w", name, err)
-	}
-	key := dialects.LeaderKey(name)
-	if !f.tryKey(key) {
-		return nil, false, nil
-	}
-	return &leadership{f: f, key: key}, true, nil
-}
-
-type leadership struct {
-	f    *file
-	key  string
-	once sync.Once
-}
-
-func (l *leadership) Alive(context.Context) error { return nil }
-
-func (l *leadership) Resign(context.Context) error {
-	l.once.Do(func() { l.f.releaseKey(l.key) })
-	return nil
-}
-
-// DeleteProcessed deletes the oldest finished rows in one statement in this process's
-// writer turn.
-func (d *Dialect) DeleteProcessed(ctx context.Context, t dialects.Table, before time.Time, limit int) (int64, error) {
+// RetainRound holds lock's key in the file's registry of this process for the round:
+// brokers of one process on one file take turns; processes sharing the file each delete
+// (SQLite has no session locks another process could see), which the batches tolerate.
+// Each batch is one statement in this process's writer turn.
+func (d *Dialect) RetainRound(ctx context.Context, t dialects.Table, lock string, before time.Time, limit int) (int64, bool, error) {
 	if err := d.checkTable(ctx, t); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if t.ProcessedAt == "" {
-		return 0, fmt.Errorf("sqlite: retention on table %s: the description names no processed_at column", t.Name)
+		return 0, false, fmt.Errorf("sqlite: retention on table %s: the description names no processed_at column", t.Name)
 	}
 	if limit <= 0 {
-		return 0, nil
+		return 0, false, nil
 	}
 	f, err := d.fileEntry(ctx)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	if err := f.lockWriter(ctx); err != nil {
-		return 0, adminErr("retention", t.Name, err)
+	key := dialects.LockKey(lock)
+	if !f.tryKey(key) {
+		return 0, false, nil
 	}
-	defer f.unlockWriter()
+	defer f.releaseKey(key)
 	tq, id := quote(t.Name), quote(t.ID)
-	n, err := changed(d.db.ExecContext(ctx, "DELETE FROM "+tq+" WHERE "+id+" IN (SELECT "+id+" FROM "+tq+" WHERE "+
-		quote(t.ProcessedAt)+" < ? ORDER BY "+id+" LIMIT "+strconv.Itoa(limit)+")", formatTime(before)))
-	if err != nil {
-		return 0, adminErr("retention", t.Name, err)
+	text := "DELETE FROM " + tq + " WHERE " + id + " IN (SELECT " + id + " FROM " + tq + " WHERE " +
+		quote(t.ProcessedAt) + " < ? ORDER BY " + id + " LIMIT " + strconv.Itoa(limit) + ")"
+	var deleted int64
+	for ctx.Err() == nil {
+		if err := f.lockWriter(ctx); err != nil {
+			return deleted, true, adminErr("retention", t.Name, err)
+		}
+		n, err := changed(d.db.ExecContext(ctx, text, formatTime(before)))
+		f.unlockWriter()
+		if err != nil {
+			return deleted, true, adminErr("retention", t.Name, err)
+		}
+		deleted += n
+		if n < int64(limit) {
+			break
+		}
 	}
-	return n, nil
+	return deleted, true, nil
 }
