@@ -66,8 +66,20 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 		if err != nil {
 			return err
 		}
+		// InnoDB also locks, for a moment, the rows a claim's scan passes over and then
+		// releases (read committed): a row found locked is looked at again a few times
+		// before it counts as held by a claim, which holds it for its handler's run.
 		var got int64
-		err = x.tx.QueryRowContext(ctx, "SELECT "+idq+" FROM "+tq+" WHERE "+queued+" FOR UPDATE SKIP LOCKED", id).Scan(&got)
+		for try := 0; ; try++ {
+			err = x.tx.QueryRowContext(ctx, "SELECT "+idq+" FROM "+tq+" WHERE "+queued+" FOR UPDATE SKIP LOCKED", id).Scan(&got)
+			if !errors.Is(err, sql.ErrNoRows) || try == skipRetries {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(skipRetryDelay):
+			}
+		}
 		if err == nil {
 			n, err = affected(x.tx.ExecContext(ctx, text, args...))
 		}
@@ -134,3 +146,10 @@ func (d *Dialect) underKey(ctx context.Context, t dialects.Table, id int64, text
 	}
 	return n, err
 }
+
+// skipRetries and skipRetryDelay bound how long a row lock change looks again at a row it
+// found locked (a claim's passing scan), before it counts the row as in work.
+const (
+	skipRetries    = 5
+	skipRetryDelay = 20 * time.Millisecond
+)
