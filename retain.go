@@ -76,11 +76,10 @@ func (b *Broker) Retain(ctx context.Context, t Table, keep time.Duration, opts .
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if err := dialects.CheckRetain(t); err != nil {
+		return nil, err
+	}
 	switch {
-	case t.ProcessedAt == "":
-		return nil, &ConfigError{Table: t.Name, Option: "Table.ProcessedAt",
-			Reason: "retention deletes finished rows, and a table without processed_at deletes its rows at their ack",
-			Fix:    "name the processed_at column (rowactor.Schema renders it), or drop Retain"}
 	case keep <= 0:
 		return nil, &ConfigError{Table: t.Name, Option: "Retain", Reason: fmt.Sprintf("keep %v is not positive", keep),
 			Fix: "keep finished rows for a positive duration"}

@@ -22,3 +22,14 @@ type Retainer interface {
 // LockKey is the advisory key a round of lock is held under, apart from the keys of the
 // advisory form's rows.
 func LockKey(lock string) string { return "rowactor.lock:" + lock }
+
+// CheckRetain refuses a retention of a table without processed_at: such a table deletes
+// its rows at their ack, and keeps none to retain.
+func CheckRetain(t Table) error {
+	if t.ProcessedAt == "" {
+		return &ConfigError{Table: t.Name, Option: "Table.ProcessedAt",
+			Reason: "retention deletes finished rows, and a table without processed_at deletes its rows at their ack",
+			Fix:    "name the processed_at column (rowactor.Schema renders it), or drop Retain"}
+	}
+	return nil
+}

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
@@ -203,16 +201,7 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 		}
 		return nil, fmt.Errorf("mysql: PublishTx on table %s needs a *sql.Tx, got %T", p.name, tx)
 	}
-	if tx == nil {
-		// Through the pool the insert is a transaction of its own, so a deadlock (1213)
-		// undid it alone and it runs again: publishes of one key waiting for a
-		// transaction that inserted it and then rolled back take the freed key together,
-		// and InnoDB ends all but one of them with a deadlock. In a caller's transaction
-		// the deadlock rolled the whole transaction back: the error is the caller's.
-		once := exec
-		exec = func() (sql.Result, error) { return retryDeadlock(ctx, once) }
-	}
-	res, err := exec()
+	res, err := insert(ctx, tx == nil, exec)
 	// A duplicate of the key: the key's row (another unique index's conflict stays the
 	// error it is; InnoDB undoes the statement alone, and a caller's transaction goes on).
 	// A row gone between the two (acked, say) frees the key: the insert runs once more.
@@ -224,7 +213,7 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 		case ok:
 			return id, nil
 		case try == 0:
-			res, err = exec()
+			res, err = insert(ctx, tx == nil, exec)
 		}
 	}
 	if err != nil {
@@ -258,25 +247,16 @@ func (p *publisher) holder(ctx context.Context, tx any, key string) (int64, bool
 	return id, err == nil, err
 }
 
-// retryDeadlock runs fn, a statement in a transaction of its own, and again after each
-// of retryDelays while it fails with a deadlock (1213), which undid it. A lock wait
-// timeout (1205) is returned: it waited the server's whole timeout already.
-func retryDeadlock(ctx context.Context, fn func() (sql.Result, error)) (sql.Result, error) {
-	for i := 0; ; i++ {
-		res, err := fn()
-		var me *mysql.MySQLError
-		if err == nil || !errors.As(err, &me) || me.Number != errDeadlock || i == len(retryDelays) {
-			return res, err
-		}
-		d := retryDelays[i]
-		timer := time.NewTimer(d/2 + rand.N(d))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return res, errors.Join(err, ctx.Err())
-		case <-timer.C:
-		}
+// insert runs exec, the insert. Through the pool (pool) it is a transaction of its own,
+// so a deadlock (1213) undid it alone and it runs again: publishes of one key waiting for
+// a transaction that inserted it and then rolled back take the freed key together, and
+// InnoDB ends all but one of them with a deadlock. In a caller's transaction the deadlock
+// rolled the whole transaction back: the error is the caller's.
+func insert(ctx context.Context, pool bool, exec func() (sql.Result, error)) (sql.Result, error) {
+	if pool {
+		return withRetryIf(ctx, isDeadlock, exec)
 	}
+	return exec()
 }
 
 // isDuplicate reports ER_DUP_ENTRY.

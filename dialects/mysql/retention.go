@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -36,8 +35,8 @@ func (d *Dialect) RetainRound(ctx context.Context, t dialects.Table, lock string
 	if err := d.checkTable(ctx, t); err != nil {
 		return 0, false, err
 	}
-	if t.ProcessedAt == "" {
-		return 0, false, fmt.Errorf("mysql: retention on table %s: the description names no processed_at column", t.Name)
+	if err := dialects.CheckRetain(t); err != nil {
+		return 0, false, err
 	}
 	if limit <= 0 {
 		return 0, false, nil

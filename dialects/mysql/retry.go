@@ -34,9 +34,20 @@ var retryDelays = []time.Duration{5 * time.Millisecond, 20 * time.Millisecond, 8
 // withRetry runs fn, and again after each retryDelay while it fails with a retryable
 // error. Each run must be a whole transaction: a deadlock rolled the last one back.
 func withRetry[T any](ctx context.Context, fn func() (T, error)) (T, error) {
+	return withRetryIf(ctx, IsRetryable, fn)
+}
+
+// isDeadlock reports a deadlock (1213), which rolled its transaction back.
+func isDeadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == errDeadlock
+}
+
+// withRetryIf is withRetry for the errors retryable accepts.
+func withRetryIf[T any](ctx context.Context, retryable func(error) bool, fn func() (T, error)) (T, error) {
 	for i := 0; ; i++ {
 		v, err := fn()
-		if err == nil || !IsRetryable(err) || i == len(retryDelays) {
+		if err == nil || !retryable(err) || i == len(retryDelays) {
 			return v, err
 		}
 		// Half to one and a half times the delay, so colliding claims drift apart.

@@ -159,11 +159,6 @@ func deadlockVictim(t *testing.T, d *Dialect, table string, id int64, fx string,
 	return err
 }
 
-func isDeadlock(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == errDeadlock
-}
-
 // Lease: a settlement inside the delivery's transaction that deadlocks is not retried (the
 // handler's writes are gone with the transaction InnoDB rolled back): it returns the error
 // and nothing is committed, neither then nor by a replay once the other transaction ended.

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -19,8 +18,8 @@ func (d *Dialect) RetainRound(ctx context.Context, t dialects.Table, lock string
 	if err := d.checkTable(ctx, t); err != nil {
 		return 0, false, err
 	}
-	if t.ProcessedAt == "" {
-		return 0, false, fmt.Errorf("sqlite: retention on table %s: the description names no processed_at column", t.Name)
+	if err := dialects.CheckRetain(t); err != nil {
+		return 0, false, err
 	}
 	if limit <= 0 {
 		return 0, false, nil
