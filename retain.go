@@ -122,6 +122,7 @@ func (b *Broker) Retain(ctx context.Context, t Table, keep time.Duration, opts .
 // retain is a retention's loop: a round every cfg.every.
 func (b *Broker) retain(ctx context.Context, r *Retention, rt dialects.Retainer, t Table, keep time.Duration, cfg retainConfig) {
 	defer close(r.done)
+	defer b.forgetRetention(r) // a stopped retention's table can be retained again
 	defer r.leading.Store(false)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -141,5 +142,17 @@ func (b *Broker) retain(ctx context.Context, r *Retention, rt dialects.Retainer,
 			b.log.Warn("rowactor: retention could not delete finished rows", "table", t.Name, "error", err)
 		}
 		timer.Reset(cfg.every)
+	}
+}
+
+// forgetRetention drops r from the broker's retentions (Shutdown took them all already).
+func (b *Broker) forgetRetention(r *Retention) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, other := range b.retentions {
+		if other == r {
+			b.retentions = append(b.retentions[:i:i], b.retentions[i+1:]...)
+			return
+		}
 	}
 }
