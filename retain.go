@@ -45,7 +45,8 @@ type Retention struct {
 // process).
 func (r *Retention) Leading() bool { return r.leading.Load() }
 
-// Deleted is how many rows this broker's retention deleted so far.
+// Deleted is how many rows this broker's retention deleted so far, counted when each
+// round ends (a round's rows are gone from the table a moment before they are counted).
 func (r *Retention) Deleted() int64 { return r.deleted.Load() }
 
 // Stop ends the retention (a round in progress ends with its current statement); Shutdown
