@@ -322,6 +322,7 @@ var topics = []struct {
 	{"inspect", inspectScenarios},
 	{"jobcontrol", jobControlScenarios},
 	{"retention", retentionScenarios},
+	{"election", electionScenarios},
 	{"events", eventScenarios},
 	{"txn", txnScenarios},
 	{"rowlock", rowLockScenarios},

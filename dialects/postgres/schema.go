@@ -99,7 +99,9 @@ func columnType(role string) string {
 	case "Priority":
 		return "integer NOT NULL DEFAULT 0"
 	case "UniqueKey":
-		return "text" // nullable: only rowactor.Unique writes it
+		// Nullable: only rowactor.Unique writes it. Compared byte by byte, so that the
+		// unique index serves a scan of the keys with a prefix (NewestUniqueKey).
+		return `text COLLATE "C"`
 	}
 	// Key placeholder columns.
 	return "text"

@@ -1,0 +1,56 @@
+package dialects
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Elector runs work that one session at a time may do across every process on the
+// database (a periodic job's round): the work runs while its session holds a lock no
+// other session can take.
+type Elector interface {
+	// Elect takes lock, waiting up to wait for a session that holds it (PostgreSQL's
+	// advisory lock in a transaction of its own, MySQL's GET_LOCK; SQLite's is the file's
+	// registry in this process, so processes sharing a file are not kept apart), runs fn
+	// while holding it, and lets it go. led is false, and fn does not run, when the lock
+	// stayed held for the whole wait. A session that dies (killed, its process gone) lets
+	// the lock go with it, so a waiter takes over. err is fn's error, or the lock's.
+	Elect(ctx context.Context, lock string, wait time.Duration, fn func(ctx context.Context) error) (led bool, err error)
+}
+
+// UniqueKeyReader reads the unique keys of a table's rows (Table.UniqueKey).
+type UniqueKeyReader interface {
+	// NewestUniqueKey returns the greatest unique key of t's rows, compared byte by byte,
+	// among the keys that start with prefix, and whether there is one. Rows of every
+	// group and state count, finished ones too. prefix must end with an ASCII character
+	// other than DEL (the scan reads the keys from prefix up to prefix with its last byte
+	// raised, which stays valid UTF-8).
+	NewestUniqueKey(ctx context.Context, t Table, prefix string) (key string, found bool, err error)
+}
+
+// KeyRange is the range [low, high) of the keys that start with prefix, compared byte
+// by byte: high is prefix with its last byte raised by one. ok is false for an empty
+// prefix or one that does not end in an ASCII character below DEL.
+func KeyRange(prefix string) (low, high string, ok bool) {
+	if prefix == "" || prefix[len(prefix)-1] >= 0x7F {
+		return "", "", false
+	}
+	b := []byte(prefix)
+	b[len(b)-1]++
+	return prefix, string(b), true
+}
+
+// CheckKeyRange refuses a NewestUniqueKey of a table without a unique key column, or of
+// a prefix KeyRange cannot bound, and returns the range.
+func CheckKeyRange(t Table, prefix string) (low, high string, err error) {
+	if t.UniqueKey == "" {
+		return "", "", &ConfigError{Table: t.Name, Option: "Table.UniqueKey", Reason: "reading unique keys needs the table's unique key column",
+			Fix: "set Table.UniqueKey (rowactor.Schema renders it)"}
+	}
+	low, high, ok := KeyRange(prefix)
+	if !ok {
+		return "", "", fmt.Errorf("dialects: unique key prefix %q must end with an ASCII character below DEL", prefix)
+	}
+	return low, high, nil
+}

@@ -1,0 +1,77 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+var (
+	_ dialects.Elector         = (*Dialect)(nil)
+	_ dialects.UniqueKeyReader = (*Dialect)(nil)
+)
+
+// lockWaiting takes a lock's GET_LOCK name as lockOf does, waiting up to its last
+// argument, in seconds.
+var lockWaiting = "SELECT GET_LOCK(" + lockNameExpr(utf8mb4("?")) + ", ?)"
+
+// Elect holds lock's GET_LOCK on a pool connection of its own while fn runs; the server
+// ends the wait, and a session that dies takes the lock with it.
+func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn func(ctx context.Context) error) (bool, error) {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return false, fmt.Errorf("mysql: elect %s: %w", lock, err)
+	}
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, lockWaiting, append(lockKey(lock), max(wait, 0).Seconds())...).Scan(&got); err != nil {
+		discard(conn)
+		return false, fmt.Errorf("mysql: elect %s: %w", lock, err)
+	}
+	if got.Int64 != 1 {
+		_ = conn.Close()
+		return false, nil
+	}
+	ferr := fn(ctx)
+	// A connection whose release failed is discarded, which ends its session and the lock
+	// with it.
+	uctx, cancel := cleanupCtx(ctx)
+	var released sql.NullInt64
+	uerr := conn.QueryRowContext(uctx, unlockOf, lockKey(lock)...).Scan(&released)
+	cancel()
+	if uerr != nil || released.Int64 != 1 {
+		discard(conn)
+	} else {
+		_ = conn.Close()
+	}
+	if uerr != nil {
+		uerr = fmt.Errorf("mysql: elect %s: let the lock go: %w", lock, uerr)
+	}
+	return true, errors.Join(ferr, uerr)
+}
+
+// NewestUniqueKey compares the keys as the column does: Schema renders it VARBINARY, byte
+// by byte, so its unique index serves the scan.
+func (d *Dialect) NewestUniqueKey(ctx context.Context, t dialects.Table, prefix string) (string, bool, error) {
+	if err := d.checkTable(ctx, t); err != nil {
+		return "", false, err
+	}
+	low, high, err := dialects.CheckKeyRange(t, prefix)
+	if err != nil {
+		return "", false, err
+	}
+	k := quote(t.UniqueKey)
+	var key []byte
+	err = d.db.QueryRowContext(ctx, "SELECT "+k+" FROM "+quote(t.Name)+" WHERE "+k+" >= ? AND "+k+" < ? ORDER BY "+k+" DESC LIMIT 1",
+		low, high).Scan(&key)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, adminErr("read unique keys", t.Name, err)
+	}
+	return string(key), true, nil
+}

@@ -1,0 +1,83 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+var (
+	_ dialects.Elector         = (*Dialect)(nil)
+	_ dialects.UniqueKeyReader = (*Dialect)(nil)
+)
+
+// Elect holds lock's advisory key in a transaction of its own while fn runs: the server
+// ends the wait itself (lock_timeout), and a session that dies takes the key with it.
+func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn func(ctx context.Context) error) (bool, error) {
+	begin, take := "BEGIN", "SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))::text"
+	if wait > 0 {
+		begin += "; SET LOCAL lock_timeout = " + strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
+	} else {
+		take = "SELECT pg_try_advisory_xact_lock(hashtextextended($1::text, 0))::text"
+	}
+	tx, err := d.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
+	if err != nil {
+		return false, fmt.Errorf("postgres: elect %s: %w", lock, err)
+	}
+	rollback := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = tx.Rollback(rctx)
+		cancel()
+	}
+	var got string // "" from pg_advisory_xact_lock (void), "true" or "false" from the try
+	if err := tx.QueryRow(ctx, take, dialects.LockKey(lock)).Scan(&got); err != nil {
+		rollback()
+		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "55P03" {
+			return false, nil
+		}
+		return false, fmt.Errorf("postgres: elect %s: %w", lock, err)
+	}
+	if got == "false" {
+		rollback()
+		return false, nil
+	}
+	ferr := fn(ctx)
+	// The transaction wrote nothing: its end only lets the key go.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	cerr := tx.Commit(cctx)
+	cancel()
+	if cerr != nil {
+		cerr = fmt.Errorf("postgres: elect %s: let the lock go: %w", lock, cerr)
+	}
+	return true, errors.Join(ferr, cerr)
+}
+
+// NewestUniqueKey compares the keys in the "C" collation, byte by byte as UTF-8; Schema
+// renders the key column in it, so its unique index serves the scan.
+func (d *Dialect) NewestUniqueKey(ctx context.Context, t dialects.Table, prefix string) (string, bool, error) {
+	if err := d.checkTable(ctx, t); err != nil {
+		return "", false, err
+	}
+	low, high, err := dialects.CheckKeyRange(t, prefix)
+	if err != nil {
+		return "", false, err
+	}
+	k := quote(t.UniqueKey) + ` COLLATE "C"`
+	var key string
+	err = d.pool.QueryRow(ctx, "SELECT "+quote(t.UniqueKey)+" FROM "+quote(t.Name)+" WHERE "+k+" >= $1 AND "+k+" < $2 ORDER BY "+
+		k+" DESC LIMIT 1", low, high).Scan(&key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, adminErr("read unique keys", t.Name, err)
+	}
+	return key, true, nil
+}
