@@ -39,6 +39,8 @@ type Broker struct {
 	idlePolls map[idlePollKey]*actors.IdlePoll
 	// retentions run until Shutdown (under mu).
 	retentions []*Retention
+	// periodics run until Shutdown (under mu).
+	periodics []*PeriodicJob
 
 	// Publishes in flight, which Shutdown lets finish before it closes anything they use.
 	pubMu      sync.Mutex
@@ -262,11 +264,17 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 	b.subs = nil
 	rets := b.retentions
 	b.retentions = nil
+	pers := b.periodics
+	b.periodics = nil
 	b.mu.Unlock()
-	// Retentions first: they are no deliveries, and a leadership holds a pool connection
-	// that a handler draining now may be waiting for (its own queries, on a small pool).
+	// Retentions and periodic jobs first: they are no deliveries, and a round holds a pool
+	// connection that a handler draining now may be waiting for (its own queries, on a
+	// small pool).
 	for _, r := range rets {
 		r.stop()
+	}
+	for _, p := range pers {
+		p.Stop()
 	}
 
 	// Counted from before the drain: it gives back prefetched rows that never started.
