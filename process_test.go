@@ -44,6 +44,10 @@ type childJob struct {
 	// goroutines publish with Unique(UniqueKey), and it writes each returned id.
 	UniqueKey string
 	StartAt   time.Time
+	// Periodic makes the child run a periodic job of that name every second instead
+	// (runPeriodicChild) until StopAt, writing "run TIME" as each run's payload is made.
+	Periodic string
+	StopAt   time.Time
 }
 
 // runChild is a consumer OS process: it drains the table until it has seen nothing for a
@@ -62,6 +66,9 @@ func runChild(spec string) int {
 	defer out.Close()
 	if job.UniqueKey != "" {
 		return runPublisherChild(job, out)
+	}
+	if job.Periodic != "" {
+		return runPeriodicChild(job, out)
 	}
 	w := bufio.NewWriter(out)
 	var mu sync.Mutex
