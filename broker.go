@@ -54,6 +54,10 @@ type Broker struct {
 	tel           *telemetry.Telemetry
 	stopListening context.CancelFunc
 	listening     chan struct{} // closed when the listener returned
+	// clock, when the broker's clock jumps (WithClock), and its follower's end.
+	clock     advancingClock
+	stopClock context.CancelFunc
+	clockDone chan struct{}
 }
 
 var brokerSeq atomic.Int64
@@ -96,6 +100,10 @@ func New(d dialects.Dialect, opts ...Option) (*Broker, error) {
 	}
 	if n, ok := d.(dialects.Notifier); ok && !cfg.pollOnly {
 		b.listen(n)
+	}
+	if c, ok := cfg.clock.(advancingClock); ok {
+		b.clock = c
+		b.followClock(c)
 	}
 	return b, nil
 }
@@ -325,6 +333,10 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 	if b.stopListening != nil {
 		b.stopListening()
 		<-b.listening
+	}
+	if b.stopClock != nil {
+		b.stopClock()
+		<-b.clockDone
 	}
 	b.dispatcher.Close()
 	if b.ownsSys {

@@ -3,7 +3,6 @@ package rowactor
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/rowactor/rowactor/dialects"
 )
@@ -40,7 +39,7 @@ func (b *Broker) Inspect(ctx context.Context, t Table, id int64) (Job, error) {
 		return Job{}, fmt.Errorf("rowactor: inspect row %d of %s: %w", id, t.Name, ErrClosed)
 	}
 	defer b.leavePublish()
-	return in.Inspect(ctx, t, id, time.Now())
+	return in.Inspect(ctx, t, id, b.now())
 }
 
 // RetryNow makes a delayed row of t due now (its retry_after cleared; its attempt stays),
@@ -56,7 +55,7 @@ func (b *Broker) RetryNow(ctx context.Context, t Table, id int64) error {
 		return err
 	}
 	defer b.leavePublish()
-	return jc.RetryNow(ctx, t, id, time.Now())
+	return jc.RetryNow(ctx, t, id, b.now())
 }
 
 // Cancel takes a queued row of t out of its queue as Drop would: it is deleted, or, where
@@ -69,7 +68,7 @@ func (b *Broker) Cancel(ctx context.Context, t Table, id int64, reason string) e
 		return err
 	}
 	defer b.leavePublish()
-	return jc.Cancel(ctx, t, id, time.Now(), reason)
+	return jc.Cancel(ctx, t, id, b.now(), reason)
 }
 
 // jobController finds the dialect's job control and counts the call in flight (the

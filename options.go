@@ -19,6 +19,7 @@ type brokerConfig struct {
 	system    *actor.ActorSystem
 	onSettled func(Settlement)
 	now       func() time.Time
+	clock     Clock
 	pollOnly  bool
 	tracers   trace.TracerProvider
 	meters    metric.MeterProvider

@@ -266,6 +266,8 @@ func (r *periodicRun) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
+		case <-r.b.advanced(): // the broker's clock jumped (WithClock)
+			timer.Stop() // Go 1.23 timers: Reset below needs no drain
 		}
 		now := r.b.now()
 		next := r.sched.Next(now)
@@ -274,7 +276,8 @@ func (r *periodicRun) loop(ctx context.Context) {
 			return
 		}
 		r.round(ctx, now, next)
-		timer.Reset(time.Until(r.sched.Next(r.b.now())))
+		now = r.b.now()
+		timer.Reset(r.sched.Next(now).Sub(now))
 	}
 }
 

@@ -21,7 +21,8 @@ type PublishOption func(*publishing)
 // publishing is a message being built by its options.
 type publishing struct {
 	headers     map[string]string
-	notBefore   time.Time
+	delay       time.Duration
+	delaySet    bool
 	priority    int
 	prioritySet bool
 	unique      string
@@ -45,7 +46,7 @@ func WithHeaders(h map[string]string) PublishOption {
 
 // After makes the row due only after d (needs the table's retry_after column).
 func After(d time.Duration) PublishOption {
-	return func(p *publishing) { p.notBefore = time.Now().Add(d) }
+	return func(p *publishing) { p.delay, p.delaySet = d, true }
 }
 
 // Unique publishes the row with a unique key (needs the table's UniqueKey column): when a
@@ -110,7 +111,7 @@ func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, pay
 	for _, o := range opts {
 		o(&pub)
 	}
-	if !pub.notBefore.IsZero() && t.RetryAfter == "" {
+	if pub.delaySet && t.RetryAfter == "" {
 		return 0, &ConfigError{Table: t.Name, Option: "After", Reason: "a delayed publish needs the table's retry_after column", Fix: "set Table.RetryAfter, or publish without After"}
 	}
 	if pub.uniqueSet && t.UniqueKey == "" {
@@ -147,7 +148,10 @@ func (b *Broker) publish(ctx context.Context, tx any, t Table, queue string, pay
 		}
 		span.End()
 	}()
-	m := dialects.Message{Payload: payload, NotBefore: pub.notBefore, Priority: pub.priority, UniqueKey: pub.unique}
+	m := dialects.Message{Payload: payload, Priority: pub.priority, UniqueKey: pub.unique}
+	if pub.delaySet {
+		m.NotBefore = b.now().Add(pub.delay) // the broker's clock (WithClock)
+	}
 	if t.Group != "" {
 		m.Group = queue // without groups the queue name is only a label
 	}

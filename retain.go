@@ -95,7 +95,7 @@ func (b *Broker) Retain(ctx context.Context, t Table, keep time.Duration, opts .
 	if !ok {
 		return nil, fmt.Errorf("rowactor: the %s dialect cannot retain rows (dialects.Retainer)", b.d.Name())
 	}
-	if _, _, err := rt.RetainRound(ctx, t, "", time.Now(), 0); err != nil { // the description, checked
+	if _, _, err := rt.RetainRound(ctx, t, "", b.now(), 0); err != nil { // the description, checked
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
@@ -133,7 +133,7 @@ func (b *Broker) retain(ctx context.Context, r *Retention, rt dialects.Retainer,
 			return
 		case <-timer.C:
 		}
-		n, led, err := rt.RetainRound(ctx, t, "retain:"+t.Name, time.Now().Add(-keep), cfg.batch)
+		n, led, err := rt.RetainRound(ctx, t, "retain:"+t.Name, b.now().Add(-keep), cfg.batch)
 		r.leading.Store(led)
 		if n > 0 {
 			r.deleted.Add(n)

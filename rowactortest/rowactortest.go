@@ -3,8 +3,9 @@
 // on one delivery, synchronously, with what its outcome settled.
 //
 // Everything runs on the real library and a real database (SQLite, embedded): a test
-// sees the statements the service will run, not a stand-in. A clock the test can advance
-// (for RetryAfter, Snooze and schedules) is not here yet.
+// sees the statements the service will run, not a stand-in. A Clock the test moves
+// forward (NewWithClock) makes a RetryAfter, a Snooze, a delayed publish or a periodic
+// job's next run due without waiting for it.
 package rowactortest
 
 import (
@@ -13,6 +14,7 @@ import (
 	"database/sql"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +26,23 @@ import (
 // created as rowactor.Schema renders it. The broker is shut down when t ends.
 func New(t testing.TB, tables ...rowactor.Table) *rowactor.Broker {
 	t.Helper()
-	b, err := rowactor.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "rowactortest.db"))
+	return newBroker(t, nil, tables)
+}
+
+// NewWithClock is New with a broker that goes by c (rowactor.WithClock): c.Advance makes
+// what was due later due now, and the broker's subscriptions and periodic jobs act on it
+// at once.
+func NewWithClock(t testing.TB, c *Clock, tables ...rowactor.Table) *rowactor.Broker {
+	t.Helper()
+	if c == nil {
+		t.Fatal("rowactortest: NewWithClock needs a clock: rowactortest.NewClock()")
+	}
+	return newBroker(t, []rowactor.Option{rowactor.WithClock(c)}, tables)
+}
+
+func newBroker(t testing.TB, opts []rowactor.Option, tables []rowactor.Table) *rowactor.Broker {
+	t.Helper()
+	b, err := rowactor.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "rowactortest.db"), opts...)
 	if err != nil {
 		t.Fatalf("rowactortest: open a SQLite broker: %v", err)
 	}
@@ -172,6 +190,41 @@ func Work(ctx context.Context, t testing.TB, handler rowactor.Handler, payload [
 // handler's outcome can write.
 var WorkTable = rowactor.Table{Name: "rowactortest_work", ID: "id", Payload: "payload", Attempt: "attempt",
 	RetryAfter: "retry_after", LockedUntil: "locked_until", Headers: "headers", Error: "error"}
+
+// Clock is a clock a test moves forward: it runs with the machine's time, ahead of it by
+// what Advance added. It is a rowactor.Clock that tells its jumps.
+type Clock struct {
+	mu     sync.Mutex
+	ahead  time.Duration
+	jumped chan struct{}
+}
+
+// NewClock returns a clock at the machine's time.
+func NewClock() *Clock { return &Clock{jumped: make(chan struct{})} }
+
+// Now is the machine's time plus what Advance added.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.ahead)
+}
+
+// Advance moves the clock forward by d (back, for a negative d) and tells the brokers
+// going by it, which claim and look for periodic runs at once.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ahead += d
+	close(c.jumped)
+	c.jumped = make(chan struct{})
+}
+
+// Advanced returns a channel closed at the clock's next Advance.
+func (c *Clock) Advanced() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.jumped
+}
 
 // quote quotes a SQLite identifier.
 func quote(ident string) string { return `"` + strings.ReplaceAll(ident, `"`, `""`) + `"` }

@@ -141,3 +141,86 @@ func TestAssertionsFail(t *testing.T) {
 		t.Errorf("RequirePublished of the one queued row failed: %q", msg)
 	}
 }
+
+// A retry an hour later and a delayed publish, tested without waiting: the clock jumps,
+// and the subscription (which would not poll for an hour) claims at once.
+func TestClockMakesRetriesAndDelaysDue(t *testing.T) {
+	ctx := context.Background()
+	clock := rowactortest.NewClock()
+	b := rowactortest.NewWithClock(t, clock, emails)
+	attempts := make(chan string, 8)
+	_, err := b.Subscribe(ctx, emails, "welcome", func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		attempts <- fmt.Sprintf("%s#%d", d.Payload(), d.Attempt())
+		if d.Attempt() == 1 && string(d.Payload()) == "retry" {
+			return rowactor.RetryAfter(time.Hour)
+		}
+		return rowactor.Ack()
+	}, rowactor.PollInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Publish(ctx, emails, "welcome", []byte("retry")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Publish(ctx, emails, "welcome", []byte("later"), rowactor.After(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	want := func(what string) {
+		t.Helper()
+		select {
+		case got := <-attempts:
+			if got != what {
+				t.Fatalf("handled %s, want %s", got, what)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waited 10 s for %s", what)
+		}
+	}
+	none := func() {
+		t.Helper()
+		select {
+		case got := <-attempts:
+			t.Fatalf("handled %s before its time", got)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	want("retry#1")
+	none()
+	clock.Advance(time.Hour)
+	want("retry#2")
+	none()
+	clock.Advance(time.Hour)
+	want("later#1")
+	for deadline := time.Now().Add(10 * time.Second); len(rowactortest.Published(t, b, emails, "welcome", nil)) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the acked rows are still queued after 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A daily report at three, tested by moving the clock to three.
+func TestClockRunsAPeriodicJob(t *testing.T) {
+	ctx := context.Background()
+	reports := rowactor.Table{Name: "reports", ID: "id", Payload: "payload", Attempt: "attempt",
+		LockedUntil: "locked_until", ProcessedAt: "processed_at", UniqueKey: "unique_key"}
+	clock := rowactortest.NewClock()
+	b := rowactortest.NewWithClock(t, clock, reports)
+	daily, err := rowactor.Cron("CRON_TZ=UTC 0 3 * * *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Periodic(ctx, reports, "", daily, func(at time.Time) []byte { return []byte(at.UTC().Format(time.DateOnly)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	rowactortest.RequireNotPublished(t, b, reports, "", nil)
+	three := daily.Next(clock.Now())
+	clock.Advance(three.Sub(clock.Now()) + time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Published() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	rowactortest.RequirePublished(t, b, reports, "", rowactortest.Payload([]byte(three.UTC().Format(time.DateOnly))))
+}

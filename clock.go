@@ -1,0 +1,66 @@
+package rowactor
+
+import (
+	"context"
+	"time"
+)
+
+// Clock is the time a broker goes by (WithClock): every time rowactor writes or compares
+// in the table (due times of RetryAfter, Snooze and After, leases, retention's cutoff,
+// periodic runs, the now of Inspect and job control) comes from Now; the database's own
+// clock is never read. Timers, and durations that only measure (latency, handler time),
+// keep to the machine's time.
+//
+// A clock that can jump (rowactortest.Clock) also has
+//
+//	Advanced() <-chan struct{}
+//
+// returning a channel closed at its next jump: the broker's subscriptions then claim at
+// once, and its periodic jobs look for runs due at the new time.
+type Clock interface {
+	Now() time.Time
+}
+
+// advancingClock is a Clock that tells its jumps.
+type advancingClock interface {
+	Clock
+	Advanced() <-chan struct{}
+}
+
+// WithClock makes the broker go by c instead of time.Now (see Clock). Meant for tests
+// that move time forward past a RetryAfter or to a periodic job's next run; jump while no
+// handler runs, since a jump past a lease's end makes its row claimable at once.
+func WithClock(c Clock) Option {
+	return func(cfg *brokerConfig) {
+		if c != nil {
+			cfg.now = c.Now
+			cfg.clock = c
+		}
+	}
+}
+
+// advanced is a channel closed at the broker's clock's next jump, nil when its clock
+// does not jump.
+func (b *Broker) advanced() <-chan struct{} {
+	if b.clock == nil {
+		return nil
+	}
+	return b.clock.Advanced()
+}
+
+// followClock wakes every subscription of the broker at each jump of its clock.
+func (b *Broker) followClock(c advancingClock) {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.stopClock, b.clockDone = cancel, make(chan struct{})
+	go func() {
+		defer close(b.clockDone)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.Advanced():
+				b.wakeNotified("", "")
+			}
+		}
+	}()
+}
