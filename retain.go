@@ -30,9 +30,11 @@ func RetainBatch(n int) RetainOption { return func(c *retainConfig) { c.batch = 
 // DefaultRetainBatch is RetainBatch's default.
 const DefaultRetainBatch = 1000
 
-// Retention deletes one table's old finished rows while its broker runs (Broker.Retain).
+// Retention deletes one table's old finished rows (Broker.Retain), or one dead-letter
+// group's old dead letters (Broker.RetainDeadLetters), while its broker runs.
 type Retention struct {
 	table   string
+	group   string // the dead-letter group; "" for finished rows
 	leading atomic.Bool
 	deleted atomic.Int64
 	cancel  context.CancelFunc
@@ -40,9 +42,8 @@ type Retention struct {
 	once    sync.Once
 }
 
-// Leading reports whether this broker led the table's latest round of retention: one
-// broker at a time does, across every process on the database (on SQLite, within the
-// process).
+// Leading reports whether this broker led the latest round of the retention: one broker
+// at a time does, across every process on the database (on SQLite, within the process).
 func (r *Retention) Leading() bool { return r.leading.Load() }
 
 // Deleted is how many rows this broker's retention deleted so far, counted when each
@@ -73,17 +74,66 @@ func (r *Retention) stop() {
 // their ack). For a large table, index processed_at for the finished rows (see
 // docs/operations.md).
 func (b *Broker) Retain(ctx context.Context, t Table, keep time.Duration, opts ...RetainOption) (*Retention, error) {
+	if err := dialects.CheckRetain(t); err != nil {
+		return nil, err
+	}
+	rt, ok := b.d.(dialects.Retainer)
+	if !ok {
+		return nil, fmt.Errorf("rowactor: the %s dialect cannot retain rows (dialects.Retainer)", b.d.Name())
+	}
+	round := func(ctx context.Context, before time.Time, limit int) (int64, bool, error) {
+		return rt.RetainRound(ctx, t, "retain:"+t.Name, before, limit)
+	}
+	return b.startRetention(ctx, t, "", keep, round, opts)
+}
+
+// RetainDeadLetters deletes the rows of t's dead-letter group that died longer than keep
+// ago, in batches, for as long as the broker runs: the rows a subscription's
+// DeadLetterGroup(group) moved there, by the time the move wrote into t's DeadAt column.
+// It runs as Retain does (RetainEvery, RetainBatch, one round at a time across processes,
+// under a lock of its own, so it never waits for the table's Retain), deletes the oldest
+// deaths first, and leaves the group's rows whose DeadAt is NULL (moved before the column
+// was described) and rows a subscription of the group holds (a lease, a row lock). The
+// rowactor.retention.deleted counter counts its rows with the group as rowactor.queue.
+// A requeue clears DeadAt: a row moved back and dead again is kept keep from its second
+// death.
+//
+// The table must describe DeadAt and Group (rowactor.Schema renders the column and an
+// index on (group, dead_at) that the deletes read in order).
+func (b *Broker) RetainDeadLetters(ctx context.Context, t Table, group string, keep time.Duration, opts ...RetainOption) (*Retention, error) {
+	if err := dialects.CheckRetainDeadLetters(t, group); err != nil {
+		return nil, err
+	}
+	rt, ok := b.d.(dialects.DeadLetterRetainer)
+	if !ok {
+		return nil, fmt.Errorf("rowactor: the %s dialect cannot retain dead letters (dialects.DeadLetterRetainer)", b.d.Name())
+	}
+	round := func(ctx context.Context, before time.Time, limit int) (int64, bool, error) {
+		return rt.RetainDeadLetters(ctx, t, group, "retain-dead:"+t.Name+":"+group, before, limit)
+	}
+	return b.startRetention(ctx, t, group, keep, round, opts)
+}
+
+// retainRound is one round of a retention: it deletes rows older than before, limit a
+// statement; a limit of 0 checks the description against the live table.
+type retainRound func(ctx context.Context, before time.Time, limit int) (deleted int64, led bool, err error)
+
+// startRetention checks a retention of t (of its dead-letter group group, or of its
+// finished rows when group is "") and starts its loop.
+func (b *Broker) startRetention(ctx context.Context, t Table, group string, keep time.Duration, round retainRound, opts []RetainOption) (*Retention, error) {
 	cfg := retainConfig{every: min(max(keep/10, time.Second), time.Minute), batch: DefaultRetainBatch}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if err := dialects.CheckRetain(t); err != nil {
-		return nil, err
+	option, what, again := "Retain", "finished rows", "call Retain once per table and broker (Stop the first to change its keep)"
+	if group != "" {
+		option, what = "RetainDeadLetters", "dead letters"
+		again = "call RetainDeadLetters once per table, group and broker (Stop the first to change its keep)"
 	}
 	switch {
 	case keep <= 0:
-		return nil, &ConfigError{Table: t.Name, Option: "Retain", Reason: fmt.Sprintf("keep %v is not positive", keep),
-			Fix: "keep finished rows for a positive duration"}
+		return nil, &ConfigError{Table: t.Name, Option: option, Reason: fmt.Sprintf("keep %v is not positive", keep),
+			Fix: "keep " + what + " for a positive duration"}
 	case cfg.every <= 0:
 		return nil, &ConfigError{Table: t.Name, Option: "RetainEvery", Reason: fmt.Sprintf("interval %v is not positive", cfg.every),
 			Fix: "give RetainEvery a positive interval, or leave it out"}
@@ -91,37 +141,36 @@ func (b *Broker) Retain(ctx context.Context, t Table, keep time.Duration, opts .
 		return nil, &ConfigError{Table: t.Name, Option: "RetainBatch", Reason: fmt.Sprintf("batch %d is not positive", cfg.batch),
 			Fix: "give RetainBatch a positive number of rows, or leave it out"}
 	}
-	rt, ok := b.d.(dialects.Retainer)
-	if !ok {
-		return nil, fmt.Errorf("rowactor: the %s dialect cannot retain rows (dialects.Retainer)", b.d.Name())
-	}
-	if _, _, err := rt.RetainRound(ctx, t, "", b.now(), 0); err != nil { // the description, checked
+	if _, _, err := round(ctx, b.now(), 0); err != nil { // the description, checked
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	r := &Retention{table: t.Name, cancel: cancel, done: make(chan struct{})}
+	r := &Retention{table: t.Name, group: group, cancel: cancel, done: make(chan struct{})}
 	b.mu.Lock()
 	if b.closed.Load() {
 		b.mu.Unlock()
 		cancel()
-		return nil, fmt.Errorf("rowactor: retain table %s: %w", t.Name, ErrClosed)
+		return nil, fmt.Errorf("rowactor: retain %s of table %s: %w", what, t.Name, ErrClosed)
 	}
 	for _, other := range b.retentions {
-		if other.table == t.Name {
+		if other.table == t.Name && other.group == group {
 			b.mu.Unlock()
 			cancel()
-			return nil, &ConfigError{Table: t.Name, Option: "Retain", Reason: "the broker retains the table already",
-				Fix: "call Retain once per table and broker (Stop the first to change its keep)"}
+			reason := "the broker retains the table already"
+			if group != "" {
+				reason = fmt.Sprintf("the broker retains dead-letter group %q of the table already", group)
+			}
+			return nil, &ConfigError{Table: t.Name, Option: option, Reason: reason, Fix: again}
 		}
 	}
 	b.retentions = append(b.retentions, r)
 	b.mu.Unlock()
-	go b.retain(rctx, r, rt, t, keep, cfg)
+	go b.retain(rctx, r, round, keep, cfg)
 	return r, nil
 }
 
 // retain is a retention's loop: a round every cfg.every.
-func (b *Broker) retain(ctx context.Context, r *Retention, rt dialects.Retainer, t Table, keep time.Duration, cfg retainConfig) {
+func (b *Broker) retain(ctx context.Context, r *Retention, round retainRound, keep time.Duration, cfg retainConfig) {
 	defer close(r.done)
 	defer b.forgetRetention(r) // a stopped retention's table can be retained again
 	defer r.leading.Store(false)
@@ -133,14 +182,18 @@ func (b *Broker) retain(ctx context.Context, r *Retention, rt dialects.Retainer,
 			return
 		case <-timer.C:
 		}
-		n, led, err := rt.RetainRound(ctx, t, "retain:"+t.Name, b.now().Add(-keep), cfg.batch)
+		n, led, err := round(ctx, b.now().Add(-keep), cfg.batch)
 		r.leading.Store(led)
 		if n > 0 {
 			r.deleted.Add(n)
-			b.tel.RetentionDeleted(ctx, t.Name, n)
+			b.tel.RetentionDeleted(ctx, r.table, r.group, n)
 		}
 		if err != nil && ctx.Err() == nil {
-			b.log.Warn("rowactor: retention could not delete finished rows", "table", t.Name, "error", err)
+			if r.group != "" {
+				b.log.Warn("rowactor: retention could not delete dead letters", "table", r.table, "group", r.group, "error", err)
+			} else {
+				b.log.Warn("rowactor: retention could not delete finished rows", "table", r.table, "error", err)
+			}
 		}
 		timer.Reset(cfg.every)
 	}

@@ -20,7 +20,7 @@ type Admin interface {
 	Stats(ctx context.Context, t Table, now time.Time) ([]GroupStats, error)
 
 	// Requeue moves the dead letters spec names back into the queue, in one transaction:
-	// attempt back to 1, retry_after, locked_until and processed_at cleared (for the
+	// attempt back to 1, retry_after, locked_until, processed_at and dead_at cleared (for the
 	// columns the table has). It reports how many rows moved, or with spec.DryRun how many
 	// would, changing nothing. progress, when not nil, is called after each chunk of
 	// spec.Chunk rows with the rows moved so far and the total, inside the transaction.
@@ -140,12 +140,12 @@ func CheckRequeue(spec RequeueSpec) error {
 }
 
 // RequeueValue is what a requeue writes into a column of the role: a fresh first attempt,
-// no delay, no lease, not processed; "" keeps the column's value.
+// no delay, no lease, not processed, not dead; "" keeps the column's value.
 func RequeueValue(role string) string {
 	switch role {
 	case "Attempt":
 		return "1"
-	case "RetryAfter", "LockedUntil", "ProcessedAt":
+	case "RetryAfter", "LockedUntil", "ProcessedAt", "DeadAt":
 		return "NULL"
 	}
 	return ""

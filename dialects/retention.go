@@ -33,3 +33,35 @@ func CheckRetain(t Table) error {
 	}
 	return nil
 }
+
+// DeadLetterRetainer is a Retainer that also deletes a dead-letter group's old rows, one
+// process at a time.
+type DeadLetterRetainer interface {
+	// RetainDeadLetters is RetainRound for the rows of group whose DeadAt is before
+	// before (rows whose DeadAt is NULL stay), oldest deaths first. In the lease form it
+	// also leaves the rows whose lease runs past before (a subscription of the group holds
+	// them), and in the row lock form the rows another transaction locks. A limit of 0
+	// checks the description and the group (CheckRetainDeadLetters) against the live
+	// table and takes no lock.
+	RetainDeadLetters(ctx context.Context, t Table, group, lock string, before time.Time, limit int) (deleted int64, led bool, err error)
+}
+
+// CheckRetainDeadLetters refuses a retention of dead-letter group group that no table
+// could serve: a table without a DeadAt column (nothing tells when its rows died) or
+// without a group column, or no group named.
+func CheckRetainDeadLetters(t Table, group string) error {
+	switch {
+	case t.DeadAt == "":
+		return &ConfigError{Table: t.Name, Option: "Table.DeadAt",
+			Reason: "retention of a dead-letter group deletes rows by when they died, and the description names no dead_at column",
+			Fix:    "add a nullable time column, name it in Table.DeadAt (rowactor.Schema renders it and its index), and let dead-letter moves set it"}
+	case t.Group == "":
+		return &ConfigError{Table: t.Name, Option: "Table.Group",
+			Reason: "a dead-letter group needs the table's group column, and the description names none",
+			Fix:    "name the group column, or drop RetainDeadLetters"}
+	case group == "":
+		return &ConfigError{Table: t.Name, Option: "RetainDeadLetters",
+			Reason: "no dead-letter group named", Fix: "name the group the subscription's DeadLetterGroup moves rows to"}
+	}
+	return nil
+}

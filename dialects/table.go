@@ -71,6 +71,15 @@ type Table struct {
 	// DatabaseClock makes "now" the database's clock instead of the host's. The lease
 	// form refuses it: its tokens are computed on the host.
 	DatabaseClock bool
+	// DeadAt, when set, names a nullable time column (Schema renders it, and with Group an
+	// index on (group, dead_at) for the dead rows) that a dead-letter move writes: the
+	// move into a dead-letter group sets it to the settlement's now, as does a move into
+	// a dead-letter table (whose row arrives with it); a requeue clears it. It tells when
+	// a row died, which Broker.RetainDeadLetters deletes by. Rows of a dead-letter group
+	// whose column is NULL (moved before the column was described, or by a statement of
+	// the service's own) are never deleted by retention. An event of the service's own
+	// that replaces the dead-letter step writes what it writes.
+	DeadAt string
 	// FIFO declares each group ordered (row lock and lease forms; needs Group), as an SQS
 	// FIFO message group is: a group's rows are handled one at a time in id order across
 	// every process, and the order holds across retries. The group's head is its
@@ -183,6 +192,7 @@ func (t Table) Columns() []NamedColumn {
 	add("Error", t.Error)
 	add("Priority", t.Priority)
 	add("UniqueKey", t.UniqueKey)
+	add("DeadAt", t.DeadAt)
 	if parts, err := ParseKey(t.AdvisoryKey); err == nil {
 		for _, p := range parts {
 			if p.Column != "" {

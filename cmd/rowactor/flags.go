@@ -75,6 +75,7 @@ var tableFlags = []struct {
 	{"error", "Table.Error", "", "the last error column (the text of a handler's Fail)", func(t *rowactor.Table) *string { return &t.Error }},
 	{"unique-key", "Table.UniqueKey", "", "the unique key column (rowactor.Unique publishes)", func(t *rowactor.Table) *string { return &t.UniqueKey }},
 	{"priority", "Table.Priority", "", "the priority column (claims take lower numbers first)", func(t *rowactor.Table) *string { return &t.Priority }},
+	{"dead-at", "Table.DeadAt", "", "the time-of-death column (a dead-letter move sets it, a requeue clears it)", func(t *rowactor.Table) *string { return &t.DeadAt }},
 }
 
 // addTableFlags binds the column flags to t's fields.

@@ -28,8 +28,8 @@ Moves dead letters back into the queue, in one transaction:
                              without a default, as rowactor's dead-letter tables do)
 -rows N,... moves only those rows of the source; one that is not there (a row of another
 group, an id the dead-letter table does not hold) fails the requeue, and nothing moves.
-Each moved row starts afresh: attempt 1, retry_after, locked_until and processed_at
-cleared (for the columns described). The rows are locked, then moved -chunk at a time,
+Each moved row starts afresh: attempt 1, retry_after, locked_until, processed_at and
+dead_at cleared (for the columns described). The rows are locked, then moved -chunk at a time,
 and everything commits at once, or nothing does: an error, or Ctrl-C, rolls it all back.
 It prints how many rows moved; -dry-run prints how many would, and changes nothing.
 A -from-group with no rows at all is an error (exit status 1): a misspelt group reads

@@ -135,11 +135,12 @@ type settleSQL struct {
 	retryAfter string // at, [error,] id[, token]
 	snooze     string // at, [error,] id[, token]
 	parks      bool   // retryAfter and snooze write locked_until (lease form, no retry_after)
-	deadGroup  string // dest, [error,] id[, token]
+	deadGroup  string // dest, [dead_at,] [error,] id[, token]
 	destGroup  string
-	moveInsert string // [error,] id[, token]
-	moveErr    bool   // moveInsert binds the error first
-	moveDelete string // id[, token]
+	deadAt     bool     // deadGroup binds dead_at (the table describes DeadAt)
+	moveInsert string   // moveVals, id[, token]
+	moveVals   []string // the roles whose values moveInsert binds first, in order (Error, DeadAt)
+	moveDelete string   // id[, token]
 	// retryNeedsError: the advisory form's retry writes only the error (the take counted
 	// the attempt, the unlock returns the row), so it runs only for a step with one.
 	retryNeedsError bool
@@ -199,11 +200,16 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 		s.snooze = "UPDATE " + tq + " SET " + quote(delay) + " = ?" + delayUnlease + uncount + keepErr + where
 	}
 	if spec.DeadLetterGroup != "" {
-		s.deadGroup = "UPDATE " + tq + " SET " + quote(t.Group) + " = ?" + unlease + keepErr + where
+		deadAt := ""
+		if t.DeadAt != "" {
+			deadAt, s.deadAt = ", "+quote(t.DeadAt)+" = ?", true
+		}
+		s.deadGroup = "UPDATE " + tq + " SET " + quote(t.Group) + " = ?" + deadAt + unlease + keepErr + where
 		s.destGroup = spec.DeadLetterGroup
 	} else if spec.DeadLetterTable != "" {
 		// The whole row: every column both tables share, read from the catalog at Open.
-		// The error's ? comes before the WHERE's: the Error role is copied once.
+		// The error's and dead_at's ? come before the WHERE's, in column order: each role
+		// is copied once.
 		into, sel := dialects.MoveLists(moveCols, false, quote, func(c dialects.MoveColumn) string {
 			switch {
 			case c.Role == "UniqueKey":
@@ -211,8 +217,11 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 			case lease && c.Role == "LockedUntil":
 				return "NULL" // the moved row arrives without a lease
 			case c.Role == "Error":
-				s.moveErr = true
+				s.moveVals = append(s.moveVals, c.Role)
 				return dialects.KeepError(quote(c.Name), "?")
+			case c.Role == "DeadAt":
+				s.moveVals = append(s.moveVals, c.Role)
+				return "?" // the row died now
 			}
 			return ""
 		})
@@ -274,12 +283,20 @@ func (s *settleSQL) statement(step dialects.Step, id int64, fence ...any) (text 
 	case dialects.StepDeadLetter:
 		switch {
 		case s.deadGroup != "":
+			if s.deadAt {
+				return s.deadGroup, with(s.destGroup, dbTime(step.Now)), false, nil
+			}
 			return s.deadGroup, with(s.destGroup), false, nil
 		case s.moveInsert != "":
-			if s.moveErr {
-				return "", append([]any{step.ErrorValue()}, key...), true, nil
+			var args []any
+			for _, role := range s.moveVals {
+				if role == "Error" {
+					args = append(args, step.ErrorValue())
+				} else {
+					args = append(args, dbTime(step.Now))
+				}
 			}
-			return "", key, true, nil
+			return "", append(args, key...), true, nil
 		}
 		return "", nil, false, errNoDeadLetter
 	}
@@ -313,9 +330,7 @@ func (q *queue) move(ctx context.Context, tx execer, args []any) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("copy: %w", err)
 	}
-	if q.settle.moveErr {
-		args = args[1:] // the copy's error value; the delete names the row alone
-	}
+	args = args[len(q.settle.moveVals):] // the copy's error and dead_at values; the delete names the row alone
 	deleted, err := affected(tx.ExecContext(ctx, q.settle.moveDelete, args...))
 	if err != nil {
 		return false, fmt.Errorf("delete: %w", err)

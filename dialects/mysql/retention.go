@@ -10,7 +10,10 @@ import (
 	"github.com/rowactor/rowactor/dialects"
 )
 
-var _ dialects.Retainer = (*Dialect)(nil)
+var (
+	_ dialects.Retainer           = (*Dialect)(nil)
+	_ dialects.DeadLetterRetainer = (*Dialect)(nil)
+)
 
 // lockOf and unlockOf take and free a round's GET_LOCK name, computed as the advisory form
 // computes its keys' names; the key is bound lockArgs times.
@@ -41,6 +44,48 @@ func (d *Dialect) RetainRound(ctx context.Context, t dialects.Table, lock string
 	if limit <= 0 {
 		return 0, false, nil
 	}
+	pick := "SELECT " + quote(t.ID) + " FROM " + quote(t.Name) + " WHERE " + quote(t.ProcessedAt) + " < ? ORDER BY " +
+		quote(t.ID) + " LIMIT " + strconv.Itoa(limit) + " FOR UPDATE SKIP LOCKED"
+	return d.round(ctx, t, lock, limit, pick, dbTime(before))
+}
+
+// RetainDeadLetters holds lock's GET_LOCK for the round as RetainRound does, and deletes
+// group's rows that died before before, in dead_at order: the order of the index Schema
+// renders on (group, dead_at).
+func (d *Dialect) RetainDeadLetters(ctx context.Context, t dialects.Table, group, lock string, before time.Time, limit int) (int64, bool, error) {
+	if err := d.checkTable(ctx, t); err != nil {
+		return 0, false, err
+	}
+	if err := dialects.CheckRetainDeadLetters(t, group); err != nil {
+		return 0, false, err
+	}
+	if limit <= 0 {
+		return 0, false, nil
+	}
+	pick, args := deadLettersPick(t, group, before, limit)
+	return d.round(ctx, t, lock, limit, pick, args...)
+}
+
+// deadLettersPick locks up to limit rows of group that died before before, skipping rows
+// others hold and, in the lease form, rows leased past before.
+func deadLettersPick(t dialects.Table, group string, before time.Time, limit int) (string, []any) {
+	dead := quote(t.DeadAt)
+	args := []any{group, dbTime(before)}
+	leased := ""
+	if t.LockedUntil != "" {
+		lu := quote(t.LockedUntil)
+		leased = " AND (" + lu + " IS NULL OR " + lu + " < ?)"
+		args = append(args, dbTime(before))
+	}
+	return "SELECT " + quote(t.ID) + " FROM " + quote(t.Name) + " WHERE " + quote(t.Group) + " = ? AND " + dead + " < ?" + leased +
+		" ORDER BY " + dead + " LIMIT " + strconv.Itoa(limit) + " FOR UPDATE SKIP LOCKED", args
+}
+
+// round takes lock's GET_LOCK without waiting on a pool connection of its own and, on
+// it, deletes the rows pick (with args) locks, a read committed transaction a batch,
+// until a batch deletes fewer than limit rows; then it lets the lock and the connection
+// go.
+func (d *Dialect) round(ctx context.Context, t dialects.Table, lock string, limit int, pick string, args ...any) (int64, bool, error) {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return 0, false, adminErr("retention", t.Name, err)
@@ -61,7 +106,7 @@ func (d *Dialect) RetainRound(ctx context.Context, t dialects.Table, lock string
 			if err != nil {
 				return 0, err
 			}
-			n, err := deleteLocked(ctx, tx, t, before, limit)
+			n, err := deleteLocked(ctx, tx, t, pick, args)
 			if err != nil {
 				_ = tx.Rollback()
 				return 0, err
@@ -94,11 +139,10 @@ func (d *Dialect) RetainRound(ctx context.Context, t dialects.Table, lock string
 	return deleted, true, nil
 }
 
-// deleteLocked locks up to limit finished rows older than before, skipping rows others
-// hold, and deletes them.
-func deleteLocked(ctx context.Context, tx *sql.Tx, t dialects.Table, before time.Time, limit int) (int64, error) {
-	rows, err := tx.QueryContext(ctx, "SELECT "+quote(t.ID)+" FROM "+quote(t.Name)+" WHERE "+quote(t.ProcessedAt)+" < ? ORDER BY "+
-		quote(t.ID)+" LIMIT "+strconv.Itoa(limit)+" FOR UPDATE SKIP LOCKED", dbTime(before))
+// deleteLocked locks the rows pick selects (their ids), skipping rows others hold, and
+// deletes them.
+func deleteLocked(ctx context.Context, tx *sql.Tx, t dialects.Table, pick string, args []any) (int64, error) {
+	rows, err := tx.QueryContext(ctx, pick, args...)
 	if err != nil {
 		return 0, err
 	}

@@ -179,8 +179,8 @@ type requeueSQL struct {
 // place; a table move deletes the rows from the dead-letter table and inserts them into
 // the queue table with their ids, every column the two tables share (cols), in one
 // statement (OVERRIDING SYSTEM VALUE keeps the ids even where the id is GENERATED
-// ALWAYS). Both reset the attempt to 1 and clear retry_after, locked_until and
-// processed_at.
+// ALWAYS). Both reset the attempt to 1 and clear retry_after, locked_until, processed_at
+// and dead_at.
 func buildRequeue(spec dialects.RequeueSpec, cols []dialects.MoveColumn) requeueSQL {
 	t := spec.Table
 	id := quote(t.ID)

@@ -246,7 +246,11 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 	switch {
 	case spec.DeadLetterGroup != "":
 		w = builder{}
-		w.w("UPDATE ", tq, " SET ", quote(t.Group), " = ", w.p(pDest), unlease, keepErr(&w))
+		w.w("UPDATE ", tq, " SET ", quote(t.Group), " = ", w.p(pDest))
+		if t.DeadAt != "" {
+			w.w(", ", quote(t.DeadAt), " = ", w.p(pNow)) // the row died now
+		}
+		w.w(unlease, keepErr(&w))
 		where(&w)
 		s.deadGroup = w.stmt()
 	case spec.DeadLetterTable != "":
@@ -260,6 +264,8 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 				return "NULL" // the moved row arrives without a lease
 			case c.Role == "Error":
 				return dialects.KeepError(quote(c.Name), w.p(pErr))
+			case c.Role == "DeadAt":
+				return w.p(pNow) // the row died now
 			}
 			return ""
 		})

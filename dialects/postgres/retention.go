@@ -9,7 +9,10 @@ import (
 	"github.com/rowactor/rowactor/dialects"
 )
 
-var _ dialects.Retainer = (*Dialect)(nil)
+var (
+	_ dialects.Retainer           = (*Dialect)(nil)
+	_ dialects.DeadLetterRetainer = (*Dialect)(nil)
+)
 
 // RetainRound holds lock's advisory key (session level) on one pool connection for the
 // round, and deletes on that connection, skipping rows another session holds.
@@ -23,6 +26,45 @@ func (d *Dialect) RetainRound(ctx context.Context, t dialects.Table, lock string
 	if limit <= 0 {
 		return 0, false, nil
 	}
+	tq, id := quote(t.Name), quote(t.ID)
+	text := "DELETE FROM " + tq + " WHERE " + id + " IN (SELECT " + id + " FROM " + tq + " WHERE " + quote(t.ProcessedAt) +
+		" < $1 ORDER BY " + id + " LIMIT " + strconv.Itoa(limit) + " FOR UPDATE SKIP LOCKED)"
+	return d.round(ctx, t, lock, limit, text, before)
+}
+
+// RetainDeadLetters holds lock's advisory key for the round as RetainRound does, and
+// deletes group's rows that died before before, in dead_at order: the order of the index
+// Schema renders on (group, dead_at) for the dead rows.
+func (d *Dialect) RetainDeadLetters(ctx context.Context, t dialects.Table, group, lock string, before time.Time, limit int) (int64, bool, error) {
+	if err := d.checkTable(ctx, t); err != nil {
+		return 0, false, err
+	}
+	if err := dialects.CheckRetainDeadLetters(t, group); err != nil {
+		return 0, false, err
+	}
+	if limit <= 0 {
+		return 0, false, nil
+	}
+	return d.round(ctx, t, lock, limit, deadLettersText(t, limit), before, group)
+}
+
+// deadLettersText deletes up to limit rows of group $2 that died before $1, skipping rows
+// another session locks and, in the lease form, rows leased past $1.
+func deadLettersText(t dialects.Table, limit int) string {
+	tq, id, dead := quote(t.Name), quote(t.ID), quote(t.DeadAt)
+	leased := ""
+	if t.LockedUntil != "" {
+		lu := quote(t.LockedUntil)
+		leased = " AND (" + lu + " IS NULL OR " + lu + " < $1)"
+	}
+	return "DELETE FROM " + tq + " WHERE " + id + " IN (SELECT " + id + " FROM " + tq + " WHERE " + quote(t.Group) + " = $2 AND " +
+		dead + " < $1" + leased + " ORDER BY " + dead + " LIMIT " + strconv.Itoa(limit) + " FOR UPDATE SKIP LOCKED)"
+}
+
+// round takes lock's key without waiting on a pool connection of its own and runs text
+// (with args) on it until a statement deletes fewer than limit rows, then lets the key
+// and the connection go.
+func (d *Dialect) round(ctx context.Context, t dialects.Table, lock string, limit int, text string, args ...any) (int64, bool, error) {
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return 0, false, adminErr("retention", t.Name, err)
@@ -37,12 +79,9 @@ func (d *Dialect) RetainRound(ctx context.Context, t dialects.Table, lock string
 		conn.Release()
 		return 0, false, nil
 	}
-	tq, id := quote(t.Name), quote(t.ID)
-	text := "DELETE FROM " + tq + " WHERE " + id + " IN (SELECT " + id + " FROM " + tq + " WHERE " + quote(t.ProcessedAt) +
-		" < $1 ORDER BY " + id + " LIMIT " + strconv.Itoa(limit) + " FOR UPDATE SKIP LOCKED)"
 	var deleted int64
 	for ctx.Err() == nil {
-		tag, derr := conn.Exec(ctx, text, before)
+		tag, derr := conn.Exec(ctx, text, args...)
 		if derr != nil {
 			err = derr
 			break

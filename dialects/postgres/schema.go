@@ -50,6 +50,12 @@ func (d *Dialect) Schema(t dialects.Table) (string, error) {
 		}
 		b.WriteString(";\n")
 	}
+	if t.Group != "" && t.DeadAt != "" {
+		// Retention of a dead-letter group reads its rows in dead_at order; live rows
+		// (dead_at NULL) stay out, so the index costs a claim nothing.
+		b.WriteString("CREATE INDEX IF NOT EXISTS " + quote(indexNameWith(t.Name, "_dead")) + " ON " + quote(t.Name) +
+			" (" + quote(t.Group) + ", " + quote(t.DeadAt) + ") WHERE " + quote(t.DeadAt) + " IS NOT NULL;\n")
+	}
 	if t.UniqueKey != "" {
 		// NULLs never conflict: rows published without a key are not constrained.
 		b.WriteString("CREATE UNIQUE INDEX IF NOT EXISTS " + quote(indexNameWith(t.Name, "_unique")) + " ON " + quote(t.Name) +
@@ -90,7 +96,7 @@ func columnType(role string) string {
 		return "text NOT NULL DEFAULT ''"
 	case "Attempt":
 		return "integer NOT NULL DEFAULT 1"
-	case "RetryAfter", "ProcessedAt", "LockedUntil":
+	case "RetryAfter", "ProcessedAt", "LockedUntil", "DeadAt":
 		return "timestamptz"
 	case "Headers":
 		return "jsonb"

@@ -88,6 +88,7 @@ var roleTypes = map[string][]string{
 	"RetryAfter":  {"timestamp with time zone"},
 	"ProcessedAt": {"timestamp with time zone"},
 	"LockedUntil": {"timestamp with time zone"},
+	"DeadAt":      {"timestamp with time zone"},
 	"Headers":     {"jsonb", "json", "text", "character varying"},
 	"Error":       {"text", "character varying"},
 	"Priority":    {"integer", "smallint", "bigint"},

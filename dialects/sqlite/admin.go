@@ -156,7 +156,7 @@ type requeueSQL struct {
 // buildRequeue writes the statements of a requeue. A group move updates the rows in
 // place; a table move copies the rows into the queue table with their ids, every column
 // the two tables share (cols), and deletes them from the dead-letter table. Both reset
-// the attempt to 1 and clear retry_after, locked_until and processed_at.
+// the attempt to 1 and clear retry_after, locked_until, processed_at and dead_at.
 func buildRequeue(spec dialects.RequeueSpec, cols []dialects.MoveColumn) requeueSQL {
 	t := spec.Table
 	id := quote(t.ID)

@@ -360,9 +360,9 @@ func (q *queue) settlement(step dialects.Step, key ...any) (settlement, error) {
 	case dialects.StepDeadLetter:
 		switch {
 		case s.deadGroup != "":
-			return settlement{op: "dead-letter", text: s.deadGroup, args: args(sql.Named("dest", s.destGroup))}, nil
+			return settlement{op: "dead-letter", text: s.deadGroup, args: args(sql.Named("dest", s.destGroup), sql.Named("now", formatTime(step.Now)))}, nil
 		case s.moveInsert != "":
-			return settlement{op: "dead-letter move", move: true, args: args()}, nil
+			return settlement{op: "dead-letter move", move: true, args: args(sql.Named("now", formatTime(step.Now)))}, nil
 		}
 		return settlement{}, q.errorf("dead-letter", errNoDeadLetter)
 	}

@@ -105,9 +105,9 @@ type settleSQL struct {
 	retryNeedsError bool
 	retryAfter      string // :id, :at, :token
 	snooze          string // :id, :at, :token
-	deadGroup       string // :id, :dest, :token
+	deadGroup       string // :id, :dest, :now, :token
 	destGroup       string
-	moveInsert      string // :id, :token
+	moveInsert      string // :id, :now, :token
 	moveDelete      string // :id, :token
 }
 
@@ -158,7 +158,11 @@ func buildSettle(spec dialects.QueueSpec, lease bool, moveCols []dialects.MoveCo
 		s.snooze = "UPDATE " + tq + " SET " + quote(delay) + " = :at" + delayUnlease + uncount + keepErr + where
 	}
 	if spec.DeadLetterGroup != "" {
-		s.deadGroup = "UPDATE " + tq + " SET " + quote(t.Group) + " = :dest" + unlease + keepErr + where
+		deadAt := ""
+		if t.DeadAt != "" {
+			deadAt = ", " + quote(t.DeadAt) + " = :now"
+		}
+		s.deadGroup = "UPDATE " + tq + " SET " + quote(t.Group) + " = :dest" + deadAt + unlease + keepErr + where
 		s.destGroup = spec.DeadLetterGroup
 	} else if spec.DeadLetterTable != "" {
 		// The whole row: every column both tables share, read from the catalog at Open.
@@ -170,6 +174,8 @@ func buildSettle(spec dialects.QueueSpec, lease bool, moveCols []dialects.MoveCo
 				return "NULL" // the moved row arrives without a lease
 			case c.Role == "Error":
 				return dialects.KeepError(quote(c.Name), ":err")
+			case c.Role == "DeadAt":
+				return ":now" // the row died now
 			}
 			return ""
 		})

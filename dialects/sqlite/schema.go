@@ -41,6 +41,12 @@ func (d *Dialect) Schema(t dialects.Table) (string, error) {
 		}
 		b.WriteString(";\n")
 	}
+	if t.Group != "" && t.DeadAt != "" {
+		// Retention of a dead-letter group reads its rows in dead_at order; live rows
+		// (dead_at NULL) stay out, so the index costs a claim nothing.
+		b.WriteString("CREATE INDEX IF NOT EXISTS " + quote(t.Name+"_dead") + " ON " + quote(t.Name) +
+			" (" + quote(t.Group) + ", " + quote(t.DeadAt) + ") WHERE " + quote(t.DeadAt) + " IS NOT NULL;\n")
+	}
 	if t.UniqueKey != "" {
 		// NULLs never conflict: rows published without a key are not constrained.
 		b.WriteString("CREATE UNIQUE INDEX IF NOT EXISTS " + quote(t.Name+"_unique") + " ON " + quote(t.Name) +
@@ -64,7 +70,7 @@ func columnType(role string) string {
 	case "Priority":
 		return "INTEGER NOT NULL DEFAULT 0"
 	}
-	// RetryAfter, ProcessedAt, LockedUntil (TimeLayout text), Headers (JSON text), Error
+	// RetryAfter, ProcessedAt, LockedUntil, DeadAt (TimeLayout text), Headers (JSON text), Error
 	// (nullable) and key placeholder columns.
 	return "TEXT"
 }

@@ -114,7 +114,7 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider, db string) (*Telemetr
 	if t.published, err = m.Int64Counter("rowactor.published", metric.WithDescription("Rows published.")); err != nil {
 		return nil, err
 	}
-	if t.retained, err = m.Int64Counter("rowactor.retention.deleted", metric.WithDescription("Finished rows deleted by retention.")); err != nil {
+	if t.retained, err = m.Int64Counter("rowactor.retention.deleted", metric.WithDescription("Finished rows, and dead letters of a dead-letter group (by rowactor.queue), deleted by retention.")); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -218,9 +218,14 @@ func (t *Telemetry) Published(ctx context.Context, table, queue string) {
 	t.published.Add(ctx, 1, metric.WithAttributes(Destination.String(table), Queue.String(queue)))
 }
 
-// RetentionDeleted records n finished rows of table deleted by retention.
-func (t *Telemetry) RetentionDeleted(ctx context.Context, table string, n int64) {
-	t.retained.Add(ctx, n, metric.WithAttributes(Destination.String(table)))
+// RetentionDeleted records n rows of table deleted by retention: finished rows, or with a
+// group the dead letters of that group (counted under its queue attribute).
+func (t *Telemetry) RetentionDeleted(ctx context.Context, table, group string, n int64) {
+	if group == "" {
+		t.retained.Add(ctx, n, metric.WithAttributes(Destination.String(table)))
+		return
+	}
+	t.retained.Add(ctx, n, metric.WithAttributes(Destination.String(table), Queue.String(group)))
 }
 
 // DB is the database's name, for span attributes.
