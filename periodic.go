@@ -170,8 +170,12 @@ func (b *Broker) Periodic(ctx context.Context, t Table, queue string, schedule S
 	if !b.enterPublish() {
 		return nil, fmt.Errorf("rowactor: periodic job %q on %s: %w", cfg.name, t.Name, ErrClosed)
 	}
-	// The description is checked against the live table before anything runs.
-	_, _, err := kr.NewestUniqueKey(ctx, t, cfg.name+"@")
+	// The description is checked against the live table before anything runs, and the
+	// publisher made, so that a round needs no connection but its lock's.
+	_, _, err := kr.NewestUniqueKey(ctx, nil, t, cfg.name+"@")
+	if err == nil {
+		_, err = b.publisher(ctx, t)
+	}
 	b.leavePublish()
 	if err != nil {
 		return nil, fmt.Errorf("rowactor: periodic job %q on %s: %w", cfg.name, t.Name, err)
@@ -285,41 +289,56 @@ func (r *periodicRun) loop(ctx context.Context) {
 // lock. It waits for the lock up to half the time to the next run.
 func (r *periodicRun) round(ctx context.Context, now, next time.Time) {
 	wait := min(next.Sub(now)/2, 10*time.Second)
-	led, err := r.el.Elect(ctx, "periodic:"+r.t.Name+":"+r.p.name, wait, r.publishDue)
+	var published int64
+	led, err := r.el.Elect(ctx, "periodic:"+r.t.Name+":"+r.p.name, wait, func(ctx context.Context, tx any) (err error) {
+		published, err = r.publishDue(ctx, tx)
+		return err
+	})
 	r.p.leading.Store(led)
-	if err != nil && ctx.Err() == nil {
-		r.b.log.Warn("rowactor: a periodic job's round failed", "table", r.t.Name, "job", r.p.name, "error", err)
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
+			r.b.log.Warn("rowactor: a periodic job's round failed", "table", r.t.Name, "job", r.p.name, "error", err)
+		}
+		return
+	}
+	if published > 0 {
+		r.p.published.Add(published)
+		r.b.wake(r.t, r.queue) // committed with the round's lock
 	}
 }
 
 // runGrace is how late a run may still be published as itself: later, it was missed.
 const runGrace = time.Minute
 
-// publishDue runs under the job's lock: the table's newest key of the job tells the
-// latest run published; the runs due since then are published now (dueRuns).
-func (r *periodicRun) publishDue(ctx context.Context) error {
+// publishDue runs under the job's lock, in its transaction tx (nil on SQLite): the
+// table's newest key of the job tells the latest run published; the runs due since then
+// are published now (dueRuns), and commit with the round.
+func (r *periodicRun) publishDue(ctx context.Context, tx any) (int64, error) {
 	prefix := r.p.name + "@"
-	newest, found, err := r.kr.NewestUniqueKey(ctx, r.t, prefix)
+	newest, found, err := r.kr.NewestUniqueKey(ctx, tx, r.t, prefix)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	after := r.since
 	if found {
 		if after, err = time.Parse(periodicKeyTime, strings.TrimPrefix(newest, prefix)); err != nil {
-			return fmt.Errorf("rowactor: periodic job %q: the newest key of its runs, %q, is not name@%s", r.p.name, newest, periodicKeyTime)
+			return 0, fmt.Errorf("rowactor: periodic job %q: the newest key of its runs, %q, is not name@%s", r.p.name, newest, periodicKeyTime)
 		}
 	}
+	var n int64
 	for _, run := range dueRuns(r.sched, after, r.b.now(), r.cfg.skipMissed) {
 		opts := append(append(make([]PublishOption, 0, len(r.cfg.publish)+1), r.cfg.publish...), Unique(prefix+run.UTC().Format(periodicKeyTime)))
-		if _, err := r.b.Publish(ctx, r.t, r.queue, r.payload(run), opts...); err != nil {
-			if errors.Is(err, ErrClosed) {
-				return nil
-			}
-			return err
+		if tx != nil {
+			_, err = r.b.PublishTx(ctx, tx, r.t, r.queue, r.payload(run), opts...)
+		} else {
+			_, err = r.b.Publish(ctx, r.t, r.queue, r.payload(run), opts...)
 		}
-		r.p.published.Add(1)
+		if err != nil {
+			return n, err
+		}
+		n++
 	}
-	return nil
+	return n, nil
 }
 
 // dueRuns are the runs of s after the run after, up to now, to publish: each run of the

@@ -200,3 +200,49 @@ func periodicRefusedScenario(t *testing.T, h *harness, _ rowactor.Form) {
 		t.Fatalf("%d rows written by refused jobs", n)
 	}
 }
+
+func init() {
+	scenarios = append(scenarios, scenario{
+		name:   "three periodic jobs on a pool of two connections each publish their runs",
+		forms:  []rowactor.Form{rowactor.FormLease},
+		shapes: []tableShape{withUniqueKey, withProcessedAt},
+		run:    periodicSmallPoolScenario,
+	})
+}
+
+// periodicSmallPoolScenario: a round reads and publishes on its lock's own connection, so
+// jobs whose rounds come at the same second do not wait for each other's connections
+// (PostgreSQL's broker listens on one of the two).
+func periodicSmallPoolScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	d, ok := sizedDialect(t, h, 2)
+	if !ok {
+		t.Skip("SQLite's lock holds no connection")
+	}
+	ctx := context.Background()
+	b := h.brokerOn(d)
+	var jobs []*rowactor.PeriodicJob
+	for _, name := range []string{"a", "b", "c"} {
+		p, err := b.Periodic(ctx, h.table, h.queue, rowactor.Every(time.Second), func(time.Time) []byte { return []byte(name) },
+			rowactor.PeriodicName(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, p)
+	}
+	waitUntil(t, "two runs of each job", func() bool {
+		for _, p := range jobs {
+			if p.Published() < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, p := range jobs {
+		p.Stop()
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := b.Shutdown(sctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -16,17 +16,24 @@ type Elector interface {
 	// while holding it, and lets it go. led is false, and fn does not run, when the lock
 	// stayed held for the whole wait. A session that dies (killed, its process gone) lets
 	// the lock go with it, so a waiter takes over. err is fn's error, or the lock's.
-	Elect(ctx context.Context, lock string, wait time.Duration, fn func(ctx context.Context) error) (led bool, err error)
+	//
+	// tx is a transaction on the lock's own session (pgx.Tx, *sql.Tx), for fn's reads and
+	// writes: a round needs one connection, however small the pool, and what fn wrote
+	// commits before the lock goes (rolled back when fn fails). On SQLite, whose lock
+	// holds no connection, tx is nil: fn uses the pool.
+	Elect(ctx context.Context, lock string, wait time.Duration, fn func(ctx context.Context, tx any) error) (led bool, err error)
 }
 
 // UniqueKeyReader reads the unique keys of a table's rows (Table.UniqueKey).
 type UniqueKeyReader interface {
 	// NewestUniqueKey returns the greatest unique key of t's rows, compared byte by byte,
 	// among the keys that start with prefix, and whether there is one. Rows of every
-	// group and state count, finished ones too. prefix must end with an ASCII character
+	// group and state count, finished ones too. tx is nil for the pool, or a transaction
+	// (an Elect's) to read in, on its connection alone: the description is then not
+	// checked against the live table (check it once with tx nil). prefix must end with an ASCII character
 	// other than DEL (the scan reads the keys from prefix up to prefix with its last byte
 	// raised, which stays valid UTF-8).
-	NewestUniqueKey(ctx context.Context, t Table, prefix string) (key string, found bool, err error)
+	NewestUniqueKey(ctx context.Context, tx any, t Table, prefix string) (key string, found bool, err error)
 }
 
 // KeyRange is the range [low, high) of the keys that start with prefix, compared byte

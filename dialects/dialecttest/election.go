@@ -3,6 +3,7 @@ package dialecttest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ var electionScenarios = []scenario{
 	{name: "ElectHeldElsewhere", run: testElectHeldElsewhere,
 		applies: func(h Harness) bool { _, ok := h.(KeyInspector); return ok }},
 	{name: "NewestUniqueKey", run: testNewestUniqueKey},
+	{name: "ElectCommitsFnsWrites", run: testElectCommitsFnsWrites},
 }
 
 func elector(t *testing.T, d dialects.Dialect) dialects.Elector {
@@ -34,11 +36,11 @@ func testElectRunsAndLetsGo(t *testing.T, h Harness) {
 	lock := e.name("ra_elect")
 	ran := 0
 	boom := errors.New("boom")
-	led, err := elector(t, e.d).Elect(ctx, lock, 0, func(ctx context.Context) error { ran++; return boom })
+	led, err := elector(t, e.d).Elect(ctx, lock, 0, func(ctx context.Context, _ any) error { ran++; return boom })
 	if !led || !errors.Is(err, boom) || ran != 1 {
 		t.Fatalf("Elect: led %v, err %v, fn ran %d times; want led, fn's error, once", led, err, ran)
 	}
-	led, err = elector(t, e.other().d).Elect(ctx, lock, 0, func(ctx context.Context) error { ran++; return nil })
+	led, err = elector(t, e.other().d).Elect(ctx, lock, 0, func(ctx context.Context, _ any) error { ran++; return nil })
 	if !led || err != nil || ran != 2 {
 		t.Fatalf("Elect once the lock is free: led %v, err %v", led, err)
 	}
@@ -56,7 +58,7 @@ func testElectWaitsForTheHolder(t *testing.T, h Harness) {
 	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
 	aDone := make(chan error, 1)
 	go func() {
-		_, err := a.Elect(ctx, lock, 0, func(ctx context.Context) error {
+		_, err := a.Elect(ctx, lock, 0, func(ctx context.Context, _ any) error {
 			note("a in")
 			close(inA)
 			<-releaseA
@@ -66,12 +68,12 @@ func testElectWaitsForTheHolder(t *testing.T, h Harness) {
 		aDone <- err
 	}()
 	<-inA
-	if led, err := b.Elect(ctx, lock, 50*time.Millisecond, func(ctx context.Context) error { note("b short"); return nil }); led || err != nil {
+	if led, err := b.Elect(ctx, lock, 50*time.Millisecond, func(ctx context.Context, _ any) error { note("b short"); return nil }); led || err != nil {
 		t.Fatalf("Elect while another holds the lock, waiting 50 ms: led %v, err %v; want not led", led, err)
 	}
 	bDone := make(chan bool, 1)
 	go func() {
-		led, err := b.Elect(ctx, lock, 10*time.Second, func(ctx context.Context) error { note("b in"); return nil })
+		led, err := b.Elect(ctx, lock, 10*time.Second, func(ctx context.Context, _ any) error { note("b in"); return nil })
 		if err != nil {
 			t.Error(err)
 		}
@@ -99,11 +101,11 @@ func testElectHeldElsewhere(t *testing.T, h Harness) {
 	release := h.(KeyInspector).HoldKey(t, e.d, dialects.LockKey(lock))
 	var once sync.Once
 	t.Cleanup(func() { once.Do(release) })
-	if led, err := elector(t, e.d).Elect(ctx, lock, 20*time.Millisecond, func(ctx context.Context) error { return nil }); led || err != nil {
+	if led, err := elector(t, e.d).Elect(ctx, lock, 20*time.Millisecond, func(ctx context.Context, _ any) error { return nil }); led || err != nil {
 		t.Fatalf("Elect of a lock another session holds: led %v, err %v", led, err)
 	}
 	once.Do(release)
-	if led, err := elector(t, e.d).Elect(ctx, lock, 0, func(ctx context.Context) error { return nil }); !led || err != nil {
+	if led, err := elector(t, e.d).Elect(ctx, lock, 0, func(ctx context.Context, _ any) error { return nil }); !led || err != nil {
 		t.Fatalf("Elect once it is free: led %v, err %v", led, err)
 	}
 	if n := h.(KeyInspector).LocksHeld(t, e.d, dialects.LockKey(lock)); n != 0 {
@@ -126,7 +128,7 @@ func testNewestUniqueKey(t *testing.T, h Harness) {
 	if !ok {
 		t.Fatalf("%T is not a dialects.UniqueKeyReader", e.d)
 	}
-	if _, found, err := r.NewestUniqueKey(ctx, tbl, "s@"); found || err != nil {
+	if _, found, err := r.NewestUniqueKey(ctx, nil, tbl, "s@"); found || err != nil {
 		t.Fatalf("an empty table: found %v, err %v", found, err)
 	}
 	for _, k := range []string{"s@2030-01-02T03:04:05Z", "s@2030-01-02T03:04:07Z", "s@2030-01-02T03:04:06Z",
@@ -136,21 +138,71 @@ func testNewestUniqueKey(t *testing.T, h Harness) {
 	e.publish(tbl, dialects.Message{Group: "other", Payload: []byte("no key")})
 	// The newest is finished: rows of every state count.
 	e.exec("UPDATE "+e.q(tbl.Name)+" SET processed_at = ? WHERE ukey = ?", e.h.TimeArg(t0), "s@2030-01-02T03:04:07Z")
-	if k, found, err := r.NewestUniqueKey(ctx, tbl, "s@"); k != "s@2030-01-02T03:04:07Z" || !found || err != nil {
+	if k, found, err := r.NewestUniqueKey(ctx, nil, tbl, "s@"); k != "s@2030-01-02T03:04:07Z" || !found || err != nil {
 		t.Fatalf("NewestUniqueKey(s@) = %q %v %v", k, found, err)
 	}
 	var ce *dialects.ConfigError
 	noKey := tbl
 	noKey.UniqueKey = ""
-	if _, _, err := r.NewestUniqueKey(ctx, noKey, "s@"); !errors.As(err, &ce) {
+	if _, _, err := r.NewestUniqueKey(ctx, nil, noKey, "s@"); !errors.As(err, &ce) {
 		t.Fatalf("a table without a unique key column: %v, want a *ConfigError", err)
 	}
 	wrong := tbl
 	wrong.UniqueKey = "no_such_column"
-	if _, _, err := r.NewestUniqueKey(ctx, wrong, "s@"); !errors.As(err, &ce) {
+	if _, _, err := r.NewestUniqueKey(ctx, nil, wrong, "s@"); !errors.As(err, &ce) {
 		t.Fatalf("a description the table does not match: %v, want a *ConfigError", err)
 	}
-	if _, _, err := r.NewestUniqueKey(ctx, tbl, ""); err == nil {
+	if _, _, err := r.NewestUniqueKey(ctx, nil, tbl, ""); err == nil {
 		t.Fatal("an empty prefix was accepted")
+	}
+}
+
+// fn's writes in Elect's transaction commit with it, and are rolled back when fn fails;
+// a read in the transaction sees them. (SQLite gives no transaction: fn's writes go
+// through the pool, and stay.)
+func testElectCommitsFnsWrites(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_elw", func(name string) dialects.Table {
+		tb := LeaseTable(name)
+		tb.UniqueKey = "ukey"
+		tb.ProcessedAt = "processed_at"
+		return tb
+	})
+	p, err := e.d.Publisher(ctx, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.d.(dialects.UniqueKeyReader)
+	lock := e.name("ra_elect")
+	boom := errors.New("boom")
+	for i, fail := range []bool{true, false} {
+		key := fmt.Sprintf("s@%d", i)
+		inTx := false
+		led, err := elector(t, e.d).Elect(ctx, lock, time.Second, func(ctx context.Context, tx any) error {
+			inTx = tx != nil
+			if _, err := p.Publish(ctx, tx, dialects.Message{Group: "g", Payload: []byte("run"), UniqueKey: key}); err != nil {
+				return err
+			}
+			if k, found, err := r.NewestUniqueKey(ctx, tx, tbl, "s@"); err != nil || !found || k != key {
+				return fmt.Errorf("the read in the transaction: %q %v %v", k, found, err)
+			}
+			if fail {
+				return boom
+			}
+			return nil
+		})
+		if !led || (fail && !errors.Is(err, boom)) || (!fail && err != nil) {
+			t.Fatalf("Elect (fn fails: %v): led %v, err %v", fail, led, err)
+		}
+		want := 1
+		if fail && inTx {
+			want = 0
+		}
+		if inTx == e.caps.SingleWriter {
+			t.Fatalf("Elect's fn was given a transaction: %v; want one unless the database has a single writer (SQLite)", inTx)
+		}
+		if n := e.count("SELECT count(*) FROM "+e.q(tbl.Name)+" WHERE ukey = ?", key); n != want {
+			t.Fatalf("fn fails: %v: %d rows of its publish, want %d", fail, n, want)
+		}
 	}
 }

@@ -21,7 +21,7 @@ var lockWaiting = "SELECT GET_LOCK(" + lockNameExpr(utf8mb4("?")) + ", ?)"
 
 // Elect holds lock's GET_LOCK on a pool connection of its own while fn runs; the server
 // ends the wait, and a session that dies takes the lock with it.
-func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn func(ctx context.Context) error) (bool, error) {
+func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn func(ctx context.Context, tx any) error) (bool, error) {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return false, fmt.Errorf("mysql: elect %s: %w", lock, err)
@@ -35,7 +35,21 @@ func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn
 		_ = conn.Close()
 		return false, nil
 	}
-	ferr := fn(ctx)
+	// fn's transaction commits before the lock goes.
+	ferr := func() error {
+		tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			return fmt.Errorf("mysql: elect %s: %w", lock, err)
+		}
+		if err := fn(ctx, tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("mysql: elect %s: commit: %w", lock, err)
+		}
+		return nil
+	}()
 	// A connection whose release failed is discarded, which ends its session and the lock
 	// with it.
 	uctx, cancel := cleanupCtx(ctx)
@@ -55,9 +69,22 @@ func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn
 
 // NewestUniqueKey compares the keys as the column does: Schema renders it VARBINARY, byte
 // by byte, so its unique index serves the scan.
-func (d *Dialect) NewestUniqueKey(ctx context.Context, t dialects.Table, prefix string) (string, bool, error) {
-	if err := d.checkTable(ctx, t); err != nil {
-		return "", false, err
+func (d *Dialect) NewestUniqueKey(ctx context.Context, tx any, t dialects.Table, prefix string) (string, bool, error) {
+	var db interface {
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}
+	switch x := tx.(type) {
+	case nil:
+		db = d.db
+	case *sql.Tx:
+		db = x
+	default:
+		return "", false, fmt.Errorf("mysql: NewestUniqueKey needs a *sql.Tx, got %T", tx)
+	}
+	if tx == nil { // in a transaction, the caller checked the table before (its own connection)
+		if err := d.checkTable(ctx, t); err != nil {
+			return "", false, err
+		}
 	}
 	low, high, err := dialects.CheckKeyRange(t, prefix)
 	if err != nil {
@@ -65,7 +92,7 @@ func (d *Dialect) NewestUniqueKey(ctx context.Context, t dialects.Table, prefix 
 	}
 	k := quote(t.UniqueKey)
 	var key []byte
-	err = d.db.QueryRowContext(ctx, "SELECT "+k+" FROM "+quote(t.Name)+" WHERE "+k+" >= ? AND "+k+" < ? ORDER BY "+k+" DESC LIMIT 1",
+	err = db.QueryRowContext(ctx, "SELECT "+k+" FROM "+quote(t.Name)+" WHERE "+k+" >= ? AND "+k+" < ? ORDER BY "+k+" DESC LIMIT 1",
 		low, high).Scan(&key)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, nil

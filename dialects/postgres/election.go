@@ -20,7 +20,7 @@ var (
 
 // Elect holds lock's advisory key in a transaction of its own while fn runs: the server
 // ends the wait itself (lock_timeout), and a session that dies takes the key with it.
-func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn func(ctx context.Context) error) (bool, error) {
+func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn func(ctx context.Context, tx any) error) (bool, error) {
 	begin, take := "BEGIN", "SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))::text"
 	if wait > 0 {
 		begin += "; SET LOCAL lock_timeout = " + strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
@@ -48,22 +48,46 @@ func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn
 		rollback()
 		return false, nil
 	}
-	ferr := fn(ctx)
-	// The transaction wrote nothing: its end only lets the key go.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	cerr := tx.Commit(cctx)
-	cancel()
-	if cerr != nil {
-		cerr = fmt.Errorf("postgres: elect %s: let the lock go: %w", lock, cerr)
+	if wait > 0 {
+		// fn's statements wait for row locks as any would.
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout TO DEFAULT"); err != nil {
+			rollback()
+			return true, fmt.Errorf("postgres: elect %s: %w", lock, err)
+		}
 	}
-	return true, errors.Join(ferr, cerr)
+	if err := fn(ctx, tx); err != nil {
+		rollback()
+		return true, err
+	}
+	// The commit lets the key go with what fn wrote; a commit the server refuses (the
+	// session ended) wrote nothing and held nothing.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	err = tx.Commit(cctx)
+	cancel()
+	if err != nil {
+		return true, fmt.Errorf("postgres: elect %s: commit: %w", lock, err)
+	}
+	return true, nil
 }
 
 // NewestUniqueKey compares the keys in the "C" collation, byte by byte as UTF-8; Schema
 // renders the key column in it, so its unique index serves the scan.
-func (d *Dialect) NewestUniqueKey(ctx context.Context, t dialects.Table, prefix string) (string, bool, error) {
-	if err := d.checkTable(ctx, t); err != nil {
-		return "", false, err
+func (d *Dialect) NewestUniqueKey(ctx context.Context, tx any, t dialects.Table, prefix string) (string, bool, error) {
+	var db interface {
+		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	}
+	switch x := tx.(type) {
+	case nil:
+		db = d.pool
+	case pgx.Tx:
+		db = x
+	default:
+		return "", false, fmt.Errorf("postgres: NewestUniqueKey needs a pgx.Tx, got %T", tx)
+	}
+	if tx == nil { // in a transaction, the caller checked the table before (its own connection)
+		if err := d.checkTable(ctx, t); err != nil {
+			return "", false, err
+		}
 	}
 	low, high, err := dialects.CheckKeyRange(t, prefix)
 	if err != nil {
@@ -71,7 +95,7 @@ func (d *Dialect) NewestUniqueKey(ctx context.Context, t dialects.Table, prefix 
 	}
 	k := quote(t.UniqueKey) + ` COLLATE "C"`
 	var key string
-	err = d.pool.QueryRow(ctx, "SELECT "+quote(t.UniqueKey)+" FROM "+quote(t.Name)+" WHERE "+k+" >= $1 AND "+k+" < $2 ORDER BY "+
+	err = db.QueryRow(ctx, "SELECT "+quote(t.UniqueKey)+" FROM "+quote(t.Name)+" WHERE "+k+" >= $1 AND "+k+" < $2 ORDER BY "+
 		k+" DESC LIMIT 1", low, high).Scan(&key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", false, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -20,7 +21,7 @@ const electPoll = 10 * time.Millisecond
 // Elect holds lock's key in the file's registry of this process while fn runs: brokers
 // of one process on one file take turns; processes sharing the file each run (SQLite has
 // no session locks another process could see).
-func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn func(ctx context.Context) error) (bool, error) {
+func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn func(ctx context.Context, tx any) error) (bool, error) {
 	f, err := d.fileEntry(ctx)
 	if err != nil {
 		return false, err
@@ -38,14 +39,27 @@ func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn
 		}
 	}
 	defer f.releaseKey(key)
-	return true, fn(ctx)
+	return true, fn(ctx, nil)
 }
 
 // NewestUniqueKey compares the keys in SQLite's default BINARY collation, which the key
 // column Schema renders has, so its unique index serves the scan.
-func (d *Dialect) NewestUniqueKey(ctx context.Context, t dialects.Table, prefix string) (string, bool, error) {
-	if err := d.checkTable(ctx, t); err != nil {
-		return "", false, err
+func (d *Dialect) NewestUniqueKey(ctx context.Context, tx any, t dialects.Table, prefix string) (string, bool, error) {
+	var db interface {
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}
+	switch x := tx.(type) {
+	case nil:
+		db = d.db
+	case *sql.Tx:
+		db = x
+	default:
+		return "", false, fmt.Errorf("sqlite: NewestUniqueKey needs a *sql.Tx, got %T", tx)
+	}
+	if tx == nil { // in a transaction, the caller checked the table before (its own connection)
+		if err := d.checkTable(ctx, t); err != nil {
+			return "", false, err
+		}
 	}
 	low, high, err := dialects.CheckKeyRange(t, prefix)
 	if err != nil {
@@ -53,7 +67,7 @@ func (d *Dialect) NewestUniqueKey(ctx context.Context, t dialects.Table, prefix 
 	}
 	k := quote(t.UniqueKey)
 	var key string
-	err = d.db.QueryRowContext(ctx, "SELECT "+k+" FROM "+quote(t.Name)+" WHERE "+k+" >= ? AND "+k+" < ? ORDER BY "+k+" DESC LIMIT 1",
+	err = db.QueryRowContext(ctx, "SELECT "+k+" FROM "+quote(t.Name)+" WHERE "+k+" >= ? AND "+k+" < ? ORDER BY "+k+" DESC LIMIT 1",
 		low, high).Scan(&key)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, nil
