@@ -282,7 +282,9 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 		r.stop()
 	}
 	for _, p := range pers {
-		p.Stop()
+		if !p.stop(ctx) {
+			b.log.Warn("rowactor: a periodic job's payload function had not returned when Shutdown went on", "table", p.table, "job", p.name)
+		}
 	}
 
 	// Counted from before the drain: it gives back prefetched rows that never started.

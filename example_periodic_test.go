@@ -40,7 +40,9 @@ func ExampleBroker_Periodic() {
 		fmt.Println(err)
 		return
 	}
-	report := func(at time.Time) []byte { return []byte(`{"day":"` + at.Format(time.DateOnly) + `"}`) }
+	report := func(_ context.Context, at time.Time) ([]byte, error) {
+		return []byte(`{"day":"` + at.Format(time.DateOnly) + `"}`), nil
+	}
 	if _, err := b.Periodic(ctx, jobs, "reports", daily, report, rowactor.PeriodicName("reports")); err != nil {
 		fmt.Println(err)
 		return
@@ -55,7 +57,7 @@ func ExampleBroker_Periodic() {
 		}
 		return rowactor.Ack()
 	})
-	tick, _ := b.Periodic(ctx, jobs, "ticks", rowactor.Every(time.Second), func(time.Time) []byte { return []byte("tick") })
+	tick, _ := b.Periodic(ctx, jobs, "ticks", rowactor.Every(time.Second), func(context.Context, time.Time) ([]byte, error) { return []byte("tick"), nil })
 	fmt.Println("handled", <-handled)
 	tick.Stop()
 	// Output:

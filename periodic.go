@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,15 +60,23 @@ func Cron(expr string) (Schedule, error) {
 		// robfig's @every counts from the moment it is asked; processes must agree.
 		return every(c.Delay), nil
 	}
-	return cronSchedule{s: s, expr: expr}, nil
+	loc := time.Local
+	if spec, ok := s.(*cron.SpecSchedule); ok && spec.Location != nil {
+		loc = spec.Location
+	}
+	return cronSchedule{s: s, loc: loc, expr: expr}, nil
 }
 
 type cronSchedule struct {
 	s    cron.Schedule
+	loc  *time.Location // the expression's zone: CRON_TZ's, or the process's
 	expr string
 }
 
-func (c cronSchedule) Next(t time.Time) time.Time { return c.s.Next(t) }
+// Next reads t in the expression's zone: robfig reads an expression without CRON_TZ in
+// the zone of the time it is given, and the times rowactor gives are often UTC (a run's
+// time read back from its key).
+func (c cronSchedule) Next(t time.Time) time.Time { return c.s.Next(t.In(c.loc)) }
 func (c cronSchedule) String() string             { return c.expr }
 
 // PeriodicOption tunes a periodic job (Broker.Periodic).
@@ -102,6 +111,7 @@ type PeriodicJob struct {
 	table, name string
 	leading     atomic.Bool
 	published   atomic.Int64
+	inPayload   atomic.Int32 // payload functions running
 	cancel      context.CancelFunc
 	done        chan struct{}
 	once        sync.Once
@@ -116,12 +126,30 @@ func (p *PeriodicJob) Leading() bool { return p.leading.Load() }
 // Published is how many runs this broker published.
 func (p *PeriodicJob) Published() int64 { return p.published.Load() }
 
-// Stop ends the job in this broker (a round in progress finishes first); Shutdown stops
-// it too. Other processes running it go on.
-func (p *PeriodicJob) Stop() {
+// Stop ends the job in this broker and waits for its round in progress, whose context
+// ends; Shutdown stops it too. Other processes running it go on. Called while a payload
+// function runs (from it, say), Stop does not wait: the round publishes nothing more.
+func (p *PeriodicJob) Stop() { p.stop(context.Background()) }
+
+// stop is Stop, waiting at most until ctx ends; it reports whether the round ended.
+func (p *PeriodicJob) stop(ctx context.Context) bool {
 	p.once.Do(p.cancel)
-	<-p.done
+	if p.inPayload.Load() > 0 {
+		return false
+	}
+	select {
+	case <-p.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
+
+// PeriodicPayload makes the payload of a periodic job's run at its time at. ctx ends when
+// the job stops; an error (or a panic, logged with its stack) fails the round, which
+// publishes nothing, and the next round tries again while the run is at most a minute
+// late.
+type PeriodicPayload func(ctx context.Context, at time.Time) ([]byte, error)
 
 // periodicKeyTime is how a run's time is written in its unique key: fixed width, so that
 // the keys' byte order is the runs' order.
@@ -148,7 +176,7 @@ const periodicKeyTime = "2006-01-02T15:04:05Z"
 // old (a round that came late, a holder that died mid-round). Older ones were missed
 // while no broker ran the job: the latest of them is published once (SkipMissed drops
 // them).
-func (b *Broker) Periodic(ctx context.Context, t Table, queue string, schedule Schedule, payload func(at time.Time) []byte, opts ...PeriodicOption) (*PeriodicJob, error) {
+func (b *Broker) Periodic(ctx context.Context, t Table, queue string, schedule Schedule, payload PeriodicPayload, opts ...PeriodicOption) (*PeriodicJob, error) {
 	var cfg periodicConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -159,7 +187,7 @@ func (b *Broker) Periodic(ctx context.Context, t Table, queue string, schedule S
 	if cfg.name == "" {
 		cfg.name = queue + " " + schedule.String()
 	}
-	if err := checkPeriodic(t, schedule, payload, cfg); err != nil {
+	if err := checkPeriodic(t, schedule, payload, cfg, b.now()); err != nil {
 		return nil, err
 	}
 	el, ok1 := b.d.(dialects.Elector)
@@ -172,7 +200,7 @@ func (b *Broker) Periodic(ctx context.Context, t Table, queue string, schedule S
 	}
 	// The description is checked against the live table before anything runs, and the
 	// publisher made, so that a round needs no connection but its lock's.
-	_, _, err := kr.NewestUniqueKey(ctx, nil, t, cfg.name+"@")
+	_, _, err := kr.NewestUniqueKey(ctx, nil, t, cfg.name+runKeyLow, cfg.name+runKeyHigh)
 	if err == nil {
 		_, err = b.publisher(ctx, t)
 	}
@@ -204,12 +232,15 @@ func (b *Broker) Periodic(ctx context.Context, t Table, queue string, schedule S
 }
 
 // checkPeriodic refuses what would not keep a periodic job's runs apart.
-func checkPeriodic(t Table, schedule Schedule, payload func(time.Time) []byte, cfg periodicConfig) error {
+func checkPeriodic(t Table, schedule Schedule, payload PeriodicPayload, cfg periodicConfig, now time.Time) error {
 	bad := func(option, reason, fix string) error {
 		return &ConfigError{Table: t.Name, Option: option, Reason: reason, Fix: fix}
 	}
 	if e, ok := schedule.(every); ok && (time.Duration(e) < time.Second || time.Duration(e)%time.Second != 0) {
 		return bad("Every", fmt.Sprintf("runs every %v: a run's time is a whole second", time.Duration(e)), "run every whole number of seconds, at least one")
+	}
+	if schedule.Next(now).IsZero() {
+		return bad("Periodic", fmt.Sprintf("the schedule %s has no run after %s", schedule, now.Format(time.RFC3339)), "give a schedule that runs (Cron(\"0 0 30 2 *\") never does)")
 	}
 	if payload == nil {
 		return bad("Periodic", "the payload function is nil", "pass a function that returns each run's payload")
@@ -226,8 +257,13 @@ func checkPeriodic(t Table, schedule Schedule, payload func(time.Time) []byte, c
 		return bad("Table.ClearUniqueKeyAtAck", "a periodic job finds its latest run by its unique key, which ClearUniqueKeyAtAck clears at the ack",
 			"drop ClearUniqueKeyAtAck, or run the job on a table that keeps its keys")
 	}
-	if !utf8.ValidString(cfg.name) || strings.ContainsFunc(cfg.name, unicode.IsControl) {
-		return bad("PeriodicName", fmt.Sprintf("the name %q is not printable text", cfg.name), "name the job in printable UTF-8")
+	if !utf8.ValidString(cfg.name) || strings.ContainsFunc(cfg.name, unicode.IsControl) || strings.Contains(cfg.name, "@") {
+		return bad("PeriodicName", fmt.Sprintf("the name %q is not printable text without @", cfg.name),
+			"name the job in printable UTF-8 without @ (name@time is its runs' key)")
+	}
+	if len(cfg.name) > maxPeriodicName {
+		return bad("PeriodicName", fmt.Sprintf("the name is %d bytes long; with the run's time its keys would not fit the key column's index", len(cfg.name)),
+			fmt.Sprintf("name the job in at most %d bytes", maxPeriodicName))
 	}
 	return nil
 }
@@ -244,6 +280,10 @@ func (b *Broker) forgetPeriodic(p *PeriodicJob) {
 	}
 }
 
+// maxPeriodicName keeps name@time within the key column's index on every database
+// (MySQL's VARBINARY(767), PostgreSQL's btree entry).
+const maxPeriodicName = 200
+
 // periodicRun is one broker's part in a periodic job.
 type periodicRun struct {
 	b       *Broker
@@ -253,9 +293,12 @@ type periodicRun struct {
 	t       Table
 	queue   string
 	sched   Schedule
-	payload func(time.Time) []byte
+	payload PeriodicPayload
 	cfg     periodicConfig
 	since   time.Time // when this broker started the job
+	// seen is the latest run this broker knows was published: a run's row moved away
+	// (a dead-letter table) must not make it due again.
+	seen time.Time
 }
 
 // loop takes a round at once (missed runs) and then at each run's time.
@@ -289,17 +332,24 @@ func (r *periodicRun) loop(ctx context.Context) {
 // lock. It waits for the lock up to half the time to the next run.
 func (r *periodicRun) round(ctx context.Context, now, next time.Time) {
 	wait := min(next.Sub(now)/2, 10*time.Second)
-	var published int64
+	var (
+		published int64
+		seen      time.Time
+	)
 	led, err := r.el.Elect(ctx, "periodic:"+r.t.Name+":"+r.p.name, wait, func(ctx context.Context, tx any) (err error) {
-		published, err = r.publishDue(ctx, tx)
+		published, seen, err = r.publishDue(ctx, tx)
 		return err
 	})
 	r.p.leading.Store(led)
+	r.b.log.Debug("rowactor: a periodic job's round", "broker", r.b.name, "since", r.since, "table", r.t.Name, "job", r.p.name, "led", led, "published", published, "error", err)
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
 			r.b.log.Warn("rowactor: a periodic job's round failed", "table", r.t.Name, "job", r.p.name, "error", err)
 		}
 		return
+	}
+	if seen.After(r.seen) {
+		r.seen = seen
 	}
 	if published > 0 {
 		r.p.published.Add(published)
@@ -310,44 +360,78 @@ func (r *periodicRun) round(ctx context.Context, now, next time.Time) {
 // runGrace is how late a run may still be published as itself: later, it was missed.
 const runGrace = time.Minute
 
+// The keys of a job's runs are name@ and a time, which starts with a digit: the range
+// [name@0, name@:) holds them and no other key the name starts (":" follows "9").
+const (
+	runKeyLow  = "@0"
+	runKeyHigh = "@:"
+)
+
 // publishDue runs under the job's lock, in its transaction tx (nil on SQLite): the
 // table's newest key of the job tells the latest run published; the runs due since then
 // are published now (dueRuns), and commit with the round.
-func (r *periodicRun) publishDue(ctx context.Context, tx any) (int64, error) {
+func (r *periodicRun) publishDue(ctx context.Context, tx any) (n int64, seen time.Time, err error) {
 	prefix := r.p.name + "@"
-	newest, found, err := r.kr.NewestUniqueKey(ctx, tx, r.t, prefix)
+	newest, found, err := r.kr.NewestUniqueKey(ctx, tx, r.t, r.p.name+runKeyLow, r.p.name+runKeyHigh)
 	if err != nil {
-		return 0, err
+		return 0, seen, err
 	}
 	after := r.since
 	if found {
 		if after, err = time.Parse(periodicKeyTime, strings.TrimPrefix(newest, prefix)); err != nil {
-			return 0, fmt.Errorf("rowactor: periodic job %q: the newest key of its runs, %q, is not name@%s", r.p.name, newest, periodicKeyTime)
+			return 0, seen, fmt.Errorf("rowactor: periodic job %q: the newest key of its runs, %q, is not name@%s", r.p.name, newest, periodicKeyTime)
 		}
+		seen = after
 	}
-	var n int64
-	for _, run := range dueRuns(r.sched, after, r.b.now(), r.cfg.skipMissed) {
+	if r.seen.After(after) {
+		after = r.seen
+	}
+	for _, run := range dueRuns(r.sched, after, r.since, r.b.now(), r.cfg.skipMissed) {
+		payload, err := r.makePayload(ctx, run)
+		if err != nil {
+			return n, seen, err
+		}
 		opts := append(append(make([]PublishOption, 0, len(r.cfg.publish)+1), r.cfg.publish...), Unique(prefix+run.UTC().Format(periodicKeyTime)))
 		if tx != nil {
-			_, err = r.b.PublishTx(ctx, tx, r.t, r.queue, r.payload(run), opts...)
+			_, err = r.b.PublishTx(ctx, tx, r.t, r.queue, payload, opts...)
 		} else {
-			_, err = r.b.Publish(ctx, r.t, r.queue, r.payload(run), opts...)
+			_, err = r.b.Publish(ctx, r.t, r.queue, payload, opts...)
 		}
 		if err != nil {
-			return n, err
+			return n, seen, err
 		}
-		n++
+		n, seen = n+1, run
 	}
-	return n, nil
+	return n, seen, nil
 }
 
-// dueRuns are the runs of s after the run after, up to now, to publish: each run of the
-// last runGrace (a round that came late, a holder that died mid-round and was followed
-// by the next in line), and, unless skipMissed, the latest run before that (missed while
-// no broker ran the job), once.
-func dueRuns(s Schedule, after, now time.Time, skipMissed bool) []time.Time {
+// makePayload calls the job's payload function; a panic is its error, logged with the
+// stack, as a handler's is.
+func (r *periodicRun) makePayload(ctx context.Context, run time.Time) (payload []byte, err error) {
+	r.p.inPayload.Add(1)
+	defer r.p.inPayload.Add(-1)
+	defer func() {
+		if v := recover(); v != nil {
+			r.b.log.Error("rowactor: a periodic job's payload function panicked", "table", r.t.Name, "job", r.p.name,
+				"run", run, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			err = fmt.Errorf("rowactor: periodic job %q: the payload function panicked at the run of %s: %v", r.p.name, run.UTC().Format(periodicKeyTime), v)
+		}
+	}()
+	payload, err = r.payload(ctx, run)
+	if err != nil {
+		return nil, fmt.Errorf("rowactor: periodic job %q: the payload of the run of %s: %w", r.p.name, run.UTC().Format(periodicKeyTime), err)
+	}
+	return payload, nil
+}
+
+// dueRuns are the runs of s after the run after, up to now, to publish: each run since
+// this broker started the job (since) and at most runGrace old (a round that came late,
+// a holder that died mid-round and was followed by the next in line), and, unless
+// skipMissed, the latest run before those (missed while no broker ran the job, or for
+// longer than runGrace), once.
+func dueRuns(s Schedule, after, since, now time.Time, skipMissed bool) []time.Time {
 	var runs []time.Time
-	cut := now.Add(-runGrace)
+	cut := latest(now.Add(-runGrace), since.Add(-time.Nanosecond)) // runs after cut are late, not missed
 	if missed, ok := latestRun(s, after, cut); ok && !skipMissed {
 		runs = append(runs, missed)
 	}

@@ -24,10 +24,10 @@ func runPeriodicChild(job childJob, out *os.File) int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
 	}
-	p, err := b.Periodic(ctx, job.Table, job.Queue, rowactor.Every(time.Second), func(at time.Time) []byte {
+	p, err := b.Periodic(ctx, job.Table, job.Queue, rowactor.Every(time.Second), func(_ context.Context, at time.Time) ([]byte, error) {
 		fmt.Fprintf(out, "run %s\n", at.UTC().Format(keyTime)) // unbuffered: the parent watches it
 		time.Sleep(200 * time.Millisecond)
-		return []byte(at.UTC().Format(keyTime))
+		return []byte(at.UTC().Format(keyTime)), nil
 	}, rowactor.PeriodicName(job.Periodic))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)

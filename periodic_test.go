@@ -71,7 +71,7 @@ func wantEverySecond(t *testing.T, runs map[time.Time]int, least int) (first, la
 func periodicScenario(t *testing.T, h *harness, _ rowactor.Form) {
 	ctx := context.Background()
 	b1, b2 := h.broker(), h.second()
-	payload := func(at time.Time) []byte { return []byte(at.UTC().Format(keyTime)) }
+	payload := func(_ context.Context, at time.Time) ([]byte, error) { return []byte(at.UTC().Format(keyTime)), nil }
 	start := time.Now()
 	p1, err := b1.Periodic(ctx, h.table, h.queue, rowactor.Every(time.Second), payload, rowactor.PeriodicName("tick"))
 	if err != nil {
@@ -153,12 +153,12 @@ func periodicScenario(t *testing.T, h *harness, _ rowactor.Form) {
 func periodicRefusedScenario(t *testing.T, h *harness, _ rowactor.Form) {
 	ctx := context.Background()
 	b := h.broker()
-	payload := func(time.Time) []byte { return nil }
+	payload := func(context.Context, time.Time) ([]byte, error) { return nil, nil }
 	bad := []struct {
 		name   string
 		edit   func(*rowactor.Table)
 		sched  rowactor.Schedule
-		pay    func(time.Time) []byte
+		pay    rowactor.PeriodicPayload
 		option string
 	}{
 		{"no unique key column", func(t *rowactor.Table) { t.UniqueKey = "" }, rowactor.Every(time.Second), payload, "Table.UniqueKey"},
@@ -222,7 +222,7 @@ func periodicSmallPoolScenario(t *testing.T, h *harness, _ rowactor.Form) {
 	b := h.brokerOn(d)
 	var jobs []*rowactor.PeriodicJob
 	for _, name := range []string{"a", "b", "c"} {
-		p, err := b.Periodic(ctx, h.table, h.queue, rowactor.Every(time.Second), func(time.Time) []byte { return []byte(name) },
+		p, err := b.Periodic(ctx, h.table, h.queue, rowactor.Every(time.Second), func(context.Context, time.Time) ([]byte, error) { return []byte(name), nil },
 			rowactor.PeriodicName(name))
 		if err != nil {
 			t.Fatal(err)

@@ -27,37 +27,22 @@ type Elector interface {
 // UniqueKeyReader reads the unique keys of a table's rows (Table.UniqueKey).
 type UniqueKeyReader interface {
 	// NewestUniqueKey returns the greatest unique key of t's rows, compared byte by byte,
-	// among the keys that start with prefix, and whether there is one. Rows of every
+	// among the keys in [low, high), and whether there is one. Rows of every
 	// group and state count, finished ones too. tx is nil for the pool, or a transaction
 	// (an Elect's) to read in, on its connection alone: the description is then not
-	// checked against the live table (check it once with tx nil). prefix must end with an ASCII character
-	// other than DEL (the scan reads the keys from prefix up to prefix with its last byte
-	// raised, which stays valid UTF-8).
-	NewestUniqueKey(ctx context.Context, tx any, t Table, prefix string) (key string, found bool, err error)
-}
-
-// KeyRange is the range [low, high) of the keys that start with prefix, compared byte
-// by byte: high is prefix with its last byte raised by one. ok is false for an empty
-// prefix or one that does not end in an ASCII character below DEL.
-func KeyRange(prefix string) (low, high string, ok bool) {
-	if prefix == "" || prefix[len(prefix)-1] >= 0x7F {
-		return "", "", false
-	}
-	b := []byte(prefix)
-	b[len(b)-1]++
-	return prefix, string(b), true
+	// checked against the live table (check it once with tx nil).
+	NewestUniqueKey(ctx context.Context, tx any, t Table, low, high string) (key string, found bool, err error)
 }
 
 // CheckKeyRange refuses a NewestUniqueKey of a table without a unique key column, or of
-// a prefix KeyRange cannot bound, and returns the range.
-func CheckKeyRange(t Table, prefix string) (low, high string, err error) {
+// an empty range.
+func CheckKeyRange(t Table, low, high string) error {
 	if t.UniqueKey == "" {
-		return "", "", &ConfigError{Table: t.Name, Option: "Table.UniqueKey", Reason: "reading unique keys needs the table's unique key column",
+		return &ConfigError{Table: t.Name, Option: "Table.UniqueKey", Reason: "reading unique keys needs the table's unique key column",
 			Fix: "set Table.UniqueKey (rowactor.Schema renders it)"}
 	}
-	low, high, ok := KeyRange(prefix)
-	if !ok {
-		return "", "", fmt.Errorf("dialects: unique key prefix %q must end with an ASCII character below DEL", prefix)
+	if low >= high {
+		return fmt.Errorf("dialects: the unique key range [%q, %q) is empty", low, high)
 	}
-	return low, high, nil
+	return nil
 }

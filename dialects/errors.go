@@ -151,3 +151,12 @@ func CheckDescription(t Table) error {
 	}
 	return nil
 }
+
+// NoUniqueIndex is the error of a table whose unique key column has no unique index of
+// its own: a unique publish could neither refuse a second row of a key nor find the
+// first.
+func NoUniqueIndex(t Table, create string) error {
+	return &ConfigError{Table: t.Name, Column: t.UniqueKey, Option: "Table.UniqueKey",
+		Reason: "the unique key column has no unique index of its own (on that column alone, for every row)",
+		Fix:    create + " (rowactor.Schema renders it)"}
+}

@@ -210,7 +210,9 @@ func TestClockRunsAPeriodicJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := b.Periodic(ctx, reports, "", daily, func(at time.Time) []byte { return []byte(at.UTC().Format(time.DateOnly)) })
+	p, err := b.Periodic(ctx, reports, "", daily, func(_ context.Context, at time.Time) ([]byte, error) {
+		return []byte(at.UTC().Format(time.DateOnly)), nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

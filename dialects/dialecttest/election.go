@@ -113,9 +113,9 @@ func testElectHeldElsewhere(t *testing.T, h Harness) {
 	}
 }
 
-// NewestUniqueKey finds the greatest key with the prefix, byte by byte, among rows of
-// every state; keys that only share a shorter prefix, or sort after the prefix's range,
-// do not count.
+// NewestUniqueKey finds the greatest key in the range (here the keys starting "s@"),
+// byte by byte, among rows of every state; keys that only share a shorter prefix, or sort
+// after the range, do not count.
 func testNewestUniqueKey(t *testing.T, h Harness) {
 	e := setup(t, h)
 	tbl := e.table("ra_nuk", func(name string) dialects.Table {
@@ -128,7 +128,7 @@ func testNewestUniqueKey(t *testing.T, h Harness) {
 	if !ok {
 		t.Fatalf("%T is not a dialects.UniqueKeyReader", e.d)
 	}
-	if _, found, err := r.NewestUniqueKey(ctx, nil, tbl, "s@"); found || err != nil {
+	if _, found, err := r.NewestUniqueKey(ctx, nil, tbl, "s@", "sA"); found || err != nil {
 		t.Fatalf("an empty table: found %v, err %v", found, err)
 	}
 	for _, k := range []string{"s@2030-01-02T03:04:05Z", "s@2030-01-02T03:04:07Z", "s@2030-01-02T03:04:06Z",
@@ -138,22 +138,22 @@ func testNewestUniqueKey(t *testing.T, h Harness) {
 	e.publish(tbl, dialects.Message{Group: "other", Payload: []byte("no key")})
 	// The newest is finished: rows of every state count.
 	e.exec("UPDATE "+e.q(tbl.Name)+" SET processed_at = ? WHERE ukey = ?", e.h.TimeArg(t0), "s@2030-01-02T03:04:07Z")
-	if k, found, err := r.NewestUniqueKey(ctx, nil, tbl, "s@"); k != "s@2030-01-02T03:04:07Z" || !found || err != nil {
+	if k, found, err := r.NewestUniqueKey(ctx, nil, tbl, "s@", "sA"); k != "s@2030-01-02T03:04:07Z" || !found || err != nil {
 		t.Fatalf("NewestUniqueKey(s@) = %q %v %v", k, found, err)
 	}
 	var ce *dialects.ConfigError
 	noKey := tbl
 	noKey.UniqueKey = ""
-	if _, _, err := r.NewestUniqueKey(ctx, nil, noKey, "s@"); !errors.As(err, &ce) {
+	if _, _, err := r.NewestUniqueKey(ctx, nil, noKey, "s@", "sA"); !errors.As(err, &ce) {
 		t.Fatalf("a table without a unique key column: %v, want a *ConfigError", err)
 	}
 	wrong := tbl
 	wrong.UniqueKey = "no_such_column"
-	if _, _, err := r.NewestUniqueKey(ctx, nil, wrong, "s@"); !errors.As(err, &ce) {
+	if _, _, err := r.NewestUniqueKey(ctx, nil, wrong, "s@", "sA"); !errors.As(err, &ce) {
 		t.Fatalf("a description the table does not match: %v, want a *ConfigError", err)
 	}
-	if _, _, err := r.NewestUniqueKey(ctx, nil, tbl, ""); err == nil {
-		t.Fatal("an empty prefix was accepted")
+	if _, _, err := r.NewestUniqueKey(ctx, nil, tbl, "s", "s"); err == nil {
+		t.Fatal("an empty range was accepted")
 	}
 }
 
@@ -183,7 +183,7 @@ func testElectCommitsFnsWrites(t *testing.T, h Harness) {
 			if _, err := p.Publish(ctx, tx, dialects.Message{Group: "g", Payload: []byte("run"), UniqueKey: key}); err != nil {
 				return err
 			}
-			if k, found, err := r.NewestUniqueKey(ctx, tx, tbl, "s@"); err != nil || !found || k != key {
+			if k, found, err := r.NewestUniqueKey(ctx, tx, tbl, "s@", "sA"); err != nil || !found || k != key {
 				return fmt.Errorf("the read in the transaction: %q %v %v", k, found, err)
 			}
 			if fail {

@@ -22,6 +22,9 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 	if err := d.checkTable(ctx, t); err != nil {
 		return nil, err
 	}
+	if err := d.checkUniqueIndex(ctx, t); err != nil {
+		return nil, err
+	}
 	p := &publisher{
 		d:             d,
 		name:          t.Name,
@@ -330,4 +333,23 @@ func (p *publisher) checkSize(m dialects.Message) error {
 
 func (p *publisher) errorf(err error) error {
 	return fmt.Errorf("mysql: publish on table %s: %w", p.name, err)
+}
+
+// checkUniqueIndex refuses a unique key column that no unique index covers alone: the
+// publish finds a key's row by the duplicate-key error, which only such an index raises.
+func (d *Dialect) checkUniqueIndex(ctx context.Context, t dialects.Table) error {
+	if t.UniqueKey == "" {
+		return nil
+	}
+	var n int
+	err := d.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM (SELECT INDEX_NAME FROM information_schema.STATISTICS "+
+		"WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? GROUP BY INDEX_NAME "+
+		"HAVING COUNT(*) = 1 AND MAX(NON_UNIQUE) = 0 AND MAX(COLUMN_NAME) = ? AND MAX(SUB_PART) IS NULL) AS u", t.Name, t.UniqueKey).Scan(&n)
+	if err != nil {
+		return adminErr("read the unique key's index", t.Name, err)
+	}
+	if n == 0 {
+		return dialects.NoUniqueIndex(t, "ALTER TABLE "+quote(t.Name)+" ADD UNIQUE INDEX ("+quote(t.UniqueKey)+")")
+	}
+	return nil
 }

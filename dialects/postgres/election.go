@@ -36,8 +36,11 @@ func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn
 		_ = tx.Rollback(rctx)
 		cancel()
 	}
-	var got string // "" from pg_advisory_xact_lock (void), "true" or "false" from the try
-	if err := tx.QueryRow(ctx, take, dialects.LockKey(lock)).Scan(&got); err != nil {
+	got, err := takeLock(ctx, tx, take, dialects.LockKey(lock), wait)
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err() // taken as the caller gave up: the rollback lets it go
+	}
+	if err != nil {
 		rollback()
 		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "55P03" {
 			return false, nil
@@ -72,7 +75,7 @@ func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn
 
 // NewestUniqueKey compares the keys in the "C" collation, byte by byte as UTF-8; Schema
 // renders the key column in it, so its unique index serves the scan.
-func (d *Dialect) NewestUniqueKey(ctx context.Context, tx any, t dialects.Table, prefix string) (string, bool, error) {
+func (d *Dialect) NewestUniqueKey(ctx context.Context, tx any, t dialects.Table, low, high string) (string, bool, error) {
 	var db interface {
 		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	}
@@ -89,13 +92,12 @@ func (d *Dialect) NewestUniqueKey(ctx context.Context, tx any, t dialects.Table,
 			return "", false, err
 		}
 	}
-	low, high, err := dialects.CheckKeyRange(t, prefix)
-	if err != nil {
+	if err := dialects.CheckKeyRange(t, low, high); err != nil {
 		return "", false, err
 	}
 	k := quote(t.UniqueKey) + ` COLLATE "C"`
 	var key string
-	err = db.QueryRow(ctx, "SELECT "+quote(t.UniqueKey)+" FROM "+quote(t.Name)+" WHERE "+k+" >= $1 AND "+k+" < $2 ORDER BY "+
+	err := db.QueryRow(ctx, "SELECT "+quote(t.UniqueKey)+" FROM "+quote(t.Name)+" WHERE "+k+" >= $1 AND "+k+" < $2 ORDER BY "+
 		k+" DESC LIMIT 1", low, high).Scan(&key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", false, nil
@@ -104,4 +106,29 @@ func (d *Dialect) NewestUniqueKey(ctx context.Context, tx any, t dialects.Table,
 		return "", false, adminErr("read unique keys", t.Name, err)
 	}
 	return key, true, nil
+}
+
+// takeLock runs the lock's statement without letting ctx cut it off: pgx gives up on a
+// statement whose context ends by closing its socket, and the server, which does not
+// notice while the statement waits in the lock's queue, would take the lock for a client
+// that left and hold it until it finds the socket closed. Here, when ctx ends first, the
+// server is asked to cancel the wait (a cancel request on a connection of its own), and
+// the statement ends on the session, which stays usable. got is "" from the waiting
+// lock (void), "true" or "false" from the try.
+func takeLock(ctx context.Context, tx pgx.Tx, take, key string, wait time.Duration) (string, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait+10*time.Second)
+	defer cancel()
+	sent := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(sent)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tx.Conn().PgConn().CancelRequest(cctx)
+	})
+	var got string
+	err := tx.QueryRow(sctx, take, key).Scan(&got)
+	if !stop() {
+		<-sent // the caller rolls back next; the request went before it
+	}
+	return got, err
 }

@@ -20,6 +20,9 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 	if err := d.checkTable(ctx, t); err != nil {
 		return nil, err
 	}
+	if err := d.checkUniqueIndex(ctx, t); err != nil {
+		return nil, err
+	}
 	p := &publisher{
 		d:             d,
 		name:          t.Name,
@@ -246,4 +249,23 @@ func intRange(typ string) (lo, hi int64) {
 		return math.MinInt32, math.MaxInt32
 	}
 	return math.MinInt64, math.MaxInt64
+}
+
+// checkUniqueIndex refuses a unique key column that no unique index covers alone: ON
+// CONFLICT (key) needs one.
+func (d *Dialect) checkUniqueIndex(ctx context.Context, t dialects.Table) error {
+	if t.UniqueKey == "" {
+		return nil
+	}
+	var ok bool
+	err := d.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+		WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indnkeyatts = 1 AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = $2)`,
+		quote(t.Name), t.UniqueKey).Scan(&ok)
+	if err != nil {
+		return adminErr("read the unique key's index", t.Name, err)
+	}
+	if !ok {
+		return dialects.NoUniqueIndex(t, "CREATE UNIQUE INDEX ON "+quote(t.Name)+" ("+quote(t.UniqueKey)+")")
+	}
+	return nil
 }

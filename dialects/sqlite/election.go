@@ -44,7 +44,7 @@ func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn
 
 // NewestUniqueKey compares the keys in SQLite's default BINARY collation, which the key
 // column Schema renders has, so its unique index serves the scan.
-func (d *Dialect) NewestUniqueKey(ctx context.Context, tx any, t dialects.Table, prefix string) (string, bool, error) {
+func (d *Dialect) NewestUniqueKey(ctx context.Context, tx any, t dialects.Table, low, high string) (string, bool, error) {
 	var db interface {
 		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 	}
@@ -61,13 +61,12 @@ func (d *Dialect) NewestUniqueKey(ctx context.Context, tx any, t dialects.Table,
 			return "", false, err
 		}
 	}
-	low, high, err := dialects.CheckKeyRange(t, prefix)
-	if err != nil {
+	if err := dialects.CheckKeyRange(t, low, high); err != nil {
 		return "", false, err
 	}
 	k := quote(t.UniqueKey)
 	var key string
-	err = db.QueryRowContext(ctx, "SELECT "+k+" FROM "+quote(t.Name)+" WHERE "+k+" >= ? AND "+k+" < ? ORDER BY "+k+" DESC LIMIT 1",
+	err := db.QueryRowContext(ctx, "SELECT "+k+" FROM "+quote(t.Name)+" WHERE "+k+" >= ? AND "+k+" < ? ORDER BY "+k+" DESC LIMIT 1",
 		low, high).Scan(&key)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, nil

@@ -15,6 +15,9 @@ func (d *Dialect) Publisher(ctx context.Context, t dialects.Table) (dialects.Pub
 	if err := d.checkTable(ctx, t); err != nil {
 		return nil, err
 	}
+	if err := d.checkUniqueIndex(ctx, t); err != nil {
+		return nil, err
+	}
 	f, err := d.fileEntry(ctx)
 	if err != nil {
 		return nil, err
@@ -187,4 +190,23 @@ func nullText(s string) any {
 		return nil
 	}
 	return s
+}
+
+// checkUniqueIndex refuses a unique key column that no unique index covers alone: ON
+// CONFLICT (key) needs one.
+func (d *Dialect) checkUniqueIndex(ctx context.Context, t dialects.Table) error {
+	if t.UniqueKey == "" {
+		return nil
+	}
+	var n int
+	err := d.db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_index_list(?) AS il WHERE il."unique" = 1 AND il.partial = 0
+		AND (SELECT count(*) FROM pragma_index_info(il.name)) = 1 AND (SELECT name FROM pragma_index_info(il.name)) = ?`,
+		t.Name, t.UniqueKey).Scan(&n)
+	if err != nil {
+		return adminErr("read the unique key's index", t.Name, err)
+	}
+	if n == 0 {
+		return dialects.NoUniqueIndex(t, "CREATE UNIQUE INDEX "+quote(t.Name+"_unique")+" ON "+quote(t.Name)+" ("+quote(t.UniqueKey)+")")
+	}
+	return nil
 }
