@@ -26,10 +26,16 @@ type tickCounter struct {
 	last  atomic.Int64 // unix nanos of the last tick
 }
 
+// tickFlush is answered once every message sent to a counter before it was received.
+type tickFlush struct{}
+
 func (c *tickCounter) Receive(ctx actor.Context) {
-	if _, ok := ctx.Message().(tickMsg); ok {
+	switch ctx.Message().(type) {
+	case tickMsg:
 		c.ticks.Add(1)
 		c.last.Store(time.Now().UnixNano())
+	case tickFlush:
+		ctx.Respond(true)
 	}
 }
 
@@ -92,7 +98,8 @@ func TestReviewIdlePollStress(t *testing.T) {
 					}
 					if i%8 == 0 && k == 50 {
 						p.leave(subs[i])
-						time.Sleep(5 * time.Millisecond) // ticks sent before leave returned are received
+						// Ticks sent before leave returned are received before the flush.
+						_, _ = sys.Root.RequestFuture(pids[i], tickFlush{}, 10*time.Second).Result()
 						left.Store(i, counters[i].ticks.Load())
 						return
 					}
@@ -110,6 +117,13 @@ func TestReviewIdlePollStress(t *testing.T) {
 		closed.Store(true)
 		close(stop)
 		wg.Wait()
+		// Ticks sent before Close returned may still sit in the mailboxes (slowly, on a
+		// loaded machine): a flush sent now comes after them.
+		for _, pid := range pids {
+			if _, err := sys.Root.RequestFuture(pid, tickFlush{}, 10*time.Second).Result(); err != nil {
+				t.Fatalf("run %d: flush: %v", run, err)
+			}
+		}
 		ticks := int64(0)
 		for _, c := range counters {
 			ticks += c.ticks.Load()
