@@ -2,12 +2,11 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/sqlstmt"
 )
 
 var (
@@ -45,34 +44,18 @@ func (d *Dialect) Elect(ctx context.Context, lock string, wait time.Duration, fn
 // NewestUniqueKey compares the keys in SQLite's default BINARY collation, which the key
 // column Schema renders has, so its unique index serves the scan.
 func (d *Dialect) NewestUniqueKey(ctx context.Context, tx any, t dialects.Table, low, high string) (string, bool, error) {
-	var db interface {
-		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	}
-	switch x := tx.(type) {
-	case nil:
-		db = d.db
-	case *sql.Tx:
-		db = x
-	default:
-		return "", false, fmt.Errorf("sqlite: NewestUniqueKey needs a *sql.Tx, got %T", tx)
+	db, err := sqlstmt.On(d.db, tx, "sqlite", "NewestUniqueKey")
+	if err != nil {
+		return "", false, err
 	}
 	if tx == nil { // in a transaction, the caller checked the table before (its own connection)
 		if err := d.checkTable(ctx, t); err != nil {
 			return "", false, err
 		}
 	}
-	if err := dialects.CheckKeyRange(t, low, high); err != nil {
-		return "", false, err
-	}
-	k := quote(t.UniqueKey)
-	var key string
-	err := db.QueryRowContext(ctx, "SELECT "+k+" FROM "+quote(t.Name)+" WHERE "+k+" >= ? AND "+k+" < ? ORDER BY "+k+" DESC LIMIT 1",
-		low, high).Scan(&key)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", false, nil
-	}
-	if err != nil {
+	key, found, err := sqlstmt.NewestUniqueKey(ctx, db, quote, t, low, high)
+	if err != nil && !errors.As(err, new(*dialects.ConfigError)) {
 		return "", false, adminErr("read unique keys", t.Name, err)
 	}
-	return key, true, nil
+	return key, found, err
 }
