@@ -143,22 +143,8 @@ func reviewPeriodicStopWaitingScenario(t *testing.T, h *harness, _ rowactor.Form
 		t.Skip("SQLite")
 	}
 	ctx := context.Background()
-	missed := time.Now().Truncate(time.Hour)
-	old := missed.Add(-2 * time.Hour)
-	h.exec(fmt.Sprintf("INSERT INTO %s (grp, payload, unique_key, processed_at) VALUES (?, ?, ?, ?)", h.table.Name),
-		h.queue, []byte("old"), "hourly@"+old.UTC().Format(keyTime), h.drv.timeValue(old))
-	da, db := h.newD(), h.newD()
-	a, b := h.brokerOn(da), h.brokerOn(db)
-	inA, releaseA := make(chan struct{}), make(chan struct{})
-	pa, err := a.Periodic(ctx, h.table, h.queue, rowactor.Every(time.Hour), func(ctx context.Context, at time.Time) ([]byte, error) {
-		close(inA)
-		<-releaseA
-		return reviewPayload(ctx, at)
-	}, rowactor.PeriodicName("hourly"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-inA
+	r := holdRound(t, h)
+	da, db, b, pa, releaseA := r.da, r.db, r.b, r.pa, r.release
 	if _, err := b.Periodic(ctx, h.table, h.queue, rowactor.Every(time.Hour), reviewPayload, rowactor.PeriodicName("hourly")); err != nil {
 		t.Fatal(err)
 	}

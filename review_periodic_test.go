@@ -369,27 +369,9 @@ func reviewPeriodicHolderKilledScenario(t *testing.T, h *harness, _ rowactor.For
 	ctx := context.Background()
 	// An hourly job whose latest run is missed: the first round of each broker publishes
 	// it, waiting up to 10 s for the lock.
+	r := holdRound(t, h)
+	da, db, b, pa, releaseA := r.da, r.db, r.b, r.pa, r.release
 	missed := time.Now().Truncate(time.Hour)
-	old := missed.Add(-2 * time.Hour)
-	h.exec(fmt.Sprintf("INSERT INTO %s (grp, payload, unique_key, processed_at) VALUES (?, ?, ?, ?)", h.table.Name),
-		h.queue, []byte("old"), "hourly@"+old.UTC().Format(keyTime), h.drv.timeValue(old))
-	da, db := h.newD(), h.newD()
-	a, b := h.brokerOn(da), h.brokerOn(db)
-	inA, releaseA := make(chan struct{}), make(chan struct{})
-	pa, err := a.Periodic(ctx, h.table, h.queue, rowactor.Every(time.Hour), func(ctx context.Context, at time.Time) ([]byte, error) {
-		close(inA)
-		<-releaseA
-		return reviewPayload(ctx, at)
-	}, rowactor.PeriodicName("hourly"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-inA:
-	case <-time.After(5 * time.Second):
-		close(releaseA)
-		t.Fatal("broker a never made the missed run")
-	}
 	pb, err := b.Periodic(ctx, h.table, h.queue, rowactor.Every(time.Hour), reviewPayload, rowactor.PeriodicName("hourly"))
 	if err != nil {
 		t.Fatal(err)
@@ -444,22 +426,8 @@ func reviewPeriodicWaiterKilledScenario(t *testing.T, h *harness, _ rowactor.For
 		t.Skip("MariaDB does not tell which user lock a session waits for")
 	}
 	ctx := context.Background()
-	missed := time.Now().Truncate(time.Hour)
-	old := missed.Add(-2 * time.Hour)
-	h.exec(fmt.Sprintf("INSERT INTO %s (grp, payload, unique_key, processed_at) VALUES (?, ?, ?, ?)", h.table.Name),
-		h.queue, []byte("old"), "hourly@"+old.UTC().Format(keyTime), h.drv.timeValue(old))
-	da, db := h.newD(), h.newD()
-	a, b := h.brokerOn(da), h.brokerOn(db)
-	inA, releaseA := make(chan struct{}), make(chan struct{})
-	pa, err := a.Periodic(ctx, h.table, h.queue, rowactor.Every(time.Hour), func(ctx context.Context, at time.Time) ([]byte, error) {
-		close(inA)
-		<-releaseA
-		return reviewPayload(ctx, at)
-	}, rowactor.PeriodicName("hourly"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-inA
+	r := holdRound(t, h)
+	da, db, b, pa, releaseA := r.da, r.db, r.b, r.pa, r.release
 	// b's pool has one connection idle before it starts: its round's wait is on it.
 	pb, err := b.Periodic(ctx, h.table, h.queue, rowactor.Every(time.Hour), reviewPayload, rowactor.PeriodicName("hourly"))
 	if err != nil {
@@ -528,4 +496,41 @@ func reviewPeriodicPublishOptionsScenario(t *testing.T, h *harness, _ rowactor.F
 	if h.countKey("fixed") != 0 || h.countPrefix("opt") < 2 {
 		t.Errorf("PeriodicPublish(Unique): %d rows keyed fixed, %d runs", h.countKey("fixed"), h.countPrefix("opt"))
 	}
+}
+
+// heldRound is an hourly job whose latest run is missed, started on broker a (on dialect
+// da), whose round holds the job's lock in its payload until release is closed.
+type heldRound struct {
+	da, db  dialects.Dialect
+	a, b    *rowactor.Broker
+	pa      *rowactor.PeriodicJob
+	release chan struct{}
+}
+
+// holdRound starts it: it returns once a's payload runs, holding the lock.
+func holdRound(t *testing.T, h *harness) *heldRound {
+	t.Helper()
+	missed := time.Now().Truncate(time.Hour)
+	old := missed.Add(-2 * time.Hour)
+	h.exec(fmt.Sprintf("INSERT INTO %s (grp, payload, unique_key, processed_at) VALUES (?, ?, ?, ?)", h.table.Name),
+		h.queue, []byte("old"), "hourly@"+old.UTC().Format(keyTime), h.drv.timeValue(old))
+	r := &heldRound{da: h.newD(), db: h.newD(), release: make(chan struct{})}
+	r.a, r.b = h.brokerOn(r.da), h.brokerOn(r.db)
+	in := make(chan struct{})
+	pa, err := r.a.Periodic(context.Background(), h.table, h.queue, rowactor.Every(time.Hour), func(ctx context.Context, at time.Time) ([]byte, error) {
+		close(in)
+		<-r.release
+		return reviewPayload(ctx, at)
+	}, rowactor.PeriodicName("hourly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.pa = pa
+	select {
+	case <-in:
+	case <-time.After(5 * time.Second):
+		close(r.release)
+		t.Fatal("broker a never made the missed run")
+	}
+	return r
 }
