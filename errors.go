@@ -39,6 +39,11 @@ var (
 	// ErrFinished reports a processed row, which RetryNow and Cancel leave as it is.
 	ErrFinished = dialects.ErrRowFinished
 
+	// ErrCancelled is the cause (context.Cause) of a handler's context that Broker.Cancel
+	// cancelled: the cause wraps it and names the table, the row and the reason. The
+	// delivery's row is then settled as cancelled whatever the handler returns.
+	ErrCancelled = errors.New("rowactor: the row was cancelled")
+
 	// ErrShutdownInHandler reports a Shutdown called from a handler (or from a hook
 	// rowactor runs, such as WithOnSettled): it cannot wait for the delivery that called
 	// it, so it returns at once and the broker shuts down in the background once that

@@ -2,9 +2,11 @@ package rowactor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/rowactor/rowactor/actors"
 	"github.com/rowactor/rowactor/dialects"
 )
 
@@ -59,17 +61,83 @@ func (b *Broker) RetryNow(ctx context.Context, t Table, id int64) error {
 	return jc.RetryNow(ctx, t, id, time.Now())
 }
 
-// Cancel takes a queued row of t out of its queue as Drop would: it is deleted, or, where
-// the table keeps finished rows, marked processed with reason in its error column (and
-// its unique key cleared with ClearUniqueKeyAtAck). It refuses as RetryNow does: a row in
-// work (ErrInWork) is left to its delivery, which settles it as it would have.
+// Cancel ends row id of t as Drop would: it is deleted or, where the table keeps finished
+// rows, marked processed with reason in its error column (and its unique key cleared with
+// ClearUniqueKeyAtAck), its attempt as it was.
+//
+// A queued row (due or delayed) is changed in one statement fenced by the row's state, as
+// RetryNow's: a processed row is refused with ErrFinished, a missing one with ErrNotFound.
+//
+// A row in work under a delivery of this broker's (any subscription of it on t, in every
+// form) is cancelled in its delivery: the handler's context is cancelled, with a cause
+// (context.Cause) that wraps ErrCancelled and names reason, and once the handler returns
+// the delivery settles the row as above, whatever the handler returned (even Ack: the
+// cancel wins, and in transactional mode the handler's writes are rolled back, as for a
+// Drop). Cancel waits for that settlement, until ctx ends, and returns nil once it took
+// effect. A cancel that comes after the delivery's own settlement began does not win: it
+// waits for it and returns an error wrapping ErrFinished when that settlement ended the
+// row (an Ack, a Drop, a dead-letter move); when it gave the row back to the queue (a
+// retry, a release), the queued row is cancelled as above. The WithOnSettled hook sees a
+// cancelled delivery as a drop whose HandlerErr is the cause. Called from the row's own
+// handler, Cancel would wait for itself: pass the handler's ctx (Cancel then returns its
+// error at once, and the row is cancelled as the handler returns), or return Drop.
+//
+// A row in work under another holder (another process, another broker, a claimed row
+// waiting for a worker of this one (Prefetch, WorkersByKey), a batch of SubscribeBatch) is
+// refused with an error wrapping ErrInWork, and left to its holder.
 func (b *Broker) Cancel(ctx context.Context, t Table, id int64, reason string) error {
 	jc, err := b.jobController("cancel", t, id)
 	if err != nil {
 		return err
 	}
 	defer b.leavePublish()
-	return jc.Cancel(ctx, t, id, time.Now(), reason)
+	if held, err := b.cancelInWork(ctx, t, id, reason); held {
+		return err
+	}
+	err = jc.Cancel(ctx, t, id, time.Now(), reason)
+	if errors.Is(err, ErrInWork) {
+		// A claim of this broker's may have taken the row since it was looked for.
+		if held, err := b.cancelInWork(ctx, t, id, reason); held {
+			return err
+		}
+	}
+	return err
+}
+
+// cancelInWork cancels the delivery of this broker's that holds row id of t, if one does,
+// and waits for its end. held is false when none does, or when the delivery gave the row
+// back to the queue before the cancel could take effect (the caller then cancels the
+// queued row).
+func (b *Broker) cancelInWork(ctx context.Context, t Table, id int64, reason string) (held bool, err error) {
+	b.mu.Lock()
+	var subs []*actors.Subscription
+	for _, s := range b.subs {
+		if s.table.Name == t.Name {
+			subs = append(subs, s.run)
+		}
+	}
+	b.mu.Unlock()
+	cause := fmt.Errorf("rowactor: row %d of %s cancelled: %s: %w", id, t.Name, reason, ErrCancelled)
+	for _, s := range subs {
+		c, held, err := s.Cancel(ctx, id, cause, reason)
+		switch {
+		case !held:
+			continue
+		case err != nil:
+			return true, fmt.Errorf("rowactor: cancel row %d of %s: its delivery has not settled yet (it settles as cancelled once its handler returns): %w", id, t.Name, err)
+		case c.Won && c.Result.Err == nil:
+			return true, nil
+		case !c.Won && c.Result.Err == nil && (c.Result.Step == dialects.StepAck || c.Result.Step == dialects.StepDeadLetter):
+			return true, fmt.Errorf("rowactor: cancel row %d of %s: its delivery settled it first (%s, %s): %w",
+				id, t.Name, c.Result.Outcome.Verdict, c.Result.Step, ErrFinished)
+		case b.closing.Load():
+			return true, fmt.Errorf("rowactor: cancel row %d of %s: its delivery ended (%s) as Shutdown released it: %w", id, t.Name, c.Result.Step, ErrClosed)
+		}
+		// The row went back to the queue (or the cancel's settlement failed, and the
+		// statement tells where the row stands now).
+		return false, nil
+	}
+	return false, nil
 }
 
 // jobController finds the dialect's job control and counts the call in flight (the

@@ -82,6 +82,10 @@ type delivery struct {
 	// keyed: the row counts against its partition key, key, until settled (WorkersByKey).
 	keyed bool
 	key   string
+	// cancel is where a Cancel and the settlement meet (cancel.go); inBook says the
+	// delivery is in its subscription's book of deliveries in work.
+	cancel atomic.Pointer[cancelRequest]
+	inBook bool
 }
 
 // handledMsg tells the delivery actor its handler returned.
@@ -133,6 +137,8 @@ func (d *delivery) Receive(c actor.Context) {
 		sys, self := c.ActorSystem(), c.Self()
 		d.started = time.Now()
 		d.dctx = d.sub.deadlineCtx(sys, self)
+		d.sub.book.add(d)
+		d.inBook = true
 		d.sub.cfg.Dispatcher.Schedule(func() { d.run(sys, self) })
 	case overrunMsg:
 		// The handler runs a grace past its deadline, unless it returned meanwhile.
@@ -197,6 +203,7 @@ func (d *delivery) freesWorkerEarly() bool {
 // end counts what the delivery gave back (directly: at shutdown the subscription actor
 // may stop before it reads its mailbox) and frees its worker.
 func (d *delivery) end(c actor.Context, r Result) {
+	d.endCancel(r)
 	if r.Released {
 		d.sub.released.Add(1)
 	}
@@ -293,6 +300,9 @@ func (d *delivery) begin() (tx any, ok bool) {
 func (d *delivery) settle() Result {
 	cfg := d.sub.cfg
 	row := d.claim.Row
+	if req := d.takeCancel(); req != nil {
+		return d.settleCancelled(req)
+	}
 	if d.panic != nil || d.beginErr != nil {
 		r := d.release(d.outcome)
 		r.Panic, r.Tag = d.panic, d.tag
@@ -320,6 +330,13 @@ func (d *delivery) settle() Result {
 			slog.Int64("id", row.ID), slog.String("event", step.Event))
 		return r
 	}
+	return d.runStep(step)
+}
+
+// runStep runs a planned step where the form says.
+func (d *delivery) runStep(step dialects.Step) Result {
+	cfg := d.sub.cfg
+	row := d.claim.Row
 	r := Result{Row: row, Outcome: d.outcome, Step: step.Kind, Event: step.Event, Tag: d.tag}
 	if b := d.sub.batcher; b != nil && d.leaseTx == nil && settler.Batchable(step) {
 		// The batch bounds its own statement: no context of the delivery's is needed.

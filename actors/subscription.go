@@ -118,6 +118,9 @@ type Subscription struct {
 	// a Fail, for a Snooze (outcome.go).
 	warnedFailNoDelay, warnedSnooze atomic.Bool
 
+	// book holds the deliveries in work by row id, for Cancel (cancel.go).
+	book inWorkBook
+
 	inWork   atomic.Int64
 	released atomic.Int64
 	closed   atomic.Int64

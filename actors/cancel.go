@@ -1,0 +1,174 @@
+package actors
+
+import (
+	"context"
+	"sync"
+
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/settler"
+)
+
+// Cancelling a delivery in work (Broker.Cancel of a row this process holds).
+//
+// Each delivery running its handler is in its subscription's book of deliveries in work,
+// by row id, from its start to its end: Cancel finds it there. A delivery and a Cancel
+// meet on one atomic pointer of the delivery's (delivery.cancel), moved by
+// compare-and-swap:
+//
+//	nil          running: the handler runs, or returned and its settlement has not begun
+//	a request    Cancel asked first: the handler's context is cancelled with the cause, and
+//	             the settlement ends the row as cancelled, whatever the handler returns
+//	settling     the settlement of the handler's own outcome began first: it runs, and a
+//	             Cancel that comes now waits for it (a request that did not win)
+//	ended        the delivery ended: its row is no longer this subscription's
+//
+// A delivery that is never cancelled pays two atomic operations and two writes of the
+// book (an uncontended lock of one of its shards and a map write each, allocation-free
+// once the maps have grown); the request and its channel are made by Cancel alone.
+
+// cancelRequest is a Cancel of a delivery in work, or a Cancel waiting for a settlement
+// that ran first (won false). r is the delivery's result, set before done closes.
+type cancelRequest struct {
+	cause  error
+	reason string
+	won    bool
+	done   chan struct{}
+	r      Result
+}
+
+var (
+	settlingMark = &cancelRequest{} // the settlement of the handler's own outcome began
+	endedMark    = &cancelRequest{} // the delivery ended
+)
+
+// Cancelled is what became of a delivery Cancel found in work.
+type Cancelled struct {
+	// Won says the cancel settled the row (Result.Err tells whether the settlement took
+	// effect); false, that the settlement of the handler's own outcome began first, and
+	// Result is that settlement's.
+	Won    bool
+	Result Result
+}
+
+// Cancel cancels the delivery of row id, when the subscription has it in work: its
+// handler's context is cancelled with cause (context.Cause returns it), and once the
+// handler returns the row is settled as a cancel of a queued row ends it (deleted, or
+// processed with reason in the error column), whatever the handler returned; in
+// transactional mode the handler's writes are rolled back first, as for a Drop. It waits
+// for the delivery to end, until ctx ends. held is false when no delivery of the
+// subscription has the row: rows claimed and waiting for a worker are not counted, nor
+// are batches'. A Cancel that comes once the settlement of the handler's own outcome began
+// does not win: it waits for that settlement and reports it.
+func (s *Subscription) Cancel(ctx context.Context, id int64, cause error, reason string) (c Cancelled, held bool, err error) {
+	d := s.book.get(id)
+	if d == nil {
+		return Cancelled{}, false, nil
+	}
+	var req *cancelRequest
+	for req == nil {
+		switch v := d.cancel.Load(); v {
+		case nil:
+			r := &cancelRequest{cause: cause, reason: reason, won: true, done: make(chan struct{})}
+			if d.cancel.CompareAndSwap(nil, r) {
+				d.dctx.Cancel(cause) // no effect once the handler returned
+				req = r
+			}
+		case endedMark:
+			return Cancelled{}, false, nil
+		case settlingMark:
+			r := &cancelRequest{done: make(chan struct{})}
+			if d.cancel.CompareAndSwap(settlingMark, r) {
+				req = r
+			}
+		default:
+			req = v // another Cancel's: wait for the same end
+		}
+	}
+	select {
+	case <-req.done:
+		return Cancelled{Won: req.won, Result: req.r}, true, nil
+	case <-ctx.Done():
+		return Cancelled{Won: req.won}, true, ctx.Err()
+	}
+}
+
+// takeCancel is called as the delivery's settlement begins: it returns the Cancel that
+// asked first, or nil, and from then on a Cancel waits for this settlement.
+func (d *delivery) takeCancel() *cancelRequest {
+	if d.cancel.CompareAndSwap(nil, settlingMark) {
+		return nil
+	}
+	if req := d.cancel.Load(); req != settlingMark && req != endedMark {
+		return req
+	}
+	return nil
+}
+
+// endCancel takes the delivery out of its subscription's book and hands its result to a
+// Cancel waiting for it.
+func (d *delivery) endCancel(r Result) {
+	if d.inBook {
+		d.sub.book.remove(d.claim.Row.ID, d)
+	}
+	if req := d.cancel.Swap(endedMark); req != nil && req != settlingMark && req != endedMark {
+		req.r = r
+		close(req.done)
+	}
+}
+
+// settleCancelled ends the row of a cancelled delivery as a cancel of a queued row does:
+// the ack step (deleted, or processed_at set with its unique key cleared), with the
+// reason in the error column, never replaced by an event of the subscription's. In
+// transactional mode the handler's writes are rolled back first (the outcome is a Drop).
+func (d *delivery) settleCancelled(req *cancelRequest) Result {
+	row := d.claim.Row
+	d.outcome = settler.Outcome{Verdict: settler.Drop, Err: req.cause, Error: req.reason}
+	step := dialects.Step{Kind: dialects.StepAck, Now: d.sub.cfg.Now(), Error: req.reason, Attempt: row.Attempt}
+	r := d.runStep(step)
+	r.Panic = d.panic
+	return r
+}
+
+// inWorkBook is a subscription's deliveries in work, by row id, in shards so that
+// deliveries on many workers seldom meet on one lock.
+type inWorkBook struct {
+	shards [inWorkShards]inWorkShard
+}
+
+const inWorkShards = 8
+
+type inWorkShard struct {
+	mu sync.Mutex
+	m  map[int64]*delivery
+	_  [48]byte // a cache line each
+}
+
+func (b *inWorkBook) shard(id int64) *inWorkShard { return &b.shards[uint64(id)%inWorkShards] }
+
+// add books d; a later delivery of the same row (its earlier lease ran out) replaces it.
+func (b *inWorkBook) add(d *delivery) {
+	s := b.shard(d.claim.Row.ID)
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = make(map[int64]*delivery)
+	}
+	s.m[d.claim.Row.ID] = d
+	s.mu.Unlock()
+}
+
+// remove takes d out, unless a later delivery of its row replaced it.
+func (b *inWorkBook) remove(id int64, d *delivery) {
+	s := b.shard(id)
+	s.mu.Lock()
+	if s.m[id] == d {
+		delete(s.m, id)
+	}
+	s.mu.Unlock()
+}
+
+func (b *inWorkBook) get(id int64) *delivery {
+	s := b.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[id]
+}
