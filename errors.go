@@ -33,7 +33,8 @@ var (
 	// ErrNotFound reports a row id the table does not hold (Inspect, RetryNow, Cancel).
 	ErrNotFound = dialects.ErrRowNotFound
 
-	// ErrInWork reports a row a delivery holds, which RetryNow and Cancel leave to it.
+	// ErrInWork reports a row a delivery holds, which RetryNow leaves to it, and Cancel too
+	// unless the delivery is the calling broker's own (Cancel then cancels it).
 	ErrInWork = dialects.ErrRowInWork
 
 	// ErrFinished reports a processed row, which RetryNow and Cancel leave as it is.
