@@ -32,6 +32,11 @@ func init() {
 			run:  cancelInWorkDeletesScenario,
 		},
 		scenario{
+			name:   "Cancel of a row whose handler ignores its context ends the row once the delivery gives up on the handler",
+			shapes: []tableShape{withProcessedAt, withError},
+			run:    cancelIgnoredScenario,
+		},
+		scenario{
 			name:   "Cancel racing the handler's return reports what the table shows",
 			shapes: []tableShape{withProcessedAt, withError},
 			run:    cancelRaceScenario,
@@ -229,5 +234,49 @@ func cancelRaceScenario(t *testing.T, h *harness, form rowactor.Form) {
 		default:
 			t.Fatalf("row %d: Cancel returned %v", id, err)
 		}
+	}
+}
+
+// cancelIgnoredScenario: a handler that ignores its cancelled context is abandoned at its
+// deadline's grace like any other, and the row its delivery gives back is cancelled then
+// (or, when a claim took it again first, in its next delivery).
+func cancelIgnoredScenario(t *testing.T, h *harness, form rowactor.Form) {
+	ctx := context.Background()
+	b := h.broker()
+	id := h.publish(b, 1)[0]
+	started, stuck := make(chan struct{}, 4), make(chan struct{})
+	defer close(stuck)
+	var calls sync.Mutex
+	n := 0
+	h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		calls.Lock()
+		n++
+		first := n == 1
+		calls.Unlock()
+		started <- struct{}{}
+		if first {
+			<-stuck // ignores its context
+			return rowactor.Ack()
+		}
+		<-ctx.Done()
+		return rowactor.Ack()
+	}, append(leaseOptions(form, time.Minute), rowactor.Timeout(100*time.Millisecond))...)
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the row was not delivered\nlogs:\n%s", h.logs.String())
+	}
+	bounded, stop := context.WithTimeout(ctx, 15*time.Second)
+	defer stop()
+	began := time.Now()
+	if err := b.Cancel(bounded, h.table, id, "stuck"); err != nil {
+		t.Fatalf("Cancel of a row whose handler ignores its context: %v\nlogs:\n%s", err, h.logs.String())
+	}
+	if took := time.Since(began); took < 500*time.Millisecond {
+		t.Fatalf("Cancel returned after %v, before the delivery gave up on its handler", took)
+	}
+	st := h.row(id)
+	if st.processedAt == nil || st.lastError == nil || *st.lastError != "stuck" {
+		t.Fatalf("the cancelled row: %+v", st)
 	}
 }

@@ -74,13 +74,18 @@ func (b *Broker) RetryNow(ctx context.Context, t Table, id int64) error {
 // the delivery settles the row as above, whatever the handler returned (even Ack: the
 // cancel wins, and in transactional mode the handler's writes are rolled back, as for a
 // Drop). Cancel waits for that settlement, until ctx ends, and returns nil once it took
-// effect. A cancel that comes after the delivery's own settlement began does not win: it
-// waits for it and returns an error wrapping ErrFinished when that settlement ended the
-// row (an Ack, a Drop, a dead-letter move); when it gave the row back to the queue (a
-// retry, a release), the queued row is cancelled as above. The WithOnSettled hook sees a
-// cancelled delivery as a drop whose HandlerErr is the cause. Called from the row's own
-// handler, Cancel would wait for itself: pass the handler's ctx (Cancel then returns its
-// error at once, and the row is cancelled as the handler returns), or return Drop.
+// effect. The WithOnSettled hook sees the delivery as a drop whose HandlerErr is the cause.
+//
+// A cancel that comes after the delivery's own settlement began does not win: it waits for
+// that settlement and returns an error wrapping ErrFinished when it ended the row (an Ack,
+// a Drop, a dead-letter move); when it gave the row back to the queue (a retry, a
+// release), the queued row is cancelled as above. So is the row of a handler that ignores
+// its cancelled context, once its delivery gives up on it a grace after its deadline
+// (Timeout). Without a deadline Cancel waits for the handler, or returns ctx's error first
+// (the row still ends as cancelled when the handler returns). Called from the row's own
+// handler, Cancel would wait for itself: pass it the handler's ctx (it then returns that
+// context's error at once, and the row ends as cancelled when the handler returns), or
+// return Drop instead.
 //
 // A row in work under another holder (another process, another broker, a claimed row
 // waiting for a worker of this one (Prefetch, WorkersByKey), a batch of SubscribeBatch) is

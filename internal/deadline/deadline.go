@@ -134,8 +134,9 @@ func (c *Context) Finish() {
 // Cancel ends the Context with context.Canceled and cause, unless it ended already: then
 // it changes nothing and reports false. context.Cause of the Context, and of contexts
 // derived from it, returns cause; Err stays context.Canceled, as the context contract
-// wants. The deadline's timers stop, and the watch with them. It costs nothing until
-// called: the cause lives in a cancelled context made here.
+// wants. The watch stays: a handler that ignores its cancelled context is still given up
+// on a grace after its deadline, unless it finishes first. It costs nothing until called:
+// the cause lives in a cancelled context made here.
 func (c *Context) Cancel(cause error) bool {
 	caused, cancel := context.WithCancelCause(context.Background())
 	cancel(cause)
@@ -145,8 +146,6 @@ func (c *Context) Cancel(cause error) bool {
 		return false
 	}
 	c.caused = caused
-	c.gen++ // a deadline timer firing meanwhile does nothing
-	c.stopTimers()
 	c.mu.Unlock()
 	c.end(context.Canceled)
 	return true
