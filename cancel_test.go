@@ -37,6 +37,11 @@ func init() {
 			run:    cancelIgnoredScenario,
 		},
 		scenario{
+			name:   "Cancel of a claimed row waiting for a worker ends it without calling the handler",
+			shapes: []tableShape{withProcessedAt, withError},
+			run:    cancelWaitingScenario,
+		},
+		scenario{
 			name:   "Cancel racing the handler's return reports what the table shows",
 			shapes: []tableShape{withProcessedAt, withError},
 			run:    cancelRaceScenario,
@@ -278,5 +283,52 @@ func cancelIgnoredScenario(t *testing.T, h *harness, form rowactor.Form) {
 	st := h.row(id)
 	if st.processedAt == nil || st.lastError == nil || *st.lastError != "stuck" {
 		t.Fatalf("the cancelled row: %+v", st)
+	}
+}
+
+// cancelWaitingScenario: a row claimed behind another of its partition key waits in the
+// subscription for it (WorkersByKey); a Cancel takes it out and ends it without calling
+// the handler, and the row in work goes on.
+func cancelWaitingScenario(t *testing.T, h *harness, form rowactor.Form) {
+	ctx := context.Background()
+	b := h.broker()
+	ids := h.publish(b, 2)
+	started, release := make(chan int64, 2), make(chan struct{})
+	sub := h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		started <- d.ID()
+		<-release
+		return rowactor.Ack()
+	}, append(leaseOptions(form, time.Minute), rowactor.WorkersByKey(2, func(*rowactor.Delivery) string { return "one key" }))...)
+	var held int64
+	select {
+	case held = <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no row was delivered\nlogs:\n%s", h.logs.String())
+	}
+	waiting := ids[0] + ids[1] - held
+	waitFor(t, func() bool { return sub.InWork() == 2 }) // claimed, waiting for its key
+	bounded, stop := context.WithTimeout(ctx, 15*time.Second)
+	defer stop()
+	if err := b.Cancel(bounded, h.table, waiting, "not needed"); err != nil {
+		t.Fatalf("Cancel of the waiting row: %v\nlogs:\n%s", err, h.logs.String())
+	}
+	st := h.row(waiting)
+	if st.processedAt == nil || st.lastError == nil || *st.lastError != "not needed" || st.lockedUntil != nil {
+		t.Fatalf("the cancelled waiting row: %+v", st)
+	}
+	if s := h.waitSettled(1)[0]; s.ID != waiting || s.Err != nil || s.Step != "ack" || !errors.Is(s.HandlerErr, rowactor.ErrCancelled) {
+		t.Fatalf("the waiting row's settlement: %+v", s)
+	}
+	if st := h.row(held); st.processedAt != nil {
+		t.Fatalf("the row in work was settled too: %+v", st)
+	}
+	close(release)
+	if s := h.waitSettled(1)[0]; s.ID != held || s.Err != nil || s.Outcome.String() != "ack" {
+		t.Fatalf("the row in work's settlement: %+v", s)
+	}
+	select {
+	case id := <-started:
+		t.Fatalf("the handler was called for row %d after the cancel", id)
+	default:
 	}
 }

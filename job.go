@@ -87,9 +87,10 @@ func (b *Broker) RetryNow(ctx context.Context, t Table, id int64) error {
 // context's error at once, and the row ends as cancelled when the handler returns), or
 // return Drop instead.
 //
-// A row in work under another holder (another process, another broker, a claimed row
-// waiting for a worker of this one (Prefetch, WorkersByKey), a batch of SubscribeBatch) is
-// refused with an error wrapping ErrInWork, and left to its holder.
+// A row this broker claimed that waits for a worker (Prefetch, WorkersByKey) is settled as
+// cancelled at once, without calling the handler. A row in work under another holder
+// (another process, another broker, a batch of SubscribeBatch) is refused with an error
+// wrapping ErrInWork, and left to its holder.
 func (b *Broker) Cancel(ctx context.Context, t Table, id int64, reason string) error {
 	jc, err := b.jobController("cancel", t, id)
 	if err != nil {

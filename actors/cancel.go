@@ -2,13 +2,19 @@ package actors
 
 import (
 	"context"
+	"slices"
 	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/rowactor/rowactor/dialects"
 	"github.com/rowactor/rowactor/settler"
 )
 
 // Cancelling a delivery in work (Broker.Cancel of a row this process holds).
+//
+// A row claimed that waits for a worker has no delivery yet: the subscription actor takes
+// it out of its backlog and spawns one that settles it as cancelled (cancelWaiting).
 //
 // Each delivery running its handler is in its subscription's book of deliveries in work,
 // by row id, from its start to its end: Cancel finds it there. A delivery and a Cancel
@@ -55,14 +61,15 @@ type Cancelled struct {
 // handler returns the row is settled as a cancel of a queued row ends it (deleted, or
 // processed with reason in the error column), whatever the handler returned; in
 // transactional mode the handler's writes are rolled back first, as for a Drop. It waits
-// for the delivery to end, until ctx ends. held is false when no delivery of the
-// subscription has the row: rows claimed and waiting for a worker are not counted, nor
-// are batches'. A Cancel that comes once the settlement of the handler's own outcome began
-// does not win: it waits for that settlement and reports it.
+// for the delivery to end, until ctx ends. A row claimed and waiting for a worker is
+// settled as cancelled without calling the handler (cancelWaiting). held is false when
+// the subscription holds no such row (a batch's rows are not counted). A Cancel that comes
+// once the settlement of the handler's own outcome began does not win: it waits for that
+// settlement and reports it.
 func (s *Subscription) Cancel(ctx context.Context, id int64, cause error, reason string) (c Cancelled, held bool, err error) {
 	d := s.book.get(id)
 	if d == nil {
-		return Cancelled{}, false, nil
+		return s.cancelWaiting(ctx, id, cause, reason)
 	}
 	var req *cancelRequest
 	for req == nil {
@@ -84,12 +91,60 @@ func (s *Subscription) Cancel(ctx context.Context, id int64, cause error, reason
 			req = v // another Cancel's: wait for the same end
 		}
 	}
+	return req.wait(ctx)
+}
+
+func (req *cancelRequest) wait(ctx context.Context) (Cancelled, bool, error) {
 	select {
 	case <-req.done:
 		return Cancelled{Won: req.won, Result: req.r}, true, nil
 	case <-ctx.Done():
 		return Cancelled{Won: req.won}, true, ctx.Err()
 	}
+}
+
+// cancelWaitingMsg asks the subscription actor to cancel row id if it waits for a worker;
+// found answers whether it did.
+type cancelWaitingMsg struct {
+	id    int64
+	req   *cancelRequest
+	found chan<- bool
+}
+
+func (cancelWaitingMsg) IgnoreDeadLetterLogging() {}
+
+// cancelWaiting cancels row id if it was claimed and waits for a worker (Prefetch,
+// WorkersByKey): the subscription actor takes it out of its backlog and settles it as
+// cancelled, without calling the handler. The actor answers at once.
+func (s *Subscription) cancelWaiting(ctx context.Context, id int64, cause error, reason string) (Cancelled, bool, error) {
+	req := &cancelRequest{cause: cause, reason: reason, won: true, done: make(chan struct{})}
+	found := make(chan bool, 1)
+	s.sys.Root.Send(s.pid, cancelWaitingMsg{id: id, req: req, found: found})
+	select {
+	case ok := <-found:
+		if !ok {
+			return Cancelled{}, false, nil
+		}
+	case <-s.done:
+		return Cancelled{}, false, nil
+	case <-ctx.Done():
+		return Cancelled{}, false, ctx.Err()
+	}
+	return req.wait(ctx)
+}
+
+// cancelWaiting takes row id out of the backlog, if it waits there, and spawns a delivery
+// that settles it as cancelled without taking a worker.
+func (a *subscriptionActor) cancelWaiting(c actor.Context, id int64, req *cancelRequest) bool {
+	for i, w := range a.backlog {
+		if w.claim.Row.ID != id {
+			continue
+		}
+		a.backlog = slices.Delete(a.backlog, i, i+1)
+		a.spawnDelivery(c, &delivery{sub: a.s, claim: w.claim, cancelOnly: req})
+		return true
+	}
+	return false
 }
 
 // takeCancel is called as the delivery's settlement begins: it returns the Cancel that

@@ -86,6 +86,9 @@ type delivery struct {
 	// delivery is in its subscription's book of deliveries in work.
 	cancel atomic.Pointer[cancelRequest]
 	inBook bool
+	// cancelOnly settles a claimed row that waited for a worker as cancelled, without
+	// calling the handler (a Cancel found it waiting).
+	cancelOnly *cancelRequest
 }
 
 // handledMsg tells the delivery actor its handler returned.
@@ -123,7 +126,17 @@ func (workerFreeMsg) IgnoreDeadLetterLogging() {}
 func (d *delivery) Receive(c actor.Context) {
 	switch c.Message().(type) {
 	case *actor.Started:
-		d.startSpan(!d.releaseOnly)
+		d.startSpan(!d.releaseOnly && d.cancelOnly == nil)
+		if d.cancelOnly != nil {
+			d.cancel.Store(d.cancelOnly) // endCancel hands it the result
+			r := d.settleCancelled(d.cancelOnly)
+			d.settled = true
+			d.finishSpan(r, 0)
+			d.sub.report(r)
+			d.end(c, r)
+			c.Stop(c.Self())
+			return
+		}
 		if d.releaseOnly {
 			r := d.release(settler.Outcome{})
 			r.Err = errors.Join(r.Err, settler.ErrClosed)
@@ -216,7 +229,8 @@ func (d *delivery) end(c actor.Context, r Result) {
 	if !d.workerFreed && d.state.Load() == handled {
 		d.workTook = time.Since(d.spawned)
 	}
-	c.Send(c.Parent(), settledMsg{d: d, freed: freed, workerFreed: d.workerFreed, keyed: d.keyed, key: d.key, handled: !d.releaseOnly})
+	c.Send(c.Parent(), settledMsg{d: d, freed: freed, workerFreed: d.workerFreed, keyed: d.keyed, key: d.key,
+		handled: !d.releaseOnly && d.cancelOnly == nil})
 }
 
 // run calls the handler on its own goroutine. A panic is an unsettled delivery; a return

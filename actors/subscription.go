@@ -512,6 +512,8 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.checkDrained()
 	case handlingMsg:
 		m.reply <- a.handling
+	case cancelWaitingMsg:
+		m.found <- a.cancelWaiting(c, m.id, m.req)
 	case budgetMsg:
 		a.claim(c)
 		a.share.Unused() // handed over while waiting, and not needed after all
@@ -807,7 +809,7 @@ func (a *subscriptionActor) start(c actor.Context, cl claimer.Claim, releaseOnly
 
 func (a *subscriptionActor) spawnDelivery(c actor.Context, d *delivery) {
 	cfg := &a.s.cfg
-	if d.releaseOnly {
+	if d.releaseOnly || d.cancelOnly != nil {
 		d.workerFreed = true // it never took a worker
 	} else {
 		d.spawned = time.Now()
