@@ -79,9 +79,11 @@ func (b *Broker) RetryNow(ctx context.Context, t Table, id int64) error {
 // A cancel that comes after the delivery's own settlement began does not win: it waits for
 // that settlement and returns an error wrapping ErrFinished when it ended the row (an Ack,
 // a Drop, a dead-letter move); when it gave the row back to the queue (a retry, a
-// release), the queued row is cancelled as above. So is the row of a handler that ignores
-// its cancelled context, once its delivery gives up on it a grace after its deadline
-// (Timeout). Without a deadline Cancel waits for the handler, or returns ctx's error first
+// release), the queued row is cancelled as above. A handler that ignores its cancelled
+// context is given up on a grace after its deadline (Timeout), and its row ends as
+// cancelled then: by its delivery, or (row lock and advisory forms in transactional mode,
+// whose rows go back with the transaction) by Cancel as a queued row, looked for again
+// for a moment should a claim of this broker's take it first. Without a deadline Cancel waits for the handler, or returns ctx's error first
 // (the row still ends as cancelled when the handler returns). Called from the row's own
 // handler, Cancel would wait for itself: pass it the handler's ctx (it then returns that
 // context's error at once, and the row ends as cancelled when the handler returns), or
@@ -97,24 +99,46 @@ func (b *Broker) Cancel(ctx context.Context, t Table, id int64, reason string) e
 		return err
 	}
 	defer b.leavePublish()
-	if held, err := b.cancelInWork(ctx, t, id, reason); held {
-		return err
+	if err := dialects.CheckJobControl(t, "Cancel"); err != nil {
+		return err // before a delivery is cancelled on a description no statement could run
 	}
-	err = jc.Cancel(ctx, t, id, time.Now(), reason)
-	if errors.Is(err, ErrInWork) {
-		// A claim of this broker's may have taken the row since it was looked for.
-		if held, err := b.cancelInWork(ctx, t, id, reason); held {
+	for tries := 1; ; tries++ {
+		held, gaveBack, err := b.cancelInWork(ctx, t, id, reason)
+		if held {
+			return err
+		}
+		err = jc.Cancel(ctx, t, id, time.Now(), reason)
+		if !errors.Is(err, ErrInWork) {
+			return err
+		}
+		// A claim of this broker's may have taken the row since it was looked for: look
+		// again. When a delivery of this broker's gave the row back just now (its
+		// handler was given up on), a claim of its subscription is likely to take it
+		// again at once, and to hold its lock or key while it reads the row: look again a
+		// few times, a moment apart.
+		if held, _, err := b.cancelInWork(ctx, t, id, reason); held {
+			return err
+		}
+		if !gaveBack || tries == cancelTries {
+			return err
+		}
+		select {
+		case <-time.After(min(time.Duration(tries)*10*time.Millisecond, 100*time.Millisecond)):
+		case <-ctx.Done():
 			return err
 		}
 	}
-	return err
 }
+
+// cancelTries bounds the looks for a row a delivery of this broker's gave back and a claim
+// of its took again (Cancel): about a second and a half in all.
+const cancelTries = 20
 
 // cancelInWork cancels the delivery of this broker's that holds row id of t, if one does,
 // and waits for its end. held is false when none does, or when the delivery gave the row
-// back to the queue before the cancel could take effect (the caller then cancels the
-// queued row).
-func (b *Broker) cancelInWork(ctx context.Context, t Table, id int64, reason string) (held bool, err error) {
+// back to the queue before the cancel could take effect (gaveBack: the caller then
+// cancels the queued row).
+func (b *Broker) cancelInWork(ctx context.Context, t Table, id int64, reason string) (held, gaveBack bool, err error) {
 	b.mu.Lock()
 	var subs []*actors.Subscription
 	for _, s := range b.subs {
@@ -130,20 +154,20 @@ func (b *Broker) cancelInWork(ctx context.Context, t Table, id int64, reason str
 		case !held:
 			continue
 		case err != nil:
-			return true, fmt.Errorf("rowactor: cancel row %d of %s: its delivery has not settled yet (it settles as cancelled once its handler returns): %w", id, t.Name, err)
+			return true, false, fmt.Errorf("rowactor: cancel row %d of %s: its delivery has not settled yet (it settles as cancelled once its handler returns): %w", id, t.Name, err)
 		case c.Won && c.Result.Err == nil:
-			return true, nil
+			return true, false, nil
 		case !c.Won && c.Result.Err == nil && (c.Result.Step == dialects.StepAck || c.Result.Step == dialects.StepDeadLetter):
-			return true, fmt.Errorf("rowactor: cancel row %d of %s: its delivery settled it first (%s, %s): %w",
+			return true, false, fmt.Errorf("rowactor: cancel row %d of %s: its delivery settled it first (%s, %s): %w",
 				id, t.Name, c.Result.Outcome.Verdict, c.Result.Step, ErrFinished)
 		case b.closing.Load():
-			return true, fmt.Errorf("rowactor: cancel row %d of %s: its delivery ended (%s) as Shutdown released it: %w", id, t.Name, c.Result.Step, ErrClosed)
+			return true, false, fmt.Errorf("rowactor: cancel row %d of %s: its delivery ended (%s) as Shutdown released it: %w", id, t.Name, c.Result.Step, ErrClosed)
 		}
 		// The row went back to the queue (or the cancel's settlement failed, and the
 		// statement tells where the row stands now).
-		return false, nil
+		return false, true, nil
 	}
-	return false, nil
+	return false, false, nil
 }
 
 // jobController finds the dialect's job control and counts the call in flight (the

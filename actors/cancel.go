@@ -16,21 +16,25 @@ import (
 // A row claimed that waits for a worker has no delivery yet: the subscription actor takes
 // it out of its backlog and spawns one that settles it as cancelled (cancelWaiting).
 //
-// Each delivery running its handler is in its subscription's book of deliveries in work,
-// by row id, from its start to its end: Cancel finds it there. A delivery and a Cancel
+// Each delivery spawned to run its handler is in its subscription's book of deliveries in
+// work, by row id, from its spawn to its end: Cancel finds it there (and a row still
+// waiting for a worker in the subscription's backlog). A delivery and a Cancel
 // meet on one atomic pointer of the delivery's (delivery.cancel), moved by
 // compare-and-swap:
 //
 //	nil          running: the handler runs, or returned and its settlement has not begun
+//	             (or the delivery has not started: then its handler is never called)
 //	a request    Cancel asked first: the handler's context is cancelled with the cause, and
 //	             the settlement ends the row as cancelled, whatever the handler returns
 //	settling     the settlement of the handler's own outcome began first: it runs, and a
 //	             Cancel that comes now waits for it (a request that did not win)
 //	ended        the delivery ended: its row is no longer this subscription's
 //
-// A delivery that is never cancelled pays two atomic operations and two writes of the
-// book (an uncontended lock of one of its shards and a map write each, allocation-free
-// once the maps have grown); the request and its channel are made by Cancel alone.
+// A delivery that is never cancelled pays four atomic operations (its context published
+// and the pointer read as it starts, a compare-and-swap as it settles, a swap as it ends)
+// and two writes of the book (an uncontended lock of one of its shards and a map write
+// each, allocation-free once the maps have grown); the request and its channel are made
+// by Cancel alone.
 
 // cancelRequest is a Cancel of a delivery in work, or a Cancel waiting for a settlement
 // that ran first (won false). r is the delivery's result, set before done closes.
@@ -77,7 +81,9 @@ func (s *Subscription) Cancel(ctx context.Context, id int64, cause error, reason
 		case nil:
 			r := &cancelRequest{cause: cause, reason: reason, won: true, done: make(chan struct{})}
 			if d.cancel.CompareAndSwap(nil, r) {
-				d.dctx.Cancel(cause) // no effect once the handler returned
+				if dc := d.handlerCtx.Load(); dc != nil {
+					dc.Cancel(cause) // no effect once the handler returned
+				} // else the delivery sees the request as it starts
 				req = r
 			}
 		case endedMark:
@@ -176,12 +182,17 @@ func (d *delivery) endCancel(r Result) {
 // reason in the error column, never replaced by an event of the subscription's. In
 // transactional mode the handler's writes are rolled back first (the outcome is a Drop).
 func (d *delivery) settleCancelled(req *cancelRequest) Result {
-	row := d.claim.Row
-	d.outcome = settler.Outcome{Verdict: settler.Drop, Err: req.cause, Error: req.reason}
-	step := dialects.Step{Kind: dialects.StepAck, Now: d.sub.cfg.Now(), Error: req.reason, Attempt: row.Attempt}
-	r := d.runStep(step)
+	step, o := d.cancelStep(req)
+	d.outcome = o
+	r := d.runStep(step, o, d.tag)
 	r.Panic = d.panic
 	return r
+}
+
+// cancelStep is the step and outcome that end a cancelled delivery's row.
+func (d *delivery) cancelStep(req *cancelRequest) (dialects.Step, settler.Outcome) {
+	o := settler.Outcome{Verdict: settler.Drop, Err: req.cause, Error: req.reason}
+	return dialects.Step{Kind: dialects.StepAck, Now: d.sub.cfg.Now(), Error: req.reason, Attempt: d.claim.Row.Attempt}, o
 }
 
 // inWorkBook is a subscription's deliveries in work, by row id, in shards so that

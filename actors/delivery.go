@@ -86,6 +86,8 @@ type delivery struct {
 	// delivery is in its subscription's book of deliveries in work.
 	cancel atomic.Pointer[cancelRequest]
 	inBook bool
+	// handlerCtx is dctx, published for a Cancel once the delivery started.
+	handlerCtx atomic.Pointer[deadline.Context]
 	// cancelOnly settles a claimed row that waited for a worker as cancelled, without
 	// calling the handler (a Cancel found it waiting).
 	cancelOnly *cancelRequest
@@ -147,11 +149,23 @@ func (d *delivery) Receive(c actor.Context) {
 			c.Stop(c.Self())
 			return
 		}
+		if req := d.cancel.Load(); req != nil {
+			// Cancelled between its spawn and its start: the handler is not called.
+			r := d.settleCancelled(req)
+			d.settled = true
+			d.finishSpan(r, 0)
+			d.sub.report(r)
+			d.end(c, r)
+			c.Stop(c.Self())
+			return
+		}
 		sys, self := c.ActorSystem(), c.Self()
 		d.started = time.Now()
 		d.dctx = d.sub.deadlineCtx(sys, self)
-		d.sub.book.add(d)
-		d.inBook = true
+		d.handlerCtx.Store(d.dctx)
+		if req := d.cancel.Load(); req != nil {
+			d.dctx.Cancel(req.cause) // cancelled as it started: Cancel saw no context yet
+		}
 		d.sub.cfg.Dispatcher.Schedule(func() { d.run(sys, self) })
 	case overrunMsg:
 		// The handler runs a grace past its deadline, unless it returned meanwhile.
@@ -344,14 +358,14 @@ func (d *delivery) settle() Result {
 			slog.Int64("id", row.ID), slog.String("event", step.Event))
 		return r
 	}
-	return d.runStep(step)
+	return d.runStep(step, d.outcome, d.tag)
 }
 
-// runStep runs a planned step where the form says.
-func (d *delivery) runStep(step dialects.Step) Result {
+// runStep runs a planned step of outcome o where the form says; tag is the handler's.
+func (d *delivery) runStep(step dialects.Step, o settler.Outcome, tag any) Result {
 	cfg := d.sub.cfg
 	row := d.claim.Row
-	r := Result{Row: row, Outcome: d.outcome, Step: step.Kind, Event: step.Event, Tag: d.tag}
+	r := Result{Row: row, Outcome: o, Step: step.Kind, Event: step.Event, Tag: tag}
 	if b := d.sub.batcher; b != nil && d.leaseTx == nil && settler.Batchable(step) {
 		// The batch bounds its own statement: no context of the delivery's is needed.
 		r.Err = b.Settle(cfg.Ctx, step, d.claim.Lease)
@@ -361,7 +375,7 @@ func (d *delivery) runStep(step dialects.Step) Result {
 	defer cancel()
 	switch cfg.Form {
 	case dialects.FormLease:
-		if d.leaseTx != nil && d.outcome.KeepsWrites() {
+		if d.leaseTx != nil && o.KeepsWrites() {
 			held, err := pinLease(d.claim.Lease, step)
 			if err != nil {
 				d.rollbackLeaseTx(ctx)
@@ -377,7 +391,7 @@ func (d *delivery) runStep(step dialects.Step) Result {
 	case dialects.FormAdvisory:
 		if cfg.Transactional {
 			var unlockErr error
-			r.Closed, r.Err, unlockErr = settler.AdvisoryTx(ctx, d.claim.Session.(dialects.TxSession), step, row.ID, d.outcome.KeepsWrites())
+			r.Closed, r.Err, unlockErr = settler.AdvisoryTx(ctx, d.claim.Session.(dialects.TxSession), step, row.ID, o.KeepsWrites())
 			d.warnUnlock(unlockErr)
 			break
 		}
@@ -386,7 +400,7 @@ func (d *delivery) runStep(step dialects.Step) Result {
 		d.warnUnlock(unlockErr)
 	case dialects.FormRowLock:
 		if cfg.Transactional {
-			r.Err = settler.RowLockTx(ctx, d.claim.Locked.(dialects.TxLockedClaim), step, row.ID, d.outcome.KeepsWrites())
+			r.Err = settler.RowLockTx(ctx, d.claim.Locked.(dialects.TxLockedClaim), step, row.ID, o.KeepsWrites())
 			break
 		}
 		r.Err = settler.RowLock(ctx, d.claim.Locked, step, row.ID)

@@ -812,6 +812,10 @@ func (a *subscriptionActor) spawnDelivery(c actor.Context, d *delivery) {
 	if d.releaseOnly || d.cancelOnly != nil {
 		d.workerFreed = true // it never took a worker
 	} else {
+		// In the book from here: a Cancel finds the row in the backlog or here, never
+		// between the two.
+		a.s.book.add(d)
+		d.inBook = true
 		d.spawned = time.Now()
 		a.busy++
 		a.handling++
