@@ -12,8 +12,9 @@ import (
 // Handler handles one delivery and returns its outcome. It runs on a goroutine of its own
 // while its delivery actor holds the row. ctx ends at the delivery's deadline, if it has
 // one (Timeout, Delivery.SetTimeout: ctx.Err() is then context.DeadlineExceeded), when the
-// broker's Shutdown gives up waiting, and when the handler returns. A panic is an
-// unsettled delivery: the row is released at once.
+// broker's Shutdown gives up waiting, when Broker.Cancel cancels the row (context.Cause(ctx)
+// then wraps ErrCancelled, and the row ends as cancelled whatever the handler returns), and
+// when the handler returns. A panic is an unsettled delivery: the row is released at once.
 type Handler func(ctx context.Context, d *Delivery) Outcome
 
 // Delivery is one claimed row lent to a handler.

@@ -33,11 +33,17 @@ var (
 	// ErrNotFound reports a row id the table does not hold (Inspect, RetryNow, Cancel).
 	ErrNotFound = dialects.ErrRowNotFound
 
-	// ErrInWork reports a row a delivery holds, which RetryNow and Cancel leave to it.
+	// ErrInWork reports a row a delivery holds, which RetryNow leaves to it, and Cancel too
+	// unless the delivery is the calling broker's own (Cancel then cancels it).
 	ErrInWork = dialects.ErrRowInWork
 
 	// ErrFinished reports a processed row, which RetryNow and Cancel leave as it is.
 	ErrFinished = dialects.ErrRowFinished
+
+	// ErrCancelled is the cause (context.Cause) of a handler's context that Broker.Cancel
+	// cancelled: the cause wraps it and names the table, the row and the reason. The
+	// delivery's row is then settled as cancelled whatever the handler returns.
+	ErrCancelled = errors.New("rowactor: the row was cancelled")
 
 	// ErrShutdownInHandler reports a Shutdown called from a handler (or from a hook
 	// rowactor runs, such as WithOnSettled): it cannot wait for the delivery that called

@@ -2,8 +2,11 @@ package rowactor
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
+	"github.com/rowactor/rowactor/actors"
 	"github.com/rowactor/rowactor/dialects"
 )
 
@@ -58,17 +61,113 @@ func (b *Broker) RetryNow(ctx context.Context, t Table, id int64) error {
 	return jc.RetryNow(ctx, t, id, b.now())
 }
 
-// Cancel takes a queued row of t out of its queue as Drop would: it is deleted, or, where
-// the table keeps finished rows, marked processed with reason in its error column (and
-// its unique key cleared with ClearUniqueKeyAtAck). It refuses as RetryNow does: a row in
-// work (ErrInWork) is left to its delivery, which settles it as it would have.
+// Cancel ends row id of t as Drop would: it is deleted or, where the table keeps finished
+// rows, marked processed with reason in its error column (and its unique key cleared with
+// ClearUniqueKeyAtAck), its attempt as it was.
+//
+// A queued row (due or delayed) is changed in one statement fenced by the row's state, as
+// RetryNow's: a processed row is refused with ErrFinished, a missing one with ErrNotFound.
+//
+// A row in work under a delivery of this broker's (any subscription of it on t, in every
+// form) is cancelled in its delivery: the handler's context is cancelled, with a cause
+// (context.Cause) that wraps ErrCancelled and names reason, and once the handler returns
+// the delivery settles the row as above, whatever the handler returned (even Ack: the
+// cancel wins, and in transactional mode the handler's writes are rolled back, as for a
+// Drop). Cancel waits for that settlement, until ctx ends, and returns nil once it took
+// effect. The WithOnSettled hook sees the delivery as a drop whose HandlerErr is the cause.
+//
+// A cancel that comes after the delivery's own settlement began does not win: it waits for
+// that settlement and returns an error wrapping ErrFinished when it ended the row (an Ack,
+// a Drop, a dead-letter move); when it gave the row back to the queue (a retry, a
+// release), the queued row is cancelled as above. A handler that ignores its cancelled
+// context is given up on a grace after its deadline (Timeout), and its row ends as
+// cancelled then: by its delivery, or (row lock and advisory forms in transactional mode,
+// whose rows go back with the transaction) by Cancel as a queued row, looked for again
+// for a moment should a claim of this broker's take it first. Without a deadline Cancel waits for the handler, or returns ctx's error first
+// (the row still ends as cancelled when the handler returns). Called from the row's own
+// handler, Cancel would wait for itself: pass it the handler's ctx (it then returns that
+// context's error at once, and the row ends as cancelled when the handler returns), or
+// return Drop instead.
+//
+// A row this broker claimed that waits for a worker (Prefetch, WorkersByKey) is settled as
+// cancelled at once, without calling the handler. A row in work under another holder
+// (another process, another broker, a batch of SubscribeBatch) is refused with an error
+// wrapping ErrInWork, and left to its holder.
 func (b *Broker) Cancel(ctx context.Context, t Table, id int64, reason string) error {
 	jc, err := b.jobController("cancel", t, id)
 	if err != nil {
 		return err
 	}
 	defer b.leavePublish()
-	return jc.Cancel(ctx, t, id, b.now(), reason)
+	if err := dialects.CheckJobControl(t, "Cancel"); err != nil {
+		return err // before a delivery is cancelled on a description no statement could run
+	}
+	for tries := 1; ; tries++ {
+		held, gaveBack, err := b.cancelInWork(ctx, t, id, reason)
+		if held {
+			return err
+		}
+		err = jc.Cancel(ctx, t, id, b.now(), reason)
+		if !errors.Is(err, ErrInWork) {
+			return err
+		}
+		// A claim of this broker's may have taken the row since it was looked for: look
+		// again. When a delivery of this broker's gave the row back just now (its
+		// handler was given up on), a claim of its subscription is likely to take it
+		// again at once, and to hold its lock or key while it reads the row: look again a
+		// few times, a moment apart.
+		if held, _, err := b.cancelInWork(ctx, t, id, reason); held {
+			return err
+		}
+		if !gaveBack || tries == cancelTries {
+			return err
+		}
+		select {
+		case <-time.After(min(time.Duration(tries)*10*time.Millisecond, 100*time.Millisecond)):
+		case <-ctx.Done():
+			return err
+		}
+	}
+}
+
+// cancelTries bounds the looks for a row a delivery of this broker's gave back and a claim
+// of its took again (Cancel): about a second and a half in all.
+const cancelTries = 20
+
+// cancelInWork cancels the delivery of this broker's that holds row id of t, if one does,
+// and waits for its end. held is false when none does, or when the delivery gave the row
+// back to the queue before the cancel could take effect (gaveBack: the caller then
+// cancels the queued row).
+func (b *Broker) cancelInWork(ctx context.Context, t Table, id int64, reason string) (held, gaveBack bool, err error) {
+	b.mu.Lock()
+	var subs []*actors.Subscription
+	for _, s := range b.subs {
+		if s.table.Name == t.Name {
+			subs = append(subs, s.run)
+		}
+	}
+	b.mu.Unlock()
+	cause := fmt.Errorf("rowactor: row %d of %s cancelled: %s: %w", id, t.Name, reason, ErrCancelled)
+	for _, s := range subs {
+		c, held, err := s.Cancel(ctx, id, cause, reason)
+		switch {
+		case !held:
+			continue
+		case err != nil:
+			return true, false, fmt.Errorf("rowactor: cancel row %d of %s: its delivery has not settled yet (it settles as cancelled once its handler returns): %w", id, t.Name, err)
+		case c.Won && c.Result.Err == nil:
+			return true, false, nil
+		case !c.Won && c.Result.Err == nil && (c.Result.Step == dialects.StepAck || c.Result.Step == dialects.StepDeadLetter):
+			return true, false, fmt.Errorf("rowactor: cancel row %d of %s: its delivery settled it first (%s, %s): %w",
+				id, t.Name, c.Result.Outcome.Verdict, c.Result.Step, ErrFinished)
+		case b.closing.Load():
+			return true, false, fmt.Errorf("rowactor: cancel row %d of %s: its delivery ended (%s) as Shutdown released it: %w", id, t.Name, c.Result.Step, ErrClosed)
+		}
+		// The row went back to the queue (or the cancel's settlement failed, and the
+		// statement tells where the row stands now).
+		return false, true, nil
+	}
+	return false, false, nil
 }
 
 // jobController finds the dialect's job control and counts the call in flight (the

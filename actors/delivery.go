@@ -82,6 +82,15 @@ type delivery struct {
 	// keyed: the row counts against its partition key, key, until settled (WorkersByKey).
 	keyed bool
 	key   string
+	// cancel is where a Cancel and the settlement meet (cancel.go); inBook says the
+	// delivery is in its subscription's book of deliveries in work.
+	cancel atomic.Pointer[cancelRequest]
+	inBook bool
+	// handlerCtx is dctx, published for a Cancel once the delivery started.
+	handlerCtx atomic.Pointer[deadline.Context]
+	// cancelOnly settles a claimed row that waited for a worker as cancelled, without
+	// calling the handler (a Cancel found it waiting).
+	cancelOnly *cancelRequest
 }
 
 // handledMsg tells the delivery actor its handler returned.
@@ -119,7 +128,17 @@ func (workerFreeMsg) IgnoreDeadLetterLogging() {}
 func (d *delivery) Receive(c actor.Context) {
 	switch c.Message().(type) {
 	case *actor.Started:
-		d.startSpan(!d.releaseOnly)
+		d.startSpan(!d.releaseOnly && d.cancelOnly == nil)
+		if d.cancelOnly != nil {
+			d.cancel.Store(d.cancelOnly) // endCancel hands it the result
+			r := d.settleCancelled(d.cancelOnly)
+			d.settled = true
+			d.finishSpan(r, 0)
+			d.sub.report(r)
+			d.end(c, r)
+			c.Stop(c.Self())
+			return
+		}
 		if d.releaseOnly {
 			r := d.release(settler.Outcome{})
 			r.Err = errors.Join(r.Err, settler.ErrClosed)
@@ -130,9 +149,23 @@ func (d *delivery) Receive(c actor.Context) {
 			c.Stop(c.Self())
 			return
 		}
+		if req := d.cancel.Load(); req != nil {
+			// Cancelled between its spawn and its start: the handler is not called.
+			r := d.settleCancelled(req)
+			d.settled = true
+			d.finishSpan(r, 0)
+			d.sub.report(r)
+			d.end(c, r)
+			c.Stop(c.Self())
+			return
+		}
 		sys, self := c.ActorSystem(), c.Self()
 		d.started = time.Now()
 		d.dctx = d.sub.deadlineCtx(sys, self)
+		d.handlerCtx.Store(d.dctx)
+		if req := d.cancel.Load(); req != nil {
+			d.dctx.Cancel(req.cause) // cancelled as it started: Cancel saw no context yet
+		}
 		d.sub.cfg.Dispatcher.Schedule(func() { d.run(sys, self) })
 	case overrunMsg:
 		// The handler runs a grace past its deadline, unless it returned meanwhile.
@@ -197,6 +230,7 @@ func (d *delivery) freesWorkerEarly() bool {
 // end counts what the delivery gave back (directly: at shutdown the subscription actor
 // may stop before it reads its mailbox) and frees its worker.
 func (d *delivery) end(c actor.Context, r Result) {
+	d.endCancel(r)
 	if r.Released {
 		d.sub.released.Add(1)
 	}
@@ -209,7 +243,8 @@ func (d *delivery) end(c actor.Context, r Result) {
 	if !d.workerFreed && d.state.Load() == handled {
 		d.workTook = time.Since(d.spawned)
 	}
-	c.Send(c.Parent(), settledMsg{d: d, freed: freed, workerFreed: d.workerFreed, keyed: d.keyed, key: d.key, handled: !d.releaseOnly})
+	c.Send(c.Parent(), settledMsg{d: d, freed: freed, workerFreed: d.workerFreed, keyed: d.keyed, key: d.key,
+		handled: !d.releaseOnly && d.cancelOnly == nil})
 }
 
 // run calls the handler on its own goroutine. A panic is an unsettled delivery; a return
@@ -293,6 +328,9 @@ func (d *delivery) begin() (tx any, ok bool) {
 func (d *delivery) settle() Result {
 	cfg := d.sub.cfg
 	row := d.claim.Row
+	if req := d.takeCancel(); req != nil {
+		return d.settleCancelled(req)
+	}
 	if d.panic != nil || d.beginErr != nil {
 		r := d.release(d.outcome)
 		r.Panic, r.Tag = d.panic, d.tag
@@ -320,7 +358,14 @@ func (d *delivery) settle() Result {
 			slog.Int64("id", row.ID), slog.String("event", step.Event))
 		return r
 	}
-	r := Result{Row: row, Outcome: d.outcome, Step: step.Kind, Event: step.Event, Tag: d.tag}
+	return d.runStep(step, d.outcome, d.tag)
+}
+
+// runStep runs a planned step of outcome o where the form says; tag is the handler's.
+func (d *delivery) runStep(step dialects.Step, o settler.Outcome, tag any) Result {
+	cfg := d.sub.cfg
+	row := d.claim.Row
+	r := Result{Row: row, Outcome: o, Step: step.Kind, Event: step.Event, Tag: tag}
 	if b := d.sub.batcher; b != nil && d.leaseTx == nil && settler.Batchable(step) {
 		// The batch bounds its own statement: no context of the delivery's is needed.
 		r.Err = b.Settle(cfg.Ctx, step, d.claim.Lease)
@@ -330,7 +375,7 @@ func (d *delivery) settle() Result {
 	defer cancel()
 	switch cfg.Form {
 	case dialects.FormLease:
-		if d.leaseTx != nil && d.outcome.KeepsWrites() {
+		if d.leaseTx != nil && o.KeepsWrites() {
 			held, err := pinLease(d.claim.Lease, step)
 			if err != nil {
 				d.rollbackLeaseTx(ctx)
@@ -346,7 +391,7 @@ func (d *delivery) settle() Result {
 	case dialects.FormAdvisory:
 		if cfg.Transactional {
 			var unlockErr error
-			r.Closed, r.Err, unlockErr = settler.AdvisoryTx(ctx, d.claim.Session.(dialects.TxSession), step, row.ID, d.outcome.KeepsWrites())
+			r.Closed, r.Err, unlockErr = settler.AdvisoryTx(ctx, d.claim.Session.(dialects.TxSession), step, row.ID, o.KeepsWrites())
 			d.warnUnlock(unlockErr)
 			break
 		}
@@ -355,7 +400,7 @@ func (d *delivery) settle() Result {
 		d.warnUnlock(unlockErr)
 	case dialects.FormRowLock:
 		if cfg.Transactional {
-			r.Err = settler.RowLockTx(ctx, d.claim.Locked.(dialects.TxLockedClaim), step, row.ID, d.outcome.KeepsWrites())
+			r.Err = settler.RowLockTx(ctx, d.claim.Locked.(dialects.TxLockedClaim), step, row.ID, o.KeepsWrites())
 			break
 		}
 		r.Err = settler.RowLock(ctx, d.claim.Locked, step, row.ID)

@@ -118,6 +118,9 @@ type Subscription struct {
 	// a Fail, for a Snooze (outcome.go).
 	warnedFailNoDelay, warnedSnooze atomic.Bool
 
+	// book holds the deliveries in work by row id, for Cancel (cancel.go).
+	book inWorkBook
+
 	inWork   atomic.Int64
 	released atomic.Int64
 	closed   atomic.Int64
@@ -509,6 +512,8 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.checkDrained()
 	case handlingMsg:
 		m.reply <- a.handling
+	case cancelWaitingMsg:
+		m.found <- a.cancelWaiting(c, m.id, m.req)
 	case budgetMsg:
 		a.claim(c)
 		a.share.Unused() // handed over while waiting, and not needed after all
@@ -804,9 +809,13 @@ func (a *subscriptionActor) start(c actor.Context, cl claimer.Claim, releaseOnly
 
 func (a *subscriptionActor) spawnDelivery(c actor.Context, d *delivery) {
 	cfg := &a.s.cfg
-	if d.releaseOnly {
+	if d.releaseOnly || d.cancelOnly != nil {
 		d.workerFreed = true // it never took a worker
 	} else {
+		// In the book from here: a Cancel finds the row in the backlog or here, never
+		// between the two.
+		a.s.book.add(d)
+		d.inBook = true
 		d.spawned = time.Now()
 		a.busy++
 		a.handling++

@@ -89,14 +89,24 @@ func (d *delivery) abandon(c actor.Context) {
 	timeout := d.dctx.Timeout()
 	d.sub.warnAbandoned(d.claim.Row, 1, timeout)
 	cfg.Telemetry.Abandoned(d.spanCtx, 1)
+	// A Cancel that asked first is carried out here, where the form allows it while the
+	// handler may still run: the row ends as cancelled rather than going back.
+	req := d.takeCancel()
 	var r Result
-	if cfg.Transactional {
-		r = d.interrupt()
-	} else {
-		// Outside transactional mode the handler holds nothing of the row.
+	switch {
+	case cfg.Transactional:
+		r = d.interrupt(req)
+	case req != nil:
+		// Outside transactional mode the handler holds nothing of the row, and its
+		// outcome and tag are its goroutine's: neither is read.
+		step, o := d.cancelStep(req)
+		r = d.runStep(step, o, nil)
+	default:
 		r = d.releaseOn(cfg.Ctx, settler.Outcome{}, nil)
 	}
-	r.Err = errors.Join(abandonedErr(timeout), r.Err)
+	if r.Step == dialects.StepRelease || r.Err != nil {
+		r.Err = errors.Join(abandonedErr(timeout), r.Err)
+	}
 	d.settled = true
 	d.finishSpan(r, time.Since(d.started))
 	d.sub.report(r)
@@ -110,7 +120,7 @@ func (d *delivery) abandon(c actor.Context) {
 // no pgx call makes while another goroutine may be in one; through database/sql, by a
 // rollback it serialises behind a statement in flight), giving up the row's lock or key
 // and its connection; a lease is then released through the pool.
-func (d *delivery) interrupt() Result {
+func (d *delivery) interrupt(req *cancelRequest) Result {
 	cfg := d.sub.cfg
 	row := d.claim.Row
 	r := Result{Row: row, Step: dialects.StepRelease, Released: true}
@@ -134,6 +144,13 @@ func (d *delivery) interrupt() Result {
 			cfg.Log.Warn("rowactor: could not end an abandoned delivery's transaction cleanly; its connection was closed",
 				slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Any("error", err))
 		}
+	}
+	if cfg.Form == dialects.FormLease && req != nil {
+		// The lease outlives the transaction: a Cancel that asked first ends the row.
+		step, o := d.cancelStep(req)
+		r.Outcome, r.Step, r.Released = o, step.Kind, false
+		r.Err = errors.Join(r.Err, d.settleLease(ctx, step))
+		return r
 	}
 	if cfg.Form == dialects.FormLease {
 		if err := d.settleLease(ctx, dialects.Step{Kind: dialects.StepRelease, Now: cfg.Now()}); err != nil {

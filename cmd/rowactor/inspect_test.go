@@ -164,6 +164,9 @@ func TestRetryAndCancel(t *testing.T) {
 				if code != exitFailed || !strings.Contains(errOut, "in work") {
 					t.Errorf("%s of a row in work: exit %d: %s", c, code, errOut)
 				}
+				if c == "cancel" && !strings.Contains(errOut, "cancels queued rows only") {
+					t.Errorf("cancel of a row in work does not say it cannot cancel a delivery: %s", errOut)
+				}
 			}
 			if l := state(held); l.State != "in work" || l.ProcessedAt != nil {
 				t.Errorf("the row in work after refusals: %+v", l)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/rowactor/rowactor"
@@ -38,6 +39,11 @@ Ends row ID as a handler's Drop would, in one statement: it is deleted or, with
 -processed-at, marked processed now, with -reason in the -error column when there is one.
 A row in work is refused and left to its delivery, as is a processed row (see retry).
 Exit status 1 for a refusal.
+
+This command runs in a process of its own, which holds no delivery: it cancels queued rows
+only. A row in work is cancelled by Broker.Cancel in the process whose subscription holds
+it (its handler's context is cancelled and the row ends as cancelled), or once its
+delivery gave it back to the queue.
 
 Examples:
   rowactor cancel -dsn sqlite:jobs.db -group queue -locked-until locked_until \
@@ -77,6 +83,11 @@ func runJobControl(ctx context.Context, e *env, c *command, args []string) error
 		return nil
 	}
 	if err := b.Cancel(ctx, t, id, reason); err != nil {
+		if errors.Is(err, rowactor.ErrInWork) {
+			// This process holds no delivery: only the consumer's process can cancel one.
+			return fmt.Errorf("%w; rowactor cancel runs in its own process and cancels queued rows only: "+
+				"cancel a row in work with Broker.Cancel in the process that holds it, or again once its delivery gave it back", err)
+		}
 		return err
 	}
 	fmt.Fprintf(e.stdout, "row %d of %s cancelled\n", id, t.Name)

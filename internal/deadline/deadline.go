@@ -45,6 +45,8 @@ type Context struct {
 	overrun  func()
 	watch    *time.Timer
 	finished bool
+	// caused, set by Cancel, carries the cause context.Cause reads (nil otherwise).
+	caused context.Context
 }
 
 type afterFunc struct{ f func() }
@@ -127,6 +129,26 @@ func (c *Context) Finish() {
 	c.stopTimers()
 	c.mu.Unlock()
 	c.end(context.Canceled)
+}
+
+// Cancel ends the Context with context.Canceled and cause, unless it ended already: then
+// it changes nothing and reports false. context.Cause of the Context, and of contexts
+// derived from it, returns cause; Err stays context.Canceled, as the context contract
+// wants. The watch stays: a handler that ignores its cancelled context is still given up
+// on a grace after its deadline, unless it finishes first. It costs nothing until called:
+// the cause lives in a cancelled context made here.
+func (c *Context) Cancel(cause error) bool {
+	caused, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	c.mu.Lock()
+	if c.err != nil || c.finished {
+		c.mu.Unlock()
+		return false
+	}
+	c.caused = caused
+	c.mu.Unlock()
+	c.end(context.Canceled)
+	return true
 }
 
 func (c *Context) stopTimers() {
@@ -222,14 +244,25 @@ func (c *Context) Err() error {
 //
 // The parent's cancellation record (the standard library's *context.cancelCtx, which
 // context.Cause and derived contexts look up by a key of type *int) is hidden: this
-// Context ends on its own terms, so Cause must read its Err, and derived contexts must end
+// Context ends on its own terms, so Cause must read its Err (or Cancel's cause, whose
+// record it returns instead), and derived contexts must end
 // through its AfterFunc with its error, not with the parent's.
 func (c *Context) Value(k any) any {
 	if _, ok := k.(key); ok {
 		return c
 	}
+	_, probe := k.(*int)
+	if probe {
+		c.mu.Lock()
+		caused := c.caused
+		c.mu.Unlock()
+		if caused != nil {
+			// Cancel's cause: context.Cause reads it from this cancelled context's record.
+			return caused.Value(k)
+		}
+	}
 	v := c.parent.Value(k)
-	if _, probe := k.(*int); probe && v != nil && reflect.TypeOf(v).String() == "*context.cancelCtx" {
+	if probe && v != nil && reflect.TypeOf(v).String() == "*context.cancelCtx" {
 		return nil
 	}
 	return v

@@ -289,3 +289,56 @@ func TestConcurrentUse(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+func TestCancelCarriesItsCause(t *testing.T) {
+	parent, stop := context.WithCancel(context.Background())
+	defer stop()
+	c := New(parent)
+	var watched atomic.Bool
+	c.Watch(func(time.Duration) time.Duration { return 10 * time.Millisecond }, func() { watched.Store(true) })
+	c.SetTimeout(30 * time.Millisecond)
+	before, stopBefore := context.WithCancel(context.WithValue(c, key{}, nil)) // derived before the cancel, through a value
+	defer stopBefore()
+	cause := errors.New("not wanted any more")
+	if !c.Cancel(cause) {
+		t.Fatal("Cancel of a running context reported it ended already")
+	}
+	ended(t, c, time.Second)
+	if !errors.Is(c.Err(), context.Canceled) || c.Expired() {
+		t.Fatalf("Err %v, Expired %v; want Canceled, not expired", c.Err(), c.Expired())
+	}
+	if got := context.Cause(c); got != cause {
+		t.Fatalf("Cause %v, want the cancel's cause", got)
+	}
+	ended(t, before, time.Second)
+	if got := context.Cause(before); got != cause || !errors.Is(before.Err(), context.Canceled) {
+		t.Fatalf("a context derived before the cancel: Err %v, Cause %v", before.Err(), got)
+	}
+	after, stopAfter := context.WithTimeout(c, time.Hour) // derived after it
+	defer stopAfter()
+	ended(t, after, time.Second)
+	if got := context.Cause(after); got != cause {
+		t.Fatalf("a context derived after the cancel: Cause %v", got)
+	}
+	// The watch stays: a handler that ignores its cancelled context is given up on all
+	// the same.
+	waitWatched := time.Now().Add(time.Second)
+	for !watched.Load() && time.Now().Before(waitWatched) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !watched.Load() || !errors.Is(c.Err(), context.Canceled) {
+		t.Fatalf("after the cancel: watch fired %v, Err %v; want the watch, and Canceled", watched.Load(), c.Err())
+	}
+	if c.Cancel(errors.New("again")) || context.Cause(c) != cause {
+		t.Fatal("a second Cancel changed the cause")
+	}
+	c.Finish()
+	if !errors.Is(c.Err(), context.Canceled) || context.Cause(c) != cause {
+		t.Fatalf("Finish after Cancel: Err %v, Cause %v", c.Err(), context.Cause(c))
+	}
+	f := New(context.Background())
+	f.Finish()
+	if f.Cancel(cause) || context.Cause(f) == cause {
+		t.Fatal("Cancel of a finished context took effect")
+	}
+}

@@ -1,0 +1,334 @@
+package rowactor_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor"
+)
+
+// Cancel of a row in work, over every (database, form, transactional): the delivery of
+// this broker's that holds the row has its handler's context cancelled with a cause that
+// wraps ErrCancelled, and settles the row as a cancel of a queued row would, whatever the
+// handler returns; another broker's Cancel of the same row is refused.
+
+func withClearedUniqueKey(t *rowactor.Table) {
+	t.UniqueKey, t.ClearUniqueKeyAtAck = "unique_key", true
+}
+
+func init() {
+	outcomeScenarios = append(outcomeScenarios,
+		scenario{
+			name:   "Cancel of a row in work cancels its handler's context and ends the row with the reason, whatever the handler returns",
+			shapes: []tableShape{withProcessedAt, withError, withClearedUniqueKey},
+			run:    cancelInWorkScenario,
+		},
+		scenario{
+			name: "Cancel of a row in work deletes it where the table keeps no finished rows",
+			run:  cancelInWorkDeletesScenario,
+		},
+		scenario{
+			name:   "Cancel of a row whose handler ignores its context ends the row once the delivery gives up on the handler",
+			shapes: []tableShape{withProcessedAt, withError},
+			run:    cancelIgnoredScenario,
+		},
+		scenario{
+			name:   "Cancel of a claimed row waiting for a worker ends it without calling the handler",
+			shapes: []tableShape{withProcessedAt, withError},
+			run:    cancelWaitingScenario,
+		},
+		scenario{
+			name:   "Cancel racing the handler's return reports what the table shows",
+			shapes: []tableShape{withProcessedAt, withError},
+			run:    cancelRaceScenario,
+		},
+	)
+}
+
+// handlerSaw is what a handler blocked until its context ended read from it.
+type handlerSaw struct {
+	err, cause error
+}
+
+func cancelInWorkScenario(t *testing.T, h *harness, form rowactor.Form) {
+	ctx := context.Background()
+	b := h.broker()
+	other := h.second()
+	id, err := b.Publish(ctx, h.table, h.queue, []byte("cancel me"), rowactor.Unique("k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, saw := make(chan int64, 1), make(chan handlerSaw, 1)
+	h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		if d.ID() != id {
+			return rowactor.Ack() // the row published again below
+		}
+		h.note(ctx, d, "written before the cancel")
+		started <- d.ID()
+		<-ctx.Done()
+		saw <- handlerSaw{ctx.Err(), context.Cause(ctx)}
+		return rowactor.Ack() // the cancel wins over it
+	}, leaseOptions(form, time.Minute)...)
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the row was not delivered\nlogs:\n%s", h.logs.String())
+	}
+	before := h.row(id)
+
+	// Another broker (another process, as far as the table can tell) does not hold the
+	// row: its Cancel is refused and changes nothing. (SQLite has one writer: in
+	// transactional mode the handler's transaction holds it, so another broker's
+	// statement that would write fails busy instead, having changed nothing either.)
+	err = other.Cancel(ctx, h.table, id, "not yours")
+	if !errors.Is(err, rowactor.ErrInWork) && (err == nil || h.drv.name != "sqlite" || !h.tx) {
+		t.Fatalf("another broker's Cancel of the row in work: %v, want ErrInWork", err)
+	}
+	if st := h.row(id); !sameState(st, before) {
+		t.Fatalf("another broker's refused Cancel changed the row: %+v, was %+v", st, before)
+	}
+	select {
+	case s := <-saw:
+		t.Fatalf("the handler's context ended on another broker's Cancel: %+v", s)
+	default:
+	}
+
+	bounded, stop := context.WithTimeout(ctx, 15*time.Second)
+	defer stop()
+	if err := b.Cancel(bounded, h.table, id, "customer left"); err != nil {
+		t.Fatalf("Cancel of the row in work: %v\nlogs:\n%s", err, h.logs.String())
+	}
+	s := <-saw // sent before the handler returned, so before Cancel returned
+	if !errors.Is(s.err, context.Canceled) || !errors.Is(s.cause, rowactor.ErrCancelled) || !strings.Contains(s.cause.Error(), "customer left") {
+		t.Fatalf("the handler's context: Err %v, Cause %v; want Canceled and a cause wrapping ErrCancelled with the reason", s.err, s.cause)
+	}
+	st := h.row(id)
+	if !st.exists || st.processedAt == nil || st.lastError == nil || *st.lastError != "customer left" || st.lockedUntil != nil {
+		t.Fatalf("the cancelled row: %+v, want it processed with the reason and no lease", st)
+	}
+	if st.attempt != before.attempt {
+		t.Fatalf("the cancelled row's attempt %d, was %d in work", st.attempt, before.attempt)
+	}
+	settled := h.waitSettled(1)[0]
+	if settled.ID != id || settled.Err != nil || settled.Step != "ack" || settled.Outcome.String() != "drop" ||
+		!errors.Is(settled.HandlerErr, rowactor.ErrCancelled) {
+		t.Fatalf("the cancelled delivery's settlement: %+v", settled)
+	}
+	h.wantKept(map[string]int{"written before the cancel": 0})
+	// The unique key was cleared with the row, as a Drop clears it.
+	again, err := b.Publish(ctx, h.table, h.queue, []byte("again"), rowactor.Unique("k1"))
+	if err != nil || again == id {
+		t.Fatalf("Publish of the cancelled row's unique key: id %d (the cancelled row is %d), %v", again, id, err)
+	}
+	if err := b.Cancel(ctx, h.table, id, "twice"); !errors.Is(err, rowactor.ErrFinished) {
+		t.Fatalf("Cancel of the cancelled row: %v, want ErrFinished", err)
+	}
+	if _, err := b.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sameState compares two reads of a row by value.
+func sameState(a, b rowState) bool {
+	eqT := func(x, y *time.Time) bool { return x == nil && y == nil || x != nil && y != nil && x.Equal(*y) }
+	eqS := func(x, y *string) bool { return x == nil && y == nil || x != nil && y != nil && *x == *y }
+	return a.exists == b.exists && a.attempt == b.attempt && a.group == b.group && eqT(a.lockedUntil, b.lockedUntil) &&
+		eqT(a.retryAfter, b.retryAfter) && eqT(a.processedAt, b.processedAt) && eqS(a.lastError, b.lastError)
+}
+
+func cancelInWorkDeletesScenario(t *testing.T, h *harness, form rowactor.Form) {
+	ctx := context.Background()
+	b := h.broker()
+	id := h.publish(b, 1)[0]
+	started := make(chan struct{}, 1)
+	h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		h.note(ctx, d, "discarded")
+		started <- struct{}{}
+		<-ctx.Done()
+		return rowactor.Retry() // the cancel wins over it
+	}, leaseOptions(form, time.Minute)...)
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the row was not delivered\nlogs:\n%s", h.logs.String())
+	}
+	bounded, stop := context.WithTimeout(ctx, 15*time.Second)
+	defer stop()
+	if err := b.Cancel(bounded, h.table, id, "gone"); err != nil {
+		t.Fatalf("Cancel of the row in work: %v", err)
+	}
+	if h.row(id).exists {
+		t.Fatal("the cancelled row is still in a table that keeps no finished rows")
+	}
+	h.wantKept(map[string]int{"discarded": 0})
+	if s := h.waitSettled(1)[0]; s.ID != id || s.Err != nil || s.Step != "ack" {
+		t.Fatalf("the cancelled delivery's settlement: %+v", s)
+	}
+	h.quiet(200 * time.Millisecond) // the handler's Retry did not bring it back
+	if err := b.Cancel(ctx, h.table, id, "again"); !errors.Is(err, rowactor.ErrNotFound) {
+		t.Fatalf("Cancel of the deleted row: %v, want ErrNotFound", err)
+	}
+}
+
+// cancelRaceScenario cancels rows while their handlers return Ack on their own: each
+// Cancel either won (nil: the row ends with the reason) or came after the settlement began
+// (ErrFinished: the row ends acked, without it). Never both, never neither.
+func cancelRaceScenario(t *testing.T, h *harness, form rowactor.Form) {
+	ctx := context.Background()
+	b := h.broker()
+	const n = 6
+	ids := h.publish(b, n)
+	var mu sync.Mutex
+	running := map[int64]chan struct{}{}
+	started := make(chan int64, n)
+	h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		go1 := make(chan struct{})
+		mu.Lock()
+		running[d.ID()] = go1
+		mu.Unlock()
+		started <- d.ID()
+		select {
+		case <-go1:
+		case <-ctx.Done():
+		}
+		return rowactor.Ack()
+	}, append(leaseOptions(form, time.Minute), rowactor.Workers(n))...)
+	var wg sync.WaitGroup
+	errs := make(map[int64]error, n)
+	for i := 0; i < n; i++ {
+		var id int64
+		select {
+		case id = <-started:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%d of %d rows delivered\nlogs:\n%s", i, n, h.logs.String())
+		}
+		mu.Lock()
+		release := running[id]
+		mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i%2 == 0 {
+				close(release) // the handler returns as the Cancel comes
+			}
+			bounded, stop := context.WithTimeout(ctx, 15*time.Second)
+			defer stop()
+			err := b.Cancel(bounded, h.table, id, "raced")
+			mu.Lock()
+			errs[id] = err
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	h.waitSettled(n)
+	for _, id := range ids {
+		st, err := h.row(id), errs[id]
+		switch {
+		case err == nil:
+			if st.processedAt == nil || st.lastError == nil || *st.lastError != "raced" {
+				t.Fatalf("row %d: Cancel returned nil, and the row is %+v", id, st)
+			}
+		case errors.Is(err, rowactor.ErrFinished):
+			if st.processedAt == nil || st.lastError != nil {
+				t.Fatalf("row %d: Cancel returned %v, and the row is %+v", id, err, st)
+			}
+		default:
+			t.Fatalf("row %d: Cancel returned %v", id, err)
+		}
+	}
+}
+
+// cancelIgnoredScenario: a handler that ignores its cancelled context is abandoned at its
+// deadline's grace like any other, and the row its delivery gives back is cancelled then
+// (or, when a claim took it again first, in its next delivery).
+func cancelIgnoredScenario(t *testing.T, h *harness, form rowactor.Form) {
+	ctx := context.Background()
+	b := h.broker()
+	id := h.publish(b, 1)[0]
+	started, stuck := make(chan struct{}, 4), make(chan struct{})
+	defer close(stuck)
+	var calls sync.Mutex
+	n := 0
+	h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		calls.Lock()
+		n++
+		first := n == 1
+		calls.Unlock()
+		started <- struct{}{}
+		if first {
+			<-stuck // ignores its context
+			return rowactor.Ack()
+		}
+		<-ctx.Done()
+		return rowactor.Ack()
+	}, append(leaseOptions(form, time.Minute), rowactor.Timeout(100*time.Millisecond))...)
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the row was not delivered\nlogs:\n%s", h.logs.String())
+	}
+	bounded, stop := context.WithTimeout(ctx, 15*time.Second)
+	defer stop()
+	began := time.Now()
+	if err := b.Cancel(bounded, h.table, id, "stuck"); err != nil {
+		t.Fatalf("Cancel of a row whose handler ignores its context: %v\nlogs:\n%s", err, h.logs.String())
+	}
+	if took := time.Since(began); took < 500*time.Millisecond {
+		t.Fatalf("Cancel returned after %v, before the delivery gave up on its handler", took)
+	}
+	st := h.row(id)
+	if st.processedAt == nil || st.lastError == nil || *st.lastError != "stuck" {
+		t.Fatalf("the cancelled row: %+v", st)
+	}
+}
+
+// cancelWaitingScenario: a row claimed behind another of its partition key waits in the
+// subscription for it (WorkersByKey); a Cancel takes it out and ends it without calling
+// the handler, and the row in work goes on.
+func cancelWaitingScenario(t *testing.T, h *harness, form rowactor.Form) {
+	ctx := context.Background()
+	b := h.broker()
+	ids := h.publish(b, 2)
+	started, release := make(chan int64, 2), make(chan struct{})
+	sub := h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		started <- d.ID()
+		<-release
+		return rowactor.Ack()
+	}, append(leaseOptions(form, time.Minute), rowactor.WorkersByKey(2, func(*rowactor.Delivery) string { return "one key" }))...)
+	var held int64
+	select {
+	case held = <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no row was delivered\nlogs:\n%s", h.logs.String())
+	}
+	waiting := ids[0] + ids[1] - held
+	waitFor(t, func() bool { return sub.InWork() == 2 }) // claimed, waiting for its key
+	bounded, stop := context.WithTimeout(ctx, 15*time.Second)
+	defer stop()
+	if err := b.Cancel(bounded, h.table, waiting, "not needed"); err != nil {
+		t.Fatalf("Cancel of the waiting row: %v\nlogs:\n%s", err, h.logs.String())
+	}
+	st := h.row(waiting)
+	if st.processedAt == nil || st.lastError == nil || *st.lastError != "not needed" || st.lockedUntil != nil {
+		t.Fatalf("the cancelled waiting row: %+v", st)
+	}
+	if s := h.waitSettled(1)[0]; s.ID != waiting || s.Err != nil || s.Step != "ack" || !errors.Is(s.HandlerErr, rowactor.ErrCancelled) {
+		t.Fatalf("the waiting row's settlement: %+v", s)
+	}
+	if st := h.row(held); st.processedAt != nil {
+		t.Fatalf("the row in work was settled too: %+v", st)
+	}
+	close(release)
+	if s := h.waitSettled(1)[0]; s.ID != held || s.Err != nil || s.Outcome.String() != "ack" {
+		t.Fatalf("the row in work's settlement: %+v", s)
+	}
+	select {
+	case id := <-started:
+		t.Fatalf("the handler was called for row %d after the cancel", id)
+	default:
+	}
+}

@@ -1,0 +1,73 @@
+package rowactor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects/sqlite"
+)
+
+// Cancel of a row in work: the handler's context is cancelled with a cause that wraps
+// ErrCancelled, and the row ends as cancelled whatever the handler returns.
+func ExampleBroker_Cancel() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "rowactor-example-")
+	defer os.RemoveAll(dir)
+	b, err := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer b.Shutdown(ctx)
+	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue", Attempt: "attempt",
+		LockedUntil: "locked_until", ProcessedAt: "processed_at", Error: "error"}
+	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
+	if _, err := b.Dialect().(*sqlite.Dialect).DB().Exec(ddl); err != nil {
+		fmt.Println(err)
+		return
+	}
+	id, err := b.Publish(ctx, jobs, "reports", []byte("report 7"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	started, why := make(chan struct{}), make(chan error, 1)
+	render := func(ctx context.Context, _ []byte) error {
+		close(started)
+		<-ctx.Done() // a long render, cut short
+		return ctx.Err()
+	}
+	// snippet cancel: begin
+	handler := func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		if err := render(ctx, d.Payload()); err != nil {
+			if cause := context.Cause(ctx); errors.Is(cause, rowactor.ErrCancelled) {
+				why <- cause
+				return rowactor.Ack() // the row ends as cancelled whatever is returned
+			}
+			return rowactor.Fail(err)
+		}
+		return rowactor.Ack()
+	}
+	// snippet cancel: end
+	if _, err := b.Subscribe(ctx, jobs, "reports", handler); err != nil {
+		fmt.Println(err)
+		return
+	}
+	<-started
+	// snippet cancel-call: begin
+	// In the process whose subscription holds the row:
+	err = b.Cancel(ctx, jobs, id, "customer left") // nil once the row ended as cancelled
+	// snippet cancel-call: end
+	fmt.Println(err)
+	fmt.Println(<-why)
+	job, _ := b.Inspect(ctx, jobs, id)
+	fmt.Printf("%s, error %q\n", job.State, job.Error)
+	// Output:
+	// <nil>
+	// rowactor: row 1 of jobs cancelled: customer left: rowactor: the row was cancelled
+	// processed, error "customer left"
+}
