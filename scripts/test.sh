@@ -10,7 +10,7 @@
 #   - MariaDB runs on 127.0.0.1:3306, root logs in over TCP with an empty
 #     password, and database "test" exists;
 # installing (apt-get) and starting either server when needed, and then runs
-#   go test -race -count=1 -timeout 15m ./... "$@"
+#   go test -race -count=1 -timeout 20m ./... "$@"
 # from the repository root, and then (without extra args) the server restart test, which
 # stops and starts both servers and so runs alone: -tags serverrestart -run TestServerRestart.
 #
@@ -241,8 +241,11 @@ if [ -z "${CC:-}" ] && ! command -v gcc >/dev/null 2>&1; then
 fi
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-log "go test -race -count=1 -timeout 15m ./... $*"
-go test -race -count=1 -timeout 15m ./... "$@"
+# The root package's suite takes 12-13 minutes under -race on this 2-core machine (CI,
+# 2026-12-02): the timeout leaves it room while that time is brought down (issue #16's
+# note); a hung test still fails.
+log "go test -race -count=1 -timeout 20m ./... $*"
+go test -race -count=1 -timeout 20m ./... "$@"
 
 # The server restart test stops PostgreSQL and MariaDB under running subscriptions, so it
 # runs alone, after the suite, and only when the whole suite was asked for on the local
