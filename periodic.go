@@ -147,8 +147,9 @@ func (p *PeriodicJob) stop(ctx context.Context) bool {
 
 // PeriodicPayload makes the payload of a periodic job's run at its time at. ctx ends when
 // the job stops; an error (or a panic, logged with its stack) fails the round, which
-// publishes nothing, and the next round tries again while the run is at most a minute
-// late.
+// publishes nothing and is tried again after 1 s, 2 s, 4 s ... up to 30 s (never later
+// than the next run): up to a minute late the run is published as itself, later as a
+// missed run (once, unless SkipMissed).
 type PeriodicPayload func(ctx context.Context, at time.Time) ([]byte, error)
 
 // periodicKeyTime is how a run's time is written in its unique key: fixed width, so that
@@ -308,6 +309,7 @@ func (r *periodicRun) loop(ctx context.Context) {
 	defer r.p.leading.Store(false)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	retry := time.Duration(0) // after a failed round: the wait before the next try
 	for {
 		select {
 		case <-ctx.Done():
@@ -322,15 +324,32 @@ func (r *periodicRun) loop(ctx context.Context) {
 			r.b.log.Warn("rowactor: a periodic job's schedule has no more runs", "table", r.t.Name, "job", r.p.name)
 			return
 		}
-		r.round(ctx, now, next)
+		failed := r.round(ctx, now, next)
 		now = r.b.now()
-		timer.Reset(r.sched.Next(now).Sub(now))
+		wait := r.sched.Next(now).Sub(now)
+		if !failed {
+			retry = 0
+		} else {
+			// The failed run is due still: waiting for the next run would publish it an
+			// interval late, past runGrace for an hourly job, as a missed run or not at all.
+			retry = min(max(2*retry, periodicRetryFirst), periodicRetryMax)
+			wait = min(wait, retry)
+		}
+		timer.Reset(wait)
 	}
 }
 
+// A failed round is tried again after periodicRetryFirst, doubling up to periodicRetryMax,
+// and never later than the job's next run.
+const (
+	periodicRetryFirst = time.Second
+	periodicRetryMax   = 30 * time.Second
+)
+
 // round publishes the latest run due at now, unless a row holds its key, under the job's
-// lock. It waits for the lock up to half the time to the next run.
-func (r *periodicRun) round(ctx context.Context, now, next time.Time) {
+// lock. It waits for the lock up to half the time to the next run. It reports whether the
+// round failed (not whether it led: a round another broker leads has not failed).
+func (r *periodicRun) round(ctx context.Context, now, next time.Time) (failed bool) {
 	wait := min(next.Sub(now)/2, 10*time.Second)
 	var (
 		published int64
@@ -343,10 +362,11 @@ func (r *periodicRun) round(ctx context.Context, now, next time.Time) {
 	r.p.leading.Store(led)
 	r.b.log.Debug("rowactor: a periodic job's round", "broker", r.b.name, "since", r.since, "table", r.t.Name, "job", r.p.name, "led", led, "published", published, "error", err)
 	if err != nil {
-		if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
-			r.b.log.Warn("rowactor: a periodic job's round failed", "table", r.t.Name, "job", r.p.name, "error", err)
+		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+			return false
 		}
-		return
+		r.b.log.Warn("rowactor: a periodic job's round failed", "table", r.t.Name, "job", r.p.name, "error", err)
+		return true
 	}
 	if seen.After(r.seen) {
 		r.seen = seen
@@ -355,6 +375,7 @@ func (r *periodicRun) round(ctx context.Context, now, next time.Time) {
 		r.p.published.Add(published)
 		r.b.wake(r.t, r.queue) // committed with the round's lock
 	}
+	return false
 }
 
 // runGrace is how late a run may still be published as itself: later, it was missed.

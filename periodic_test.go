@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/rowactortest"
 )
 
 func init() {
@@ -244,5 +246,65 @@ func periodicSmallPoolScenario(t *testing.T, h *harness, _ rowactor.Form) {
 	defer cancel()
 	if _, err := b.Shutdown(sctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func init() {
+	scenarios = append(scenarios, scenario{
+		name:   "a failed round of an hourly job is tried again within seconds, with a growing wait, not an hour later",
+		forms:  []rowactor.Form{rowactor.FormLease},
+		shapes: []tableShape{withUniqueKey, withProcessedAt},
+		run:    periodicRetryScenario,
+	})
+}
+
+// periodicRetryScenario: the run of three o'clock fails twice (the payload function's
+// error stands for a database out of reach too). It is published as itself seconds later,
+// while it is due: SkipMissed does not drop it. A job that keeps failing is not tried in a
+// hot loop.
+func periodicRetryScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	ctx := context.Background()
+	clock := rowactortest.NewClock()
+	b := h.broker(rowactor.WithClock(clock))
+	var calls atomic.Int32
+	p, err := b.Periodic(ctx, h.table, h.queue, rowactor.Every(time.Hour), func(_ context.Context, at time.Time) ([]byte, error) {
+		if calls.Add(1) <= 2 {
+			return nil, errors.New("the report service is down")
+		}
+		return []byte(at.UTC().Format(keyTime)), nil
+	}, rowactor.PeriodicName("report"), rowactor.SkipMissed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	time.Sleep(200 * time.Millisecond)
+	run := clock.Now().Truncate(time.Hour).Add(time.Hour)
+	clock.Advance(run.Sub(clock.Now()) + time.Second)
+	waitUntil(t, "the run of the hour after two failures", func() bool { return p.Published() == 1 })
+	if got := calls.Load(); got != 3 {
+		t.Fatalf("the payload function was called %d times, want 3 (two failures, then the run)", got)
+	}
+	if n := h.countKey("report@" + run.UTC().Format(keyTime)); n != 1 {
+		t.Fatalf("%d rows of the run of %s, want 1", n, run.Format(keyTime))
+	}
+
+	var failing atomic.Int32
+	q, err := b.Periodic(ctx, h.table, h.queue, rowactor.Every(time.Hour), func(context.Context, time.Time) ([]byte, error) {
+		failing.Add(1)
+		return nil, errors.New("down for good")
+	}, rowactor.PeriodicName("broken"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	run = run.Add(time.Hour)
+	clock.Advance(run.Sub(clock.Now()) + time.Second)
+	time.Sleep(3500 * time.Millisecond) // tries at 0, 1 and 3 s
+	q.Stop()
+	if n := failing.Load(); n < 2 || n > 3 {
+		t.Fatalf("a job that keeps failing was tried %d times in 3.5 s, want 3 (waits of 1 s, then 2 s)", n)
+	}
+	if n := h.drv.count(t, h.d, fmt.Sprintf("SELECT count(*) FROM %s WHERE unique_key LIKE 'broken@%%'", h.table.Name)); n != 0 {
+		t.Fatalf("%d rows of a job whose payload always fails", n)
 	}
 }
