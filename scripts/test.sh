@@ -12,7 +12,10 @@
 # installing (apt-get) and starting either server when needed, and then runs
 #   go test -race -count=1 -timeout 20m ./... "$@"
 # from the repository root, and then (without extra args) the server restart test, which
-# stops and starts both servers and so runs alone: -tags serverrestart -run TestServerRestart.
+# stops and starts both servers and so runs alone: -tags serverrestart -run TestServerRestart,
+# and the Galera tests on a three-node cluster that scripts/galera.sh starts (and installs
+# when missing): -tags galera -run TestGalera; they are skipped, saying so, only when the
+# cluster's packages cannot be installed.
 #
 # Environment:
 #   ROWACTOR_POSTGRES_URL  default postgres://postgres@127.0.0.1:5432/test?sslmode=disable
@@ -253,4 +256,27 @@ go test -race -count=1 -timeout 20m ./... "$@"
 if [ $# -eq 0 ] && [ "${ROWACTOR_SKIP_DB:-}" != 1 ]; then
   log "go test -race -count=1 -tags serverrestart -run '^TestServerRestart\$' ."
   go test -race -count=1 -timeout 5m -tags serverrestart -run '^TestServerRestart$' .
+fi
+
+# The Galera tests start a three-node cluster on ports of its own (scripts/galera.sh) and
+# kill one of its nodes, so they too run alone, after the suite. They are skipped, with
+# the reason, only when the cluster's packages cannot be installed (galera.sh exits 3).
+if [ $# -eq 0 ] && [ "${ROWACTOR_SKIP_DB:-}" != 1 ]; then
+  set +e
+  bash scripts/galera.sh start
+  rc=$?
+  set -e
+  if [ "$rc" -eq 3 ]; then
+    log "SKIP the Galera tests: galera-4 or mariadb-server cannot be installed on this machine (see above)"
+  elif [ "$rc" -ne 0 ]; then
+    die "scripts/galera.sh start failed (exit $rc); its nodes' logs are under ${GALERA_DIR:-/tmp/rowactor-galera}"
+  else
+    log "go test -race -count=1 -tags galera -run '^TestGalera' ."
+    set +e
+    go test -race -count=1 -timeout 10m -tags galera -run '^TestGalera' .
+    rc=$?
+    set -e
+    bash scripts/galera.sh stop
+    [ "$rc" -eq 0 ] || die "the Galera tests failed"
+  fi
 fi

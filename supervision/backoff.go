@@ -8,6 +8,7 @@ package supervision
 
 import (
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -90,23 +91,54 @@ type Backoff struct {
 	OnRestart func(child *actor.PID, reason any, failures int, delay time.Duration)
 	// after schedules the restart; tests replace it.
 	after func(time.Duration, func()) *time.Timer
+
+	mu   sync.Mutex
+	last map[string]Policy // per child: the policy of its last failure
+}
+
+// switched records p as child's latest failure's policy and reports a change of kind:
+// failures of one kind do not grow the backoff of another (a burst of deadlocks must not
+// make the first lost connection wait the cap).
+func (b *Backoff) switched(child *actor.PID, p Policy) bool {
+	key := ""
+	if child != nil {
+		key = child.Address + "/" + child.Id
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.last == nil {
+		b.last = map[string]Policy{}
+	}
+	prev, seen := b.last[key]
+	b.last[key] = p
+	return seen && prev != p
+}
+
+func (b *Backoff) forget(child *actor.PID) {
+	if child == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.last, child.Address+"/"+child.Id)
 }
 
 // HandleFailure implements actor.SupervisorStrategy.
 func (b *Backoff) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, rs *actor.RestartStatistics, reason, _ any) {
 	if b.Decide != nil && b.Decide(child, reason) == Stop {
+		b.forget(child)
 		sup.StopChildren(child)
 		return
 	}
-	if b.Policy.Window > 0 && rs.NumberOfFailures(b.Policy.Window) == 0 {
-		rs.Reset()
-	}
-	rs.Fail()
-	n := rs.FailureCount()
 	p := b.Policy
 	if b.PolicyFor != nil {
 		p = b.PolicyFor(reason)
 	}
+	if b.Policy.Window > 0 && rs.NumberOfFailures(b.Policy.Window) == 0 || b.switched(child, p) {
+		rs.Reset()
+	}
+	rs.Fail()
+	n := rs.FailureCount()
 	d := Jittered(p.Delay(n))
 	if b.OnRestart != nil {
 		b.OnRestart(child, reason, n, d)

@@ -108,3 +108,37 @@ func TestBackoffPicksThePolicyByReason(t *testing.T) {
 		}
 	}
 }
+
+// A burst of contention (a Galera cluster's certification failures, say) must not make the
+// first lost connection after it wait the cap: the count of failures grows per kind.
+func TestBackoffCountsEachKindOfFailureApart(t *testing.T) {
+	contention, lost := errors.New("deadlock"), errors.New("connection refused")
+	b := &Backoff{
+		Policy: DefaultPolicy,
+		PolicyFor: func(reason any) Policy {
+			if reason == contention {
+				return DefaultPolicy.ForFault(dialects.FaultContention)
+			}
+			return DefaultPolicy.ForFault(dialects.FaultConnection)
+		},
+	}
+	var delays []time.Duration
+	b.after = func(d time.Duration, f func()) *time.Timer {
+		delays = append(delays, d)
+		f()
+		return nil
+	}
+	sup := &restarts{}
+	rs := actor.NewRestartStatistics()
+	for range 40 {
+		b.HandleFailure(nil, sup, nil, rs, contention, nil)
+	}
+	b.HandleFailure(nil, sup, nil, rs, lost, nil)
+	b.HandleFailure(nil, sup, nil, rs, lost, nil)
+	if d := delays[40]; d > DefaultPolicy.Initial {
+		t.Fatalf("the first lost connection after 40 deadlocks waits %v, want at most %v (the first of its kind)", d, DefaultPolicy.Initial)
+	}
+	if d := delays[41]; d > 2*DefaultPolicy.Initial || d < DefaultPolicy.Initial {
+		t.Fatalf("the second lost connection waits %v, want within [%v, %v]", d, DefaultPolicy.Initial, 2*DefaultPolicy.Initial)
+	}
+}

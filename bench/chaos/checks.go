@@ -56,7 +56,10 @@ type analysis struct {
 	sessionKills map[int][]int64
 	// windows excluded from check (e): faults and starts, [a, b].
 	excluded []interval
-	endNS    int64 // when the drain ended and the consumers were told to stop
+	// excludedFor: windows excluded from check (e) for one consumer (its database node
+	// was down, and its claimer's reconnect backoff after).
+	excludedFor map[int][]interval
+	endNS       int64 // when the drain ended and the consumers were told to stop
 }
 
 // checkA: a settlement reported successful was made by the row's current holder. A
@@ -566,7 +569,7 @@ func checkE(h *history, an *analysis) (c check, st eStats) {
 		for _, p := range ch.pauses {
 			stalls = append(stalls, interval{p.a, p.b + thresh})
 		}
-		eligible := subtract(subtract([]interval{{from, to}}, an.excluded), stalls)
+		eligible := subtract(subtract(subtract([]interval{{from, to}}, an.excluded), an.excludedFor[n]), stalls)
 		type ev struct {
 			t     int64
 			start bool

@@ -79,12 +79,18 @@ type config struct {
 	slack              time.Duration
 	idleExclude        time.Duration
 	examples           int
+	galeraScript       string
+	nodeDown           time.Duration
 }
 
 var (
 	allDBs    = []string{"sqlite", "postgres", "mysql"}
 	allForms  = []string{"rowlock", "lease", "advisory", "mixed"}
 	allFaults = []string{"kill", "shutdown", "extend", "shared", "deadlock", "poison", "poison-nodlq"}
+	// Asked for by name only, never by "all": a cluster of scripts/galera.sh, and the
+	// fault that kills one of its nodes.
+	galeraDB      = "galera"
+	nodeKillFault = "nodekill"
 )
 
 func main() {
@@ -107,9 +113,9 @@ func main() {
 func parseFlags(args []string) (config, error) {
 	cfg := config{}
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
-	db := fs.String("db", "all", "database: sqlite, postgres, mysql or all (comma-separated list allowed)")
+	db := fs.String("db", "all", "database: sqlite, postgres, mysql, galera (a cluster of scripts/galera.sh; not in all) or all (comma-separated list allowed)")
 	form := fs.String("form", "all", "claim form: rowlock, lease, advisory, mixed (the shared fault's several forms) or all (comma-separated list allowed)")
-	fault := fs.String("fault", "all", "fault: kill, shutdown, extend, shared, deadlock, poison, poison-nodlq or all (comma-separated list allowed)")
+	fault := fs.String("fault", "all", "fault: kill, shutdown, extend, shared, deadlock, poison, poison-nodlq, nodekill (galera: SIGKILL node 2 and start it again; not in all) or all (comma-separated list allowed)")
 	quick := fs.Bool("quick", false, "a quick run: 1,000 rows (unless -rows is given), -publish-for 3s, -slow 0.01, -stall 15s, -timeout 1m")
 	fs.IntVar(&cfg.rows, "rows", 10000, "rows to publish per scenario")
 	fs.IntVar(&cfg.procs, "procs", 3, "consumer processes draining at once (SQLite's advisory form and the shared fault on SQLite always run 1)")
@@ -135,6 +141,8 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.slack, "slack", time.Second, "timing tolerance of checks (b) and (e)")
 	fs.DurationVar(&cfg.idleExclude, "idle-exclude", time.Second, "check (e): time excluded after a consumer is ready and after each kill or shutdown")
 	fs.IntVar(&cfg.examples, "examples", 3, "violations printed per check and scenario")
+	fs.StringVar(&cfg.galeraScript, "galera-script", "scripts/galera.sh", "nodekill fault: the script that kills and starts a Galera node")
+	fs.DurationVar(&cfg.nodeDown, "node-down", 5*time.Second, "nodekill fault: how long the killed node stays down before it is started again")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -161,13 +169,13 @@ func parseFlags(args []string) (config, error) {
 		}
 	}
 	var err error
-	if cfg.dbs, err = pick("-db", *db, allDBs); err != nil {
+	if cfg.dbs, err = pick("-db", *db, allDBs, galeraDB); err != nil {
 		return cfg, err
 	}
 	if cfg.forms, err = pick("-form", *form, allForms); err != nil {
 		return cfg, err
 	}
-	if cfg.faults, err = pick("-fault", *fault, allFaults); err != nil {
+	if cfg.faults, err = pick("-fault", *fault, allFaults, nodeKillFault); err != nil {
 		return cfg, err
 	}
 	switch {
@@ -187,11 +195,13 @@ func parseFlags(args []string) (config, error) {
 	return cfg, nil
 }
 
-// pick parses a comma-separated choice among known names, "all" meaning every one.
-func pick(flagName, value string, known []string) ([]string, error) {
+// pick parses a comma-separated choice among the names of all and extra, "all" meaning
+// every one of all.
+func pick(flagName, value string, all []string, extra ...string) ([]string, error) {
 	if value == "all" {
-		return known, nil
+		return all, nil
 	}
+	known := append(append([]string(nil), all...), extra...)
 	var out []string
 	for _, v := range strings.Split(value, ",") {
 		v = strings.TrimSpace(v)
@@ -245,6 +255,12 @@ func scenarios(cfg config) (run []scenario, skipped []string) {
 				}
 				s := scenario{fault: fault, db: db, form: form, procs: cfg.procs}
 				switch {
+				case db == galeraDB && form != "lease":
+					skipped = append(skipped, fault+"/galera/"+form+": a cluster's row locks and GET_LOCK are node-local, and rowactor refuses the form there (the lease form runs)")
+					continue
+				case fault == nodeKillFault && db != galeraDB:
+					skipped = append(skipped, "nodekill/"+db+"/"+form+": the fault kills a Galera node (-db galera)")
+					continue
 				case db == "sqlite" && form == "rowlock":
 					skipped = append(skipped, fault+"/sqlite/rowlock: SQLite has no row locks")
 					continue
@@ -305,7 +321,7 @@ func run(ctx context.Context, cfg config) int {
 		for _, c := range []struct {
 			name string
 			c    check
-		}{{"a", r.A}, {"b", r.B}, {"c", r.C}, {"d", r.D}, {"e", r.E}, {"tx", r.TX}} {
+		}{{"a", r.A}, {"b", r.B}, {"c", r.C}, {"d", r.D}, {"e", r.E}, {"tx", r.TX}, {"nk", r.NK}} {
 			for _, ex := range c.c.Examples {
 				fmt.Fprintf(os.Stderr, "     (%s) %s\n", c.name, ex)
 			}

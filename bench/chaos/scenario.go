@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/supervision"
 )
 
 // result is one scenario's line.
@@ -62,6 +63,17 @@ type result struct {
 	PoisonDeliveries        int `json:"poison_deliveries,omitempty"`
 	HandlerDeadlocks        int `json:"handler_deadlocks,omitempty"`
 	LeftInQueue             int `json:"left_in_queue"`
+
+	// The nodekill fault: rows in work on the killed node when it died, rows handled
+	// twice, and rows of the former that other nodes' consumers took and settled.
+	NK                check `json:"nodekill_twice_only_in_work"`
+	NodeKillInWork    int   `json:"nodekill_in_work,omitempty"`
+	NodeKillTwice     int   `json:"nodekill_twice,omitempty"`
+	NodeKillTakenOver int   `json:"nodekill_taken_over,omitempty"`
+	// Seconds from the kill until the other nodes evicted the dead one (their commits
+	// wait meanwhile), and until it was synced again.
+	NodeKillStallSeconds float64 `json:"nodekill_stall_seconds,omitempty"`
+	NodeKillDownSeconds  float64 `json:"nodekill_down_seconds,omitempty"`
 
 	Shutdowns          int `json:"shutdowns"`
 	ShutdownNotDrained int `json:"shutdown_not_drained"`
@@ -123,7 +135,7 @@ func (r *result) faultText() string {
 }
 
 func (r *result) violations() int {
-	return r.A.Count + r.B.Count + r.C.Count + r.D.Count + r.E.Count + r.TX.Count
+	return r.A.Count + r.B.Count + r.C.Count + r.D.Count + r.E.Count + r.TX.Count + r.NK.Count
 }
 
 func (r result) line() string {
@@ -138,6 +150,9 @@ func (r result) line() string {
 		r.Shutdowns, r.ShutdownNotDrained, r.ShutdownErrors, r.UnexpectedExits, r.Warnings, r.Seconds, status)
 	if r.TimedOut {
 		s += " (timed out)"
+	}
+	if r.Fault == nodeKillFault {
+		s += fmt.Sprintf(" | nodekill: nk=%s in_work=%d twice=%d taken_over=%d stall=%.1fs down=%.1fs", r.NK, r.NodeKillInWork, r.NodeKillTwice, r.NodeKillTakenOver, r.NodeKillStallSeconds, r.NodeKillDownSeconds)
 	}
 	if r.Stalled {
 		s += " (stalled)"
@@ -194,6 +209,8 @@ type scen struct {
 	hot, sideLog string
 	poolMax      int
 
+	nk *nodeKill // the nodekill fault's record
+
 	// Counted by the fault goroutines under mu, merged into r when they stopped.
 	asyncFaults   map[string]int
 	asyncKeys     []string
@@ -237,6 +254,7 @@ func runScenario(ctx context.Context, cfg config, s scenario, seed uint64, dir s
 		r.KillEvery = cfg.killEvery.String()
 	}
 	r.TX.NA = s.fault != "deadlock"
+	r.NK.NA = s.fault != nodeKillFault
 	started := time.Now()
 	defer func() { r.Seconds = time.Since(started).Seconds() }()
 	fail := func(err error) result {
@@ -245,6 +263,9 @@ func runScenario(ctx context.Context, cfg config, s scenario, seed uint64, dir s
 	}
 
 	url := defaultURL(s.db, cfg.dsn, dir)
+	if s.db == galeraDB {
+		url = galeraNodes(cfg.dsn)[0]
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	b, err := rowactor.Open(octx, url, rowactor.WithPollOnly(), rowactor.WithLogger(log))
@@ -257,8 +278,15 @@ func runScenario(ctx context.Context, cfg config, s scenario, seed uint64, dir s
 		defer cancel()
 		_, _ = b.Shutdown(sctx)
 	}()
-	be, err := newBackend(s.db, url, b, cfg.workers)
-	if err != nil {
+	var be backend
+	if s.db == galeraDB {
+		g, err := newGaleraBackend(ctx, galeraNodes(cfg.dsn), b)
+		if err != nil {
+			return fail(err)
+		}
+		defer g.close()
+		be = g
+	} else if be, err = newBackend(s.db, url, b, cfg.workers); err != nil {
 		return fail(err)
 	}
 	sc := &scen{cfg: cfg, s: s, be: be, b: b, dir: dir, t0: started, r: &r,
@@ -369,6 +397,14 @@ func runScenario(ctx context.Context, cfg config, s scenario, seed uint64, dir s
 	case "deadlock":
 		fwg.Add(1)
 		go func() { defer fwg.Done(); sc.sideLockLoop(fctx) }()
+	case nodeKillFault:
+		g, ok := be.(*galeraBackend)
+		if !ok {
+			return fail(errors.New("the nodekill fault needs -db galera"))
+		}
+		sc.nk = &nodeKill{node: victimNode, done: make(chan struct{})}
+		fwg.Add(1)
+		go func() { defer fwg.Done(); sc.nodeKillRun(fctx, g, sc.nk) }()
 	}
 	// The faults of the loop: each next one is due an interval after the last one ended
 	// (a cancelled Shutdown and its check can take a while).
@@ -437,7 +473,8 @@ loop:
 					break loop
 				}
 			}
-			if publishing {
+			if publishing || sc.nodeDown() {
+				lastChange = time.Now()
 				continue
 			}
 			n := 0
@@ -521,6 +558,20 @@ loop:
 		keepTables = true
 	}
 	return r
+}
+
+// nodeDown reports the nodekill fault still under way: the drain goes on until the
+// killed node is synced again.
+func (sc *scen) nodeDown() bool {
+	if sc.nk == nil {
+		return false
+	}
+	select {
+	case <-sc.nk.done:
+		return false
+	default:
+		return true
+	}
 }
 
 // makeTables describes the scenario's queue tables and subscriptions.
@@ -1045,6 +1096,23 @@ func (sc *scen) analyse(ctx context.Context, left map[rowKey]leftRow, endNS int6
 		switch f.kind {
 		case "sigkill", "sessions", "cancelled-shutdown", "shutdown-all":
 			an.excluded = append(an.excluded, interval{f.ns - int64(200*time.Millisecond), f.ns + int64(an.exclude)})
+		case "evict":
+			// Every node's commits wait until the dead node is evicted, and the claims that
+			// timed out meanwhile grow the claimers' backoff as a server away would.
+			an.excluded = append(an.excluded, interval{f.ns - int64(200*time.Millisecond), f.end + min(f.end-f.ns, int64(supervision.DefaultPolicy.Max)) + int64(an.exclude)})
+		case "nodedown":
+			// The dead node's consumers cannot claim until it is synced again, and then their
+			// claimers may still wait out a reconnect backoff, which grows while the server
+			// stays away (supervision.DefaultPolicy: up to 30 s). The other consumers are
+			// checked but for the moment of the kill.
+			an.excluded = append(an.excluded, interval{f.ns - int64(200*time.Millisecond), f.ns + int64(an.exclude)})
+			if an.excludedFor == nil {
+				an.excludedFor = map[int][]interval{}
+			}
+			backoff := min(f.end-f.ns, int64(supervision.DefaultPolicy.Max))
+			for _, n := range f.consumers {
+				an.excludedFor[n] = append(an.excludedFor[n], interval{f.ns - int64(200*time.Millisecond), f.end + backoff + int64(an.exclude)})
+			}
 		case "hold":
 			if sc.s.db == "sqlite" {
 				an.excluded = append(an.excluded, interval{f.ns, f.end + int64(an.exclude)})
@@ -1071,7 +1139,10 @@ func (sc *scen) analyse(ctx context.Context, left map[rowKey]leftRow, endNS int6
 	if sc.s.fault == "deadlock" {
 		r.TX = sc.checkTX(ctx, an)
 	}
-	for _, c := range []*check{&r.A, &r.B, &r.C, &r.D, &r.E, &r.TX} {
+	if sc.s.fault == nodeKillFault {
+		r.NK = checkNodeKill(h, sc.nk, r, sc.cfg.examples)
+	}
+	for _, c := range []*check{&r.A, &r.B, &r.C, &r.D, &r.E, &r.TX, &r.NK} {
 		c.NA = c.NA && c.Count == 0
 	}
 	if r.UnrecordedCommitUnknown > 0 {

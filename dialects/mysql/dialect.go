@@ -71,6 +71,9 @@ type Dialect struct {
 	// per Dialect; a failure is checked again next time.
 	checkMu sync.Mutex
 	checked bool
+	// cluster: the server is a Galera node (wsrep_on), where row locks and GET_LOCK are
+	// the node's own, so only the lease form keeps a row to one holder (checkForm).
+	cluster bool
 
 	stmts sqlstmt.Cache
 }
@@ -194,6 +197,15 @@ func (d *Dialect) checkServer(ctx context.Context, table string) error {
 	if err := v.atLeastFloor(); err != nil {
 		return &dialects.ConfigError{Table: table, Option: "server version", Reason: err.Error(),
 			Fix: "upgrade the server: rowactor needs FOR UPDATE SKIP LOCKED (MySQL 8.0.1+, MariaDB 10.6+)"}
+	}
+	// MySQL has no wsrep_on: no row. MariaDB has it, OFF unless the node is in a cluster.
+	var name, wsrep string
+	switch err := d.db.QueryRowContext(ctx, "SHOW VARIABLES LIKE 'wsrep_on'").Scan(&name, &wsrep); {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("mysql: read wsrep_on: %w", err)
+	default:
+		d.cluster = strings.EqualFold(wsrep, "ON")
 	}
 	// Two instants six months apart: a loc with summer time shows an offset in one.
 	var winter, summer time.Time

@@ -205,6 +205,13 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 		return nil, fmt.Errorf("mysql: PublishTx on table %s needs a *sql.Tx, got %T", p.name, tx)
 	}
 	res, err := insert(ctx, tx == nil, exec)
+	// A duplicate of the primary key, which rowactor never sets: the id the server drew
+	// is taken. A Galera node draws ids with an offset it changes when nodes leave and
+	// join, and may draw one that a row from another node already has. InnoDB undid the
+	// statement alone; the next try draws a new id.
+	for try := 0; err != nil && isDuplicatePrimary(err) && try < 3; try++ {
+		res, err = insert(ctx, tx == nil, exec)
+	}
 	// A duplicate of the key: the key's row (another unique index's conflict stays the
 	// error it is; InnoDB undoes the statement alone, and a caller's transaction goes on).
 	// A row gone between the two (acked, say) frees the key: the insert runs once more.
@@ -260,6 +267,13 @@ func insert(ctx context.Context, pool bool, exec func() (sql.Result, error)) (sq
 		return withRetryIf(ctx, isDeadlock, exec)
 	}
 	return exec()
+}
+
+// isDuplicatePrimary reports ER_DUP_ENTRY on the primary key ("for key 'PRIMARY'",
+// MySQL 8: "for key 'table.PRIMARY'").
+func isDuplicatePrimary(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1062 && strings.HasSuffix(me.Message, "PRIMARY'")
 }
 
 // isDuplicate reports ER_DUP_ENTRY.

@@ -113,6 +113,9 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]dia
 	if err := d.checkServer(ctx, t.Name); err != nil {
 		return nil, err
 	}
+	if err := d.checkForm(t); err != nil {
+		return nil, err
+	}
 	have, err := d.columnsOf(ctx, t.Name)
 	if err != nil {
 		return nil, err
@@ -124,4 +127,21 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]dia
 		return d.deadLetterColumns(ctx, t, spec.DeadLetterTable, false)
 	}
 	return nil, nil
+}
+
+// checkForm refuses the row lock and advisory forms on a Galera node: their locks (FOR
+// UPDATE, GET_LOCK) are the node's own and never reach the other nodes, so a consumer on
+// each node could run the same row's handler at once. A lease is a committed row version,
+// which certification orders across the cluster.
+func (d *Dialect) checkForm(t dialects.Table) error {
+	if !d.cluster || t.Form() == dialects.FormLease {
+		return nil
+	}
+	option := "Table (row lock form)"
+	if t.Form() == dialects.FormAdvisory {
+		option = "Table.AdvisoryKey"
+	}
+	return &dialects.ConfigError{Table: t.Name, Option: option,
+		Reason: "the server is a Galera cluster node (wsrep_on = ON): row locks and GET_LOCK hold on one node only, so consumers on two nodes could handle the same row at once",
+		Fix:    "use the lease form: set Table.LockedUntil (and drop AdvisoryKey)"}
 }
