@@ -180,9 +180,13 @@ func runRowactor(ctx context.Context, tg *target, t tableDesc, workers, rows int
 		tel = newTelemetry()
 		opts = append(opts, tel.options()...)
 	}
-	b, err := rowactor.New(tg.d, opts...)
-	if err != nil {
-		return result{}, rowactor.ShutdownReport{}, err
+	var brokers []*rowactor.Broker
+	for _, d := range tg.pools() {
+		b, err := rowactor.New(d, opts...)
+		if err != nil {
+			return result{}, rowactor.ShutdownReport{}, err
+		}
+		brokers = append(brokers, b)
 	}
 	handler := func(context.Context, *rowactor.Delivery) rowactor.Outcome {
 		l.begin()
@@ -198,13 +202,18 @@ func runRowactor(ctx context.Context, tg *target, t tableDesc, workers, rows int
 		}
 	}
 	before, cpuBefore, stmtsBefore := mallocs(), cpuTime(), tg.stmtCount()
-	_, err = b.Subscribe(ctx, t.Table, "bench", handler, sopts...)
+	var err error
+	for _, b := range brokers {
+		if _, err = b.Subscribe(ctx, t.Table, "bench", handler, sopts...); err != nil {
+			break
+		}
+	}
 	var took time.Duration
 	if err == nil {
 		took, err = l.wait(ctx)
 	}
 	allocs, cpu, stmts := mallocs()-before, cpuTime()-cpuBefore, tg.stmtCount()-stmtsBefore
-	rep, serr := b.Shutdown(ctx)
+	rep, serr := shutdownAll(ctx, brokers)
 	r := result{rows: rows, took: took, mallocs: allocs, cpu: cpu}
 	if tg.driverStmts != nil {
 		r.stmts, r.stmtsBy = stmts, "driver"
@@ -238,6 +247,23 @@ func runRowactor(ctx context.Context, tg *target, t tableDesc, workers, rows int
 	return r, rep, nil
 }
 
+// shutdownAll shuts the brokers down and adds their reports up: drained only if every one
+// drained.
+func shutdownAll(ctx context.Context, brokers []*rowactor.Broker) (rowactor.ShutdownReport, error) {
+	var (
+		all  = rowactor.ShutdownReport{Drained: true}
+		errs []error
+	)
+	for _, b := range brokers {
+		rep, err := b.Shutdown(ctx)
+		all.Drained = all.Drained && rep.Drained
+		all.Released += rep.Released
+		all.ConnectionsClosed += rep.ConnectionsClosed
+		errs = append(errs, err)
+	}
+	return all, errors.Join(errs...)
+}
+
 // tally is what one raw worker ran: statements by construction (see costs), and the
 // advisory claims that lost their key or row to another worker.
 type tally struct {
@@ -261,27 +287,25 @@ func drainRaw(ctx context.Context, tg *target, t tableDesc, workers, rows int, _
 	defer cancel()
 	l := newLatch(rows)
 	before, cpuBefore, stmtsBefore := mallocs(), cpuTime(), tg.stmtCount()
-	q, err := tg.d.Open(ctx, dialects.QueueSpec{Table: t.Table})
+	retriesBefore := tg.retries.Load()
+	qs, closeQueues, err := tg.openQueues(ctx, dialects.QueueSpec{Table: t.Table})
 	if err != nil {
 		return result{}, err
 	}
-	defer q.Close()
+	defer closeQueues()
 	var work func(context.Context, *latch) (tally, error)
 	switch t.Form() {
 	case dialects.FormLease:
-		work = func(ctx context.Context, l *latch) (tally, error) {
-			return rawLease(ctx, q.(dialects.LeaseQueue), tg.costs, l)
-		}
+		next := spread[dialects.LeaseQueue](qs)
+		work = func(ctx context.Context, l *latch) (tally, error) { return rawLease(ctx, next(), tg.costs, l) }
 	case dialects.FormRowLock:
-		work = func(ctx context.Context, l *latch) (tally, error) {
-			return rawRowLock(ctx, q.(dialects.RowLockQueue), tg.costs, l)
-		}
+		next := spread[dialects.RowLockQueue](qs)
+		work = func(ctx context.Context, l *latch) (tally, error) { return rawRowLock(ctx, next(), tg.costs, l) }
 	case dialects.FormAdvisory:
-		work = func(ctx context.Context, l *latch) (tally, error) {
-			return rawAdvisory(ctx, q.(dialects.AdvisoryQueue), tg.costs, l)
-		}
+		next := spread[dialects.AdvisoryQueue](qs)
+		work = func(ctx context.Context, l *latch) (tally, error) { return rawAdvisory(ctx, next(), tg.costs, l) }
 	}
-	took, total, err := runLoops(ctx, cancel, l, workers, work)
+	took, total, err := runLoops(ctx, cancel, l, workers*len(qs), work)
 	allocs, cpu, driver := mallocs()-before, cpuTime()-cpuBefore, tg.stmtCount()-stmtsBefore
 	if err != nil {
 		return result{}, err
@@ -301,6 +325,9 @@ func drainRaw(ctx context.Context, tg *target, t tableDesc, workers, rows int, _
 	}
 	if total.connsClosed > 0 {
 		notes = append(notes, fmt.Sprintf("%d session connections closed", total.connsClosed))
+	}
+	if n := tg.retries.Load() - retriesBefore; n > 0 {
+		notes = append(notes, fmt.Sprintf("%d claims or settlements run again after a certification conflict", n))
 	}
 	r.note = strings.Join(notes, ", ")
 	return r, nil

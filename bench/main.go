@@ -68,6 +68,7 @@ type config struct {
 	dir        string
 	pgURL      string
 	mysqlDSN   string
+	galeraDSNs string
 	cpuprofile string
 	memprofile string
 
@@ -116,6 +117,8 @@ var formsOf = map[string][]dialects.Form{
 	"sqlite":   {dialects.FormLease, dialects.FormAdvisory},
 	"postgres": {dialects.FormRowLock, dialects.FormLease, dialects.FormAdvisory},
 	"mysql":    {dialects.FormRowLock, dialects.FormLease, dialects.FormAdvisory},
+	// A cluster's row locks and GET_LOCK are node-local: rowactor refuses those forms there.
+	"galera": {dialects.FormLease},
 }
 
 var formNames = map[string]dialects.Form{
@@ -127,7 +130,7 @@ func parseFlags(args []string) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&cfg.mode, "mode", "drain", "what to measure: drain, latency, growth, idle or rss")
-	dbs := fs.String("db", "sqlite", "databases, comma-separated: sqlite, postgres, mysql")
+	dbs := fs.String("db", "sqlite", "databases, comma-separated: sqlite, postgres, mysql, galera (the cluster of scripts/galera.sh: a broker, or -workers raw loops, per node)")
 	forms := fs.String("form", "lease", "claim forms, comma-separated: rowlock, lease, advisory")
 	workers := fs.String("workers", "1,8", "worker counts, comma-separated")
 	fs.IntVar(&cfg.rows, "rows", 20000, "rows per drain")
@@ -137,6 +140,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.dir, "dir", "", "directory for the SQLite file (default: a fresh temporary one)")
 	fs.StringVar(&cfg.pgURL, "pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable&pool_max_conns=16", "PostgreSQL URL (pgx)")
 	fs.StringVar(&cfg.mysqlDSN, "mysql", "root@tcp(127.0.0.1:3306)/test", "MySQL/MariaDB DSN (go-sql-driver)")
+	fs.StringVar(&cfg.galeraDSNs, "galera", "root@tcp(127.0.0.1:3307)/test,root@tcp(127.0.0.1:3308)/test,root@tcp(127.0.0.1:3309)/test", "-db galera: the nodes' DSNs, comma-separated")
 	fs.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (samples are labelled contender, tracing, db, form, workers)")
 	fs.StringVar(&cfg.memprofile, "memprofile", "", "record every allocation (slow: the rates are then meaningless) and write the heap profile to this file at the end")
 	fs.IntVar(&cfg.latencyN, "latency-n", 200, "-mode latency: idle single publishes, each handled before the next")
@@ -173,7 +177,7 @@ func parseFlags(args []string) (config, error) {
 	}
 	for _, name := range splitList(*dbs) {
 		if _, ok := formsOf[name]; !ok {
-			return cfg, fmt.Errorf("-db %q: unknown database (want sqlite, postgres or mysql)", name)
+			return cfg, fmt.Errorf("-db %q: unknown database (want sqlite, postgres, mysql or galera)", name)
 		}
 		if !slices.Contains(cfg.dbs, name) {
 			cfg.dbs = append(cfg.dbs, name)
@@ -227,7 +231,7 @@ func splitList(s string) []string {
 	return out
 }
 
-var displayNames = map[string]string{"sqlite": "SQLite", "postgres": "PostgreSQL", "mysql": "MySQL/MariaDB"}
+var displayNames = map[string]string{"sqlite": "SQLite", "postgres": "PostgreSQL", "mysql": "MySQL/MariaDB", "galera": "a MariaDB Galera cluster"}
 
 func formDisplay(f dialects.Form) string {
 	if f == dialects.FormRowLock {

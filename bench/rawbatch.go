@@ -24,17 +24,18 @@ func drainRawBatch(ctx context.Context, tg *target, t tableDesc, workers, rows i
 	defer cancel()
 	l := newLatch(rows)
 	before, cpuBefore, stmtsBefore := mallocs(), cpuTime(), tg.stmtCount()
-	q, err := tg.d.Open(ctx, dialects.QueueSpec{Table: t.Table})
+	retriesBefore := tg.retries.Load()
+	qs, closeQueues, err := tg.openQueues(ctx, dialects.QueueSpec{Table: t.Table})
 	if err != nil {
 		return result{}, err
 	}
-	defer q.Close()
-	bq, ok := q.(dialects.LeaseBatchQueue)
-	if !ok {
+	defer closeQueues()
+	if _, ok := qs[0].(dialects.LeaseBatchQueue); !ok {
 		return result{}, fmt.Errorf("the %s dialect cannot settle leases in batches", tg.db)
 	}
-	took, total, err := runLoops(ctx, cancel, l, workers, func(ctx context.Context, l *latch) (tally, error) {
-		return rawBatchLease(ctx, bq, tg.costs, l)
+	next := spread[dialects.LeaseBatchQueue](qs)
+	took, total, err := runLoops(ctx, cancel, l, workers*len(qs), func(ctx context.Context, l *latch) (tally, error) {
+		return rawBatchLease(ctx, next(), tg.costs, l)
 	})
 	allocs, cpu, driver := mallocs()-before, cpuTime()-cpuBefore, tg.stmtCount()-stmtsBefore
 	if err != nil {
@@ -43,6 +44,9 @@ func drainRawBatch(ctx context.Context, tg *target, t tableDesc, workers, rows i
 	r := result{rows: rows, took: took, mallocs: allocs, cpu: cpu, stmts: total.stmts, stmtsBy: "construction"}
 	if tg.driverStmts != nil {
 		r.stmts, r.stmtsBy = driver, "driver"
+	}
+	if n := tg.retries.Load() - retriesBefore; n > 0 {
+		r.note = fmt.Sprintf("%d claims or settlements run again after a certification conflict", n)
 	}
 	return r, nil
 }

@@ -77,6 +77,12 @@ type target struct {
 	// settle runs after a fill: checkpoints, statistics.
 	settle func(ctx context.Context, table string) error
 	close  func()
+
+	// nodes are a cluster's pools, one per node (nodes[0] is d); nil on one server.
+	nodes []dialects.Dialect
+	// retries counts the claims and settlements the raw loops ran again after a
+	// cluster's certification aborted them.
+	retries atomic.Int64
 }
 
 func openTarget(ctx context.Context, db string, cfg config) (*target, error) {
@@ -87,6 +93,8 @@ func openTarget(ctx context.Context, db string, cfg config) (*target, error) {
 		return openPostgres(ctx, cfg.pgURL)
 	case "mysql":
 		return openMySQL(ctx, cfg.mysqlDSN)
+	case "galera":
+		return openGalera(ctx, cfg.galeraDSNs)
 	}
 	return nil, fmt.Errorf("unknown database %q", db)
 }
