@@ -155,8 +155,8 @@ func (b *Broker) cancelInWork(ctx context.Context, t Table, id int64, reason str
 			continue
 		case err != nil:
 			return true, false, fmt.Errorf("rowactor: cancel row %d of %s: its delivery has not settled yet (it settles as cancelled once its handler returns): %w", id, t.Name, err)
-		case c.Won && c.Result.Err == nil:
-			return true, false, nil
+		case c.Won && c.Result.Err == nil && c.Result.Step == dialects.StepAck:
+			return true, false, nil // the cancel's own settlement (a Shutdown's release is none)
 		case !c.Won && c.Result.Err == nil && (c.Result.Step == dialects.StepAck || c.Result.Step == dialects.StepDeadLetter):
 			return true, false, fmt.Errorf("rowactor: cancel row %d of %s: its delivery settled it first (%s, %s): %w",
 				id, t.Name, c.Result.Outcome.Verdict, c.Result.Step, ErrFinished)
