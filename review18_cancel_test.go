@@ -78,3 +78,44 @@ func review18CancelShutdownScenario(t *testing.T, h *harness, form rowactor.Form
 		t.Fatalf("Cancel cut short by Shutdown: %v, want ErrClosed", err)
 	}
 }
+
+func init() {
+	review18CancelScenarios = append(review18CancelScenarios, scenario{
+		name:   "review18: Cancel racing this broker's own claim never answers ErrInWork",
+		shapes: []tableShape{withProcessedAt, withError},
+		run:    review18CancelRacesClaimScenario,
+	})
+}
+
+// review18CancelRacesClaimScenario: only this broker consumes the table, so a row is
+// never in work under another holder; a Cancel issued right after each publish (while
+// the subscription's claim takes the row, hands it over, starts it or settles it) must
+// end the row (nil) or find it finished (ErrFinished), never refuse it as another's.
+func review18CancelRacesClaimScenario(t *testing.T, h *harness, form rowactor.Form) {
+	ctx := context.Background()
+	b := h.broker()
+	opts := append(leaseOptions(form, time.Minute), rowactor.Workers(2))
+	if form == rowactor.FormLease {
+		opts = append(opts, rowactor.Prefetch(2))
+	}
+	h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		select {
+		case <-time.After(time.Millisecond):
+		case <-ctx.Done():
+		}
+		return rowactor.Ack()
+	}, opts...)
+	const n = 60
+	for i := 0; i < n; i++ {
+		id := h.publish(b, 1)[0]
+		if i%3 == 1 {
+			time.Sleep(time.Duration(i%7) * 100 * time.Microsecond)
+		}
+		bounded, stop := context.WithTimeout(ctx, 15*time.Second)
+		err := b.Cancel(bounded, h.table, id, "raced the claim")
+		stop()
+		if err != nil && !errors.Is(err, rowactor.ErrFinished) {
+			t.Fatalf("Cancel of row %d (#%d) right after its publish: %v", id, i, err)
+		}
+	}
+}
