@@ -73,6 +73,9 @@ func New(d dialects.Dialect, opts ...Option) (*Broker, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if cfg.clockErr != nil {
+		return nil, cfg.clockErr
+	}
 	b := &Broker{
 		d: d, log: cfg.log, onSettled: cfg.onSettled, now: cfg.now,
 		name:       fmt.Sprintf("rowactor-%d", brokerSeq.Add(1)),
@@ -443,7 +446,7 @@ func (w warnOnly) WithGroup(n string) slog.Handler      { return warnOnly{w.Hand
 var defaultPolicy = supervision.DefaultPolicy
 
 // isNilPointer reports whether d holds a nil pointer.
-func isNilPointer(d dialects.Dialect) bool {
+func isNilPointer(d any) bool {
 	v := reflect.ValueOf(d)
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }

@@ -2,6 +2,7 @@ package rowactor
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -29,13 +30,15 @@ type advancingClock interface {
 
 // WithClock makes the broker go by c instead of time.Now (see Clock). Meant for tests
 // that move time forward past a RetryAfter or to a periodic job's next run; jump while no
-// handler runs, since a jump past a lease's end makes its row claimable at once.
+// handler runs, since a jump past a lease's end makes its row claimable at once. A nil c
+// (or a nil pointer) makes New fail.
 func WithClock(c Clock) Option {
 	return func(cfg *brokerConfig) {
-		if c != nil {
-			cfg.now = c.Now
-			cfg.clock = c
+		if c == nil || isNilPointer(c) {
+			cfg.clockErr = errors.New("rowactor: WithClock needs a clock (e.g. rowactortest.NewClock()); got nil: leave WithClock out to go by the machine's clock")
+			return
 		}
+		cfg.now, cfg.clock, cfg.clockErr = c.Now, c, nil
 	}
 }
 

@@ -92,7 +92,9 @@ func (b *Broker) RetryNow(ctx context.Context, t Table, id int64) error {
 // A row this broker claimed that waits for a worker (Prefetch, WorkersByKey) is settled as
 // cancelled at once, without calling the handler. A row in work under another holder
 // (another process, another broker, a batch of SubscribeBatch) is refused with an error
-// wrapping ErrInWork, and left to its holder.
+// wrapping ErrInWork, and left to its holder; while a claim of this broker's on t is in
+// flight (it may hold the row before its subscription shows it), Cancel looks for the
+// row again a few times, a moment apart, before it says so.
 func (b *Broker) Cancel(ctx context.Context, t Table, id int64, reason string) error {
 	jc, err := b.jobController("cancel", t, id)
 	if err != nil {
@@ -103,6 +105,7 @@ func (b *Broker) Cancel(ctx context.Context, t Table, id int64, reason string) e
 		return err // before a delivery is cancelled on a description no statement could run
 	}
 	for tries := 1; ; tries++ {
+		_, claimed := b.claimActivity(t)
 		held, gaveBack, err := b.cancelInWork(ctx, t, id, reason)
 		if held {
 			return err
@@ -114,12 +117,15 @@ func (b *Broker) Cancel(ctx context.Context, t Table, id int64, reason string) e
 		// A claim of this broker's may have taken the row since it was looked for: look
 		// again. When a delivery of this broker's gave the row back just now (its
 		// handler was given up on), a claim of its subscription is likely to take it
-		// again at once, and to hold its lock or key while it reads the row: look again a
-		// few times, a moment apart.
+		// again at once, and to hold its lock or key while it reads the row; and a claim
+		// in flight holds its rows (a lease written, a row locked, a key taken) before
+		// its subscription has them where a look finds them: look again a few times, a
+		// moment apart, while that may be so.
 		if held, _, err := b.cancelInWork(ctx, t, id, reason); held {
 			return err
 		}
-		if !gaveBack || tries == cancelTries {
+		inFlight, claimedNow := b.claimActivity(t)
+		if !gaveBack && inFlight == 0 && claimedNow == claimed || tries == cancelTries {
 			return err
 		}
 		select {
@@ -155,8 +161,8 @@ func (b *Broker) cancelInWork(ctx context.Context, t Table, id int64, reason str
 			continue
 		case err != nil:
 			return true, false, fmt.Errorf("rowactor: cancel row %d of %s: its delivery has not settled yet (it settles as cancelled once its handler returns): %w", id, t.Name, err)
-		case c.Won && c.Result.Err == nil:
-			return true, false, nil
+		case c.Won && c.Result.Err == nil && c.Result.Step == dialects.StepAck:
+			return true, false, nil // the cancel's own settlement (a Shutdown's release is none)
 		case !c.Won && c.Result.Err == nil && (c.Result.Step == dialects.StepAck || c.Result.Step == dialects.StepDeadLetter):
 			return true, false, fmt.Errorf("rowactor: cancel row %d of %s: its delivery settled it first (%s, %s): %w",
 				id, t.Name, c.Result.Outcome.Verdict, c.Result.Step, ErrFinished)
@@ -168,6 +174,20 @@ func (b *Broker) cancelInWork(ctx context.Context, t Table, id int64, reason str
 		return false, true, nil
 	}
 	return false, false, nil
+}
+
+// claimActivity is the claims of this broker's subscriptions to t: those in flight, and
+// how many they took in so far (Cancel looks again while these move).
+func (b *Broker) claimActivity(t Table) (inFlight int64, done uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, s := range b.subs {
+		if s.table.Name == t.Name {
+			n, d := s.run.Claiming()
+			inFlight, done = inFlight+n, done+d
+		}
+	}
+	return inFlight, done
 }
 
 // jobController finds the dialect's job control and counts the call in flight (the

@@ -20,6 +20,7 @@ type brokerConfig struct {
 	onSettled func(Settlement)
 	now       func() time.Time
 	clock     Clock
+	clockErr  error // WithClock(nil)
 	pollOnly  bool
 	tracers   trace.TracerProvider
 	meters    metric.MeterProvider

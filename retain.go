@@ -93,7 +93,7 @@ func (b *Broker) Retain(ctx context.Context, t Table, keep time.Duration, opts .
 // It runs as Retain does (RetainEvery, RetainBatch, one round at a time across processes,
 // under a lock of its own, so it never waits for the table's Retain), deletes the oldest
 // deaths first, and leaves the group's rows whose DeadAt is NULL (moved before the column
-// was described) and rows a subscription of the group holds (a lease, a row lock). The
+// was described) and rows a subscription of the group holds (a lease, a row lock, a key). The
 // rowactor.retention.deleted counter counts its rows with the group as rowactor.queue.
 // A requeue clears DeadAt: a row moved back and dead again is kept keep from its second
 // death.

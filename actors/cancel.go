@@ -100,6 +100,13 @@ func (s *Subscription) Cancel(ctx context.Context, id int64, cause error, reason
 	return req.wait(ctx)
 }
 
+// Claiming reports the subscription's claims in flight (their rows, claimed, not yet in
+// its backlog or its book) and how many claims it took in so far: a Cancel that found a
+// row held by nobody the subscription knows looks again while these move.
+func (s *Subscription) Claiming() (inFlight int64, done uint64) {
+	return s.claiming.Load(), s.claimsDone.Load()
+}
+
 func (req *cancelRequest) wait(ctx context.Context) (Cancelled, bool, error) {
 	select {
 	case <-req.done:

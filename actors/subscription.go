@@ -120,6 +120,11 @@ type Subscription struct {
 
 	// book holds the deliveries in work by row id, for Cancel (cancel.go).
 	book inWorkBook
+	// claiming mirrors the claims in flight, whose rows the book and the backlog do not
+	// show yet, and claimsDone counts the claims whose rows were taken in: a Cancel that
+	// found the row held by nobody it knows looks again while a claim may hold it unseen.
+	claiming   atomic.Int64
+	claimsDone atomic.Uint64
 
 	inWork   atomic.Int64
 	released atomic.Int64
@@ -403,6 +408,7 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.inFlight--
 		if m.Parked {
 			// A failed claimer answered its ping: it was restarted, claims go on.
+			a.s.claiming.Store(int64(a.inFlight))
 			a.parked--
 			delete(a.failed, c.Sender().Id)
 			a.idle = append(a.idle, c.Sender())
@@ -434,6 +440,8 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		for _, cl := range m.Claims {
 			a.hold(c, cl)
 		}
+		a.s.claimsDone.Add(1) // held, in the backlog or the book: a Cancel finds them
+		a.s.claiming.Store(int64(a.inFlight))
 		switch {
 		case m.Err != nil:
 			a.claimFailed(m.Err)
@@ -605,6 +613,7 @@ func (a *subscriptionActor) takeConns(c actor.Context, req *claimer.Request, con
 		// ping is sent, which it answers once restarted: the claim is made then. The ping
 		// holds no connection of the pool's budget, and a drain does not wait for it.
 		a.inFlight++
+		a.s.claiming.Store(int64(a.inFlight))
 		a.parked++
 		c.Send(pid, &claimer.Request{Parked: true, Wakes: a.wakes})
 		return false
@@ -620,6 +629,7 @@ func (a *subscriptionActor) takeConns(c actor.Context, req *claimer.Request, con
 	}
 	req.Conns, req.Wakes = got, a.wakes
 	a.inFlight++
+	a.s.claiming.Store(int64(a.inFlight))
 	if req.Batch {
 		a.asked++ // a batch claim asks for one worker
 	} else {

@@ -40,9 +40,10 @@ type DeadLetterRetainer interface {
 	// RetainDeadLetters is RetainRound for the rows of group whose DeadAt is before
 	// before (rows whose DeadAt is NULL stay), oldest deaths first. In the lease form it
 	// also leaves the rows whose lease runs past before (a subscription of the group holds
-	// them), and in the row lock form the rows another transaction locks. A limit of 0
-	// checks the description and the group (CheckRetainDeadLetters) against the live
-	// table and takes no lock.
+	// them), in the row lock form the rows another transaction locks, and in the advisory
+	// form the rows whose key a session holds (on SQLite, a delivery of this process). A
+	// limit of 0 checks the description and the group (CheckRetainDeadLetters) against
+	// the live table and takes no lock.
 	RetainDeadLetters(ctx context.Context, t Table, group, lock string, before time.Time, limit int) (deleted int64, led bool, err error)
 }
 

@@ -192,7 +192,8 @@ var WorkTable = rowactor.Table{Name: "rowactortest_work", ID: "id", Payload: "pa
 	RetryAfter: "retry_after", LockedUntil: "locked_until", Headers: "headers", Error: "error"}
 
 // Clock is a clock a test moves forward: it runs with the machine's time, ahead of it by
-// what Advance added. It is a rowactor.Clock that tells its jumps.
+// what Advance added. It is a rowactor.Clock that tells its jumps. Its zero value is a
+// clock at the machine's time, as NewClock's.
 type Clock struct {
 	mu     sync.Mutex
 	ahead  time.Duration
@@ -215,7 +216,9 @@ func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ahead += d
-	close(c.jumped)
+	if c.jumped != nil {
+		close(c.jumped)
+	}
 	c.jumped = make(chan struct{})
 }
 
@@ -223,6 +226,9 @@ func (c *Clock) Advance(d time.Duration) {
 func (c *Clock) Advanced() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.jumped == nil { // the zero value
+		c.jumped = make(chan struct{})
+	}
 	return c.jumped
 }
 

@@ -62,13 +62,19 @@ func (d *Dialect) RetainDeadLetters(ctx context.Context, t dialects.Table, group
 	if limit <= 0 {
 		return 0, false, nil
 	}
-	pick, args := deadLettersPick(t, group, before, limit)
+	pick, args, err := deadLettersPick(t, group, before, limit)
+	if err != nil {
+		return 0, false, err
+	}
 	return d.round(ctx, t, lock, limit, pick, args...)
 }
 
 // deadLettersPick locks up to limit rows of group that died before before, skipping rows
-// others hold and, in the lease form, rows leased past before.
-func deadLettersPick(t dialects.Table, group string, before time.Time, limit int) (string, []any) {
+// others hold, in the lease form rows leased past before, and in the advisory form rows
+// whose key a session holds (a delivery of the group's). A consumer that takes the key
+// after the pick reads the row only after the delete commits (its take waits for the
+// row's lock), and finds it gone.
+func deadLettersPick(t dialects.Table, group string, before time.Time, limit int) (string, []any, error) {
 	dead := quote(t.DeadAt)
 	args := []any{group, dbTime(before)}
 	leased := ""
@@ -77,8 +83,15 @@ func deadLettersPick(t dialects.Table, group string, before time.Time, limit int
 		leased = " AND (" + lu + " IS NULL OR " + lu + " < ?)"
 		args = append(args, dbTime(before))
 	}
+	if t.AdvisoryKey != "" {
+		key, err := keyText(t.AdvisoryKey)
+		if err != nil {
+			return "", nil, err
+		}
+		leased += " AND IS_USED_LOCK(" + lockNameExpr(key) + ") IS NULL"
+	}
 	return "SELECT " + quote(t.ID) + " FROM " + quote(t.Name) + " WHERE " + quote(t.Group) + " = ? AND " + dead + " < ?" + leased +
-		" ORDER BY " + dead + " LIMIT " + strconv.Itoa(limit) + " FOR UPDATE SKIP LOCKED", args
+		" ORDER BY " + dead + " LIMIT " + strconv.Itoa(limit) + " FOR UPDATE SKIP LOCKED", args, nil
 }
 
 // round takes lock's GET_LOCK without waiting on a pool connection of its own and, on

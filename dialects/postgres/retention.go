@@ -45,20 +45,39 @@ func (d *Dialect) RetainDeadLetters(ctx context.Context, t dialects.Table, group
 	if limit <= 0 {
 		return 0, false, nil
 	}
-	return d.round(ctx, t, lock, limit, deadLettersText(t, limit), before, group)
+	text, err := deadLettersText(t, limit)
+	if err != nil {
+		return 0, false, err
+	}
+	return d.round(ctx, t, lock, limit, text, before, group)
 }
 
 // deadLettersText deletes up to limit rows of group $2 that died before $1, skipping rows
-// another session locks and, in the lease form, rows leased past $1.
-func deadLettersText(t dialects.Table, limit int) string {
+// another session locks, in the lease form rows leased past $1, and in the advisory form
+// rows whose key a session holds (a delivery of the group's): each candidate's key is
+// tried for the statement's transaction, as a consumer tries it, once the candidates are
+// read (so no other row's key is tried).
+func deadLettersText(t dialects.Table, limit int) (string, error) {
 	tq, id, dead := quote(t.Name), quote(t.ID), quote(t.DeadAt)
 	leased := ""
 	if t.LockedUntil != "" {
 		lu := quote(t.LockedUntil)
 		leased = " AND (" + lu + " IS NULL OR " + lu + " < $1)"
 	}
-	return "DELETE FROM " + tq + " WHERE " + id + " IN (SELECT " + id + " FROM " + tq + " WHERE " + quote(t.Group) + " = $2 AND " +
-		dead + " < $1" + leased + " ORDER BY " + dead + " LIMIT " + strconv.Itoa(limit) + " FOR UPDATE SKIP LOCKED)"
+	cols := id
+	if t.AdvisoryKey != "" {
+		key, err := keyExpr(t.AdvisoryKey)
+		if err != nil {
+			return "", err
+		}
+		cols += ", " + key + " AS k"
+	}
+	pick := "SELECT " + cols + " FROM " + tq + " WHERE " + quote(t.Group) + " = $2 AND " +
+		dead + " < $1" + leased + " ORDER BY " + dead + " LIMIT " + strconv.Itoa(limit) + " FOR UPDATE SKIP LOCKED"
+	if t.AdvisoryKey != "" {
+		pick = "SELECT r." + id + " FROM (" + pick + ") AS r WHERE pg_try_advisory_xact_lock(hashtextextended(r.k, 0))"
+	}
+	return "DELETE FROM " + tq + " WHERE " + id + " IN (" + pick + ")", nil
 }
 
 // round takes lock's key without waiting on a pool connection of its own and runs text

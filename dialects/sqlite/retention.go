@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -54,15 +55,67 @@ func (d *Dialect) RetainDeadLetters(ctx context.Context, t dialects.Table, group
 		lu := quote(t.LockedUntil)
 		leased = " AND (" + lu + " IS NULL OR " + lu + " < :before)"
 	}
-	text := "DELETE FROM " + tq + " WHERE " + id + " IN (SELECT " + id + " FROM " + tq + " WHERE " + quote(t.Group) + " = :group AND " +
-		dead + " < :before" + leased + " ORDER BY " + dead + " LIMIT " + strconv.Itoa(limit) + ")"
-	return d.round(ctx, t, lock, limit, text, sql.Named("before", formatTime(before)), sql.Named("group", group))
+	args := []any{sql.Named("before", formatTime(before)), sql.Named("group", group)}
+	pick := "SELECT " + id + " FROM " + tq + " WHERE " + quote(t.Group) + " = :group AND " +
+		dead + " < :before" + leased + " ORDER BY " + dead + " LIMIT " + strconv.Itoa(limit)
+	if t.AdvisoryKey != "" {
+		// A delivery of the group in this process holds its row's key: the batch passes
+		// over those rows. A consumer that takes a key after the batch read it takes its
+		// row only in a later writer turn, and finds it gone.
+		key, err := keyExpr(t.AdvisoryKey)
+		if err != nil {
+			return 0, false, err
+		}
+		pick = "SELECT " + id + ", " + key + " FROM " + tq + " WHERE " + quote(t.Group) + " = :group AND " +
+			dead + " < :before ORDER BY " + dead + " LIMIT " + strconv.Itoa(limit)
+		return d.roundBy(ctx, t, lock, limit, func(ctx context.Context, f *file) (int64, error) {
+			return d.deleteUnkeyed(ctx, f, t, pick, args)
+		})
+	}
+	text := "DELETE FROM " + tq + " WHERE " + id + " IN (" + pick + ")"
+	return d.round(ctx, t, lock, limit, text, args...)
+}
+
+// deleteUnkeyed deletes the rows pick (with args) reads, id and key, whose key no delivery
+// of this process holds; the caller holds the writer turn.
+func (d *Dialect) deleteUnkeyed(ctx context.Context, f *file, t dialects.Table, pick string, args []any) (int64, error) {
+	rows, err := d.db.QueryContext(ctx, pick, args...)
+	if err != nil {
+		return 0, err
+	}
+	var ids []any
+	for rows.Next() {
+		var (
+			id  int64
+			key string
+		)
+		if err := rows.Scan(&id, &key); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		if !f.keyHeld(key) {
+			ids = append(ids, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	return changed(d.db.ExecContext(ctx, "DELETE FROM "+quote(t.Name)+" WHERE "+quote(t.ID)+" IN (?"+
+		strings.Repeat(", ?", len(ids)-1)+")", ids...))
 }
 
 // round holds lock's key in the file's registry for the round and runs text (with args),
 // one statement in each of this process's writer turns, until one deletes fewer than
 // limit rows.
 func (d *Dialect) round(ctx context.Context, t dialects.Table, lock string, limit int, text string, args ...any) (int64, bool, error) {
+	return d.roundBy(ctx, t, lock, limit, func(ctx context.Context, _ *file) (int64, error) {
+		return changed(d.db.ExecContext(ctx, text, args...))
+	})
+}
+
+// roundBy is round with each batch run by batch, in the process's writer turn.
+func (d *Dialect) roundBy(ctx context.Context, t dialects.Table, lock string, limit int, batch func(context.Context, *file) (int64, error)) (int64, bool, error) {
 	f, err := d.fileEntry(ctx)
 	if err != nil {
 		return 0, false, err
@@ -77,7 +130,7 @@ func (d *Dialect) round(ctx context.Context, t dialects.Table, lock string, limi
 		if err := f.lockWriter(ctx); err != nil {
 			return deleted, true, adminErr("retention", t.Name, err)
 		}
-		n, err := changed(d.db.ExecContext(ctx, text, args...))
+		n, err := batch(ctx, f)
 		f.unlockWriter()
 		if err != nil {
 			return deleted, true, adminErr("retention", t.Name, err)
