@@ -133,3 +133,34 @@ func (q contended) SettleLeases(ctx context.Context, kind dialects.StepKind, now
 		}
 	}
 }
+
+// withBrokers gives a target n-1 more pools on its server (-brokers n), opened by open:
+// the contenders spread over them as over a cluster's nodes, as n consumer processes
+// would. The driver then counts the first pool's statements only, so that count is
+// dropped.
+func withBrokers(ctx context.Context, n int, open func(context.Context) (dialects.Dialect, error)) func(*target, error) (*target, error) {
+	return func(tg *target, err error) (*target, error) {
+		if err != nil || n <= 1 {
+			return tg, err
+		}
+		tg.nodes = []dialects.Dialect{tg.d}
+		tg.driverStmts = nil
+		closeFirst := tg.close
+		tg.close = func() {
+			for _, d := range tg.nodes[1:] {
+				d.Close()
+			}
+			closeFirst()
+		}
+		for range n - 1 {
+			d, err := open(ctx)
+			if err != nil {
+				tg.close()
+				return nil, err
+			}
+			tg.nodes = append(tg.nodes, d)
+		}
+		tg.version += fmt.Sprintf(", %d pools", n)
+		return tg, nil
+	}
+}

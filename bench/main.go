@@ -69,6 +69,7 @@ type config struct {
 	pgURL      string
 	mysqlDSN   string
 	galeraDSNs string
+	brokers    int // -mode drain on PostgreSQL or MySQL: pools (and brokers) on the one server
 	cpuprofile string
 	memprofile string
 
@@ -134,6 +135,7 @@ func parseFlags(args []string) (config, error) {
 	forms := fs.String("form", "lease", "claim forms, comma-separated: rowlock, lease, advisory")
 	workers := fs.String("workers", "1,8", "worker counts, comma-separated")
 	fs.IntVar(&cfg.rows, "rows", 20000, "rows per drain")
+	fs.IntVar(&cfg.brokers, "brokers", 1, "-db postgres or mysql: that many pools on the server, a broker each (or -workers raw loops each), as that many consumer processes would have")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds per database, form and worker count")
 	fs.IntVar(&prefetch, "prefetch", -1, "rowactor's Prefetch(n) in the lease form (default: not given, rowactor sizes the room itself; 0 claims only for free workers)")
 	fs.StringVar(&cfg.tracing, "tracing", "off", "rowactor's OpenTelemetry: off, on, or both (rowactor runs twice per round)")
@@ -208,8 +210,11 @@ func parseFlags(args []string) (config, error) {
 	default:
 		return cfg, fmt.Errorf("-tracing %q: want off, on or both", cfg.tracing)
 	}
-	if cfg.rows < 1 || cfg.rounds < 1 {
-		return cfg, errors.New("-rows and -rounds must be at least 1")
+	if cfg.rows < 1 || cfg.rounds < 1 || cfg.brokers < 1 {
+		return cfg, errors.New("-rows, -rounds and -brokers must be at least 1")
+	}
+	if cfg.brokers > 1 && (cfg.mode != "drain" || slices.Contains(cfg.dbs, "sqlite") || slices.Contains(cfg.dbs, "galera")) {
+		return cfg, errors.New("-brokers works in -mode drain on postgres and mysql (galera has a broker per node)")
 	}
 	for _, f := range strings.Split(*workers, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -392,7 +397,7 @@ func report(out *json.Encoder, cfg config, tg *target, form dialects.Form, n int
 		rs := results[c.key()]
 		rates := mapSlice(rs, result.rate)
 		s := summary{
-			DB: tg.db, Form: form.String(), Contender: c.name, Tracing: onOff(c.tracing), Workers: n, Rows: cfg.rows, Rounds: cfg.rounds,
+			DB: tg.db, Form: form.String(), Contender: c.name, Tracing: onOff(c.tracing), Workers: n, Pools: len(tg.nodes), Rows: cfg.rows, Rounds: cfg.rounds,
 			Median: roundTo(median(rates), 0), Min: roundTo(slices.Min(rates), 0), Max: roundTo(slices.Max(rates), 0),
 			Allocs: roundTo(median(mapSlice(rs, result.allocsPerMsg)), 1),
 			CPU:    roundTo(median(mapSlice(rs, result.cpuPerMsg)), 1),
@@ -424,7 +429,7 @@ func report(out *json.Encoder, cfg config, tg *target, form dialects.Form, n int
 			for i := range rs {
 				ratios[i] = rs[i].rate() / raw[i].rate()
 			}
-			if err := out.Encode(ratioLine{DB: tg.db, Form: form.String(), Tracing: onOff(c.tracing), Workers: n,
+			if err := out.Encode(ratioLine{DB: tg.db, Form: form.String(), Tracing: onOff(c.tracing), Workers: n, Pools: len(tg.nodes),
 				Against: against, Ratio: roundTo(median(ratios), 3)}); err != nil {
 				return err
 			}
@@ -449,21 +454,24 @@ func report(out *json.Encoder, cfg config, tg *target, form dialects.Form, n int
 
 // summary is one contender's line for one database, form and worker count.
 type summary struct {
-	DB        string   `json:"db"`
-	Form      string   `json:"form"`
-	Contender string   `json:"contender"`
-	Tracing   string   `json:"tracing"`
-	Workers   int      `json:"workers"`
-	Rows      int      `json:"rows"`
-	Rounds    int      `json:"rounds"`
-	Median    float64  `json:"msgs_per_s_median"`
-	Min       float64  `json:"msgs_per_s_min"`
-	Max       float64  `json:"msgs_per_s_max"`
-	Allocs    float64  `json:"allocs_per_msg"`
-	CPU       float64  `json:"cpu_us_per_msg"`
-	Stmts     *float64 `json:"statements_per_msg,omitempty"`
-	StmtsBy   string   `json:"statements_counted_by,omitempty"`
-	Spans     *float64 `json:"spans_per_msg,omitempty"`
+	DB        string `json:"db"`
+	Form      string `json:"form"`
+	Contender string `json:"contender"`
+	Tracing   string `json:"tracing"`
+	Workers   int    `json:"workers"`
+	// Pools is the pools (-brokers, or a cluster's nodes) the contender spread over, each
+	// with Workers workers; absent for one.
+	Pools   int      `json:"pools,omitempty"`
+	Rows    int      `json:"rows"`
+	Rounds  int      `json:"rounds"`
+	Median  float64  `json:"msgs_per_s_median"`
+	Min     float64  `json:"msgs_per_s_min"`
+	Max     float64  `json:"msgs_per_s_max"`
+	Allocs  float64  `json:"allocs_per_msg"`
+	CPU     float64  `json:"cpu_us_per_msg"`
+	Stmts   *float64 `json:"statements_per_msg,omitempty"`
+	StmtsBy string   `json:"statements_counted_by,omitempty"`
+	Spans   *float64 `json:"spans_per_msg,omitempty"`
 }
 
 type ratioLine struct {
@@ -471,6 +479,7 @@ type ratioLine struct {
 	Form    string `json:"form"`
 	Tracing string `json:"tracing"`
 	Workers int    `json:"workers"`
+	Pools   int    `json:"pools,omitempty"`
 	// Against names the loop compared with: "raw" (one row per claim and settlement) or
 	// "raw-batch" (32 rows per claim, one batched ack).
 	Against string  `json:"against"`

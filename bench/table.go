@@ -90,9 +90,13 @@ func openTarget(ctx context.Context, db string, cfg config) (*target, error) {
 	case "sqlite":
 		return openSQLite(ctx, cfg.dir)
 	case "postgres":
-		return openPostgres(ctx, cfg.pgURL)
+		return withBrokers(ctx, cfg.brokers, func(ctx context.Context) (dialects.Dialect, error) {
+			return postgres.Open(ctx, cfg.pgURL)
+		})(openPostgres(ctx, cfg.pgURL))
 	case "mysql":
-		return openMySQL(ctx, cfg.mysqlDSN)
+		return withBrokers(ctx, cfg.brokers, func(ctx context.Context) (dialects.Dialect, error) {
+			return mysql.Open(ctx, cfg.mysqlDSN)
+		})(openMySQL(ctx, cfg.mysqlDSN))
 	case "galera":
 		return openGalera(ctx, cfg.galeraDSNs)
 	}
