@@ -447,3 +447,41 @@ func TestMountPrefix(t *testing.T) {
 		}
 	}
 }
+
+// The overview and job lists reload themselves no more often than every MinRefresh, by
+// the one embedded script; Refresh(0) turns it off, and the job page never reloads.
+func TestRefresh(t *testing.T) {
+	f := newFixture(t, databases[0])
+	tb := f.jobsTable("dash_refresh_")
+	id := f.publish(tb, "emails", "{}")
+	for _, c := range []struct {
+		opts []Option
+		want string // data-refresh, "" for no script
+	}{
+		{nil, "10"},
+		{[]Option{Refresh(time.Second)}, "5"},
+		{[]Option{Refresh(30 * time.Second)}, "30"},
+		{[]Option{Refresh(0)}, ""},
+	} {
+		d, err := New(f.b, []Table{{Table: tb}}, c.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, u := serve(t, d, "/x")
+		for _, page := range []string{"/", "/jobs?table=" + tb.Name, fmt.Sprintf("/job?table=%s&id=%d", tb.Name, id)} {
+			_, body := get(t, cl, u+page)
+			m := regexp.MustCompile(`<script src="/x/static/refresh.js" data-refresh="(\d+)" defer>`).FindStringSubmatch(body)
+			switch {
+			case strings.HasPrefix(page, "/job?") && m != nil:
+				t.Errorf("the job page reloads itself")
+			case strings.HasPrefix(page, "/job?"):
+			case c.want == "" && m != nil, c.want != "" && (m == nil || m[1] != c.want):
+				t.Errorf("%s with %d options: refresh %v, want %q", page, len(c.opts), m, c.want)
+			}
+		}
+		status, js := get(t, cl, u+"/static/refresh.js")
+		if status != http.StatusOK || !strings.Contains(js, "Math.max(5,") {
+			t.Errorf("refresh.js: %d, or it does not hold its floor of 5 s", status)
+		}
+	}
+}
