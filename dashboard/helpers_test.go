@@ -143,7 +143,12 @@ func (f *fixture) jobsTable(prefix string) rowactor.Table {
 	if _, err := rand.Read(r[:]); err != nil {
 		f.t.Fatal(err)
 	}
-	name := prefix + hex.EncodeToString(r[:])
+	return f.jobsTableNamed(prefix + hex.EncodeToString(r[:]))
+}
+
+// jobsTableNamed is jobsTable under name, dropped when the test ends.
+func (f *fixture) jobsTableNamed(name string) rowactor.Table {
+	f.t.Helper()
 	f.t.Cleanup(func() {
 		if _, err := f.sql.ExecContext(ctx, "DROP TABLE IF EXISTS "+f.db.quote(name)); err != nil {
 			f.t.Errorf("drop %s: %v", name, err)
@@ -192,6 +197,28 @@ func (f *fixture) count(query string, args ...any) int64 {
 }
 
 func (f *fixture) q(name string) string { return f.db.quote(name) }
+
+// ids runs a SELECT of ids.
+func (f *fixture) ids(query string, args ...any) []int64 {
+	f.t.Helper()
+	rows, err := f.sql.QueryContext(ctx, f.db.rebind(query), args...)
+	if err != nil {
+		f.t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			f.t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		f.t.Fatal(err)
+	}
+	return ids
+}
 
 func (f *fixture) publish(tb rowactor.Table, group, payload string, opts ...rowactor.PublishOption) int64 {
 	f.t.Helper()
