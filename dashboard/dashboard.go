@@ -17,6 +17,13 @@
 // counts their settlements (Broker.Throughput) and the overview can pause and resume them;
 // without, the chart counts finished rows by processed_at, where the table has it.
 //
+// What an open page costs: the overview counts only the unfinished rows, through the
+// claim index (dialects.QueueCounter), so a table keeping a million finished rows costs
+// what its queue costs; job pages are keyset pages of the primary key. The chart by
+// processed_at reads the rows finished in the last hour, which takes an index on
+// (group, processed_at) (CREATE INDEX ... ON jobs (queue, processed_at); Schema renders
+// none) to avoid reading the whole table. Pages reload at most every MinRefresh.
+//
 // Actions are POST requests carrying a token bound to a cookie (SameSite=Strict) by an
 // HMAC under a secret each Dashboard draws at New; ReadOnly refuses them all.
 package dashboard

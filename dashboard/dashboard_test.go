@@ -485,3 +485,27 @@ func TestRefresh(t *testing.T) {
 		}
 	}
 }
+
+// A queue whose rows are all finished keeps its line while its dead-letter group holds
+// rows, with the count and the requeue button; finished rows are not counted.
+func TestQueueLineWithoutRows(t *testing.T) {
+	eachDB(t, func(t *testing.T, f *fixture) {
+		tb := f.jobsTable("dash_empty_")
+		done := f.publish(tb, "emails", "{}")
+		f.exec("UPDATE "+f.q(tb.Name)+" SET processed_at = ? WHERE id = ?", time.Now(), done)
+		f.publish(tb, "emails-dead", "{}")
+		f.publish(tb, "emails-dead", "{}")
+		d, err := New(f.b, []Table{{Table: tb, DeadLetters: map[string]string{"emails": "emails-dead"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, u := serve(t, d, "")
+		_, body := get(t, c, u+"/")
+		if got := counts(t, body, tb.Name, "emails"); got["dead"] != "2" || got["queued"] != "0" || got["handled"] != "1" {
+			t.Errorf("emails: %v, want no queued row, 2 dead letters, 1 handled in the chart", got)
+		}
+		if !strings.Contains(body, `data-op="requeue"`) {
+			t.Error("no requeue button")
+		}
+	})
+}

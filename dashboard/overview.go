@@ -3,6 +3,8 @@ package dashboard
 import (
 	"context"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/rowactor/rowactor"
@@ -64,7 +66,7 @@ func (d *Dashboard) serveOverview(w http.ResponseWriter, r *http.Request) {
 // then one chart per group.
 func (d *Dashboard) tableOverview(ctx context.Context, t Table, now time.Time) tableView {
 	tv := tableView{Name: t.Name, Form: t.Form().String()}
-	stats, err := d.admin.Stats(ctx, t.Table, now)
+	stats, err := d.counts(ctx, t, now)
 	if err != nil {
 		d.cfg.log.Warn("dashboard: reading a table's counts failed", "table", t.Name, "err", err)
 		tv.Error = err.Error()
@@ -100,9 +102,46 @@ func (d *Dashboard) tableOverview(ctx context.Context, t Table, now time.Time) t
 		}
 		tv.Groups = append(tv.Groups, gv)
 	}
-	// A queue whose dead-letter group has no rows yet has no line of its own: its dead
-	// letters read 0 above, which is right.
 	return tv
+}
+
+// counts reads a table's counts per group: only its unfinished rows where the dialect can
+// (dialects.QueueCounter, through the claim index, so a table keeping millions of finished
+// rows costs what its queue costs), all of them otherwise (Admin.Stats). A queue named in
+// DeadLetters gets a line even when it has no unfinished row, to show its dead letters.
+func (d *Dashboard) counts(ctx context.Context, t Table, now time.Time) ([]dialects.GroupStats, error) {
+	var (
+		stats []dialects.GroupStats
+		err   error
+	)
+	if qc, ok := d.b.Dialect().(dialects.QueueCounter); ok {
+		stats, err = qc.QueueStats(ctx, t.Table, now)
+	} else {
+		stats, err = d.admin.Stats(ctx, t.Table, now)
+	}
+	if err != nil {
+		return nil, err
+	}
+	counted := t.Form() == rowactor.FormLease
+	if len(stats) > 0 {
+		counted = stats[0].InWorkCounted
+	}
+	for q := range t.DeadLetters {
+		if !slices.ContainsFunc(stats, func(g dialects.GroupStats) bool { return !g.NullGroup && g.Group == q }) {
+			stats = append(stats, dialects.GroupStats{Group: q, InWorkCounted: counted})
+		}
+	}
+	slices.SortStableFunc(stats, func(a, b dialects.GroupStats) int {
+		switch {
+		case a.NullGroup != b.NullGroup:
+			if a.NullGroup {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Group, b.Group)
+	})
+	return stats, nil
 }
 
 // chartOf is the group's throughput over the last hour: this process's settlements when

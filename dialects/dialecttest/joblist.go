@@ -15,6 +15,56 @@ import (
 var jobListScenarios = []scenario{
 	{name: "FiltersAndPages", run: testListJobsFiltersAndPages},
 	{name: "FinishedPerMinute", run: testFinishedPerMinute},
+	{name: "QueueStatsLeavesFinishedOut", run: testQueueStats},
+}
+
+// QueueStats counts what Stats counts of the unfinished rows, and nothing of the finished:
+// no processed count, no group whose rows are all finished, no finished row's error.
+func testQueueStats(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_qstats", func(name string) dialects.Table {
+		tb := leaseTable(name)
+		tb.ProcessedAt, tb.Error = "processed_at", "error"
+		return tb
+	})
+	tq := e.q(tbl.Name)
+	for range 3 {
+		e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("due")})
+	}
+	delayed := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("delayed")})
+	e.exec("UPDATE "+tq+" SET retry_after = ?, error = ? WHERE id = ?", h.TimeArg(t0.Add(time.Hour)), "retrying: boom", delayed)
+	leased := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("in work")})
+	e.exec("UPDATE "+tq+" SET locked_until = ? WHERE id = ?", h.TimeArg(t0.Add(time.Minute)), leased)
+	for _, g := range []string{"g", "g", "done"} {
+		id := e.publish(tbl, dialects.Message{Group: g, Payload: []byte("finished")})
+		e.exec("UPDATE "+tq+" SET processed_at = ?, error = ? WHERE id = ?", h.TimeArg(t0.Add(-time.Minute)), "dropped: finished", id)
+	}
+	qc, ok := e.d.(dialects.QueueCounter)
+	if !ok {
+		t.Fatalf("%T is not a dialects.QueueCounter", e.d)
+	}
+	got, err := qc.QueueStats(ctx, tbl, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := e.d.(dialects.Admin).Stats(ctx, tbl, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Group != "g" || len(all) != 2 {
+		t.Fatalf("QueueStats %+v (Stats %+v), want group g alone", got, all)
+	}
+	g, a := got[0], all[1]
+	if a.Group != "g" {
+		a = all[0]
+	}
+	if g.Due != 3 || g.Delayed != 1 || g.InWork != 1 || g.Processed != 0 || a.Processed != 2 ||
+		g.Due != a.Due || g.Delayed != a.Delayed || g.InWork != a.InWork || g.Oldest.ID != a.Oldest.ID {
+		t.Errorf("QueueStats %+v, Stats %+v", g, a)
+	}
+	if len(g.Errors) != 1 || g.Errors[0].Error != "retrying: boom" {
+		t.Errorf("QueueStats' errors %+v, want the unfinished row's only", g.Errors)
+	}
 }
 
 // Each filter keeps exactly its rows, in id order, and keyset pages cover the list once,
