@@ -72,6 +72,7 @@ func (d *Dashboard) tableOverview(ctx context.Context, t Table, now time.Time) t
 		tv.Error = err.Error()
 		return tv
 	}
+	finished, finishedOK := d.finishedOf(ctx, t, now)
 	byGroup := map[string]dialects.GroupStats{}
 	for _, g := range stats {
 		if !g.NullGroup {
@@ -98,7 +99,7 @@ func (d *Dashboard) tableOverview(ctx context.Context, t Table, now time.Time) t
 			if s := d.subscription(t, g.Group); s != nil {
 				gv.Subscribed, gv.Paused = true, s.Paused()
 			}
-			gv.Chart = d.chartOf(ctx, t, g.Group, now)
+			gv.Chart = d.chartOf(t, g.Group, finished, finishedOK, now)
 		}
 		tv.Groups = append(tv.Groups, gv)
 	}
@@ -144,33 +145,36 @@ func (d *Dashboard) counts(ctx context.Context, t Table, now time.Time) ([]diale
 	return stats, nil
 }
 
+// finishedOf reads the table's finished rows per group and minute over the last hour
+// (its chart's cache reads only the last two minutes after the first time), when some
+// group may need them: the table has processed_at and the dialect can count by it. ok
+// is false when they cannot be read.
+func (d *Dashboard) finishedOf(ctx context.Context, t Table, now time.Time) (map[string][]rowactor.ThroughputMinute, bool) {
+	fc, ok := d.b.Dialect().(dialects.FinishedCounter)
+	if !ok || t.ProcessedAt == "" {
+		return nil, false
+	}
+	minutes, err := d.finished.minutes(ctx, fc, t, now)
+	if err != nil {
+		d.cfg.log.Warn("dashboard: counting finished rows failed", "table", t.Name, "err", err)
+		return nil, false
+	}
+	return minutes, true
+}
+
 // chartOf is the group's throughput over the last hour: this process's settlements when
 // a subscription of its broker reads the queue, else the finished rows by processed_at
-// where the table keeps them, else nil.
-func (d *Dashboard) chartOf(ctx context.Context, t Table, group string, now time.Time) *chart {
+// where the table keeps them (finished, ok), else nil.
+func (d *Dashboard) chartOf(t Table, group string, finished map[string][]rowactor.ThroughputMinute, ok bool, now time.Time) *chart {
 	if d.subscription(t, group) != nil {
 		return newChart("settled by this process", d.b.Throughput(t.Table, group))
 	}
-	fc, ok := d.b.Dialect().(dialects.FinishedCounter)
-	if !ok || t.ProcessedAt == "" {
+	if !ok {
 		return nil
 	}
-	last := now.Truncate(time.Minute)
-	first := last.Add(-(rowactor.ThroughputMinutes - 1) * time.Minute)
-	counts, err := fc.FinishedPerMinute(ctx, t.Table, group, t.Group != "", first)
-	if err != nil {
-		d.cfg.log.Warn("dashboard: counting finished rows failed", "table", t.Name, "group", group, "err", err)
-		return nil
-	}
-	minutes := make([]rowactor.ThroughputMinute, rowactor.ThroughputMinutes)
-	for i := range minutes {
-		minutes[i].Minute = first.Add(time.Duration(i) * time.Minute)
-	}
-	for _, c := range counts {
-		if i := int(c.Minute.Sub(first) / time.Minute); i >= 0 && i < len(minutes) {
-			minutes[i].Handled += c.Handled
-			minutes[i].Failed += c.Failed
-		}
+	minutes := finished[group]
+	if minutes == nil {
+		minutes = emptyHour(now)
 	}
 	return newChart("finished rows (processed_at)", minutes)
 }

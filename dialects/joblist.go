@@ -69,6 +69,18 @@ func ListJobsText(t Table, quote func(string) string, state string, bind func(v 
 	if t.Error != "" && f.ErrorContains != "" {
 		where = append(where, contains(quote(t.Error), bind(f.ErrorContains)))
 	}
+	// A filter on unfinished states only (or on the finished one only) says so on
+	// processed_at too: the claim index's own condition, so the page is read from that
+	// index in id order instead of from the primary key past every finished row.
+	if t.ProcessedAt != "" && len(f.States) > 0 {
+		finished := slices.Contains(f.States, JobProcessed)
+		switch {
+		case !finished:
+			where = append(where, quote(t.ProcessedAt)+" IS NULL")
+		case len(f.States) == 1:
+			where = append(where, quote(t.ProcessedAt)+" IS NOT NULL")
+		}
+	}
 	order := " ORDER BY rowactor_id"
 	switch {
 	case f.AfterID > 0:
@@ -118,21 +130,26 @@ func ScanJobs(rows Rows, t Table, f JobFilter, inWorkCounted bool, scanTime Time
 	return jobs, nil
 }
 
-// FinishedCounter is a dialect that counts a table's finished rows per minute, by their
-// processed_at (the dashboard's throughput chart when no broker of the process counts
-// its settlements).
+// FinishedCounter is a dialect that counts a table's finished rows per group and minute,
+// by their processed_at (the dashboard's throughput chart when no broker of the process
+// counts its settlements).
 type FinishedCounter interface {
-	// FinishedPerMinute counts the rows of t (of group, with hasGroup) whose processed_at
-	// is at or after since, per minute of processed_at, oldest first, in one statement
-	// that writes nothing; minutes without a row are left out. A table without a
-	// processed_at column refuses with a *ConfigError. The statement reads every row of
-	// the table unless an index leads with processed_at (Schema renders none).
-	FinishedPerMinute(ctx context.Context, t Table, group string, hasGroup bool, since time.Time) ([]MinuteCount, error)
+	// FinishedPerMinute counts the rows of t whose processed_at is at or after since, per
+	// group (one group "" for a table without groups) and minute of processed_at, in
+	// group and minute order, in one statement that writes nothing; minutes without a row
+	// are left out. A table without a processed_at column refuses with a *ConfigError.
+	// The statement reads the table's rows finished since since through an index that
+	// leads with processed_at, and the whole table without one (Schema renders none).
+	FinishedPerMinute(ctx context.Context, t Table, since time.Time) ([]MinuteCount, error)
 }
 
-// MinuteCount is one minute's finished rows: Failed of them hold an error text (a Drop
-// or a Cancel with a reason; rows acknowledged with an error too), Handled the others.
+// MinuteCount is one group's finished rows of one minute: Failed of them hold an error
+// text (a Drop or a Cancel with a reason; rows acknowledged with an error too), Handled
+// the others.
 type MinuteCount struct {
+	// Group is the rows' group; NullGroup says it is NULL.
+	Group           string
+	NullGroup       bool
 	Minute          time.Time
 	Handled, Failed int64
 }
@@ -151,19 +168,56 @@ func CheckFinished(t Table) error {
 }
 
 // FinishedText is FinishedPerMinute's statement: minute renders a time column's minute as
-// a value the dialect scans back (date_trunc, a formatted text), bind binds as in
-// ListJobsText. Its columns are the minute, the rows, the rows holding an error.
-func FinishedText(t Table, quote func(string) string, minute func(column string) string, bind func(v any) string,
-	group string, hasGroup bool, since any) string {
+// a value the dialect scans back (date_trunc, a formatted text), since is bound by the
+// dialect's placeholder. Its columns are the group (with a group column), the minute, the
+// rows, the rows holding an error.
+func FinishedText(t Table, quote func(string) string, minute func(column string) string, since string) string {
 	p := quote(t.ProcessedAt)
 	failed := "0"
 	if t.Error != "" {
 		failed = "count(" + quote(t.Error) + ")"
 	}
-	where := p + " >= " + bind(since)
-	if t.Group != "" && hasGroup {
-		where += " AND " + quote(t.Group) + " = " + bind(group)
+	g := ""
+	if t.Group != "" {
+		g = quote(t.Group) + " AS g, "
 	}
-	return "SELECT " + minute(p) + " AS m, count(*), " + failed + " FROM " + quote(t.Name) +
-		" WHERE " + where + " GROUP BY m ORDER BY m"
+	text := "SELECT " + g + minute(p) + " AS m, count(*), " + failed + " FROM " + quote(t.Name) + " WHERE " + p + " >= " + since
+	if t.Group != "" {
+		return text + " GROUP BY g, m ORDER BY g, m"
+	}
+	return text + " GROUP BY m ORDER BY m"
+}
+
+// ScanFinished reads FinishedText's rows; minute reads the minute column's value scanned
+// into the dest it returns.
+func ScanFinished(rows Rows, t Table, minute func() (dest any, get func() (time.Time, error))) ([]MinuteCount, error) {
+	var out []MinuteCount
+	for rows.Next() {
+		var (
+			m     MinuteCount
+			group *string
+		)
+		d, get := minute()
+		dest := []any{d, &m.Handled, &m.Failed}
+		if t.Group != "" {
+			dest = append([]any{&group}, dest...)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		at, err := get()
+		if err != nil {
+			return nil, err
+		}
+		m.Minute, m.Handled = at, m.Handled-m.Failed
+		if t.Group != "" {
+			if group == nil {
+				m.NullGroup = true
+			} else {
+				m.Group = *group
+			}
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
 }

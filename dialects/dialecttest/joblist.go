@@ -172,8 +172,8 @@ func testListJobsFiltersAndPages(t *testing.T, h Harness) {
 	}
 }
 
-// Finished rows are counted in the minute of their processed_at, those holding an error
-// as failed, from since on; a table without processed_at is refused.
+// Finished rows are counted per group in the minute of their processed_at, those holding
+// an error as failed, from since on; a table without processed_at is refused.
 func testFinishedPerMinute(t *testing.T, h Harness) {
 	e := setup(t, h)
 	tbl := e.table("ra_fin", func(name string) dialects.Table {
@@ -199,35 +199,26 @@ func testFinishedPerMinute(t *testing.T, h Harness) {
 	if !ok {
 		t.Fatalf("%T is not a dialects.FinishedCounter", e.d)
 	}
-	got, err := fc.FinishedPerMinute(ctx, tbl, "g", true, minute.Add(-2*time.Minute))
+	got, err := fc.FinishedPerMinute(ctx, tbl, minute.Add(-2*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []dialects.MinuteCount{
-		{Minute: minute.Add(-2 * time.Minute), Handled: 1, Failed: 1},
-		{Minute: minute, Handled: 2},
+		{Group: "g", Minute: minute.Add(-2 * time.Minute), Handled: 1, Failed: 1},
+		{Group: "g", Minute: minute, Handled: 2},
+		{Group: "other", Minute: minute, Handled: 1},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("per minute %+v, want %+v", got, want)
 	}
 	for i := range want {
-		if !got[i].Minute.Equal(want[i].Minute) || got[i].Handled != want[i].Handled || got[i].Failed != want[i].Failed {
-			t.Errorf("minute %d: %+v, want %+v", i, got[i], want[i])
+		if got[i].Group != want[i].Group || got[i].NullGroup || !got[i].Minute.Equal(want[i].Minute) ||
+			got[i].Handled != want[i].Handled || got[i].Failed != want[i].Failed {
+			t.Errorf("line %d: %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	all, err := fc.FinishedPerMinute(ctx, tbl, "", false, minute.Add(-time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, m := range all {
-		n += m.Handled + m.Failed
-	}
-	if n != 6 {
-		t.Errorf("every group: %d finished rows, want 6 (%+v)", n, all)
-	}
 	var ce *dialects.ConfigError
-	if _, err := fc.FinishedPerMinute(ctx, leaseTable(tbl.Name), "g", true, minute); !errors.As(err, &ce) {
+	if _, err := fc.FinishedPerMinute(ctx, leaseTable(tbl.Name), minute); !errors.As(err, &ce) {
 		t.Errorf("a table without processed_at: %v, want a *ConfigError", err)
 	}
 }

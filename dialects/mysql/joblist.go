@@ -49,40 +49,26 @@ func (d *Dialect) ListJobs(ctx context.Context, t dialects.Table, f dialects.Job
 // pool reads DATETIME).
 const minuteLayout = "2006-01-02 15:04"
 
-// FinishedPerMinute counts finished rows per minute of processed_at, in one statement
-// (dialects.FinishedCounter).
-func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, group string, hasGroup bool, since time.Time) ([]dialects.MinuteCount, error) {
+// FinishedPerMinute counts finished rows per group and minute of processed_at, in one
+// statement (dialects.FinishedCounter).
+func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, since time.Time) ([]dialects.MinuteCount, error) {
 	if err := dialects.CheckFinished(t); err != nil {
 		return nil, err
 	}
 	if err := d.checkTable(ctx, t); err != nil {
 		return nil, err
 	}
-	var args []any
-	bind := func(v any) string { args = append(args, v); return "?" }
 	minute := func(col string) string { return "DATE_FORMAT(" + col + ", '%Y-%m-%d %H:%i')" }
-	text := dialects.FinishedText(t, quote, minute, bind, group, hasGroup, dbTime(since)) // binds args: build it first
-	rows, err := d.db.QueryContext(ctx, text, args...)
+	rows, err := d.db.QueryContext(ctx, dialects.FinishedText(t, quote, minute, "?"), dbTime(since))
 	if err != nil {
 		return nil, adminErr("finished per minute", t.Name, err)
 	}
 	defer rows.Close()
-	var out []dialects.MinuteCount
-	for rows.Next() {
-		var (
-			m   dialects.MinuteCount
-			txt string
-		)
-		if err := rows.Scan(&txt, &m.Handled, &m.Failed); err != nil {
-			return nil, adminErr("finished per minute", t.Name, err)
-		}
-		if m.Minute, err = time.ParseInLocation(minuteLayout, txt, time.UTC); err != nil {
-			return nil, adminErr("finished per minute", t.Name, err)
-		}
-		m.Handled -= m.Failed
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := dialects.ScanFinished(rows, t, func() (any, func() (time.Time, error)) {
+		var txt string
+		return &txt, func() (time.Time, error) { return time.ParseInLocation(minuteLayout, txt, time.UTC) }
+	})
+	if err != nil {
 		return nil, adminErr("finished per minute", t.Name, err)
 	}
 	return out, nil

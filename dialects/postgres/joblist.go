@@ -50,35 +50,31 @@ func (d *Dialect) ListJobs(ctx context.Context, t dialects.Table, f dialects.Job
 	return jobs, nil
 }
 
-// FinishedPerMinute counts finished rows per minute of processed_at, in one statement
-// (dialects.FinishedCounter).
-func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, group string, hasGroup bool, since time.Time) ([]dialects.MinuteCount, error) {
+// FinishedPerMinute counts finished rows per group and minute of processed_at, in one
+// statement (dialects.FinishedCounter).
+func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, since time.Time) ([]dialects.MinuteCount, error) {
 	if err := dialects.CheckFinished(t); err != nil {
 		return nil, err
 	}
 	if err := d.checkTable(ctx, t); err != nil {
 		return nil, err
 	}
-	var args []any
-	bind := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
-	minute := func(col string) string { return "date_trunc('minute', " + col + ")" }
-	text := dialects.FinishedText(t, quote, minute, bind, group, hasGroup, since) // binds args: build it first
-	rows, err := d.pool.Query(ctx, text, args...)
+	rows, err := d.pool.Query(ctx, finishedText(t), since)
 	if err != nil {
 		return nil, adminErr("finished per minute", t.Name, err)
 	}
 	defer rows.Close()
-	var out []dialects.MinuteCount
-	for rows.Next() {
-		var m dialects.MinuteCount
-		if err := rows.Scan(&m.Minute, &m.Handled, &m.Failed); err != nil {
-			return nil, adminErr("finished per minute", t.Name, err)
-		}
-		m.Handled -= m.Failed
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := dialects.ScanFinished(rows, t, func() (any, func() (time.Time, error)) {
+		var m time.Time
+		return &m, func() (time.Time, error) { return m, nil }
+	})
+	if err != nil {
 		return nil, adminErr("finished per minute", t.Name, err)
 	}
 	return out, nil
+}
+
+// finishedText is FinishedPerMinute's statement, since bound as $1.
+func finishedText(t dialects.Table) string {
+	return dialects.FinishedText(t, quote, func(col string) string { return "date_trunc('minute', " + col + ")" }, "$1")
 }

@@ -60,40 +60,27 @@ func named(args *[]any) func(v any) string {
 // stored text (TimeLayout's first 16 characters).
 const minuteLayout = "2006-01-02T15:04"
 
-// FinishedPerMinute counts finished rows per minute of processed_at, in one statement
-// (dialects.FinishedCounter). Times are stored as fixed-width UTC text, so a minute is
-// the text's first 16 characters and compares as text does.
-func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, group string, hasGroup bool, since time.Time) ([]dialects.MinuteCount, error) {
+// FinishedPerMinute counts finished rows per group and minute of processed_at, in one
+// statement (dialects.FinishedCounter). Times are stored as fixed-width UTC text, so a
+// minute is the text's first 16 characters and compares as text does.
+func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, since time.Time) ([]dialects.MinuteCount, error) {
 	if err := dialects.CheckFinished(t); err != nil {
 		return nil, err
 	}
 	if err := d.checkTable(ctx, t); err != nil {
 		return nil, err
 	}
-	var args []any
 	minute := func(col string) string { return "substr(" + col + ", 1, 16)" }
-	text := dialects.FinishedText(t, quote, minute, named(&args), group, hasGroup, formatTime(since)) // binds args: build it first
-	rows, err := d.db.QueryContext(ctx, text, args...)
+	rows, err := d.db.QueryContext(ctx, dialects.FinishedText(t, quote, minute, ":since"), sql.Named("since", formatTime(since)))
 	if err != nil {
 		return nil, adminErr("finished per minute", t.Name, err)
 	}
 	defer rows.Close()
-	var out []dialects.MinuteCount
-	for rows.Next() {
-		var (
-			m   dialects.MinuteCount
-			txt string
-		)
-		if err := rows.Scan(&txt, &m.Handled, &m.Failed); err != nil {
-			return nil, adminErr("finished per minute", t.Name, err)
-		}
-		if m.Minute, err = time.ParseInLocation(minuteLayout, txt, time.UTC); err != nil {
-			return nil, adminErr("finished per minute", t.Name, err)
-		}
-		m.Handled -= m.Failed
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := dialects.ScanFinished(rows, t, func() (any, func() (time.Time, error)) {
+		var txt string
+		return &txt, func() (time.Time, error) { return time.ParseInLocation(minuteLayout, txt, time.UTC) }
+	})
+	if err != nil {
 		return nil, adminErr("finished per minute", t.Name, err)
 	}
 	return out, nil
