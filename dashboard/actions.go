@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/rowactor/rowactor"
 	"github.com/rowactor/rowactor/dialects"
@@ -60,8 +61,8 @@ func (d *Dashboard) serveAction(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	res := done{Op: op, Back: "/"}
-	if back := r.PostFormValue("back"); len(back) > 0 && back[0] == '/' && (len(back) == 1 || back[1] != '/') {
-		res.Back = back // a path under the mount point only: never another site
+	if back := r.PostFormValue("back"); len(back) > 0 && back[0] == '/' && (len(back) == 1 || back[1] != '/') && !strings.ContainsAny(back, "\\\r\n") {
+		res.Back = back // a path under the mount point only: never another site ("//host", "/\\host")
 	}
 	msg, status, err := d.act(r, t, op, group, id)
 	switch {

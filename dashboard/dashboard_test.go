@@ -509,3 +509,25 @@ func TestQueueLineWithoutRows(t *testing.T) {
 		}
 	})
 }
+
+// An action's "back" link stays under the mount point, whatever the form says.
+func TestActionBackLink(t *testing.T) {
+	f := newFixture(t, databases[0])
+	tb := f.jobsTable("dash_back_")
+	id := f.publish(tb, "emails", "{}", rowactor.After(time.Hour))
+	d, err := New(f.b, []Table{{Table: tb}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, u := serve(t, d, "/ops")
+	_, body := get(t, c, u+"/jobs?table="+tb.Name)
+	tok := token(t, body)
+	for back, want := range map[string]string{
+		"/jobs?table=x": "/ops/jobs?table=x", "//evil.example": "/ops/", `/\evil.example`: "/ops/", "https://evil.example": "/ops/",
+	} {
+		_, body := post(t, c, u+"/action", url.Values{"op": {"retry"}, "table": {tb.Name}, "id": {strconv.FormatInt(id, 10)}, "csrf": {tok}, "back": {back}})
+		if got := link(body, "back"); got != want {
+			t.Errorf("back %q: links %q, want %q", back, got, want)
+		}
+	}
+}
