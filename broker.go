@@ -34,7 +34,9 @@ type Broker struct {
 	closed atomic.Bool
 	mu     sync.Mutex
 	subs   []*Subscription
-	pubs   map[Table]dialects.Publisher
+	// throughput counts settlements per queue and minute (Throughput).
+	throughput throughput
+	pubs       map[Table]dialects.Publisher
 	// idlePolls poll the idle subscriptions of one table together (under mu).
 	idlePolls map[idlePollKey]*actors.IdlePoll
 	// retentions run until Shutdown (under mu).

@@ -3,6 +3,7 @@ package rowactor
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/rowactor/rowactor/actors"
@@ -18,6 +19,8 @@ type Subscription struct {
 	queue string
 	q     dialects.Queue
 	run   *actors.Subscription
+	// paused is what the last Pause or Resume that took effect asked.
+	paused atomic.Bool
 }
 
 // Table is the subscription's table.
@@ -36,10 +39,26 @@ func (s *Subscription) InWork() int { return s.run.InWork() }
 // Pause stops claiming. Deliveries in work go on and settle as usual; rows claimed ahead
 // of a worker (Prefetch, WorkersByKey) go back to the queue at once. It returns once the
 // subscription stopped claiming: a claim already in flight may still deliver its rows.
-func (s *Subscription) Pause(ctx context.Context) error { return s.run.Pause(ctx) }
+func (s *Subscription) Pause(ctx context.Context) error {
+	if err := s.run.Pause(ctx); err != nil {
+		return err
+	}
+	s.paused.Store(true)
+	return nil
+}
 
 // Resume claims again after Pause.
-func (s *Subscription) Resume(ctx context.Context) error { return s.run.Resume(ctx) }
+func (s *Subscription) Resume(ctx context.Context) error {
+	if err := s.run.Resume(ctx); err != nil {
+		return err
+	}
+	s.paused.Store(false)
+	return nil
+}
+
+// Paused reports whether the subscription is paused: the last Pause or Resume that
+// returned nil was a Pause.
+func (s *Subscription) Paused() bool { return s.paused.Load() }
 
 // Subscribe checks the table description and options against the live table and starts
 // claiming its queue: the group named queue in a table with groups, the whole table
@@ -257,7 +276,9 @@ func wrapBatch(h BatchHandler, table, queue string) actors.BatchHandler {
 }
 
 func (b *Broker) settledHook(table, queue string) func(actors.Result) {
+	key := throughputKey{table, queue}
 	return func(r actors.Result) {
+		b.throughput.note(key, r, b.now())
 		if d, ok := r.Tag.(*Delivery); ok && r.Err == nil && (r.Step == dialects.StepAck || r.Step == dialects.StepCustom) {
 			for _, w := range d.published() {
 				b.wake(w.table, w.queue)

@@ -34,6 +34,11 @@
 //	               -idle-seconds (default 30) and the broker's connections.
 //	go run ./bench -mode idle
 //
+//	-mode dashboard PostgreSQL (-pg) only: the dashboard's overview and a job list page of
+//	               a -dash-rows table (default 1000000, all but 10,000 finished), -dash-n
+//	               renders each (default 30): p50/p90/max ms, per index case.
+//	go run ./bench -mode dashboard
+//
 //	-mode rss      SQLite (-dir) only: drains -rss-rows (default 1000000) with 8 workers,
 //	               the RSS at every tenth, and its growth after the first tenth.
 //	go run ./bench -mode rss
@@ -85,6 +90,9 @@ type config struct {
 	// -mode idle
 	idleSubs    int
 	idleSeconds int
+	// -mode dashboard
+	dashRows int
+	dashN    int
 	// -mode rss
 	rssRows int
 }
@@ -130,7 +138,7 @@ var formNames = map[string]dialects.Form{
 func parseFlags(args []string) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.StringVar(&cfg.mode, "mode", "drain", "what to measure: drain, latency, growth, idle or rss")
+	fs.StringVar(&cfg.mode, "mode", "drain", "what to measure: drain, latency, growth, idle, dashboard or rss")
 	dbs := fs.String("db", "sqlite", "databases, comma-separated: sqlite, postgres, mysql, galera (the cluster of scripts/galera.sh: a broker, or -workers raw loops, per node)")
 	forms := fs.String("form", "lease", "claim forms, comma-separated: rowlock, lease, advisory")
 	workers := fs.String("workers", "1,8", "worker counts, comma-separated")
@@ -154,14 +162,16 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.growthFinished, "growth-finished", 1000000, "-mode growth: finished rows kept (processed_at) beside 10,000 queued in the last case; 0 skips it")
 	fs.IntVar(&cfg.idleSubs, "idle-subs", 100, "-mode idle: idle subscriptions on one PostgreSQL broker")
 	fs.IntVar(&cfg.idleSeconds, "idle-seconds", 30, "-mode idle: seconds of CPU time measured")
+	fs.IntVar(&cfg.dashRows, "dash-rows", 1000000, "-mode dashboard: rows of the table")
+	fs.IntVar(&cfg.dashN, "dash-n", 30, "-mode dashboard: renders timed per page and case")
 	fs.IntVar(&cfg.rssRows, "rss-rows", 1000000, "-mode rss: rows drained from SQLite")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	switch cfg.mode {
-	case "drain", "latency", "growth", "idle", "rss":
+	case "drain", "latency", "growth", "idle", "dashboard", "rss":
 	default:
-		return cfg, fmt.Errorf("-mode %q: want drain, latency, growth, idle or rss", cfg.mode)
+		return cfg, fmt.Errorf("-mode %q: want drain, latency, growth, idle, dashboard or rss", cfg.mode)
 	}
 	for _, f := range splitList(*sizes) {
 		n, err := strconv.Atoi(f)
@@ -171,8 +181,8 @@ func parseFlags(args []string) (config, error) {
 		cfg.growthSizes = append(cfg.growthSizes, n)
 	}
 	if cfg.latencyN < 1 || cfg.latencyRate < 1 || cfg.latencySeconds < 1 || cfg.latencyGap < 0 ||
-		cfg.growthN < 1 || cfg.growthFinished < 0 || cfg.idleSubs < 1 || cfg.idleSeconds < 1 || cfg.rssRows < 10 {
-		return cfg, errors.New("-latency-*, -growth-*, -idle-* and -rss-rows need positive values (-rss-rows at least 10, -growth-finished may be 0)")
+		cfg.growthN < 1 || cfg.growthFinished < 0 || cfg.idleSubs < 1 || cfg.idleSeconds < 1 || cfg.rssRows < 10 || cfg.dashRows < 20000 || cfg.dashN < 1 {
+		return cfg, errors.New("-latency-*, -growth-*, -idle-*, -dash-* and -rss-rows need positive values (-rss-rows at least 10, -dash-rows at least 20000, -growth-finished may be 0)")
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -312,6 +322,8 @@ func run(cfg config) error {
 		return runIdle(ctx, cfg, out) // PostgreSQL only
 	case "rss":
 		return runRSS(ctx, cfg, out) // SQLite only
+	case "dashboard":
+		return runDashboard(ctx, cfg, out) // PostgreSQL only
 	}
 	contenders := contendersFor(cfg.tracing)
 	for _, db := range cfg.dbs {

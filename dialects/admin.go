@@ -27,6 +27,28 @@ type Admin interface {
 	Requeue(ctx context.Context, spec RequeueSpec, progress func(done, total int)) (int, error)
 }
 
+// QueueCounter is a dialect whose counts can leave the finished rows out (the
+// dashboard's overview, refreshed every few seconds): QueueStats reads only the rows
+// whose processed_at is NULL, which the claim index holds (it is partial on that
+// condition, or leads with it), so its cost follows the rows queued, however many
+// finished rows the table keeps. Without a processed_at column every row is unfinished
+// and it reads the whole table, as Stats does.
+type QueueCounter interface {
+	// QueueStats is Stats over the unfinished rows: Processed is 0, a group whose rows
+	// are all finished is left out, and Errors are those of unfinished rows (retrying,
+	// delayed, dead-lettered).
+	QueueStats(ctx context.Context, t Table, now time.Time) ([]GroupStats, error)
+}
+
+// UnfinishedWhere is the condition QueueStats adds to Stats' scan: " WHERE processed_at IS
+// NULL" (quoted with quote), or "" without the column or when unfinished is false.
+func UnfinishedWhere(t Table, quote func(string) string, unfinished bool) string {
+	if !unfinished || t.ProcessedAt == "" {
+		return ""
+	}
+	return " WHERE " + quote(t.ProcessedAt) + " IS NULL"
+}
+
 // GroupStats counts one group's rows at one moment. Every row is in exactly one of
 // Processed, InWork, Delayed and Due, in that order of precedence.
 type GroupStats struct {

@@ -19,15 +19,25 @@ type ErrorCount struct {
 // TopErrorsText is the statement Stats runs for a table with an error column: per group
 // (when the table has groups: its first column, NULL for rows without a group) each error
 // text's summary and its count, most frequent first. quote quotes an identifier.
-func TopErrorsText(t Table, quote func(string) string) string {
+func TopErrorsText(t Table, quote func(string) string) string { return topErrorsText(t, quote, false) }
+
+// TopUnfinishedErrorsText is TopErrorsText over the unfinished rows only (QueueStats):
+// those the claim index holds.
+func TopUnfinishedErrorsText(t Table, quote func(string) string) string {
+	return topErrorsText(t, quote, true)
+}
+
+func topErrorsText(t Table, quote func(string) string, unfinished bool) string {
 	e := "substr(" + quote(t.Error) + ", 1, 200)"
+	where := " WHERE " + quote(t.Error) + " IS NOT NULL"
+	if unfinished && t.ProcessedAt != "" {
+		where += " AND " + quote(t.ProcessedAt) + " IS NULL"
+	}
 	if t.Group == "" {
-		return "SELECT " + e + ", count(*) FROM " + quote(t.Name) + " WHERE " + quote(t.Error) + " IS NOT NULL" +
-			" GROUP BY " + e + " ORDER BY 2 DESC, 1"
+		return "SELECT " + e + ", count(*) FROM " + quote(t.Name) + where + " GROUP BY " + e + " ORDER BY 2 DESC, 1"
 	}
 	g := quote(t.Group)
-	return "SELECT " + g + ", " + e + ", count(*) FROM " + quote(t.Name) + " WHERE " + quote(t.Error) + " IS NOT NULL" +
-		" GROUP BY " + g + ", " + e + " ORDER BY 1, 3 DESC, 2"
+	return "SELECT " + g + ", " + e + ", count(*) FROM " + quote(t.Name) + where + " GROUP BY " + g + ", " + e + " ORDER BY 1, 3 DESC, 2"
 }
 
 // AddTopError files one row of TopErrorsText's result in its group's stats, keeping the

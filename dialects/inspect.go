@@ -110,6 +110,15 @@ func ScanJob(rows Rows, t Table, id int64, inWorkCounted bool, scanTime TimeScan
 		return Job{}, fmt.Errorf("row %d: %w", id, ErrRowNotFound)
 	}
 	j := Job{ID: id, InWorkCounted: inWorkCounted}
+	if err := scanJob(rows, t, &j, nil, scanTime); err != nil {
+		return Job{}, err
+	}
+	return j, rows.Err()
+}
+
+// scanJob scans the current row into j: first into lead (the columns before the state,
+// such as a listed row's id), then the state and inspectColumns.
+func scanJob(rows Rows, t Table, j *Job, lead []any, scanTime TimeScan) error {
 	var (
 		state   int64
 		group   *string
@@ -118,7 +127,7 @@ func ScanJob(rows Rows, t Table, id int64, inWorkCounted bool, scanTime TimeScan
 		times   []func() (time.Time, error)
 		into    []*time.Time
 	)
-	dest := []any{&state}
+	dest := append(lead, &state)
 	add := func(col string, d any) {
 		if col != "" {
 			dest = append(dest, d)
@@ -140,12 +149,12 @@ func ScanJob(rows Rows, t Table, id int64, inWorkCounted bool, scanTime TimeScan
 	}
 	add(t.Error, &errText)
 	if err := rows.Scan(dest...); err != nil {
-		return Job{}, err
+		return err
 	}
 	for i, get := range times {
 		v, err := get()
 		if err != nil {
-			return Job{}, err
+			return err
 		}
 		*into[i] = v
 	}
@@ -163,5 +172,5 @@ func ScanJob(rows Rows, t Table, id int64, inWorkCounted bool, scanTime TimeScan
 	if errText != nil {
 		j.Error = *errText
 	}
-	return j, rows.Err()
+	return nil
 }

@@ -9,6 +9,8 @@
 #     password, and database "test" and role "root" exist;
 #   - MariaDB runs on 127.0.0.1:3306, root logs in over TCP with an empty
 #     password, and database "test" exists;
+#   - Chromium is installed, for the dashboard's browser tests (package dashboard,
+#     TestBrowser), which fail without it;
 # installing (apt-get) and starting either server when needed, and then runs
 #   go test -race -count=1 -timeout 20m ./... "$@"
 # from the repository root, and then (without extra args) the server restart test, which
@@ -23,6 +25,9 @@
 #   ROWACTOR_SKIP_DB=1     skip all database setup (you point the two variables
 #                          above at servers of your own)
 #   ROWACTOR_SKIP_GO=1     set the databases up, then stop before `go test`
+#   ROWACTOR_SKIP_BROWSER=1  neither install Chromium nor run the browser tests
+#                          (they skip instead of failing); CI does not set it
+#   ROWACTOR_CHROMIUM      the browser's binary, when not chromium on PATH
 set -euo pipefail
 
 log() { printf 'test.sh: %s\n' "$*" >&2; }
@@ -216,6 +221,30 @@ ensure_mariadb() {
   log "mariadb ready"
 }
 
+# ------------------------------------------------------------------ Chromium
+
+# The dashboard's browser tests drive headless Chromium through chromedp; Debian's
+# package is chromium (a few hundred MB with its libraries, installed once).
+ensure_chromium() {
+  if [ "${ROWACTOR_SKIP_BROWSER:-}" = 1 ]; then
+    log "ROWACTOR_SKIP_BROWSER=1: not installing Chromium; the browser tests skip"
+    return 0
+  fi
+  if [ -n "${ROWACTOR_CHROMIUM:-}" ]; then
+    [ -x "$ROWACTOR_CHROMIUM" ] || die "ROWACTOR_CHROMIUM=$ROWACTOR_CHROMIUM is not an executable"
+    log "chromium: $ROWACTOR_CHROMIUM"
+    return 0
+  fi
+  if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+    log "chromium already installed"
+    return 0
+  fi
+  log "chromium not installed; installing"
+  apt_install chromium
+  command -v chromium >/dev/null 2>&1 || die "chromium installed but not on PATH"
+  log "chromium ready"
+}
+
 # -------------------------------------------------------------------- main
 
 if [ "${ROWACTOR_SKIP_DB:-}" = 1 ]; then
@@ -224,6 +253,7 @@ else
   ensure_postgres
   ensure_mariadb
 fi
+ensure_chromium
 
 export ROWACTOR_POSTGRES_URL="${ROWACTOR_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}"
 export ROWACTOR_MYSQL_DSN="${ROWACTOR_MYSQL_DSN:-root@tcp(127.0.0.1:3306)/test?parseTime=true}"

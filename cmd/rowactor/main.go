@@ -64,7 +64,7 @@ type command struct {
 var commands []*command
 
 func init() {
-	commands = []*command{schemaCommand, statsCommand, inspectCommand, retryCommand, cancelCommand, requeueCommand, benchCommand}
+	commands = []*command{schemaCommand, statsCommand, inspectCommand, retryCommand, cancelCommand, requeueCommand, serveCommand, benchCommand}
 }
 
 func lookup(name string) *command {

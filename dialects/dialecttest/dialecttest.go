@@ -321,6 +321,7 @@ var topics = []struct {
 	{"admin", adminScenarios},
 	{"inspect", inspectScenarios},
 	{"jobcontrol", jobControlScenarios},
+	{"joblist", jobListScenarios},
 	{"retention", retentionScenarios},
 	{"election", electionScenarios},
 	{"events", eventScenarios},

@@ -13,7 +13,10 @@ import (
 // The operator's commands (dialects.Admin). Schema needs no database: cmd/rowactor renders
 // it on the zero Dialect (TestZeroDialectSchema keeps that so).
 
-var _ dialects.Admin = (*Dialect)(nil)
+var (
+	_ dialects.Admin        = (*Dialect)(nil)
+	_ dialects.QueueCounter = (*Dialect)(nil)
+)
 
 // statsState classifies a row for Stats, by precedence: processed, in work (a lease not
 // yet expired, or an advisory key some session holds, by IS_USED_LOCK on the name the
@@ -57,7 +60,7 @@ func statsState(t dialects.Table) (string, int, error) {
 
 // statsText counts the rows of each group by state in one scan, and joins the due row
 // with the lowest id (the next claim's) to read when it became due.
-func statsText(t dialects.Table) (string, int, error) {
+func statsText(t dialects.Table, unfinished bool) (string, int, error) {
 	state, nows, err := statsState(t)
 	if err != nil {
 		return "", 0, err
@@ -76,7 +79,7 @@ func statsText(t dialects.Table) (string, int, error) {
 	return s + " FROM (SELECT " + g + ", COUNT(CASE WHEN st = 0 THEN 1 END) AS n_processed, COUNT(CASE WHEN st = 1 THEN 1 END) AS n_in_work," +
 		" COUNT(CASE WHEN st = 2 THEN 1 END) AS n_delayed, COUNT(CASE WHEN st = 3 THEN 1 END) AS n_due," +
 		" MIN(CASE WHEN st = 3 THEN i END) AS oldest" +
-		" FROM (SELECT " + inner + " FROM " + tq + ") AS c" + groupBy + ") AS s" +
+		" FROM (SELECT " + inner + " FROM " + tq + dialects.UnfinishedWhere(t, quote, unfinished) + ") AS c" + groupBy + ") AS s" +
 		" LEFT JOIN " + tq + " AS r ON r." + id + " = s.oldest ORDER BY s.g", nows, nil
 }
 
@@ -84,10 +87,21 @@ func statsText(t dialects.Table) (string, int, error) {
 // table and writes nothing (an advisory table runs IS_USED_LOCK once per unprocessed
 // row). Rows in work are counted in the lease and advisory forms.
 func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([]dialects.GroupStats, error) {
+	return d.stats(ctx, t, now, false)
+}
+
+// QueueStats is Stats over the unfinished rows, read through the claim index where the
+// table keeps finished rows (dialects.QueueCounter).
+func (d *Dialect) QueueStats(ctx context.Context, t dialects.Table, now time.Time) ([]dialects.GroupStats, error) {
+	return d.stats(ctx, t, now, true)
+}
+
+// stats counts all rows, or the unfinished ones.
+func (d *Dialect) stats(ctx context.Context, t dialects.Table, now time.Time, unfinished bool) ([]dialects.GroupStats, error) {
 	if err := d.checkTable(ctx, t); err != nil {
 		return nil, err
 	}
-	text, nows, err := statsText(t)
+	text, nows, err := statsText(t, unfinished)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +149,7 @@ func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([
 	if t.Error == "" {
 		return out, nil
 	}
-	erows, err := d.db.QueryContext(ctx, dialects.TopErrorsText(t, quote))
+	erows, err := d.db.QueryContext(ctx, errorsText(t, unfinished))
 	if err != nil {
 		return nil, adminErr("stats", t.Name, err)
 	}
@@ -268,4 +282,12 @@ func (d *Dialect) requeue(ctx context.Context, tx *sql.Tx, spec dialects.Requeue
 
 func adminErr(op, table string, err error) error {
 	return (&queue{name: table}).errorf(op, err)
+}
+
+// errorsText is the statement of the most frequent errors, of all rows or the unfinished.
+func errorsText(t dialects.Table, unfinished bool) string {
+	if unfinished {
+		return dialects.TopUnfinishedErrorsText(t, quote)
+	}
+	return dialects.TopErrorsText(t, quote)
 }

@@ -15,7 +15,10 @@ import (
 // The operator's commands (dialects.Admin). Schema needs no database: cmd/rowactor renders
 // it on the zero Dialect (TestZeroDialectSchema keeps that so).
 
-var _ dialects.Admin = (*Dialect)(nil)
+var (
+	_ dialects.Admin        = (*Dialect)(nil)
+	_ dialects.QueueCounter = (*Dialect)(nil)
+)
 
 // heldKeys lists the 64-bit advisory keys held in this database by any session, as the
 // advisory form locks them (pg_try_advisory_lock on one bigint: pg_locks shows its high
@@ -66,7 +69,7 @@ func statsState(t dialects.Table) (text string, usesNow bool, err error) {
 
 // statsText counts the rows of each group by state in one scan ($1 is now, when usesNow),
 // and joins the due row with the lowest id (the next claim's) to read when it became due.
-func statsText(t dialects.Table) (text string, usesNow bool, err error) {
+func statsText(t dialects.Table, unfinished bool) (text string, usesNow bool, err error) {
 	state, usesNow, err := statsState(t)
 	if err != nil {
 		return "", false, err
@@ -85,7 +88,7 @@ func statsText(t dialects.Table) (text string, usesNow bool, err error) {
 	return s + " FROM (SELECT " + g + ", count(*) FILTER (WHERE st = 0) AS n_processed, count(*) FILTER (WHERE st = 1) AS n_in_work," +
 		" count(*) FILTER (WHERE st = 2) AS n_delayed, count(*) FILTER (WHERE st = 3) AS n_due," +
 		" min(i) FILTER (WHERE st = 3) AS oldest" +
-		" FROM (SELECT " + inner + " FROM " + tq + ") AS c" + groupBy + ") AS s" +
+		" FROM (SELECT " + inner + " FROM " + tq + dialects.UnfinishedWhere(t, quote, unfinished) + ") AS c" + groupBy + ") AS s" +
 		" LEFT JOIN " + tq + " AS r ON r." + id + " = s.oldest ORDER BY s.g", usesNow, nil
 }
 
@@ -93,10 +96,21 @@ func statsText(t dialects.Table) (text string, usesNow bool, err error) {
 // table (and, for an advisory table, pg_locks once) and writes nothing. Rows in work are
 // counted in the lease form and, through pg_locks, in the advisory form.
 func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([]dialects.GroupStats, error) {
+	return d.stats(ctx, t, now, false)
+}
+
+// QueueStats is Stats over the unfinished rows, read through the claim index where the
+// table keeps finished rows (dialects.QueueCounter).
+func (d *Dialect) QueueStats(ctx context.Context, t dialects.Table, now time.Time) ([]dialects.GroupStats, error) {
+	return d.stats(ctx, t, now, true)
+}
+
+// stats counts all rows, or the unfinished ones.
+func (d *Dialect) stats(ctx context.Context, t dialects.Table, now time.Time, unfinished bool) ([]dialects.GroupStats, error) {
 	if err := d.checkTable(ctx, t); err != nil {
 		return nil, err
 	}
-	text, usesNow, err := statsText(t)
+	text, usesNow, err := statsText(t, unfinished)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +170,7 @@ func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([
 	if t.Error == "" {
 		return out, nil
 	}
-	erows, err := d.pool.Query(ctx, dialects.TopErrorsText(t, quote))
+	erows, err := d.pool.Query(ctx, errorsText(t, unfinished))
 	if err != nil {
 		return nil, adminErr("stats", t.Name, err)
 	}
@@ -276,4 +290,12 @@ func requeue(ctx context.Context, tx pgx.Tx, spec dialects.RequeueSpec, s requeu
 
 func adminErr(op, table string, err error) error {
 	return fmt.Errorf("postgres: %s on table %s: %w", op, table, err)
+}
+
+// errorsText is the statement of the most frequent errors, of all rows or the unfinished.
+func errorsText(t dialects.Table, unfinished bool) string {
+	if unfinished {
+		return dialects.TopUnfinishedErrorsText(t, quote)
+	}
+	return dialects.TopErrorsText(t, quote)
 }

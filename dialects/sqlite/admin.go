@@ -12,7 +12,10 @@ import (
 // The operator's commands (dialects.Admin). Schema needs no database: cmd/rowactor renders
 // it on the zero Dialect (TestZeroDialectSchema keeps that so).
 
-var _ dialects.Admin = (*Dialect)(nil)
+var (
+	_ dialects.Admin        = (*Dialect)(nil)
+	_ dialects.QueueCounter = (*Dialect)(nil)
+)
 
 // statsState classifies a row for Stats, by precedence: processed, in work (a lease not yet
 // expired), delayed, due. Each test is false on NULL, so a NULL column never hides a row.
@@ -47,7 +50,7 @@ func statsState(t dialects.Table) (text string, usesNow bool) {
 
 // statsText counts the rows of each group by state in one scan, and joins the due row
 // with the lowest id (the next claim's) to read when it became due.
-func statsText(t dialects.Table) (text string, usesNow bool) {
+func statsText(t dialects.Table, unfinished bool) (text string, usesNow bool) {
 	state, usesNow := statsState(t)
 	tq, id := quote(t.Name), quote(t.ID)
 	inner, g, groupBy := id+" AS i, "+state+" AS st", "'' AS g", ""
@@ -63,17 +66,28 @@ func statsText(t dialects.Table) (text string, usesNow bool) {
 	return s + " FROM (SELECT " + g + ", count(CASE WHEN st = 0 THEN 1 END) AS n_processed, count(CASE WHEN st = 1 THEN 1 END) AS n_in_work," +
 		" count(CASE WHEN st = 2 THEN 1 END) AS n_delayed, count(CASE WHEN st = 3 THEN 1 END) AS n_due," +
 		" min(CASE WHEN st = 3 THEN i END) AS oldest" +
-		" FROM (SELECT " + inner + " FROM " + tq + ")" + groupBy + ") AS s" +
+		" FROM (SELECT " + inner + " FROM " + tq + dialects.UnfinishedWhere(t, quote, unfinished) + ")" + groupBy + ") AS s" +
 		" LEFT JOIN " + tq + " AS r ON r." + id + " = s.oldest ORDER BY s.g", usesNow
 }
 
 // Stats counts the table's rows by group and state, in one statement that reads the whole
 // table and writes nothing.
 func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([]dialects.GroupStats, error) {
+	return d.stats(ctx, t, now, false)
+}
+
+// QueueStats is Stats over the unfinished rows, read through the claim index where the
+// table keeps finished rows (dialects.QueueCounter).
+func (d *Dialect) QueueStats(ctx context.Context, t dialects.Table, now time.Time) ([]dialects.GroupStats, error) {
+	return d.stats(ctx, t, now, true)
+}
+
+// stats counts all rows, or the unfinished ones.
+func (d *Dialect) stats(ctx context.Context, t dialects.Table, now time.Time, unfinished bool) ([]dialects.GroupStats, error) {
 	if err := d.checkTable(ctx, t); err != nil {
 		return nil, err
 	}
-	text, usesNow := statsText(t)
+	text, usesNow := statsText(t, unfinished)
 	var args []any
 	if usesNow {
 		args = append(args, sql.Named("now", formatTime(now)))
@@ -118,7 +132,7 @@ func (d *Dialect) Stats(ctx context.Context, t dialects.Table, now time.Time) ([
 	if t.Error == "" {
 		return out, nil
 	}
-	erows, err := d.db.QueryContext(ctx, dialects.TopErrorsText(t, quote))
+	erows, err := d.db.QueryContext(ctx, errorsText(t, unfinished))
 	if err != nil {
 		return nil, adminErr("stats", t.Name, err)
 	}
@@ -265,4 +279,12 @@ func inList(n int) string {
 
 func adminErr(op, table string, err error) error {
 	return (&queue{name: table}).errorf(op, err)
+}
+
+// errorsText is the statement of the most frequent errors, of all rows or the unfinished.
+func errorsText(t dialects.Table, unfinished bool) string {
+	if unfinished {
+		return dialects.TopUnfinishedErrorsText(t, quote)
+	}
+	return dialects.TopErrorsText(t, quote)
 }

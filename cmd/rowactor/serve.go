@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dashboard"
+	"github.com/rowactor/rowactor/dialects"
+)
+
+var serveCommand = &command{
+	name:    "serve",
+	summary: "serve the operator's dashboard of queue tables over HTTP",
+	help: `Usage: rowactor serve [-dsn URL] [-addr 127.0.0.1:8080] [-read-only] [-dead-letters Q=D,...]
+                      [-trace-url URL] [column flags] TABLE...
+
+Serves the dashboard (package dashboard) of each TABLE until SIGINT or SIGTERM, then
+lets requests in flight finish (up to 10 s). Every TABLE is described by the same column
+flags, as the other commands describe one.
+
+The overview counts each group's rows (queued, due now, scheduled, in work, dead letters,
+oldest due, most frequent errors) and charts finished rows per minute by processed_at
+(-processed-at): this process runs no subscription, so it has no live counts. Job lists
+filter by state, attempt and error text; a job page shows the payload, headers, attempt,
+due time, lease, last error and trace id. Retry now, cancel and requeue of dead letters
+are buttons, each a POST with a CSRF token; -read-only turns them off.
+
+The dashboard has no login: it listens on 127.0.0.1 unless -addr says otherwise; put it
+behind the authentication of your choice before listening elsewhere.
+
+Examples:
+  rowactor serve -dsn sqlite:jobs.db -group queue -attempt attempt -retry-after retry_after \
+      -processed-at processed_at -locked-until locked_until -error error \
+      -dead-letters emails=emails-dead email_jobs
+  DATABASE_URL=postgres://app@db/app rowactor serve -addr :8080 -read-only -group queue jobs
+`,
+}
+
+func init() { serveCommand.run = runServe }
+
+// serveDrain bounds the wait for requests in flight once the command is told to stop.
+const serveDrain = 10 * time.Second
+
+func runServe(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(serveCommand)
+	dsnValue := dsnFlag(fs)
+	addr := fs.String("addr", "127.0.0.1:8080", "the address to listen on (host:port; port 0 picks a free one)")
+	readOnly := fs.Bool("read-only", false, "show no action and refuse every POST")
+	traceURL := fs.String("trace-url", "", "link trace ids to a tracing UI: {trace_id} is replaced, e.g. http://jaeger:16686/trace/{trace_id}")
+	deadLetters := map[string]string{}
+	fs.Func("dead-letters", "a queue and its dead-letter group, QUEUE=GROUP (comma-separated; repeatable; needs -group)", func(v string) error {
+		for _, pair := range strings.Split(v, ",") {
+			q, dl, ok := strings.Cut(pair, "=")
+			if !ok || dl == "" || q == dl {
+				return fmt.Errorf("%q is not QUEUE=DEADGROUP", pair)
+			}
+			deadLetters[q] = dl
+		}
+		return nil
+	})
+	var t rowactor.Table
+	addTableFlags(fs, &t)
+	rest, err := parse(e, serveCommand, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) == 0 {
+		return usagef("no TABLE given")
+	}
+	if len(deadLetters) > 0 && t.Group == "" {
+		return usagef("-dead-letters needs -group: dead-letter groups are groups of the table")
+	}
+	var tables []dashboard.Table
+	for _, name := range rest {
+		tt := t
+		if err := tableArg([]string{name}, &tt); err != nil {
+			return err
+		}
+		tables = append(tables, dashboard.Table{Table: tt, DeadLetters: deadLetters})
+	}
+	dsn, err := resolveDSN(e, *dsnValue)
+	if err != nil {
+		return err
+	}
+	b, closeDB, err := openBroker(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	// Check each description against its live table now, as the other commands do, so a
+	// wrong column fails the command rather than every page.
+	if a, ok := b.Dialect().(dialects.Admin); ok {
+		for _, tt := range tables {
+			if _, err := a.Stats(ctx, tt.Table, time.Now()); err != nil {
+				return err
+			}
+		}
+	}
+	opts := []dashboard.Option{dashboard.TraceURL(*traceURL)}
+	if *readOnly {
+		opts = append(opts, dashboard.ReadOnly())
+	}
+	d, err := dashboard.New(b, tables, opts...)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	// Requests do not inherit ctx: a stop lets those in flight finish (Shutdown).
+	srv := &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(e.stdout, "serving the dashboard of %s on http://%s/ (Ctrl-C stops)\n", strings.Join(rest, ", "), ln.Addr())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), serveDrain)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	fmt.Fprintln(e.stdout, "stopped")
+	return err
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor"
+)
+
+// syncBuffer is a writer the command writes to while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// serve serves the dashboard of tables with the column flags of tb plus extra flags on a
+// free port, until SIGINT; it returns the dashboard's URL and waits for the command's
+// exit status.
+func serveCLI(t *testing.T, f *fixture, tb rowactor.Table, extra []string, tables ...string) (string, func() int) {
+	t.Helper()
+	args := append([]string{"serve", "-dsn", f.dsn, "-addr", "127.0.0.1:0"}, extra...)
+	args = append(append(args, columnFlags(tb)...), tables...)
+	var stdout, stderr syncBuffer
+	code := make(chan int, 1)
+	go func() { code <- run(args, &stdout, &stderr) }()
+	addr := regexp.MustCompile(`on (http://[0-9.:]+)/ `)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if m := addr.FindStringSubmatch(stdout.String()); m != nil {
+			return m[1], func() int {
+				t.Helper()
+				// The command's signal.NotifyContext holds SIGINT: the test process
+				// lives on, and the command stops gracefully.
+				if err := syscall.Kill(syscall.Getpid(), syscall.SIGINT); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case c := <-code:
+					if !strings.Contains(stdout.String(), "stopped") {
+						t.Errorf("no stop reported: %s", stdout.String())
+					}
+					return c
+				case <-time.After(30 * time.Second):
+					t.Fatal("serve did not stop on SIGINT")
+					return -1
+				}
+			}
+		}
+		select {
+		case c := <-code:
+			t.Fatalf("serve exited %d before serving: %s", c, stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start: %s %s", stdout.String(), stderr.String())
+		}
+	}
+}
+
+func fetch(t *testing.T, c *http.Client, method, u string, form url.Values) (int, string) {
+	t.Helper()
+	var (
+		resp *http.Response
+		err  error
+	)
+	if method == http.MethodPost {
+		resp, err = c.PostForm(u, form)
+	} else {
+		resp, err = c.Get(u)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// rowactor serve serves the tables the column flags describe, with their counts, refuses a
+// POST without its token, turns actions off with -read-only, and stops on SIGINT with exit
+// status 0.
+func TestServe(t *testing.T) {
+	for _, db := range databases {
+		t.Run(db.name, func(t *testing.T) {
+			f := newFixture(t, db)
+			tb := rowactor.Table{ID: "id", Payload: "payload", Group: "queue", Attempt: "attempt", RetryAfter: "retry_after",
+				ProcessedAt: "processed_at", LockedUntil: "locked_until", Error: "error"}
+			tb.Name = f.tableName("serve_a_")
+			f.create(tb)
+			other := tb
+			other.Name = f.tableName("serve_b_")
+			f.create(other)
+			f.publish(tb, "emails", "{}")
+			f.publish(tb, "emails", "{}", rowactor.After(time.Hour))
+			dead := f.publish(tb, "emails-dead", "{}")
+			f.publish(other, "sms", "{}")
+
+			c := &http.Client{Timeout: 30 * time.Second}
+			defer c.CloseIdleConnections()
+			u, stop := serveCLI(t, f, tb, []string{"-dead-letters", "emails=emails-dead"}, tb.Name, other.Name)
+			status, body := fetch(t, c, http.MethodGet, u+"/", nil)
+			if status != http.StatusOK || !strings.Contains(body, `data-table="`+tb.Name+`"`) || !strings.Contains(body, `data-table="`+other.Name+`"`) ||
+				!strings.Contains(body, `data-count="scheduled">1<`) || !strings.Contains(body, "dead letters of emails") {
+				t.Errorf("overview: %d\n%s", status, body)
+			}
+			if status, _ := fetch(t, c, http.MethodPost, u+"/action", url.Values{"op": {"requeue"}, "table": {tb.Name}, "group": {"emails-dead"}}); status != http.StatusForbidden {
+				t.Errorf("POST without a token: %d, want 403", status)
+			}
+			if n := len(f.rows(tb, tb.Name)); n != 3 || f.rows(tb, tb.Name)[dead]["Group"] != "emails-dead" {
+				t.Error("a refused POST moved the dead letter")
+			}
+			if code := stop(); code != exitOK {
+				t.Errorf("exit status %d after SIGINT, want 0", code)
+			}
+
+			u, stop = serveCLI(t, f, tb, []string{"-read-only"}, tb.Name)
+			if status, body := fetch(t, c, http.MethodGet, u+"/jobs?table="+tb.Name, nil); status != http.StatusOK || strings.Contains(body, `method="post"`) {
+				t.Errorf("read-only job list: %d, or it shows an action", status)
+			}
+			if status, _ := fetch(t, c, http.MethodPost, u+"/action", url.Values{"op": {"cancel"}}); status != http.StatusForbidden {
+				t.Errorf("read-only POST: %d, want 403", status)
+			}
+			if code := stop(); code != exitOK {
+				t.Errorf("exit status %d after SIGINT, want 0", code)
+			}
+		})
+	}
+}
+
+// A table the column flags do not describe fails the command before it serves, with the
+// library's message and the flag; a command line without a table is a usage error.
+func TestServeRefuses(t *testing.T) {
+	f := newFixture(t, databases[0])
+	tb := rowactor.Table{Name: f.tableName("serve_bad_"), ID: "id", Payload: "payload"}
+	f.create(tb)
+	if code, _, stderr := cli("serve", "-dsn", f.dsn, "-addr", "127.0.0.1:0", "-group", "queue", tb.Name); code != exitFailed || !strings.Contains(stderr, "queue") {
+		t.Errorf("a column the table lacks: exit %d, %s", code, stderr)
+	}
+	if code, _, stderr := cli("serve", "-dsn", f.dsn); code != exitUsage || !strings.Contains(stderr, "no TABLE") {
+		t.Errorf("no table: exit %d, %s", code, stderr)
+	}
+	if code, _, stderr := cli("serve", "-dsn", f.dsn, "-dead-letters", "a=b", tb.Name); code != exitUsage || !strings.Contains(stderr, "-group") {
+		t.Errorf("-dead-letters without -group: exit %d, %s", code, stderr)
+	}
+}

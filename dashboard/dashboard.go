@@ -1,0 +1,309 @@
+// Package dashboard is rowactor's operator dashboard: an http.Handler a service mounts on
+// its own mux, showing its queue tables (queues, jobs, errors, throughput) and offering
+// the operator's actions (retry now, cancel, requeue dead letters, pause and resume).
+//
+//	d, err := dashboard.New(broker, []dashboard.Table{{Table: emails,
+//		DeadLetters: map[string]string{"emails": "emails-dead"}}})
+//	mux.Handle("/admin/queues/", http.StripPrefix("/admin/queues", d))
+//
+// Pages are rendered on the server from html/template; the stylesheet and the one small
+// script (the auto-refresh) are embedded, so nothing is built and nothing is fetched from
+// elsewhere. Links are made from the request's own prefix, so the handler works under any
+// mount point, with http.StripPrefix or at the root.
+//
+// Everything the dashboard reads or writes goes through the broker and its dialect's
+// interfaces (dialects.Admin, Inspector, JobLister, FinishedCounter): it never asks which
+// database it is on. With a broker whose subscriptions run in this process, the chart
+// counts their settlements (Broker.Throughput) and the overview can pause and resume them;
+// without, the chart counts finished rows by processed_at, where the table has it.
+//
+// What an open page costs: the overview counts only the unfinished rows, through the
+// claim index (dialects.QueueCounter), so a table keeping a million finished rows costs
+// what its queue costs; job lists are keyset pages of the primary key (of the claim
+// index, filtered to unfinished states). The chart by processed_at reads the whole hour
+// of finished rows once, then only the last two minutes on each refresh, one statement
+// per table; without an index on processed_at (CREATE INDEX jobs_finished ON jobs
+// (processed_at); Schema renders none) each of those reads the whole table. Pages reload
+// at most every MinRefresh.
+//
+// Actions are POST requests carrying a token bound to a cookie (SameSite=Strict) by an
+// HMAC under a secret each Dashboard draws at New; ReadOnly refuses them all.
+package dashboard
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// Table is a queue table the dashboard shows.
+type Table struct {
+	rowactor.Table
+	// DeadLetters maps a queue (a group of the table) to the group its dead letters move
+	// to (the subscription's DeadLetterGroup): the overview counts that group's unfinished
+	// rows as the queue's dead letters, and "requeue" moves them back into the queue.
+	// Needs the table's group column.
+	DeadLetters map[string]string
+}
+
+// Option configures a Dashboard.
+type Option func(*config)
+
+type config struct {
+	readOnly bool
+	traceURL string
+	refresh  time.Duration
+	pageSize int
+	log      *slog.Logger
+	now      func() time.Time
+}
+
+// ReadOnly refuses every action (403) and shows no action's button.
+func ReadOnly() Option { return func(c *config) { c.readOnly = true } }
+
+// TraceURL links a job's trace id (from its traceparent header) to a tracing UI: the
+// template's {trace_id} is replaced, e.g. "http://jaeger:16686/trace/{trace_id}".
+// Defaults to no link: the trace id is shown as text.
+func TraceURL(template string) Option { return func(c *config) { c.traceURL = template } }
+
+// Refresh is how often the overview and job lists reload themselves while visible;
+// shorter than MinRefresh is raised to it, and 0 turns the reload off. Defaults to
+// DefaultRefresh.
+func Refresh(d time.Duration) Option { return func(c *config) { c.refresh = d } }
+
+// PageSize is how many jobs a job list's page shows. Defaults to dialects.DefaultJobPage.
+func PageSize(n int) Option { return func(c *config) { c.pageSize = n } }
+
+// WithLogger is where the dashboard logs what fails while it renders a page (the page
+// shows the error too). Defaults to the broker's quiet default: warnings only.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// WithClock sets the dashboard's "now" (ages, due times): tests stub it. Defaults to
+// time.Now.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// MinRefresh and DefaultRefresh bound the pages' auto-refresh: an open page costs the
+// database its overview statements at most once per MinRefresh.
+const (
+	MinRefresh     = 5 * time.Second
+	DefaultRefresh = 10 * time.Second
+)
+
+// Dashboard is the dashboard's http.Handler.
+type Dashboard struct {
+	b      *rowactor.Broker
+	tables []Table
+	cfg    config
+	secret []byte // the CSRF tokens' HMAC key, drawn at New
+	pages  map[string]*template.Template
+	static http.Handler
+
+	admin    dialects.Admin
+	lister   dialects.JobLister
+	finished finishedCache // the chart's counts by processed_at, read a minute or two at a time
+}
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// New returns the dashboard of tables, read and changed through b. The tables are
+// checked as no database is needed to (a live table that differs is reported on its
+// page). A broker over a dialect of the service's own is one rowactor.New away; the
+// dashboard never shuts it down.
+func New(b *rowactor.Broker, tables []Table, opts ...Option) (*Dashboard, error) {
+	if b == nil {
+		return nil, errors.New("dashboard: New needs a broker (rowactor.Open, or rowactor.New over a dialect)")
+	}
+	d := &Dashboard{b: b, tables: tables, cfg: config{refresh: DefaultRefresh, pageSize: dialects.DefaultJobPage, now: time.Now}}
+	for _, o := range opts {
+		o(&d.cfg)
+	}
+	if d.cfg.refresh > 0 && d.cfg.refresh < MinRefresh {
+		d.cfg.refresh = MinRefresh
+	}
+	if d.cfg.pageSize <= 0 {
+		d.cfg.pageSize = dialects.DefaultJobPage
+	}
+	if d.cfg.log == nil {
+		d.cfg.log = slog.New(warnOnly{slog.Default().Handler()})
+	}
+	var ok bool
+	dl := b.Dialect()
+	if d.admin, ok = dl.(dialects.Admin); !ok {
+		return nil, fmt.Errorf("dashboard: the %s dialect cannot count a table's rows (dialects.Admin)", dl.Name())
+	}
+	if d.lister, ok = dl.(dialects.JobLister); !ok {
+		return nil, fmt.Errorf("dashboard: the %s dialect cannot list a table's rows (dialects.JobLister)", dl.Name())
+	}
+	seen := map[string]bool{}
+	for _, t := range tables {
+		if err := dialects.CheckDescription(t.Table); err != nil {
+			return nil, fmt.Errorf("dashboard: %w", err)
+		}
+		if seen[t.Name] {
+			return nil, fmt.Errorf("dashboard: table %s is named twice", t.Name)
+		}
+		seen[t.Name] = true
+		if len(t.DeadLetters) > 0 && t.Group == "" {
+			return nil, &dialects.ConfigError{Table: t.Name, Option: "DeadLetters",
+				Reason: "dead-letter groups need the table's group column", Fix: "name Table.Group, or drop DeadLetters"}
+		}
+	}
+	d.secret = make([]byte, 32)
+	if _, err := rand.Read(d.secret); err != nil {
+		return nil, fmt.Errorf("dashboard: CSRF secret: %w", err)
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	d.pages = pages
+	sub, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return nil, err
+	}
+	d.static = http.StripPrefix("/static/", http.FileServerFS(sub))
+	return d, nil
+}
+
+// parsePages parses each page with the layout it fills.
+func parsePages() (map[string]*template.Template, error) {
+	pages := map[string]*template.Template{}
+	for _, name := range []string{"overview", "jobs", "job", "done"} {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("dashboard: template %s: %w", name, err)
+		}
+		pages[name] = t
+	}
+	return pages, nil
+}
+
+// ServeHTTP routes the dashboard's pages. Paths are the mount point's own: "/" is the
+// overview whatever prefix the service strips before.
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+	path := r.URL.Path
+	switch {
+	case strings.HasPrefix(path, "/static/"):
+		w.Header().Set("Cache-Control", "max-age=3600")
+		d.static.ServeHTTP(w, r)
+		return
+	case r.Method == http.MethodPost && path == "/action":
+		d.serveAction(w, r)
+		return
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	switch path {
+	case "", "/":
+		d.serveOverview(w, r)
+	case "/jobs":
+		d.serveJobs(w, r)
+	case "/job":
+		d.serveJob(w, r)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// page is what every page's layout reads.
+type page struct {
+	Title    string
+	Base     string // the mount prefix, without a trailing slash
+	CSRF     string
+	ReadOnly bool
+	Refresh  int // seconds; 0: no auto-refresh
+	Now      time.Time
+	Error    string
+	Data     any
+}
+
+// newPage fills the layout's fields for r, and sets the CSRF cookie when r has none.
+func (d *Dashboard) newPage(w http.ResponseWriter, r *http.Request, title string) page {
+	p := page{Title: title, Base: base(r), ReadOnly: d.cfg.readOnly, Now: d.cfg.now()}
+	if !d.cfg.readOnly {
+		p.CSRF = d.csrfToken(w, r, p.Base)
+	}
+	return p
+}
+
+// render writes page name, or a plain error if the template fails.
+func (d *Dashboard) render(w http.ResponseWriter, status int, name string, p page) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	var buf strings.Builder
+	if err := d.pages[name].Execute(&buf, p); err != nil {
+		d.cfg.log.Warn("dashboard: rendering a page failed", "page", name, "err", err)
+		http.Error(w, "dashboard: rendering the page failed: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(buf.String()))
+}
+
+// base is the prefix the request came in under: its path as sent, less the path the
+// handler was given (http.StripPrefix keeps RequestURI as sent). "" at the root.
+func base(r *http.Request) string {
+	u, err := url.ParseRequestURI(r.RequestURI)
+	if err != nil || !strings.HasSuffix(u.Path, r.URL.Path) {
+		return ""
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(u.Path, r.URL.Path), "/")
+}
+
+// table finds a configured table by name.
+func (d *Dashboard) table(name string) (Table, bool) {
+	for _, t := range d.tables {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Table{}, false
+}
+
+// subscription finds this process's subscription to queue of t, or nil.
+func (d *Dashboard) subscription(t Table, queue string) *rowactor.Subscription {
+	for _, s := range d.b.Subscriptions() {
+		if s.Table().Name == t.Name && (t.Group == "" || s.Queue() == queue) {
+			return s
+		}
+	}
+	return nil
+}
+
+// deadLetterOf names the queue whose dead letters group holds, or "".
+func (t Table) deadLetterOf(group string) string {
+	for q, dl := range t.DeadLetters {
+		if dl == group {
+			return q
+		}
+	}
+	return ""
+}
+
+// warnOnly keeps the default logger's records at warn and above: quiet by default.
+type warnOnly struct{ slog.Handler }
+
+func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}

@@ -1,0 +1,98 @@
+package dashboard
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects"
+)
+
+// finishedCache keeps the per-minute counts of finished rows the chart read, per table
+// (every group in one statement), so that a page refreshed every few seconds reads again
+// only the last two minutes of processed_at (the current one, still filling, and the one
+// before, where a settlement whose processed_at was taken just before the minute turned
+// may have committed just after the last read), not the whole hour: on a busy table that
+// is hundreds of thousands of rows per read. A minute older than that is final once read,
+// unless rows are written with an old processed_at afterwards, or deleted by retention
+// within the hour, which the chart then misses until the minute leaves it.
+type finishedCache struct {
+	mu sync.Mutex
+	m  map[string]*finishedMinutes // by table
+}
+
+type finishedMinutes struct {
+	readUpTo time.Time                                 // minutes before this one, less one, are final
+	counts   map[string]map[int64]dialects.MinuteCount // by group, then the minute's Unix time
+}
+
+// minutes returns the hour of finished rows of t up to the minute of now, per group
+// (rows of a NULL group left out), oldest first, reading only what it does not hold.
+func (c *finishedCache) minutes(ctx context.Context, fc dialects.FinishedCounter, t Table, now time.Time) (map[string][]rowactor.ThroughputMinute, error) {
+	last := now.Truncate(time.Minute)
+	first := last.Add(-(rowactor.ThroughputMinutes - 1) * time.Minute)
+	c.mu.Lock()
+	held := c.m[t.Name]
+	since := first
+	if held != nil && !held.readUpTo.Before(first) {
+		since = held.readUpTo.Add(-time.Minute)
+	}
+	c.mu.Unlock()
+
+	counts, err := fc.FinishedPerMinute(ctx, t.Table, since)
+	if err != nil {
+		return nil, err
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]*finishedMinutes{}
+	}
+	if held = c.m[t.Name]; held == nil || since.Equal(first) {
+		held = &finishedMinutes{counts: map[string]map[int64]dialects.MinuteCount{}}
+		c.m[t.Name] = held
+	}
+	for g, byMinute := range held.counts {
+		for m := range byMinute {
+			if m < first.Unix() || m >= since.Unix() {
+				delete(byMinute, m) // out of the hour, or read again just now
+			}
+		}
+		if len(byMinute) == 0 {
+			delete(held.counts, g)
+		}
+	}
+	for _, m := range counts {
+		if m.NullGroup {
+			continue // no subscription reads them, and the overview has no chart for them
+		}
+		if held.counts[m.Group] == nil {
+			held.counts[m.Group] = map[int64]dialects.MinuteCount{}
+		}
+		held.counts[m.Group][m.Minute.Unix()] = m
+	}
+	held.readUpTo = last
+	out := make(map[string][]rowactor.ThroughputMinute, len(held.counts))
+	for g, byMinute := range held.counts {
+		ms := make([]rowactor.ThroughputMinute, rowactor.ThroughputMinutes)
+		for i := range ms {
+			m := first.Add(time.Duration(i) * time.Minute)
+			mc := byMinute[m.Unix()]
+			ms[i] = rowactor.ThroughputMinute{Minute: m, Handled: mc.Handled, Failed: mc.Failed}
+		}
+		out[g] = ms
+	}
+	return out, nil
+}
+
+// emptyHour is an hour without a finished row, up to the minute of now.
+func emptyHour(now time.Time) []rowactor.ThroughputMinute {
+	first := now.Truncate(time.Minute).Add(-(rowactor.ThroughputMinutes - 1) * time.Minute)
+	ms := make([]rowactor.ThroughputMinute, rowactor.ThroughputMinutes)
+	for i := range ms {
+		ms[i].Minute = first.Add(time.Duration(i) * time.Minute)
+	}
+	return ms
+}

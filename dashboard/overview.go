@@ -1,0 +1,195 @@
+package dashboard
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/headers"
+	"github.com/rowactor/rowactor/internal/telemetry"
+)
+
+// overview is the overview page's data: one section per table.
+type overview struct {
+	Tables []tableView
+}
+
+type tableView struct {
+	Name   string
+	Form   string
+	Groups []groupView
+	Error  string // the table could not be read
+}
+
+// groupView is one group's line: counts as Admin.Stats reads them.
+type groupView struct {
+	Table string
+	Group string
+	// Grouped says the table has groups (Group is a value, maybe ""); NullGroup the rows
+	// whose group is NULL.
+	Grouped, NullGroup     bool
+	Queued, Due, Scheduled int64
+	InWork                 int64
+	InWorkCounted          bool
+	Processed              int64
+	HasProcessed           bool
+	// DeadLetterGroup is where this queue's dead letters go, DeadLetters how many rows
+	// it holds; DeadLetterOf names the queue when this group is itself a dead-letter group.
+	DeadLetterGroup string
+	DeadLetters     int64
+	DeadLetterOf    string
+	OldestID        int64
+	OldestAge       time.Duration
+	OldestKnown     bool
+	Errors          []dialects.ErrorCount
+	// Subscribed says a subscription of this process reads the queue; Paused its state.
+	Subscribed, Paused bool
+	Chart              *chart
+}
+
+func (d *Dashboard) serveOverview(w http.ResponseWriter, r *http.Request) {
+	p := d.newPage(w, r, "Queues")
+	p.Refresh = int(d.cfg.refresh / time.Second)
+	var ov overview
+	for _, t := range d.tables {
+		ov.Tables = append(ov.Tables, d.tableOverview(r.Context(), t, p.Now))
+	}
+	p.Data = ov
+	d.render(w, http.StatusOK, "overview", p)
+}
+
+// tableOverview reads one table: Admin.Stats (one statement, and one for the errors),
+// then one chart per group.
+func (d *Dashboard) tableOverview(ctx context.Context, t Table, now time.Time) tableView {
+	tv := tableView{Name: t.Name, Form: t.Form().String()}
+	stats, err := d.counts(ctx, t, now)
+	if err != nil {
+		d.cfg.log.Warn("dashboard: reading a table's counts failed", "table", t.Name, "err", err)
+		tv.Error = err.Error()
+		return tv
+	}
+	finished, finishedOK := d.finishedOf(ctx, t, now)
+	byGroup := map[string]dialects.GroupStats{}
+	for _, g := range stats {
+		if !g.NullGroup {
+			byGroup[g.Group] = g
+		}
+	}
+	for _, g := range stats {
+		gv := groupView{Table: t.Name, Group: g.Group, Grouped: t.Group != "", NullGroup: g.NullGroup,
+			Queued: g.Due + g.Delayed + g.InWork, Due: g.Due, Scheduled: g.Delayed,
+			InWork: g.InWork, InWorkCounted: g.InWorkCounted, Processed: g.Processed, HasProcessed: t.ProcessedAt != "",
+			OldestID: g.Oldest.ID, Errors: g.Errors}
+		if g.Oldest.ID != 0 {
+			if since := dueSince(g.Oldest); !since.IsZero() {
+				gv.OldestAge, gv.OldestKnown = max(now.Sub(since), 0), true
+			}
+		}
+		if !g.NullGroup {
+			if dl, ok := t.DeadLetters[g.Group]; ok {
+				gv.DeadLetterGroup = dl
+				dg := byGroup[dl]
+				gv.DeadLetters = dg.Due + dg.Delayed + dg.InWork
+			}
+			gv.DeadLetterOf = t.deadLetterOf(g.Group)
+			if s := d.subscription(t, g.Group); s != nil {
+				gv.Subscribed, gv.Paused = true, s.Paused()
+			}
+			gv.Chart = d.chartOf(t, g.Group, finished, finishedOK, now)
+		}
+		tv.Groups = append(tv.Groups, gv)
+	}
+	return tv
+}
+
+// counts reads a table's counts per group: only its unfinished rows where the dialect can
+// (dialects.QueueCounter, through the claim index, so a table keeping millions of finished
+// rows costs what its queue costs), all of them otherwise (Admin.Stats). A queue named in
+// DeadLetters gets a line even when it has no unfinished row, to show its dead letters.
+func (d *Dashboard) counts(ctx context.Context, t Table, now time.Time) ([]dialects.GroupStats, error) {
+	var (
+		stats []dialects.GroupStats
+		err   error
+	)
+	if qc, ok := d.b.Dialect().(dialects.QueueCounter); ok {
+		stats, err = qc.QueueStats(ctx, t.Table, now)
+	} else {
+		stats, err = d.admin.Stats(ctx, t.Table, now)
+	}
+	if err != nil {
+		return nil, err
+	}
+	counted := t.Form() == rowactor.FormLease
+	if len(stats) > 0 {
+		counted = stats[0].InWorkCounted
+	}
+	for q := range t.DeadLetters {
+		if !slices.ContainsFunc(stats, func(g dialects.GroupStats) bool { return !g.NullGroup && g.Group == q }) {
+			stats = append(stats, dialects.GroupStats{Group: q, InWorkCounted: counted})
+		}
+	}
+	slices.SortStableFunc(stats, func(a, b dialects.GroupStats) int {
+		switch {
+		case a.NullGroup != b.NullGroup:
+			if a.NullGroup {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Group, b.Group)
+	})
+	return stats, nil
+}
+
+// finishedOf reads the table's finished rows per group and minute over the last hour
+// (its chart's cache reads only the last two minutes after the first time), when some
+// group may need them: the table has processed_at and the dialect can count by it. ok
+// is false when they cannot be read.
+func (d *Dashboard) finishedOf(ctx context.Context, t Table, now time.Time) (map[string][]rowactor.ThroughputMinute, bool) {
+	fc, ok := d.b.Dialect().(dialects.FinishedCounter)
+	if !ok || t.ProcessedAt == "" {
+		return nil, false
+	}
+	minutes, err := d.finished.minutes(ctx, fc, t, now)
+	if err != nil {
+		d.cfg.log.Warn("dashboard: counting finished rows failed", "table", t.Name, "err", err)
+		return nil, false
+	}
+	return minutes, true
+}
+
+// chartOf is the group's throughput over the last hour: this process's settlements when
+// a subscription of its broker reads the queue, else the finished rows by processed_at
+// where the table keeps them (finished, ok), else nil.
+func (d *Dashboard) chartOf(t Table, group string, finished map[string][]rowactor.ThroughputMinute, ok bool, now time.Time) *chart {
+	if d.subscription(t, group) != nil {
+		return newChart("settled by this process", d.b.Throughput(t.Table, group))
+	}
+	if !ok {
+		return nil
+	}
+	minutes := finished[group]
+	if minutes == nil {
+		minutes = emptyHour(now)
+	}
+	return newChart("finished rows (processed_at)", minutes)
+}
+
+// dueSince is when a due row became due as far as it tells: the latest of its
+// retry_after, its expired lease and its publish time; zero when it keeps none. It is
+// `rowactor stats`'s OLDEST DUE rule.
+func dueSince(r dialects.DueRow) time.Time {
+	since := r.RetryAfter
+	if r.LockedUntil.After(since) {
+		since = r.LockedUntil
+	}
+	h, _ := headers.Decode(r.Headers) // a malformed column: what can be read of it
+	if p, err := time.Parse(time.RFC3339Nano, h[telemetry.PublishedAtHeader]); err == nil && p.After(since) {
+		since = p
+	}
+	return since
+}

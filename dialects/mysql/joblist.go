@@ -1,0 +1,75 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+)
+
+var (
+	_ dialects.JobLister       = (*Dialect)(nil)
+	_ dialects.FinishedCounter = (*Dialect)(nil)
+)
+
+// ListJobs reads one keyset page of rows in one statement (dialects.JobLister): the
+// primary key's index read from the page's edge, each row's state as Stats counts it.
+func (d *Dialect) ListJobs(ctx context.Context, t dialects.Table, f dialects.JobFilter, now time.Time) ([]dialects.Job, error) {
+	if err := d.checkTable(ctx, t); err != nil {
+		return nil, err
+	}
+	state, nows, err := statsState(t)
+	if err != nil {
+		return nil, err
+	}
+	args := make([]any, nows) // statsState's placeholders come first
+	for i := range args {
+		args[i] = dbTime(now)
+	}
+	bind := func(v any) string { args = append(args, v); return "?" }
+	contains := func(col, p string) string { return "INSTR(" + col + ", " + p + ") > 0" }
+	text := dialects.ListJobsText(t, quote, state, bind, contains, f) // binds args: build it first
+	rows, err := d.db.QueryContext(ctx, text, args...)
+	if err != nil {
+		return nil, adminErr("list jobs", t.Name, err)
+	}
+	defer rows.Close()
+	jobs, err := dialects.ScanJobs(rows, t, f, t.Form() != dialects.FormRowLock, func() (any, func() (time.Time, error)) {
+		var v sql.NullTime
+		return &v, func() (time.Time, error) { return v.Time, nil }
+	})
+	if err != nil {
+		return nil, adminErr("list jobs", t.Name, err)
+	}
+	return jobs, nil
+}
+
+// minuteLayout is how FinishedPerMinute's DATE_FORMAT writes a minute (in UTC, as the
+// pool reads DATETIME).
+const minuteLayout = "2006-01-02 15:04"
+
+// FinishedPerMinute counts finished rows per group and minute of processed_at, in one
+// statement (dialects.FinishedCounter).
+func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, since time.Time) ([]dialects.MinuteCount, error) {
+	if err := dialects.CheckFinished(t); err != nil {
+		return nil, err
+	}
+	if err := d.checkTable(ctx, t); err != nil {
+		return nil, err
+	}
+	minute := func(col string) string { return "DATE_FORMAT(" + col + ", '%Y-%m-%d %H:%i')" }
+	rows, err := d.db.QueryContext(ctx, dialects.FinishedText(t, quote, minute, "?"), dbTime(since))
+	if err != nil {
+		return nil, adminErr("finished per minute", t.Name, err)
+	}
+	defer rows.Close()
+	out, err := dialects.ScanFinished(rows, t, func() (any, func() (time.Time, error)) {
+		var txt string
+		return &txt, func() (time.Time, error) { return time.ParseInLocation(minuteLayout, txt, time.UTC) }
+	})
+	if err != nil {
+		return nil, adminErr("finished per minute", t.Name, err)
+	}
+	return out, nil
+}
