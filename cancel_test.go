@@ -52,6 +52,8 @@ func init() {
 // handlerSaw is what a handler blocked until its context ended read from it.
 type handlerSaw struct {
 	err, cause error
+	// before and after are Delivery.Cancelled before the cancel and once the context ended.
+	before, after error
 }
 
 func cancelInWorkScenario(t *testing.T, h *harness, form rowactor.Form) {
@@ -68,9 +70,10 @@ func cancelInWorkScenario(t *testing.T, h *harness, form rowactor.Form) {
 			return rowactor.Ack() // the row published again below
 		}
 		h.note(ctx, d, "written before the cancel")
+		before := d.Cancelled()
 		started <- d.ID()
 		<-ctx.Done()
-		saw <- handlerSaw{ctx.Err(), context.Cause(ctx)}
+		saw <- handlerSaw{ctx.Err(), context.Cause(ctx), before, d.Cancelled()}
 		return rowactor.Ack() // the cancel wins over it
 	}, leaseOptions(form, time.Minute)...)
 	select {
@@ -105,6 +108,9 @@ func cancelInWorkScenario(t *testing.T, h *harness, form rowactor.Form) {
 	s := <-saw // sent before the handler returned, so before Cancel returned
 	if !errors.Is(s.err, context.Canceled) || !errors.Is(s.cause, rowactor.ErrCancelled) || !strings.Contains(s.cause.Error(), "customer left") {
 		t.Fatalf("the handler's context: Err %v, Cause %v; want Canceled and a cause wrapping ErrCancelled with the reason", s.err, s.cause)
+	}
+	if s.before != nil || s.after != s.cause {
+		t.Fatalf("Delivery.Cancelled: %v before the cancel, %v after; want nil, then the context's cause", s.before, s.after)
 	}
 	st := h.row(id)
 	if !st.exists || st.processedAt == nil || st.lastError == nil || *st.lastError != "customer left" || st.lockedUntil != nil {

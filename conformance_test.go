@@ -19,6 +19,9 @@ type scenario struct {
 	shapes []tableShape
 	// notifying limits the scenario to databases that wake other processes.
 	notifying bool
+	// plainOnly leaves the scenario out of runModeMatrix's transactional runs (batch
+	// handlers cannot be transactional).
+	plainOnly bool
 	run       func(t *testing.T, h *harness, form rowactor.Form)
 }
 

@@ -2,6 +2,7 @@ package rowactor
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -29,6 +30,10 @@ type Delivery struct {
 	// deadline is the handler's context, whose deadline SetTimeout moves (nil outside a
 	// subscription's handler).
 	deadline *deadline.Context
+	// batchCancelled answers Cancelled for a row of a batch, index its place in the batch:
+	// the batch's context is shared by its rows, so it cannot tell.
+	batchCancelled func(i int) error
+	index          int
 
 	mu      sync.Mutex
 	pending []wakeTarget // queues published into through tx, woken once the Ack commits
@@ -94,3 +99,24 @@ func (d *Delivery) Headers() map[string]string {
 
 // Header returns one header's value.
 func (d *Delivery) Header(name string) string { return d.Headers()[name] }
+
+// Cancelled returns the cause Broker.Cancel gave this delivery's row (an error wrapping
+// ErrCancelled that names the reason), nil while the row was not cancelled; it is safe
+// to call from any goroutine. A cancelled row ends as cancelled whatever outcome the
+// handler returns for it, so a handler may stop working on it. In a Subscribe handler it
+// is what context.Cause of the handler's context tells once a Cancel ended it. In a
+// SubscribeBatch handler it is the only way to tell: the batch's rows share one context,
+// which a Cancel of one row leaves running for the others (it is cancelled only once
+// every row of the batch is).
+func (d *Delivery) Cancelled() error {
+	if d.batchCancelled != nil {
+		return d.batchCancelled(d.index)
+	}
+	if d.deadline == nil {
+		return nil
+	}
+	if cause := context.Cause(d.deadline); errors.Is(cause, ErrCancelled) {
+		return cause
+	}
+	return nil
+}

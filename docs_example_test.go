@@ -341,6 +341,23 @@ func Example_subscribeBatch() {
 	err = sub.Resume(ctx)
 	// snippet batch: end
 	_ = err
+	render := func(ctx context.Context, payload []byte) error { return nil }
+	// snippet batch-cancel: begin
+	handler := func(ctx context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
+		outcomes := make([]rowactor.Outcome, len(ds))
+		for i, d := range ds {
+			outcomes[i] = rowactor.Ack()
+			if d.Cancelled() != nil {
+				continue // Broker.Cancel took this row: it ends as cancelled whatever is returned
+			}
+			if err := render(ctx, d.Payload()); err != nil { // ctx runs on for the other rows
+				outcomes[i] = rowactor.Fail(err)
+			}
+		}
+		return outcomes
+	}
+	// snippet batch-cancel: end
+	_, _ = b.SubscribeBatch(ctx, jobs, "reports", 10, handler)
 }
 
 // Opening a server. Not run: it needs the servers.

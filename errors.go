@@ -42,7 +42,9 @@ var (
 
 	// ErrCancelled is the cause (context.Cause) of a handler's context that Broker.Cancel
 	// cancelled: the cause wraps it and names the table, the row and the reason. The
-	// delivery's row is then settled as cancelled whatever the handler returns.
+	// delivery's row is then settled as cancelled whatever the handler returns. A row of a
+	// batch is cancelled alone: Delivery.Cancelled returns the cause, and the batch's
+	// context ends with it only once every row of the batch is cancelled.
 	ErrCancelled = errors.New("rowactor: the row was cancelled")
 
 	// ErrShutdownInHandler reports a Shutdown called from a handler (or from a hook

@@ -89,12 +89,24 @@ func (b *Broker) RetryNow(ctx context.Context, t Table, id int64) error {
 // context's error at once, and the row ends as cancelled when the handler returns), or
 // return Drop instead.
 //
+// A row in a SubscribeBatch batch of this broker's is cancelled in its batch. The batch
+// handler's context is shared by the batch's rows, so it is left running for the others'
+// work (it is cancelled, with the cause, only once every row of the batch is); the row is
+// marked instead, which the handler can ask about (Delivery.Cancelled returns the cause),
+// and the batch's commit ends it as above whatever outcome the handler gave it. When the
+// batch gives its rows back unsettled (a panic, a slice of outcomes of another length, a
+// handler given up on past its deadline), its cancelled rows still end as cancelled, in
+// one commit that returns the others; a batch all of whose rows were cancelled before it
+// started does not call its handler. A batch is never transactional: nothing the handler
+// wrote for the row is rolled back. Cancel waits for the batch's commit and reports as for
+// a delivery; a cancel that comes once the batch's settlement began does not win.
+//
 // A row this broker claimed that waits for a worker (Prefetch, WorkersByKey) is settled as
 // cancelled at once, without calling the handler. A row in work under another holder
-// (another process, another broker, a batch of SubscribeBatch) is refused with an error
-// wrapping ErrInWork, and left to its holder; while a claim of this broker's on t is in
-// flight (it may hold the row before its subscription shows it), Cancel looks for the
-// row again a few times, a moment apart, before it says so.
+// (another process, another broker) is refused with an error wrapping ErrInWork, and left
+// to its holder; while a claim of this broker's on t is in flight (it may hold the row
+// before its subscription shows it), Cancel looks for the row again a few times, a moment
+// apart, before it says so.
 func (b *Broker) Cancel(ctx context.Context, t Table, id int64, reason string) error {
 	jc, err := b.jobController("cancel", t, id)
 	if err != nil {

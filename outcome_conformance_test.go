@@ -534,7 +534,7 @@ func runModeMatrix(t *testing.T, scenarios []scenario) {
 					mode = "transactional"
 				}
 				for _, sc := range scenarios {
-					if sc.forms != nil && !hasForm(sc.forms, form) {
+					if sc.forms != nil && !hasForm(sc.forms, form) || tx && sc.plainOnly {
 						continue
 					}
 					t.Run(fmt.Sprintf("%s/%s/%s/%s", drv.name, form, mode, sc.name), func(t *testing.T) {

@@ -75,7 +75,10 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 }
 
 // BatchHandler handles a batch of deliveries and returns one outcome per delivery, in
-// order. A panic, or a slice of another length, releases the whole batch unsettled.
+// order. A panic, or a slice of another length, releases the whole batch unsettled (but
+// for rows Broker.Cancel cancelled, which end as cancelled). ctx is the batch's, shared
+// by its deliveries: Broker.Cancel of one row leaves it running for the others, and
+// Delivery.Cancelled tells which rows were cancelled (ctx is cancelled once all are).
 type BatchHandler func(ctx context.Context, ds []*Delivery) []Outcome
 
 // SubscribeBatch subscribes a batch handler to a row lock table: each call gets up to
@@ -258,12 +261,12 @@ func wrapBatch(h BatchHandler, table, queue string) actors.BatchHandler {
 	if h == nil {
 		return nil
 	}
-	return func(ctx context.Context, rows []dialects.Row) ([]settler.Outcome, []any) {
+	return func(ctx context.Context, rows []dialects.Row, cancelled func(int) error) ([]settler.Outcome, []any) {
 		ds := make([]*Delivery, len(rows))
 		tags := make([]any, len(rows))
 		dl := deadline.From(ctx) // the batch's, shared by its deliveries
 		for i, r := range rows {
-			ds[i] = &Delivery{row: r, table: table, queue: queue, deadline: dl}
+			ds[i] = &Delivery{row: r, table: table, queue: queue, deadline: dl, batchCancelled: cancelled, index: i}
 			tags[i] = ds[i]
 		}
 		out := h(ctx, ds)

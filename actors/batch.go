@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -18,8 +19,10 @@ import (
 )
 
 // BatchHandler handles the rows of one batch and returns one outcome per row, in order,
-// and a tag per row handed back in the Results.
-type BatchHandler func(ctx context.Context, rows []dialects.Row) ([]settler.Outcome, []any)
+// and a tag per row handed back in the Results. cancelled(i) returns the cause of the
+// Cancel of rows[i] (nil while none): ctx is the batch's, cancelled only once every row
+// is, and a cancelled row ends as cancelled whatever outcome is returned for it.
+type BatchHandler func(ctx context.Context, rows []dialects.Row, cancelled func(i int) error) ([]settler.Outcome, []any)
 
 // startBatch spawns the actor of a claimed batch: it takes one worker, and holds its rows
 // (and one connection) until its commit.
@@ -27,7 +30,13 @@ func (a *subscriptionActor) startBatch(c actor.Context, b dialects.LockedBatch) 
 	cfg := &a.s.cfg
 	rows := b.Rows()
 	a.s.inWork.Add(int64(len(rows)))
-	d := &batchDelivery{sub: a.s, batch: b, rows: rows}
+	d := &batchDelivery{sub: a.s, batch: b, rows: rows, cancels: make([]batchRowCancel, len(rows))}
+	// In the book from here to the batch's end, even when it only gives its rows back: a
+	// Cancel of one of them then waits for that and cancels the row it gave back, rather
+	// than finding it locked by a holder it does not know.
+	for _, r := range rows {
+		a.s.batchBook.add(r.ID, d)
+	}
 	if a.draining != nil || a.paused {
 		d.releaseOnly = true
 	} else {
@@ -54,6 +63,20 @@ type batchDelivery struct {
 	took        time.Duration
 	settled     bool
 	releaseOnly bool // claimed as a drain or a pause began: roll back unhandled
+
+	// cancels is, per row, where a Cancel and the batch's settlement meet (cancel.go);
+	// asked counts the rows a Cancel won, and handlerCtx is dctx, published for the Cancel
+	// of the batch's last row once the batch started.
+	cancels    []batchRowCancel
+	asked      atomic.Int32
+	handlerCtx atomic.Pointer[deadline.Context]
+}
+
+// batchRowCancel is one row's cancel pointer (as delivery.cancel), and the request that
+// won it, kept past the row's end for the handler's questions (Delivery.Cancelled).
+type batchRowCancel struct {
+	p   atomic.Pointer[cancelRequest]
+	won atomic.Pointer[cancelRequest]
 }
 
 func (d *batchDelivery) Receive(c actor.Context) {
@@ -65,11 +88,21 @@ func (d *batchDelivery) Receive(c actor.Context) {
 			d.spans[i].startSpan(!d.releaseOnly)
 		}
 		if d.releaseOnly {
-			d.finish(c, d.release(settler.ErrClosed), false, true)
+			d.finish(c, d.release(settler.ErrClosed, nil), false, true)
+			return
+		}
+		if int(d.asked.Load()) == len(d.rows) {
+			// Every row was cancelled between the claim and the start: the handler is not
+			// called.
+			d.finish(c, d.release(nil, d.takeCancels()), true, true)
 			return
 		}
 		sys, self := c.ActorSystem(), c.Self()
 		d.dctx = d.sub.deadlineCtx(sys, self)
+		d.handlerCtx.Store(d.dctx)
+		if int(d.asked.Load()) == len(d.rows) {
+			d.dctx.Cancel(d.lastCause()) // the last row's Cancel saw no context yet
+		}
 		d.sub.cfg.Dispatcher.Schedule(func() { d.run(sys, self) })
 	case overrunMsg:
 		if !d.settled && d.state.CompareAndSwap(running, abandoned) {
@@ -85,17 +118,17 @@ func (d *batchDelivery) Receive(c actor.Context) {
 			// The handler still runs; batches are never transactional, so the handler holds
 			// nothing of the claim transaction: the rows go back now, and run reports them
 			// when the handler returns.
-			d.finish(c, d.release(settler.ErrClosed), true, false)
+			d.finish(c, d.release(settler.ErrClosed, nil), true, false)
 			return
 		}
-		d.finish(c, d.release(settler.ErrClosed), true, true)
+		d.finish(c, d.release(settler.ErrClosed, nil), true, true)
 	}
 }
 
 func (d *batchDelivery) run(sys *actor.ActorSystem, self *actor.PID) {
 	start := time.Now()
 	d.dctx.SetTimeout(d.sub.cfg.Timeout)
-	d.outcomes, d.tags, d.panic = callBatch(d.dctx, d.sub.cfg.BatchHandler, d.rows, d.sub.cfg.Log, d.sub.cfg.Table)
+	d.outcomes, d.tags, d.panic = callBatch(d.dctx, d.sub.cfg.BatchHandler, d.rows, d.cancelled, d.sub.cfg.Log, d.sub.cfg.Table)
 	d.took = time.Since(start)
 	if d.panic == nil && d.dctx.Expired() {
 		// Returned after the batch's deadline: every row failed (a wrong number of
@@ -123,19 +156,26 @@ func (d *batchDelivery) run(sys *actor.ActorSystem, self *actor.PID) {
 	}
 }
 
-// settle plans each row's step and runs them all in the claim transaction.
+// settle plans each row's step and runs them all in the claim transaction. A row a Cancel
+// asked for first ends as cancelled, whatever its outcome.
 func (d *batchDelivery) settle() []Result {
 	cfg := d.sub.cfg
+	reqs := d.takeCancels()
 	if d.panic != nil {
-		return d.release(fmt.Errorf("batch handler panicked: %v", d.panic))
+		return d.release(fmt.Errorf("batch handler panicked: %v", d.panic), reqs)
 	}
 	if len(d.outcomes) != len(d.rows) {
-		return d.release(fmt.Errorf("rowactor: the batch handler returned %d outcomes for %d rows; the rows were released", len(d.outcomes), len(d.rows)))
+		return d.release(fmt.Errorf("rowactor: the batch handler returned %d outcomes for %d rows; the rows were released", len(d.outcomes), len(d.rows)), reqs)
 	}
 	now := cfg.Now()
 	steps := make([]dialects.Step, len(d.rows))
 	results := make([]Result, len(d.rows))
 	for i, row := range d.rows {
+		if reqs != nil && reqs[i] != nil {
+			step, o := cancelStep(reqs[i], row, now)
+			steps[i], results[i] = step, Result{Row: row, Outcome: o, Step: step.Kind, Tag: d.tag(i)}
+			continue
+		}
 		step, note := cfg.Rules.Plan(d.outcomes[i], row.Attempt, now)
 		refused := d.sub.notePlan(row, d.outcomes[i], step, note)
 		results[i] = Result{Row: row, Outcome: d.outcomes[i], Step: step.Kind, Event: step.Event, Tag: d.tag(i), Err: refused}
@@ -165,27 +205,113 @@ func (d *batchDelivery) settle() []Result {
 	return results
 }
 
-// release rolls the claim transaction back: every row returns at once.
-func (d *batchDelivery) release(why error) []Result {
+// release gives the batch's rows back, why says why: the claim transaction rolls back,
+// and every row returns at once. Rows a Cancel asked for first (reqs[i], when reqs is
+// not nil) end as cancelled instead, in one commit that returns the others unwritten: the
+// handler holds nothing of the claim transaction (batches are never transactional), so
+// this is safe while it may still run.
+func (d *batchDelivery) release(why error, reqs []*cancelRequest) []Result {
 	cfg := d.sub.cfg
 	ctx, cancel := context.WithTimeout(cfg.Ctx, cfg.SettleTimeout)
 	defer cancel()
-	err := d.batch.Rollback(ctx)
-	if err != nil {
-		cfg.Log.Warn("rowactor: could not roll a batch back cleanly; its connection was closed",
-			slog.String("table", cfg.Table), slog.Any("error", err))
+	var steps []dialects.Step
+	var err error
+	if reqs == nil {
+		err = d.batch.Rollback(ctx)
+		if err != nil {
+			cfg.Log.Warn("rowactor: could not roll a batch back cleanly; its connection was closed",
+				slog.String("table", cfg.Table), slog.Any("error", err))
+		}
+	} else {
+		steps = make([]dialects.Step, len(d.rows))
+		now := cfg.Now()
+		for i, row := range d.rows {
+			steps[i] = dialects.Step{Kind: dialects.StepRelease, Now: now} // runs nothing
+			if reqs[i] != nil {
+				steps[i], _ = cancelStep(reqs[i], row, now)
+			}
+		}
+		if err = d.batch.Settle(ctx, steps); err != nil {
+			err = fmt.Errorf("settle the cancelled rows of a batch of %d rows: %w", len(d.rows), err)
+		}
 	}
+	wasHandled := d.state.Load() == handled
 	results := make([]Result, len(d.rows))
 	for i, row := range d.rows {
+		if reqs != nil && reqs[i] != nil {
+			_, o := cancelStep(reqs[i], row, steps[i].Now)
+			results[i] = Result{Row: row, Outcome: o, Step: dialects.StepAck, Err: err, Tag: d.tag(i)}
+			if wasHandled {
+				results[i].Panic = d.panic
+			}
+			continue
+		}
 		results[i] = Result{Row: row, Step: dialects.StepRelease, Released: true, Err: errors.Join(why, err)}
-		if d.state.Load() == handled && i < len(d.outcomes) {
+		if wasHandled && i < len(d.outcomes) {
 			results[i].Outcome, results[i].Tag = d.outcomes[i], d.tag(i)
 		}
-		if d.panic != nil && d.state.Load() == handled {
+		if d.panic != nil && wasHandled {
 			results[i].Panic = d.panic
 		}
 	}
 	return results
+}
+
+// takeCancels is called as the batch's settlement begins: it returns, per row, the Cancel
+// that asked first (nil when no row has one), and from then on a Cancel of any of its
+// rows waits for this settlement.
+func (d *batchDelivery) takeCancels() []*cancelRequest {
+	var reqs []*cancelRequest
+	for i := range d.cancels {
+		if req := takeCancel(&d.cancels[i].p); req != nil {
+			if reqs == nil {
+				reqs = make([]*cancelRequest, len(d.rows))
+			}
+			reqs[i] = req
+		}
+	}
+	return reqs
+}
+
+// cancelRow cancels row id of the batch (Subscription.Cancel): the row is marked, and the
+// batch's context left running for its other rows, until the request for its last row.
+func (d *batchDelivery) cancelRow(ctx context.Context, id int64, cause error, reason string) (Cancelled, bool, error) {
+	i := slices.IndexFunc(d.rows, func(r dialects.Row) bool { return r.ID == id })
+	if i < 0 {
+		return Cancelled{}, false, nil
+	}
+	rc := &d.cancels[i]
+	return requestCancel(ctx, &rc.p, cause, reason, func(req *cancelRequest) {
+		rc.won.Store(req)
+		if int(d.asked.Add(1)) == len(d.rows) {
+			if dc := d.handlerCtx.Load(); dc != nil {
+				dc.Cancel(cause) // no effect once the handler returned
+			} // else the batch sees it as it starts
+		}
+	})
+}
+
+// cancelled is the cause of the Cancel that won row i, nil when none did: the batch
+// handler's question (Delivery.Cancelled), safe from any goroutine.
+func (d *batchDelivery) cancelled(i int) error {
+	if i < 0 || i >= len(d.cancels) {
+		return nil
+	}
+	if req := d.cancels[i].won.Load(); req != nil {
+		return req.cause
+	}
+	return nil
+}
+
+// lastCause is the cause of a Cancel that won a row of the batch (the batch's context's,
+// once every row was cancelled).
+func (d *batchDelivery) lastCause() error {
+	for i := len(d.cancels) - 1; i >= 0; i-- {
+		if err := d.cancelled(i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (d *batchDelivery) tag(i int) any {
@@ -211,6 +337,8 @@ func (d *batchDelivery) finish(c actor.Context, results []Result, tookWorker, re
 		if report {
 			d.sub.report(r)
 		}
+		d.sub.batchBook.remove(r.Row.ID, d)
+		endCancel(&d.cancels[i].p, r)
 	}
 	c.Send(c.Parent(), settledMsg{freed: true, rows: len(d.rows), workerFreed: !tookWorker, handled: !d.releaseOnly})
 	if _, stopping := c.Message().(*actor.Stopping); !stopping {
@@ -219,7 +347,7 @@ func (d *batchDelivery) finish(c actor.Context, results []Result, tookWorker, re
 }
 
 // callBatch runs h and turns a panic into an unsettled batch.
-func callBatch(ctx context.Context, h BatchHandler, rows []dialects.Row, log *slog.Logger, table string) (o []settler.Outcome, tags []any, p any) {
+func callBatch(ctx context.Context, h BatchHandler, rows []dialects.Row, cancelled func(int) error, log *slog.Logger, table string) (o []settler.Outcome, tags []any, p any) {
 	defer func() {
 		if v := recover(); v != nil {
 			p = v
@@ -229,6 +357,6 @@ func callBatch(ctx context.Context, h BatchHandler, rows []dialects.Row, log *sl
 				slog.String("stack", string(debug.Stack())))
 		}
 	}()
-	o, tags = h(ctx, rows)
+	o, tags = h(ctx, rows, cancelled)
 	return o, tags, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -30,11 +32,22 @@ import (
 //	             Cancel that comes now waits for it (a request that did not win)
 //	ended        the delivery ended: its row is no longer this subscription's
 //
+// A SubscribeBatch batch is in a book of its own (batchBook), under each of its rows' ids,
+// and keeps one such pointer per row (batchDelivery.cancels), moved the same way. Its
+// handler's context is the batch's, shared by rows that were not cancelled: a request
+// does not cancel it, but marks its row, which the handler can ask about
+// (Delivery.Cancelled), and the batch's settlement ends that row as cancelled whatever
+// outcome the handler gave it. Once every row of the batch is cancelled, no work is left
+// worth doing: the context is cancelled then, with the last request's cause (and a batch
+// all of whose rows were cancelled before it started never calls its handler).
+//
 // A delivery that is never cancelled pays four atomic operations (its context published
 // and the pointer read as it starts, a compare-and-swap as it settles, a swap as it ends)
 // and two writes of the book (an uncontended lock of one of its shards and a map write
 // each, allocation-free once the maps have grown); the request and its channel are made
-// by Cancel alone.
+// by Cancel alone. A batch pays, per row, the two writes of its book and a
+// compare-and-swap and a swap, and one slice of two pointers a row: small beside the
+// batch's claim and commit.
 
 // cancelRequest is a Cancel of a delivery in work, or a Cancel waiting for a settlement
 // that ran first (won false). r is the delivery's result, set before done closes.
@@ -66,31 +79,44 @@ type Cancelled struct {
 // processed with reason in the error column), whatever the handler returned; in
 // transactional mode the handler's writes are rolled back first, as for a Drop. It waits
 // for the delivery to end, until ctx ends. A row claimed and waiting for a worker is
-// settled as cancelled without calling the handler (cancelWaiting). held is false when
-// the subscription holds no such row (a batch's rows are not counted). A Cancel that comes
-// once the settlement of the handler's own outcome began does not win: it waits for that
-// settlement and reports it.
+// settled as cancelled without calling the handler (cancelWaiting). A row of a batch in
+// work is marked cancelled instead, its batch's context left running for the other rows
+// (batchDelivery.cancelRow). held is false when the subscription holds no such row. A
+// Cancel that comes once the settlement of the handler's own outcome began does not win:
+// it waits for that settlement and reports it.
 func (s *Subscription) Cancel(ctx context.Context, id int64, cause error, reason string) (c Cancelled, held bool, err error) {
 	d := s.book.get(id)
 	if d == nil {
+		if bd := s.batchBook.get(id); bd != nil {
+			return bd.cancelRow(ctx, id, cause, reason)
+		}
 		return s.cancelWaiting(ctx, id, cause, reason)
 	}
+	return requestCancel(ctx, &d.cancel, cause, reason, func(*cancelRequest) {
+		if dc := d.handlerCtx.Load(); dc != nil {
+			dc.Cancel(cause) // no effect once the handler returned
+		} // else the delivery sees the request as it starts
+	})
+}
+
+// requestCancel moves a delivery's (or a batch row's) cancel pointer p for a Cancel, and
+// waits for the end the pointer is handed: won runs once, with the request, when this
+// Cancel asked first. held is false when the delivery ended already.
+func requestCancel(ctx context.Context, p *atomic.Pointer[cancelRequest], cause error, reason string, won func(*cancelRequest)) (Cancelled, bool, error) {
 	var req *cancelRequest
 	for req == nil {
-		switch v := d.cancel.Load(); v {
+		switch v := p.Load(); v {
 		case nil:
 			r := &cancelRequest{cause: cause, reason: reason, won: true, done: make(chan struct{})}
-			if d.cancel.CompareAndSwap(nil, r) {
-				if dc := d.handlerCtx.Load(); dc != nil {
-					dc.Cancel(cause) // no effect once the handler returned
-				} // else the delivery sees the request as it starts
+			if p.CompareAndSwap(nil, r) {
+				won(r)
 				req = r
 			}
 		case endedMark:
 			return Cancelled{}, false, nil
 		case settlingMark:
 			r := &cancelRequest{done: make(chan struct{})}
-			if d.cancel.CompareAndSwap(settlingMark, r) {
+			if p.CompareAndSwap(settlingMark, r) {
 				req = r
 			}
 		default:
@@ -162,11 +188,13 @@ func (a *subscriptionActor) cancelWaiting(c actor.Context, id int64, req *cancel
 
 // takeCancel is called as the delivery's settlement begins: it returns the Cancel that
 // asked first, or nil, and from then on a Cancel waits for this settlement.
-func (d *delivery) takeCancel() *cancelRequest {
-	if d.cancel.CompareAndSwap(nil, settlingMark) {
+func (d *delivery) takeCancel() *cancelRequest { return takeCancel(&d.cancel) }
+
+func takeCancel(p *atomic.Pointer[cancelRequest]) *cancelRequest {
+	if p.CompareAndSwap(nil, settlingMark) {
 		return nil
 	}
-	if req := d.cancel.Load(); req != settlingMark && req != endedMark {
+	if req := p.Load(); req != settlingMark && req != endedMark {
 		return req
 	}
 	return nil
@@ -178,7 +206,11 @@ func (d *delivery) endCancel(r Result) {
 	if d.inBook {
 		d.sub.book.remove(d.claim.Row.ID, d)
 	}
-	if req := d.cancel.Swap(endedMark); req != nil && req != settlingMark && req != endedMark {
+	endCancel(&d.cancel, r)
+}
+
+func endCancel(p *atomic.Pointer[cancelRequest], r Result) {
+	if req := p.Swap(endedMark); req != nil && req != settlingMark && req != endedMark {
 		req.r = r
 		close(req.done)
 	}
@@ -198,39 +230,44 @@ func (d *delivery) settleCancelled(req *cancelRequest) Result {
 
 // cancelStep is the step and outcome that end a cancelled delivery's row.
 func (d *delivery) cancelStep(req *cancelRequest) (dialects.Step, settler.Outcome) {
-	o := settler.Outcome{Verdict: settler.Drop, Err: req.cause, Error: req.reason}
-	return dialects.Step{Kind: dialects.StepAck, Now: d.sub.cfg.Now(), Error: req.reason, Attempt: d.claim.Row.Attempt}, o
+	return cancelStep(req, d.claim.Row, d.sub.cfg.Now())
 }
 
-// inWorkBook is a subscription's deliveries in work, by row id, in shards so that
-// deliveries on many workers seldom meet on one lock.
-type inWorkBook struct {
-	shards [inWorkShards]inWorkShard
+func cancelStep(req *cancelRequest, row dialects.Row, now time.Time) (dialects.Step, settler.Outcome) {
+	o := settler.Outcome{Verdict: settler.Drop, Err: req.cause, Error: req.reason}
+	return dialects.Step{Kind: dialects.StepAck, Now: now, Error: req.reason, Attempt: row.Attempt}, o
+}
+
+// inWorkBook is a subscription's deliveries (or batches) in work, by row id, in shards so
+// that deliveries on many workers seldom meet on one lock.
+type inWorkBook[D any] struct {
+	shards [inWorkShards]inWorkShard[D]
 }
 
 const inWorkShards = 8
 
-type inWorkShard struct {
+type inWorkShard[D any] struct {
 	mu sync.Mutex
-	m  map[int64]*delivery
+	m  map[int64]*D
 	_  [48]byte // a cache line each
 }
 
-func (b *inWorkBook) shard(id int64) *inWorkShard { return &b.shards[uint64(id)%inWorkShards] }
+func (b *inWorkBook[D]) shard(id int64) *inWorkShard[D] { return &b.shards[uint64(id)%inWorkShards] }
 
-// add books d; a later delivery of the same row (its earlier lease ran out) replaces it.
-func (b *inWorkBook) add(d *delivery) {
-	s := b.shard(d.claim.Row.ID)
+// add books d under row id; a later delivery of the same row (its earlier lease ran out)
+// replaces it.
+func (b *inWorkBook[D]) add(id int64, d *D) {
+	s := b.shard(id)
 	s.mu.Lock()
 	if s.m == nil {
-		s.m = make(map[int64]*delivery)
+		s.m = make(map[int64]*D)
 	}
-	s.m[d.claim.Row.ID] = d
+	s.m[id] = d
 	s.mu.Unlock()
 }
 
 // remove takes d out, unless a later delivery of its row replaced it.
-func (b *inWorkBook) remove(id int64, d *delivery) {
+func (b *inWorkBook[D]) remove(id int64, d *D) {
 	s := b.shard(id)
 	s.mu.Lock()
 	if s.m[id] == d {
@@ -239,7 +276,7 @@ func (b *inWorkBook) remove(id int64, d *delivery) {
 	s.mu.Unlock()
 }
 
-func (b *inWorkBook) get(id int64) *delivery {
+func (b *inWorkBook[D]) get(id int64) *D {
 	s := b.shard(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()

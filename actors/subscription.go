@@ -118,8 +118,10 @@ type Subscription struct {
 	// a Fail, for a Snooze (outcome.go).
 	warnedFailNoDelay, warnedSnooze atomic.Bool
 
-	// book holds the deliveries in work by row id, for Cancel (cancel.go).
-	book inWorkBook
+	// book holds the deliveries in work by row id, for Cancel (cancel.go); batchBook the
+	// batches in work, under each of their rows' ids.
+	book      inWorkBook[delivery]
+	batchBook inWorkBook[batchDelivery]
 	// claiming mirrors the claims in flight, whose rows the book and the backlog do not
 	// show yet, and claimsDone counts the claims whose rows were taken in: a Cancel that
 	// found the row held by nobody it knows looks again while a claim may hold it unseen.
@@ -824,7 +826,7 @@ func (a *subscriptionActor) spawnDelivery(c actor.Context, d *delivery) {
 	} else {
 		// In the book from here: a Cancel finds the row in the backlog or here, never
 		// between the two.
-		a.s.book.add(d)
+		a.s.book.add(d.claim.Row.ID, d)
 		d.inBook = true
 		d.spawned = time.Now()
 		a.busy++

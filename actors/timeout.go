@@ -166,11 +166,12 @@ func (d *delivery) interrupt(req *cancelRequest) Result {
 }
 
 // abandon gives up on a batch handler still running a grace past its deadline: the claim
-// transaction rolls back (the handler holds nothing of it: batches are never
-// transactional), every row returns, and the worker is freed.
+// transaction ends (the handler holds nothing of it: batches are never transactional),
+// every row returns but those a Cancel asked for first, which end as cancelled, and the
+// worker is freed.
 func (d *batchDelivery) abandon(c actor.Context) {
 	timeout := d.dctx.Timeout()
 	d.sub.warnAbandoned(d.rows[0], len(d.rows), timeout)
 	d.sub.cfg.Telemetry.Abandoned(d.sub.cfg.Ctx, len(d.rows))
-	d.finish(c, d.release(abandonedErr(timeout)), true, true)
+	d.finish(c, d.release(abandonedErr(timeout), d.takeCancels()), true, true)
 }
