@@ -331,10 +331,20 @@ var poisonScenarios = []poisonScenario{
 			if got := c.of(bad); len(got) != 1 {
 				t.Fatalf("the row set aside was delivered %d times, want once (before its move failed)", len(got))
 			}
-			logs := h.logs.String()
-			for _, want := range []string{"level=ERROR", fmt.Sprintf("id=%d", bad), "set_aside=parked_retry_after", "fix="} {
-				if !strings.Contains(logs, want) {
-					t.Fatalf("the logs lack %q:\n%s", want, logs)
+			// The set-aside is logged once its statement committed: a moment after the row
+			// shows it.
+			wants := []string{"level=ERROR", fmt.Sprintf("id=%d", bad), "set_aside=parked_retry_after", "fix="}
+			logged := func() bool {
+				for _, want := range wants {
+					if !strings.Contains(h.logs.String(), want) {
+						return false
+					}
+				}
+				return true
+			}
+			for deadline := time.Now().Add(10 * time.Second); !logged(); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the logs lack one of %q after 10 s:\n%s", wants, h.logs.String())
 				}
 			}
 		}},
