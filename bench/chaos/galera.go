@@ -238,10 +238,12 @@ func (sc *scen) nodeKillRun(ctx context.Context, g *galeraBackend, nk *nodeKill)
 			victims = append(victims, c)
 		}
 	}
-	// Kill it while its consumers have rows in work (their history files tell), so that
-	// the fault meets deliveries; after 5 s of looking, kill it anyway.
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; sleepCtx(ctx, 20*time.Millisecond) {
-		if inWorkNow(victims) >= 2 {
+	// Kill it while a handler of its consumers has run for a while (their history files
+	// tell): a slow row's (-slow), whose settlement cannot have reached the node, so the
+	// kill meets a delivery that another node's consumer must take over. After 15 s of
+	// looking, kill it anyway.
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; sleepCtx(ctx, 20*time.Millisecond) {
+		if runningFor(victims, 300*time.Millisecond) >= 1 {
 			break
 		}
 	}
@@ -285,17 +287,17 @@ func (sc *scen) nodeKillRun(ctx context.Context, g *galeraBackend, nk *nodeKill)
 	sc.event("galera node %d synced again after %v", nk.node+1, time.Duration(nk.back-nk.at).Round(time.Millisecond))
 }
 
-// inWorkNow counts the handlers the consumers' history files show running: their rows'
-// settlements cannot have reached the node yet.
-func inWorkNow(cs []*consumer) int {
-	n := 0
+// runningFor counts the handlers the consumers' history files show running for at least
+// d: their rows' settlements cannot have reached the node yet, nor will they soon.
+func runningFor(cs []*consumer, d time.Duration) int {
+	n, cut := 0, now()-int64(d)
 	for _, c := range cs {
 		h, err := parseConsumer(c.out, c.n)
 		if err != nil {
 			continue
 		}
-		for _, d := range h.deliveries {
-			if d.end == 0 && d.settle == nil {
+		for _, dl := range h.deliveries {
+			if dl.end == 0 && dl.settle == nil && dl.start <= cut {
 				n++
 			}
 		}

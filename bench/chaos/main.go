@@ -136,7 +136,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the consumers' files and the tables (they are kept anyway when a scenario fails)")
 	fs.IntVar(&cfg.poison, "poison", 10, "poison faults: rows whose handler always fails with Fail(err)")
 	fs.IntVar(&cfg.maxAttempts, "max-attempts", 3, "poison fault: MaxAttempts before the dead letter")
-	fs.Float64Var(&cfg.slowFrac, "slow", 0.003, "extend fault: fraction of rows whose handler runs 1.5 leases")
+	fs.Float64Var(&cfg.slowFrac, "slow", 0.003, "extend and nodekill faults: fraction of rows whose handler runs 1.5 leases")
 	fs.Float64Var(&cfg.hotFrac, "hot", 0.02, "deadlock fault: fraction of rows whose handler locks the two hot rows")
 	fs.DurationVar(&cfg.slack, "slack", time.Second, "timing tolerance of checks (b) and (e)")
 	fs.DurationVar(&cfg.idleExclude, "idle-exclude", time.Second, "check (e): time excluded after a consumer is ready and after each kill or shutdown")

@@ -650,7 +650,7 @@ func (sc *scen) publish(ctx context.Context) error {
 			switch {
 			case poison[sent+i]:
 				kind = kindPoison
-			case sc.s.fault == "extend" && rng.Float64() < cfg.slowFrac:
+			case (sc.s.fault == "extend" || sc.s.fault == nodeKillFault) && rng.Float64() < cfg.slowFrac:
 				kind = kindSlow
 			case sc.s.fault == "deadlock" && rng.Float64() < cfg.hotFrac:
 				kind = kindHot
