@@ -14,6 +14,7 @@ import (
 
 	"github.com/rowactor/rowactor"
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/mysql"
 )
 
 // galeraSetup opens a broker per node (each with hook as its OnSettled), creates a lease
@@ -190,5 +191,85 @@ func waitValue(t *testing.T, db *sql.DB, q, want string) {
 			t.Errorf("%s never read %q", q, want)
 			return
 		}
+	}
+}
+
+// Every way into the row lock and advisory forms is refused on a cluster node before
+// anything is claimed: batches, transactional, FIFO, dead-letter tables and groups, and a
+// broker made with New on a pool of the caller's.
+func TestGaleraRefusesNodeLocalFormsEveryWay(t *testing.T) {
+	ctx := context.Background()
+	name := fmt.Sprintf("galera_ways_%d", time.Now().UnixNano())
+	lease := rowactor.Table{Name: name, ID: "id", Group: "grp", Payload: "payload", Attempt: "attempt", LockedUntil: "locked_until"}
+	brokers, dbs := galeraSetup(t, lease, func(int, rowactor.Settlement) {})
+	t.Cleanup(func() { _, _ = dbs[0].ExecContext(context.Background(), "DROP TABLE IF EXISTS "+name) })
+	if _, err := brokers[0].Publish(ctx, lease, "q", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	rowLock := lease
+	rowLock.LockedUntil = ""
+	advisory := rowLock
+	advisory.AdvisoryKey = "galera:{id}"
+	fifo := rowLock
+	fifo.FIFO = true
+	h := func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }
+	bh := func(_ context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
+		return make([]rowactor.Outcome, len(ds))
+	}
+	for i, b := range brokers {
+		for _, c := range []struct {
+			what string
+			run  func() error
+		}{
+			{"batch row lock", func() error { _, err := b.SubscribeBatch(ctx, rowLock, "q", 4, bh); return err }},
+			{"batch advisory", func() error { _, err := b.SubscribeBatch(ctx, advisory, "q", 4, bh); return err }},
+			{"transactional row lock", func() error { _, err := b.Subscribe(ctx, rowLock, "q", h, rowactor.Transactional()); return err }},
+			{"transactional advisory", func() error { _, err := b.Subscribe(ctx, advisory, "q", h, rowactor.Transactional()); return err }},
+			{"fifo row lock", func() error { _, err := b.Subscribe(ctx, fifo, "q", h); return err }},
+			{"row lock with dead-letter group", func() error {
+				_, err := b.Subscribe(ctx, rowLock, "q", h, rowactor.MaxAttempts(2), rowactor.DeadLetterGroup("dead"))
+				return err
+			}},
+		} {
+			err := c.run()
+			var ce *rowactor.ConfigError
+			switch {
+			case c.what == "batch advisory":
+				// Refused as a batch of the advisory form, whatever the server.
+				if !errors.As(err, &ce) {
+					t.Errorf("node %d, %s: subscribed with %v, want a *ConfigError", i+1, c.what, err)
+				}
+			case !errors.As(err, &ce) || !strings.Contains(ce.Reason, "Galera"):
+				t.Errorf("node %d, %s: subscribed with %v, want a *ConfigError naming Galera", i+1, c.what, err)
+			case strings.HasPrefix(c.what, "batch") && !strings.Contains(ce.Fix, "SubscribeBatch"):
+				// The lease form the fix names is refused to SubscribeBatch: the fix must
+				// say so, or it sends the user from one refusal to the next.
+				t.Errorf("node %d, %s: the fix %q sends a batch to the lease form, which SubscribeBatch refuses", i+1, c.what, ce.Fix)
+			}
+		}
+	}
+	// A broker made with New on the caller's own pool.
+	own, err := sql.Open("mysql", galeraDSNs(t)[1]+"?parseTime=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	b, err := rowactor.New(mysql.New(own))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Shutdown(ctx) //nolint:errcheck
+	// Its first check runs with a publish, not a subscription.
+	if _, err := b.Publish(ctx, lease, "q", []byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Subscribe(ctx, advisory, "q", h)
+	var ce *rowactor.ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("New on a node's pool: the advisory form subscribed with %v, want a *ConfigError", err)
+	}
+	var left int
+	if err := dbs[0].QueryRowContext(ctx, "SELECT count(*) FROM "+name+" WHERE attempt > 1").Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d rows claimed (%v), want none", left, err)
 	}
 }

@@ -143,5 +143,6 @@ func (d *Dialect) checkForm(t dialects.Table) error {
 	}
 	return &dialects.ConfigError{Table: t.Name, Option: option,
 		Reason: "the server is a Galera cluster node (wsrep_on = ON): row locks and GET_LOCK hold on one node only, so consumers on two nodes could handle the same row at once",
-		Fix:    "use the lease form: set Table.LockedUntil (and drop AdvisoryKey)"}
+		Fix: "use the lease form: set Table.LockedUntil (and drop AdvisoryKey); batch handlers (SubscribeBatch) " +
+			"serve the row lock form only, so on a cluster handle rows one at a time with Subscribe"}
 }
