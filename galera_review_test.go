@@ -212,6 +212,8 @@ func TestGaleraRefusesNodeLocalFormsEveryWay(t *testing.T) {
 	advisory.AdvisoryKey = "galera:{id}"
 	fifo := rowLock
 	fifo.FIFO = true
+	fifoLease := lease
+	fifoLease.FIFO = true
 	h := func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }
 	bh := func(_ context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
 		return make([]rowactor.Outcome, len(ds))
@@ -226,6 +228,8 @@ func TestGaleraRefusesNodeLocalFormsEveryWay(t *testing.T) {
 			{"transactional row lock", func() error { _, err := b.Subscribe(ctx, rowLock, "q", h, rowactor.Transactional()); return err }},
 			{"transactional advisory", func() error { _, err := b.Subscribe(ctx, advisory, "q", h, rowactor.Transactional()); return err }},
 			{"fifo row lock", func() error { _, err := b.Subscribe(ctx, fifo, "q", h); return err }},
+			// review/galera_fifo_write_skew.go.txt: two nodes each took a row of one group.
+			{"fifo lease", func() error { _, err := b.Subscribe(ctx, fifoLease, "q", h); return err }},
 			{"row lock with dead-letter group", func() error {
 				_, err := b.Subscribe(ctx, rowLock, "q", h, rowactor.MaxAttempts(2), rowactor.DeadLetterGroup("dead"))
 				return err
