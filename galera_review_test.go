@@ -277,3 +277,109 @@ func TestGaleraRefusesNodeLocalFormsEveryWay(t *testing.T) {
 		t.Fatalf("%d rows claimed (%v), want none", left, err)
 	}
 }
+
+// A transactional Ack whose COMMIT fails certification: node 1's delivery updates a side
+// row on a view that lacks node 3's committed update of the same row (node 1, with one
+// applier thread, is still applying a big write set W ahead of it), so nothing aborts it
+// before its COMMIT, which certification then refuses (1213). The settlement must be an
+// error, nothing of the delivery commits, and the row's second delivery acks.
+func TestGaleraTransactionalCommitCertificationFailure(t *testing.T) {
+	ctx := context.Background()
+	name := fmt.Sprintf("galera_cc_%d", time.Now().UnixNano())
+	fill, side, log := name+"_fill", name+"_side", name+"_log"
+	tbl := rowactor.Table{Name: name, ID: "id", Payload: "payload", Attempt: "attempt", LockedUntil: "locked_until"}
+	var mu sync.Mutex
+	var settled []rowactor.Settlement
+	brokers, dbs := galeraSetup(t, tbl, func(node int, s rowactor.Settlement) {
+		mu.Lock()
+		defer mu.Unlock()
+		settled = append(settled, s)
+	},
+		"CREATE TABLE "+fill+" (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB",
+		"INSERT INTO "+fill+" SELECT seq, 0 FROM seq_1_to_200000",
+		"CREATE TABLE "+side+" (id BIGINT PRIMARY KEY, v VARCHAR(20) NOT NULL) ENGINE=InnoDB",
+		"INSERT INTO "+side+" VALUES (1, 'before')",
+		"CREATE TABLE "+log+" (id BIGINT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(40) NOT NULL) ENGINE=InnoDB")
+	t.Cleanup(func() {
+		for _, n := range []string{name, fill, side, log} {
+			_, _ = dbs[0].ExecContext(context.Background(), "DROP TABLE IF EXISTS "+n)
+		}
+	})
+	oneApplier(t, dbs[0])
+	waitRows(t, dbs[2], "SELECT count(*) FROM "+fill, 200000)
+	waitRows(t, dbs[2], "SELECT count(*) FROM "+side, 1)
+	if _, err := brokers[0].Publish(ctx, tbl, "", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{}, 4)
+	stale := true
+	if _, err := brokers[0].Subscribe(ctx, tbl, "", func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		defer func() { done <- struct{}{} }()
+		tx := d.Tx().(*sql.Tx)
+		if d.Attempt() > 1 {
+			_, _ = tx.ExecContext(ctx, "INSERT INTO "+log+" (v) VALUES ('second')")
+			return rowactor.Ack()
+		}
+		// W, then node 3's update of the side row, both through node 3.
+		w, err := dbs[2].BeginTx(ctx, nil)
+		if err == nil {
+			for range 6 {
+				_, _ = w.ExecContext(ctx, "UPDATE "+fill+" SET v = v + 1")
+			}
+			err = w.Commit()
+		}
+		if err == nil {
+			_, err = dbs[2].ExecContext(ctx, "UPDATE "+side+" SET v = 'node3' WHERE id = 1")
+		}
+		if err != nil {
+			t.Errorf("node 3: %v", err)
+		}
+		var v string
+		_ = tx.QueryRowContext(ctx, "SELECT v FROM "+side+" WHERE id = 1").Scan(&v)
+		stale = v == "before"
+		if _, err := tx.ExecContext(ctx, "UPDATE "+side+" SET v = 'node1' WHERE id = 1"); err != nil {
+			t.Logf("node 1's update: %v", err)
+		}
+		_, _ = tx.ExecContext(ctx, "INSERT INTO "+log+" (v) VALUES ('first')")
+		return rowactor.Ack()
+	}, rowactor.Transactional(), rowactor.Lease(time.Second), rowactor.PollInterval(100*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			mu.Lock()
+			t.Fatalf("no second delivery after 30 s; settlements %+v", settled)
+			mu.Unlock()
+		}
+	}
+	if !stale {
+		t.Skip("node 1 had applied node 3's update already: the interleaving did not arise")
+	}
+	waitRows(t, dbs[0], "SELECT count(*) FROM "+name, 0)
+	var logged []string
+	rows, err := dbs[0].QueryContext(ctx, "SELECT v FROM "+log+" ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var v string
+		_ = rows.Scan(&v)
+		logged = append(logged, v)
+	}
+	rows.Close()
+	var v string
+	_ = dbs[0].QueryRowContext(ctx, "SELECT v FROM "+side+" WHERE id = 1").Scan(&v)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range settled {
+		t.Logf("settled: attempt %d step %s err %v", s.Attempt, s.Step, s.Err)
+	}
+	if len(settled) < 2 || settled[0].Err == nil || settled[len(settled)-1].Err != nil {
+		t.Fatalf("settlements %+v: want the first Ack to fail and the last to succeed", settled)
+	}
+	if fmt.Sprint(logged) != "[second]" || v != "node3" {
+		t.Fatalf("log %q, side row %q: want only the second delivery's write and node 3's update", logged, v)
+	}
+}
