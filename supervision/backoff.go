@@ -92,35 +92,63 @@ type Backoff struct {
 	// after schedules the restart; tests replace it.
 	after func(time.Duration, func()) *time.Timer
 
-	mu   sync.Mutex
-	last map[string]Policy // per child: the policy of its last failure
+	mu     sync.Mutex
+	counts map[string]map[Policy]*kindCount // per child, per policy (kind of failure)
+	now    func() time.Time                 // tests replace it
 }
 
-// switched records p as child's latest failure's policy and reports a change of kind:
-// failures of one kind do not grow the backoff of another (a burst of deadlocks must not
-// make the first lost connection wait the cap).
-func (b *Backoff) switched(child *actor.PID, p Policy) bool {
-	key := ""
-	if child != nil {
-		key = child.Address + "/" + child.Id
+// kindCount is one kind of failure's consecutive count for one child.
+type kindCount struct {
+	n    int
+	last time.Time
+}
+
+// failure counts child's failure under p and returns its number among the child's
+// failures of that kind: each kind counts apart, so a burst of deadlocks does not make the
+// first lost connection wait the cap, and kinds that alternate do not reset each other
+// (a connection lost after every deadlock still backs off as lost connections do). A
+// kind's count starts over after Policy.Window without a failure of that kind.
+func (b *Backoff) failure(child *actor.PID, p Policy) int {
+	now := time.Now
+	if b.now != nil {
+		now = b.now
 	}
+	t := now()
+	key := childKey(child)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.last == nil {
-		b.last = map[string]Policy{}
+	if b.counts == nil {
+		b.counts = map[string]map[Policy]*kindCount{}
 	}
-	prev, seen := b.last[key]
-	b.last[key] = p
-	return seen && prev != p
+	kinds := b.counts[key]
+	if kinds == nil {
+		kinds = map[Policy]*kindCount{}
+		b.counts[key] = kinds
+	}
+	c := kinds[p]
+	if c == nil {
+		c = &kindCount{}
+		kinds[p] = c
+	}
+	if b.Policy.Window > 0 && c.n > 0 && t.Sub(c.last) > b.Policy.Window {
+		c.n = 0
+	}
+	c.n++
+	c.last = t
+	return c.n
+}
+
+func childKey(child *actor.PID) string {
+	if child == nil {
+		return ""
+	}
+	return child.Address + "/" + child.Id
 }
 
 func (b *Backoff) forget(child *actor.PID) {
-	if child == nil {
-		return
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.last, child.Address+"/"+child.Id)
+	delete(b.counts, childKey(child))
 }
 
 // HandleFailure implements actor.SupervisorStrategy.
@@ -134,11 +162,12 @@ func (b *Backoff) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, chil
 	if b.PolicyFor != nil {
 		p = b.PolicyFor(reason)
 	}
-	if b.Policy.Window > 0 && rs.NumberOfFailures(b.Policy.Window) == 0 || b.switched(child, p) {
+	// rs is kept as Proto.Actor keeps it; the delay follows the count of this kind.
+	if b.Policy.Window > 0 && rs.NumberOfFailures(b.Policy.Window) == 0 {
 		rs.Reset()
 	}
 	rs.Fail()
-	n := rs.FailureCount()
+	n := b.failure(child, p)
 	d := Jittered(p.Delay(n))
 	if b.OnRestart != nil {
 		b.OnRestart(child, reason, n, d)

@@ -2,6 +2,7 @@ package supervision
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -140,5 +141,106 @@ func TestBackoffCountsEachKindOfFailureApart(t *testing.T) {
 	}
 	if d := delays[41]; d > 2*DefaultPolicy.Initial || d < DefaultPolicy.Initial {
 		t.Fatalf("the second lost connection waits %v, want within [%v, %v]", d, DefaultPolicy.Initial, 2*DefaultPolicy.Initial)
+	}
+}
+
+// Kinds that alternate must not reset each other's count: a node that answers every other
+// claim with a certification conflict and loses the connection in between (or a dead
+// server behind a check that fails as a schema fault) must still see the reconnect delay
+// grow toward the cap. Resetting the count at each change of kind kept it at Initial for
+// ever: a dead database polled ten times a second.
+func TestBackoffAlternatingKindsStillGrow(t *testing.T) {
+	contention, lost := errors.New("deadlock"), errors.New("connection refused")
+	b := &Backoff{
+		Policy: DefaultPolicy,
+		PolicyFor: func(reason any) Policy {
+			if reason == contention {
+				return DefaultPolicy.ForFault(dialects.FaultContention)
+			}
+			return DefaultPolicy.ForFault(dialects.FaultConnection)
+		},
+	}
+	var delays []time.Duration
+	b.after = func(d time.Duration, f func()) *time.Timer {
+		delays = append(delays, d)
+		f()
+		return nil
+	}
+	sup := &restarts{}
+	rs := actor.NewRestartStatistics()
+	for range 10 {
+		b.HandleFailure(nil, sup, nil, rs, lost, nil)
+		b.HandleFailure(nil, sup, nil, rs, contention, nil)
+	}
+	// The tenth lost connection: Delay(10) = the 30 s cap, jittered into [15 s, 30 s].
+	if d := delays[18]; d < DefaultPolicy.Max/2 {
+		t.Fatalf("the tenth lost connection, each after a deadlock, waits %v, want at least %v; lost-connection delays: %v",
+			d, DefaultPolicy.Max/2, []time.Duration{delays[0], delays[2], delays[4], delays[6], delays[8], delays[18]})
+	}
+	// Contention still never waits more than Initial.
+	for i := 1; i < len(delays); i += 2 {
+		if delays[i] > DefaultPolicy.Initial {
+			t.Fatalf("deadlock %d waits %v, want at most %v", i/2+1, delays[i], DefaultPolicy.Initial)
+		}
+	}
+}
+
+// HandleFailure runs on the supervising actor, but several Backoffs' children, or a
+// strategy shared by several parents, may fail at once: the bookkeeping is safe under -race.
+func TestBackoffConcurrentChildren(t *testing.T) {
+	b := &Backoff{Policy: DefaultPolicy, PolicyFor: func(reason any) Policy {
+		return DefaultPolicy.ForFault(reason.(dialects.Fault))
+	}}
+	b.after = func(_ time.Duration, f func()) *time.Timer { f(); return nil }
+	done := make(chan struct{})
+	for i := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			sup := &restarts{}
+			pid := actor.NewPID("local", fmt.Sprintf("child-%d", i))
+			rs := actor.NewRestartStatistics()
+			for j := range 200 {
+				f := dialects.FaultConnection
+				if j%3 == 0 {
+					f = dialects.FaultContention
+				}
+				b.HandleFailure(nil, sup, pid, rs, f, nil)
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+}
+
+// A kind's count starts over after a Window without a failure of that kind, even when
+// failures of another kind came in between.
+func TestBackoffWindowResetsEachKind(t *testing.T) {
+	contention, lost := errors.New("deadlock"), errors.New("connection refused")
+	clock := time.Unix(0, 0)
+	b := &Backoff{
+		Policy: DefaultPolicy,
+		PolicyFor: func(reason any) Policy {
+			if reason == contention {
+				return DefaultPolicy.ForFault(dialects.FaultContention)
+			}
+			return DefaultPolicy.ForFault(dialects.FaultConnection)
+		},
+		now: func() time.Time { return clock },
+	}
+	var counts []int
+	b.OnRestart = func(_ *actor.PID, _ any, n int, _ time.Duration) { counts = append(counts, n) }
+	b.after = func(_ time.Duration, f func()) *time.Timer { f(); return nil }
+	sup, rs := &restarts{}, actor.NewRestartStatistics()
+	for range 4 {
+		b.HandleFailure(nil, sup, nil, rs, lost, nil)
+	}
+	for range 3 { // deadlocks every 30 s for 90 s: no lost connection for longer than the window
+		clock = clock.Add(30 * time.Second)
+		b.HandleFailure(nil, sup, nil, rs, contention, nil)
+	}
+	b.HandleFailure(nil, sup, nil, rs, lost, nil)
+	if want := []int{1, 2, 3, 4, 1, 2, 3, 1}; fmt.Sprint(counts) != fmt.Sprint(want) {
+		t.Fatalf("failure counts %v, want %v", counts, want)
 	}
 }

@@ -81,6 +81,23 @@ func confirmText(t dialects.Table) string {
 	return "SELECT 1 FROM " + quote(t.Name) + " WHERE " + quote(t.ID) + " = ? AND " + quote(t.LockedUntil) + " = ? FOR UPDATE"
 }
 
+// markText moves a lease row's token one microsecond on if it holds the token: until,
+// id, token. unmarkText puts the token back: token, id. On a Galera node the confirm is
+// these two writes: a locking read holds on the node alone and certification orders
+// writes only, so an event that writes no queue row (a note elsewhere, the row left to its
+// lease) confirmed by a read committed even after another node's claim took the row, on a
+// node that had not applied that claim yet. The two writes change the row twice and leave
+// it as it was; its key is in the event's write set, and certification fails whichever of
+// the event and the other claim comes second.
+func markText(t dialects.Table) string {
+	return "UPDATE " + quote(t.Name) + " SET " + quote(t.LockedUntil) + " = ? WHERE " + quote(t.ID) + " = ? AND " +
+		quote(t.LockedUntil) + " = ?"
+}
+
+func unmarkText(t dialects.Table) string {
+	return "UPDATE " + quote(t.Name) + " SET " + quote(t.LockedUntil) + " = ? WHERE " + quote(t.ID) + " = ?"
+}
+
 // leaseEvent runs a lease delivery's event inside tx, after locking its row and
 // confirming the token: false, with nothing run, when the row holds another token (or
 // is gone). A confirmed event settles whatever its own row count.
@@ -89,17 +106,23 @@ func (q *leaseQueue) leaseEvent(ctx context.Context, tx *sql.Tx, step dialects.S
 	if err != nil {
 		return false, err
 	}
-	confirm, err := q.d.stmt(ctx, q.confirm)
-	if err != nil {
-		return false, err
-	}
-	var one int
-	err = tx.StmtContext(ctx, confirm).QueryRowContext(ctx, held.ID, dbTime(held.Token)).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("confirm the lease: %w", err)
+	if q.d.cluster {
+		if ok, err := q.confirmByWrites(ctx, tx, held); err != nil || !ok {
+			return false, err
+		}
+	} else {
+		confirm, err := q.d.stmt(ctx, q.confirm)
+		if err != nil {
+			return false, err
+		}
+		var one int
+		err = tx.StmtContext(ctx, confirm).QueryRowContext(ctx, held.ID, dbTime(held.Token)).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("confirm the lease: %w", err)
+		}
 	}
 	s, err := q.d.stmt(ctx, text)
 	if err == nil {
@@ -107,6 +130,31 @@ func (q *leaseQueue) leaseEvent(ctx context.Context, tx *sql.Tx, step dialects.S
 	}
 	if err != nil {
 		return false, err
+	}
+	return true, nil
+}
+
+// confirmByWrites confirms held's token on a Galera node (markText): false when the row
+// holds another token or is gone.
+func (q *leaseQueue) confirmByWrites(ctx context.Context, tx *sql.Tx, held dialects.Lease) (bool, error) {
+	mark, err := q.d.stmt(ctx, q.mark)
+	if err != nil {
+		return false, err
+	}
+	token := dbTime(held.Token)
+	n, err := affected(tx.StmtContext(ctx, mark).ExecContext(ctx, token.Add(time.Microsecond), held.ID, token))
+	if err != nil {
+		return false, fmt.Errorf("confirm the lease: %w", err)
+	}
+	if n == 0 {
+		return false, nil
+	}
+	unmark, err := q.d.stmt(ctx, q.unmark)
+	if err != nil {
+		return false, err
+	}
+	if _, err := tx.StmtContext(ctx, unmark).ExecContext(ctx, token, held.ID); err != nil {
+		return false, fmt.Errorf("confirm the lease: %w", err)
 	}
 	return true, nil
 }

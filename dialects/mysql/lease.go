@@ -90,6 +90,8 @@ type leaseQueue struct {
 	extend inList
 	// confirm locks a row if it holds a token, before an event runs: id, token.
 	confirm string
+	// mark and unmark confirm instead on a Galera node (markText).
+	mark, unmark string
 	// batch are the batched acks and releases (batch.go).
 	batch *batchSQL
 	// level is the table's isolation level, for transactional deliveries (claims run at
@@ -117,6 +119,8 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 			suffix: ") AND (" + lu + " IS NULL OR " + lu + " <= ?)"},
 		extend:  inList{prefix: "UPDATE " + tq + " SET " + lu + " = ? WHERE " + id + " IN (", item: "?", suffix: ")"},
 		confirm: confirmText(t),
+		mark:    markText(t),
+		unmark:  unmarkText(t),
 		batch:   newBatchSQL(t),
 		level:   isolation(t.Isolation),
 		sem:     make(chan struct{}, 1),

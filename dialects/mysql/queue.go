@@ -529,14 +529,20 @@ func lend(ctx context.Context, tx *sql.Tx) error {
 // (so it runs once, right before the settlement that commits). An error wraps
 // dialects.ErrTxEnded when the server ended the transaction: the savepoint is gone, and
 // whatever ran through the *sql.Tx since is in an implicit transaction that the caller
-// rolls back.
+// rolls back; or the release itself is the first statement to learn of the end (1213).
 func alive(ctx context.Context, tx *sql.Tx) error {
 	_, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+savepoint)
 	if err == nil {
 		return nil
 	}
-	if serverError(err) == errNoSavepoint {
+	switch serverError(err) {
+	case errNoSavepoint:
 		return fmt.Errorf("%w (the savepoint set when it was lent is gone: %w)", dialects.ErrTxEnded, err)
+	case errDeadlock:
+		// The transaction ended while nothing ran through it: a Galera node's applier
+		// aborted it (a write set from another node that conflicts with its locks), and
+		// the next statement, this one, reports the abort as a deadlock.
+		return fmt.Errorf("%w (aborted while idle: %w)", dialects.ErrTxEnded, err)
 	}
 	return fmt.Errorf("check the transaction: %w", err)
 }

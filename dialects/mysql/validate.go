@@ -133,7 +133,21 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]dia
 // UPDATE, GET_LOCK) are the node's own and never reach the other nodes, so a consumer on
 // each node could run the same row's handler at once. A lease is a committed row version,
 // which certification orders across the cluster.
+//
+// FIFO is refused in every form: its group guard (a locking read of the group's rows) and
+// the lease form's test for a leased row of the group are reads, which certification does
+// not order. Two nodes whose views differ (a row with a lower id committed on one node
+// after the other's claim read the group: ids drawn on two nodes are not in commit order)
+// each take a different row of one group; the two claims write different rows, and both
+// commit.
 func (d *Dialect) checkForm(t dialects.Table) error {
+	if d.cluster && t.FIFO {
+		return &dialects.ConfigError{Table: t.Name, Option: "Table.FIFO",
+			Reason: "the server is a Galera cluster node (wsrep_on = ON): a FIFO claim keeps a group to one row in work by reads " +
+				"(a locking read of the group's rows, a test for a leased row of the group) that hold on one node only, so consumers " +
+				"on two nodes could each take a row of the same group",
+			Fix: "drop Table.FIFO on a cluster (order the work inside the handler), or keep FIFO tables on a server that is not a cluster node"}
+	}
 	if !d.cluster || t.Form() == dialects.FormLease {
 		return nil
 	}
@@ -143,5 +157,6 @@ func (d *Dialect) checkForm(t dialects.Table) error {
 	}
 	return &dialects.ConfigError{Table: t.Name, Option: option,
 		Reason: "the server is a Galera cluster node (wsrep_on = ON): row locks and GET_LOCK hold on one node only, so consumers on two nodes could handle the same row at once",
-		Fix:    "use the lease form: set Table.LockedUntil (and drop AdvisoryKey)"}
+		Fix: "use the lease form: set Table.LockedUntil (and drop AdvisoryKey); batch handlers (SubscribeBatch) " +
+			"serve the row lock form only, so on a cluster handle rows one at a time with Subscribe"}
 }
