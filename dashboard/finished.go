@@ -27,9 +27,14 @@ type finishedMinutes struct {
 	counts   map[string]map[int64]dialects.MinuteCount // by group, then the minute's Unix time
 }
 
+// perMinuteCounter is the part of dialects.FinishedCounter the cache reads through.
+type perMinuteCounter interface {
+	FinishedPerMinute(ctx context.Context, t dialects.Table, since time.Time) ([]dialects.MinuteCount, error)
+}
+
 // minutes returns the hour of finished rows of t up to the minute of now, per group
 // (rows of a NULL group left out), oldest first, reading only what it does not hold.
-func (c *finishedCache) minutes(ctx context.Context, fc dialects.FinishedCounter, t Table, now time.Time) (map[string][]rowactor.ThroughputMinute, error) {
+func (c *finishedCache) minutes(ctx context.Context, fc perMinuteCounter, t Table, now time.Time) (map[string][]rowactor.ThroughputMinute, error) {
 	last := now.Truncate(time.Minute)
 	first := last.Add(-(rowactor.ThroughputMinutes - 1) * time.Minute)
 	c.mu.Lock()
