@@ -101,3 +101,36 @@ func emptyHour(now time.Time) []rowactor.ThroughputMinute {
 	}
 	return ms
 }
+
+// indexCache remembers, per table, whether an index leads with processed_at
+// (FinishedCounter.HasFinishedIndex), so that the catalog is read at most once per
+// recheck period (a minute) and table, not on every refresh: an index an operator
+// creates shows the chart within that period. A failed check is not remembered.
+type indexCache struct {
+	mu sync.Mutex
+	m  map[string]indexCheck // by table
+}
+
+type indexCheck struct {
+	at time.Time // when the catalog was read (the wall clock: the dashboard's clock may be stubbed)
+	ok bool
+}
+
+// has reports whether t has an index leading with processed_at, the catalog read at most
+// once per every. The lock is held while the catalog is read, so that concurrent pages read it once.
+func (c *indexCache) has(ctx context.Context, fc dialects.FinishedCounter, t Table, every time.Duration) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if held, ok := c.m[t.Name]; ok && time.Since(held.at) < every {
+		return held.ok, nil
+	}
+	ok, err := fc.HasFinishedIndex(ctx, t.Table)
+	if err != nil {
+		return false, err
+	}
+	if c.m == nil {
+		c.m = map[string]indexCheck{}
+	}
+	c.m[t.Name] = indexCheck{at: time.Now(), ok: ok}
+	return ok, nil
+}
