@@ -153,7 +153,9 @@ func TestBrowser(t *testing.T) {
 		email := func(i int) string {
 			return fmt.Sprintf(`{"to":"user%d@example.com","template":"welcome","locale":"en"}`, i)
 		}
-		// An hour of finished rows, some dropped with an error, for the chart.
+		// An hour of finished rows, some dropped with an error, for the chart (which needs
+		// an index on processed_at).
+		f.finishedIndex(tb)
 		finished := fill("emails", 90, email)
 		for i, id := range finished {
 			errText := any(nil)

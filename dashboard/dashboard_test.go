@@ -3,7 +3,9 @@ package dashboard
 import (
 	"context"
 	"fmt"
+	"html"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects"
 )
 
 // The overview's numbers are the table's, as SQL counts them: per group, rows queued, due
@@ -21,6 +24,7 @@ import (
 func TestOverviewMatchesSQL(t *testing.T) {
 	eachDB(t, func(t *testing.T, f *fixture) {
 		tb := f.jobsTable("dash_ov_")
+		f.finishedIndex(tb) // the chart by processed_at needs it
 		now := time.Now()
 		tq := f.q(tb.Name)
 		var emails []int64
@@ -491,6 +495,7 @@ func TestRefresh(t *testing.T) {
 func TestQueueLineWithoutRows(t *testing.T) {
 	eachDB(t, func(t *testing.T, f *fixture) {
 		tb := f.jobsTable("dash_empty_")
+		f.finishedIndex(tb)
 		done := f.publish(tb, "emails", "{}")
 		f.exec("UPDATE "+f.q(tb.Name)+" SET processed_at = ? WHERE id = ?", time.Now(), done)
 		f.publish(tb, "emails-dead", "{}")
@@ -529,5 +534,67 @@ func TestActionBackLink(t *testing.T) {
 		if got := link(body, "back"); got != want {
 			t.Errorf("back %q: links %q, want %q", back, got, want)
 		}
+	}
+}
+
+// The chart by processed_at is drawn only when an index leads with processed_at: without
+// one, the overview says so and shows the statement that creates it (and reads no
+// finished row); once it exists, the chart shows (the check is redone after
+// indexRecheck, here 0).
+func TestChartNeedsFinishedIndex(t *testing.T) {
+	eachDB(t, func(t *testing.T, f *fixture) {
+		tb := f.jobsTable("dash_idx_")
+		done := f.publish(tb, "emails", "{}")
+		f.exec("UPDATE "+f.q(tb.Name)+" SET processed_at = ? WHERE id = ?", time.Now().Add(-time.Minute), done)
+		f.publish(tb, "emails", "{}")
+		d, err := New(f.b, []Table{{Table: tb}}, func(c *config) { c.indexRecheck = 0 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		stmt := f.b.Dialect().(dialects.FinishedCounter).FinishedIndexStatement(tb)
+		c, u := serve(t, d, "")
+		_, body := get(t, c, u+"/")
+		if !strings.Contains(body, `data-no-chart="`+tb.Name+`"`) || !strings.Contains(body, html.EscapeString(stmt)) {
+			t.Errorf("without the index: no note with %s in:\n%s", stmt, body)
+		}
+		if got := counts(t, body, tb.Name, "emails"); strings.Contains(body, `<svg class="chart"`) || got["handled"] != "" {
+			t.Errorf("without the index: a chart (%v)", got)
+		}
+		f.exec(stmt)
+		_, body = get(t, c, u+"/")
+		if got := counts(t, body, tb.Name, "emails"); !strings.Contains(body, `<svg class="chart"`) || got["handled"] != "1" {
+			t.Errorf("with the index: chart %v, want 1 handled", got)
+		}
+		if strings.Contains(body, "data-no-chart") {
+			t.Error("with the index: the note is still shown")
+		}
+	})
+}
+
+// The check for the index holds for indexRecheck: an index created meanwhile shows the
+// chart only once it has passed.
+func TestFinishedIndexCheckCached(t *testing.T) {
+	f := newFixture(t, databases[0])
+	tb := f.jobsTable("dash_idxc_")
+	d, err := New(f.b, []Table{{Table: tb}}, func(c *config) { c.indexRecheck = time.Hour })
+	if err != nil {
+		t.Fatal(err)
+	}
+	overview := func() string { // served in this goroutine: the test changes d.cfg between pages
+		rec := httptest.NewRecorder()
+		d.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		return rec.Body.String()
+	}
+	f.publish(tb, "emails", "{}")
+	if !strings.Contains(overview(), "data-no-chart") {
+		t.Fatal("no note without the index")
+	}
+	f.finishedIndex(tb)
+	if !strings.Contains(overview(), "data-no-chart") {
+		t.Error("the index was read again before indexRecheck passed")
+	}
+	d.cfg.indexRecheck = 0
+	if strings.Contains(overview(), "data-no-chart") {
+		t.Error("the index was not read again after indexRecheck")
 	}
 }

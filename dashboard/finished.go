@@ -27,9 +27,14 @@ type finishedMinutes struct {
 	counts   map[string]map[int64]dialects.MinuteCount // by group, then the minute's Unix time
 }
 
+// perMinuteCounter is the part of dialects.FinishedCounter the cache reads through.
+type perMinuteCounter interface {
+	FinishedPerMinute(ctx context.Context, t dialects.Table, since time.Time) ([]dialects.MinuteCount, error)
+}
+
 // minutes returns the hour of finished rows of t up to the minute of now, per group
 // (rows of a NULL group left out), oldest first, reading only what it does not hold.
-func (c *finishedCache) minutes(ctx context.Context, fc dialects.FinishedCounter, t Table, now time.Time) (map[string][]rowactor.ThroughputMinute, error) {
+func (c *finishedCache) minutes(ctx context.Context, fc perMinuteCounter, t Table, now time.Time) (map[string][]rowactor.ThroughputMinute, error) {
 	last := now.Truncate(time.Minute)
 	first := last.Add(-(rowactor.ThroughputMinutes - 1) * time.Minute)
 	c.mu.Lock()
@@ -95,4 +100,37 @@ func emptyHour(now time.Time) []rowactor.ThroughputMinute {
 		ms[i].Minute = first.Add(time.Duration(i) * time.Minute)
 	}
 	return ms
+}
+
+// indexCache remembers, per table, whether an index leads with processed_at
+// (FinishedCounter.HasFinishedIndex), so that the catalog is read at most once per
+// recheck period (a minute) and table, not on every refresh: an index an operator
+// creates shows the chart within that period. A failed check is not remembered.
+type indexCache struct {
+	mu sync.Mutex
+	m  map[string]indexCheck // by table
+}
+
+type indexCheck struct {
+	at time.Time // when the catalog was read (the wall clock: the dashboard's clock may be stubbed)
+	ok bool
+}
+
+// has reports whether t has an index leading with processed_at, the catalog read at most
+// once per every. The lock is held while the catalog is read, so that concurrent pages read it once.
+func (c *indexCache) has(ctx context.Context, fc dialects.FinishedCounter, t Table, every time.Duration) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if held, ok := c.m[t.Name]; ok && time.Since(held.at) < every {
+		return held.ok, nil
+	}
+	ok, err := fc.HasFinishedIndex(ctx, t.Table)
+	if err != nil {
+		return false, err
+	}
+	if c.m == nil {
+		c.m = map[string]indexCheck{}
+	}
+	c.m[t.Name] = indexCheck{at: time.Now(), ok: ok}
+	return ok, nil
 }

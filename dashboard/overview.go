@@ -23,6 +23,16 @@ type tableView struct {
 	Form   string
 	Groups []groupView
 	Error  string // the table could not be read
+	// NoChart says why a group without a subscription here has no chart, and how to get
+	// one; nil when every group has its chart, or the table has no processed_at.
+	NoChart *noChart
+}
+
+// noChart is why the chart by processed_at is not drawn: the table has no index leading
+// with processed_at (Statement creates one), or checking for one failed (Err).
+type noChart struct {
+	Statement string
+	Err       string
 }
 
 // groupView is one group's line: counts as Admin.Stats reads them.
@@ -72,7 +82,13 @@ func (d *Dashboard) tableOverview(ctx context.Context, t Table, now time.Time) t
 		tv.Error = err.Error()
 		return tv
 	}
-	finished, finishedOK := d.finishedOf(ctx, t, now)
+	var (
+		finished   map[string][]rowactor.ThroughputMinute
+		finishedOK bool
+	)
+	if slices.ContainsFunc(stats, func(g dialects.GroupStats) bool { return !g.NullGroup && d.subscription(t, g.Group) == nil }) {
+		finished, finishedOK, tv.NoChart = d.finishedOf(ctx, t, now)
+	}
 	byGroup := map[string]dialects.GroupStats{}
 	for _, g := range stats {
 		if !g.NullGroup {
@@ -147,24 +163,34 @@ func (d *Dashboard) counts(ctx context.Context, t Table, now time.Time) ([]diale
 
 // finishedOf reads the table's finished rows per group and minute over the last hour
 // (its chart's cache reads only the last two minutes after the first time), when some
-// group may need them: the table has processed_at and the dialect can count by it. ok
-// is false when they cannot be read.
-func (d *Dashboard) finishedOf(ctx context.Context, t Table, now time.Time) (map[string][]rowactor.ThroughputMinute, bool) {
+// group may need them: the table has processed_at, the dialect can count by it, and an
+// index leads with processed_at (checked at most once per indexRecheck), so that the
+// count reads the finished rows of the last minutes, not the whole table. ok is false
+// when they are not read; no says why, when the index is missing or the check failed.
+func (d *Dashboard) finishedOf(ctx context.Context, t Table, now time.Time) (minutes map[string][]rowactor.ThroughputMinute, ok bool, no *noChart) {
 	fc, ok := d.b.Dialect().(dialects.FinishedCounter)
 	if !ok || t.ProcessedAt == "" {
-		return nil, false
+		return nil, false, nil
 	}
-	minutes, err := d.finished.minutes(ctx, fc, t, now)
+	indexed, err := d.indexes.has(ctx, fc, t, d.cfg.indexRecheck)
+	if err != nil {
+		d.cfg.log.Warn("dashboard: checking for an index on processed_at failed", "table", t.Name, "err", err)
+		return nil, false, &noChart{Err: err.Error()}
+	}
+	if !indexed {
+		return nil, false, &noChart{Statement: fc.FinishedIndexStatement(t.Table)}
+	}
+	minutes, err = d.finished.minutes(ctx, fc, t, now)
 	if err != nil {
 		d.cfg.log.Warn("dashboard: counting finished rows failed", "table", t.Name, "err", err)
-		return nil, false
+		return nil, false, nil
 	}
-	return minutes, true
+	return minutes, true, nil
 }
 
 // chartOf is the group's throughput over the last hour: this process's settlements when
 // a subscription of its broker reads the queue, else the finished rows by processed_at
-// where the table keeps them (finished, ok), else nil.
+// where the table keeps them and an index serves their count (finished, ok), else nil.
 func (d *Dashboard) chartOf(t Table, group string, finished map[string][]rowactor.ThroughputMinute, ok bool, now time.Time) *chart {
 	if d.subscription(t, group) != nil {
 		return newChart("settled by this process", d.b.Throughput(t.Table, group))

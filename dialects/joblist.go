@@ -132,7 +132,11 @@ func ScanJobs(rows Rows, t Table, f JobFilter, inWorkCounted bool, scanTime Time
 
 // FinishedCounter is a dialect that counts a table's finished rows per group and minute,
 // by their processed_at (the dashboard's throughput chart when no broker of the process
-// counts its settlements).
+// counts its settlements), and tells whether that count is cheap: FinishedPerMinute reads
+// the rows finished since its since through an index that leads with processed_at, and
+// the whole table without one. Schema renders none (claims never need it), so a caller
+// that repeats the count (the dashboard, on every refresh) asks HasFinishedIndex first
+// and, without the index, shows FinishedIndexStatement instead of reading the table.
 type FinishedCounter interface {
 	// FinishedPerMinute counts the rows of t whose processed_at is at or after since, per
 	// group (one group "" for a table without groups) and minute of processed_at, in
@@ -141,6 +145,20 @@ type FinishedCounter interface {
 	// The statement reads the table's rows finished since since through an index that
 	// leads with processed_at, and the whole table without one (Schema renders none).
 	FinishedPerMinute(ctx context.Context, t Table, since time.Time) ([]MinuteCount, error)
+
+	// HasFinishedIndex reports whether an index of t, as the database holds it, has the
+	// processed_at column (not an expression of it) as its first key column, so that
+	// FinishedPerMinute reads only the rows it counts: a B-tree index, whole or partial
+	// on processed_at IS NOT NULL (PostgreSQL, SQLite). An index where processed_at comes
+	// second (the claim index of a table with groups, on MySQL) does not count; neither
+	// does a table that does not exist. One catalog read, writing nothing. A table
+	// without a processed_at column refuses with a *ConfigError.
+	HasFinishedIndex(ctx context.Context, t Table) (bool, error)
+
+	// FinishedIndexStatement is the statement that creates the index HasFinishedIndex
+	// looks for (on PostgreSQL without blocking writes: CREATE INDEX CONCURRENTLY), for an
+	// operator to run; t must have a processed_at column. It needs no database.
+	FinishedIndexStatement(t Table) string
 }
 
 // MinuteCount is one group's finished rows of one minute: Failed of them hold an error
@@ -154,7 +172,8 @@ type MinuteCount struct {
 	Handled, Failed int64
 }
 
-// CheckFinished refuses FinishedPerMinute on a table without processed_at.
+// CheckFinished refuses FinishedPerMinute and HasFinishedIndex on a table without
+// processed_at.
 func CheckFinished(t Table) error {
 	if err := CheckDescription(t); err != nil {
 		return err

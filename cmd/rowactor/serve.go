@@ -26,7 +26,10 @@ flags, as the other commands describe one.
 
 The overview counts each group's rows (queued, due now, scheduled, in work, dead letters,
 oldest due, most frequent errors) and charts finished rows per minute by processed_at
-(-processed-at): this process runs no subscription, so it has no live counts. Job lists
+(-processed-at): this process runs no subscription, so it has no live counts. The chart
+needs an index leading with processed_at (schema renders none: without it each refresh
+would read the whole table); without one the overview shows the CREATE INDEX statement
+instead, and the chart within a minute of the index's creation. Job lists
 filter by state, attempt and error text; a job page shows the payload, headers, attempt,
 due time, lease, last error and trace id. Retry now, cancel and requeue of dead letters
 are buttons, each a POST with a CSRF token; -read-only turns them off.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 var jobListScenarios = []scenario{
 	{name: "FiltersAndPages", run: testListJobsFiltersAndPages},
 	{name: "FinishedPerMinute", run: testFinishedPerMinute},
+	{name: "HasFinishedIndex", run: testHasFinishedIndex},
 	{name: "QueueStatsLeavesFinishedOut", run: testQueueStats},
 }
 
@@ -219,6 +221,45 @@ func testFinishedPerMinute(t *testing.T, h Harness) {
 	}
 	var ce *dialects.ConfigError
 	if _, err := fc.FinishedPerMinute(ctx, leaseTable(tbl.Name), minute); !errors.As(err, &ce) {
+		t.Errorf("a table without processed_at: %v, want a *ConfigError", err)
+	}
+}
+
+// HasFinishedIndex is false for the table Schema renders and for an index where
+// processed_at comes second, true once FinishedIndexStatement has run; a table without
+// processed_at is refused.
+func testHasFinishedIndex(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_finidx", func(name string) dialects.Table {
+		tb := leaseTable(name)
+		tb.ProcessedAt, tb.Error = "processed_at", "error"
+		return tb
+	})
+	fc, ok := e.d.(dialects.FinishedCounter)
+	if !ok {
+		t.Fatalf("%T is not a dialects.FinishedCounter", e.d)
+	}
+	has := func(when string, want bool) {
+		t.Helper()
+		got, err := fc.HasFinishedIndex(ctx, tbl)
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if got != want {
+			t.Errorf("%s: HasFinishedIndex %v, want %v", when, got, want)
+		}
+	}
+	has("Schema's indexes", false)
+	e.exec("CREATE INDEX " + e.q(tbl.Name+"_second") + " ON " + e.q(tbl.Name) + " (" + e.q(tbl.Group) + ", " + e.q(tbl.ProcessedAt) + ")")
+	has("an index where processed_at is the second column", false)
+	stmt := fc.FinishedIndexStatement(tbl)
+	if !strings.Contains(stmt, "CREATE INDEX") || !strings.Contains(stmt, e.q(tbl.ProcessedAt)) {
+		t.Errorf("FinishedIndexStatement: %s", stmt)
+	}
+	e.exec(stmt)
+	has("after "+stmt, true)
+	var ce *dialects.ConfigError
+	if _, err := fc.HasFinishedIndex(ctx, leaseTable(tbl.Name)); !errors.As(err, &ce) {
 		t.Errorf("a table without processed_at: %v, want a *ConfigError", err)
 	}
 }

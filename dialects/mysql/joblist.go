@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rowactor/rowactor/dialects"
 )
@@ -72,4 +73,30 @@ func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, since
 		return nil, adminErr("finished per minute", t.Name, err)
 	}
 	return out, nil
+}
+
+// HasFinishedIndex reads information_schema.STATISTICS for a B-tree index of the table,
+// in the current database, whose first column is processed_at, whole (no prefix)
+// (dialects.FinishedCounter).
+func (d *Dialect) HasFinishedIndex(ctx context.Context, t dialects.Table) (bool, error) {
+	if err := dialects.CheckFinished(t); err != nil {
+		return false, err
+	}
+	var n int
+	err := d.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?"+
+		" AND SEQ_IN_INDEX = 1 AND COLUMN_NAME = ? AND SUB_PART IS NULL AND INDEX_TYPE = 'BTREE'", t.Name, t.ProcessedAt).Scan(&n)
+	if err != nil {
+		return false, adminErr("read the processed_at index", t.Name, err)
+	}
+	return n > 0, nil
+}
+
+// FinishedIndexStatement is an index on processed_at (dialects.FinishedCounter). InnoDB
+// builds it in place, writes going on; MySQL has no partial index.
+func (d *Dialect) FinishedIndexStatement(t dialects.Table) string {
+	name := t.Name + "_finished"
+	if utf8.RuneCountInString(name) > maxIdentifier {
+		name = "rowactor_finished" // index names are per table
+	}
+	return "CREATE INDEX " + quote(name) + " ON " + quote(t.Name) + " (" + quote(t.ProcessedAt) + ")"
 }

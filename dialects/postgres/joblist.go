@@ -78,3 +78,34 @@ func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, since
 func finishedText(t dialects.Table) string {
 	return dialects.FinishedText(t, quote, func(col string) string { return "date_trunc('minute', " + col + ")" }, "$1")
 }
+
+// finishedIndexQuery says whether a valid B-tree index of the table ($1, quoted, resolved
+// by to_regclass: NULL, so false, when it does not exist) has the column $2 as its first
+// key column, with no predicate or only "column IS NOT NULL". An expression key has no
+// attribute (indkey 0), so it never joins.
+const finishedIndexQuery = `SELECT EXISTS (SELECT 1 FROM pg_index i
+	JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+	JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam
+	WHERE i.indrelid = to_regclass($1) AND i.indisvalid AND am.amname = 'btree' AND a.attname = $2
+	AND (i.indpred IS NULL OR pg_get_expr(i.indpred, i.indrelid) = '(' || quote_ident($2) || ' IS NOT NULL)'))`
+
+// HasFinishedIndex reads pg_index for an index leading with processed_at
+// (dialects.FinishedCounter).
+func (d *Dialect) HasFinishedIndex(ctx context.Context, t dialects.Table) (bool, error) {
+	if err := dialects.CheckFinished(t); err != nil {
+		return false, err
+	}
+	var ok bool
+	if err := d.pool.QueryRow(ctx, finishedIndexQuery, quote(t.Name), t.ProcessedAt).Scan(&ok); err != nil {
+		return false, adminErr("read the processed_at index", t.Name, err)
+	}
+	return ok, nil
+}
+
+// FinishedIndexStatement is a partial index of the finished rows, built without blocking
+// writes (dialects.FinishedCounter).
+func (d *Dialect) FinishedIndexStatement(t dialects.Table) string {
+	p := quote(t.ProcessedAt)
+	return "CREATE INDEX CONCURRENTLY IF NOT EXISTS " + quote(indexNameWith(t.Name, "_finished")) + " ON " + quote(t.Name) +
+		" (" + p + ") WHERE " + p + " IS NOT NULL"
+}

@@ -85,3 +85,31 @@ func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, since
 	}
 	return out, nil
 }
+
+// finishedIndexQuery counts the indexes of table ?1 whose first column (seqno 0; an
+// expression has no name) is ?2, whole or partial on "?2 IS NOT NULL" (the index's own
+// text, its quotes and blanks taken out, ends so).
+const finishedIndexQuery = `SELECT count(*) FROM pragma_index_list(?1) AS il JOIN pragma_index_info(il.name) AS ii
+	WHERE ii.seqno = 0 AND ii.name = ?2 COLLATE NOCASE AND (il.partial = 0 OR
+	(SELECT lower(replace(replace(replace(replace(replace(replace(replace(s.sql, ' ', ''), char(9), ''), char(10), ''), '"', ''), '` + "`" + `', ''), '[', ''), ']', ''))
+		FROM sqlite_schema AS s WHERE s.type = 'index' AND s.name = il.name) LIKE '%where' || lower(?2) || 'isnotnull')`
+
+// HasFinishedIndex reads pragma index_list and index_info for an index leading with
+// processed_at (dialects.FinishedCounter).
+func (d *Dialect) HasFinishedIndex(ctx context.Context, t dialects.Table) (bool, error) {
+	if err := dialects.CheckFinished(t); err != nil {
+		return false, err
+	}
+	var n int
+	if err := d.db.QueryRowContext(ctx, finishedIndexQuery, t.Name, t.ProcessedAt).Scan(&n); err != nil {
+		return false, adminErr("read the processed_at index", t.Name, err)
+	}
+	return n > 0, nil
+}
+
+// FinishedIndexStatement is a partial index of the finished rows
+// (dialects.FinishedCounter).
+func (d *Dialect) FinishedIndexStatement(t dialects.Table) string {
+	p := quote(t.ProcessedAt)
+	return "CREATE INDEX IF NOT EXISTS " + quote(t.Name+"_finished") + " ON " + quote(t.Name) + " (" + p + ") WHERE " + p + " IS NOT NULL"
+}
