@@ -133,7 +133,8 @@ func TestGaleraRefusesNodeLocalForms(t *testing.T) {
 // (it rejoins by incremental state transfer). The harness's checks must all pass: every
 // row settled exactly once, no successful settlement by a non-holder, nothing left held,
 // no free worker idle outside the outage; and rows handled twice only for claims the dead
-// node's consumer held, which other nodes' consumers took over.
+// node's consumer held, which other nodes' consumers took over, or for leases that ran out
+// elsewhere while the cluster waited to evict the dead node (no node commits meanwhile).
 func TestGaleraNodeKill(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "chaos")
 	if out, err := exec.Command("go", "build", "-o", bin, "./bench/chaos").CombinedOutput(); err != nil {
@@ -155,6 +156,7 @@ func TestGaleraNodeKill(t *testing.T) {
 		InWork     int            `json:"nodekill_in_work"`
 		Twice      int            `json:"nodekill_twice"`
 		TakenOver  int            `json:"nodekill_taken_over"`
+		StallLost  int            `json:"nodekill_stall_lease_lost"`
 		Error      string         `json:"error"`
 	}
 	found := false
@@ -180,8 +182,8 @@ func TestGaleraNodeKill(t *testing.T) {
 		t.Fatalf("faults %v, want one node kill", res.Faults)
 	case res.InWork == 0 || res.TakenOver == 0:
 		t.Fatalf("%d rows in work on the killed node, %d taken over by others: the kill met no delivery\n%s", res.InWork, res.TakenOver, report)
-	case res.Twice > res.InWork:
-		t.Fatalf("%d rows handled twice, more than the %d in work on the killed node", res.Twice, res.InWork)
+	case res.Twice > res.InWork+res.StallLost:
+		t.Fatalf("%d rows handled twice, more than the %d in work on the killed node and the %d leases lost while the cluster stood still", res.Twice, res.InWork, res.StallLost)
 	}
 	t.Logf("in work on the killed node %d, handled twice %d, taken over %d\n%s", res.InWork, res.Twice, res.TakenOver, report)
 }

@@ -70,6 +70,8 @@ type result struct {
 	NodeKillInWork    int   `json:"nodekill_in_work,omitempty"`
 	NodeKillTwice     int   `json:"nodekill_twice,omitempty"`
 	NodeKillTakenOver int   `json:"nodekill_taken_over,omitempty"`
+	// Runs elsewhere whose lease ran out while the cluster waited to evict the dead node.
+	NodeKillStallLost int `json:"nodekill_stall_lease_lost,omitempty"`
 	// Seconds from the kill until the other nodes evicted the dead one (their commits
 	// wait meanwhile), and until it was synced again.
 	NodeKillStallSeconds float64 `json:"nodekill_stall_seconds,omitempty"`
@@ -152,7 +154,7 @@ func (r result) line() string {
 		s += " (timed out)"
 	}
 	if r.Fault == nodeKillFault {
-		s += fmt.Sprintf(" | nodekill: nk=%s in_work=%d twice=%d taken_over=%d stall=%.1fs down=%.1fs", r.NK, r.NodeKillInWork, r.NodeKillTwice, r.NodeKillTakenOver, r.NodeKillStallSeconds, r.NodeKillDownSeconds)
+		s += fmt.Sprintf(" | nodekill: nk=%s in_work=%d stall_lease_lost=%d twice=%d taken_over=%d stall=%.1fs down=%.1fs", r.NK, r.NodeKillInWork, r.NodeKillStallLost, r.NodeKillTwice, r.NodeKillTakenOver, r.NodeKillStallSeconds, r.NodeKillDownSeconds)
 	}
 	if r.Stalled {
 		s += " (stalled)"
