@@ -320,6 +320,7 @@ func galeraScript(ctx context.Context, script string, args ...string) (string, e
 //   - anywhere, running while the others had not yet evicted the dead node, and ended by
 //     a lost lease: until the eviction no node commits, extensions included, so a lease
 //     shorter than that stall runs out (its settlement is fenced off, never counted).
+//
 // Their count is bounded by those runs. It also counts the rows of the dead node's claims
 // that the other nodes' consumers took and settled.
 func checkNodeKill(h *history, nk *nodeKill, r *result, limit int) check {
