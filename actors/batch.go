@@ -240,9 +240,10 @@ func (d *batchDelivery) release(why error, reqs []*cancelRequest) []Result {
 	for i, row := range d.rows {
 		if reqs != nil && reqs[i] != nil {
 			_, o := cancelStep(reqs[i], row, steps[i].Now)
-			results[i] = Result{Row: row, Outcome: o, Step: dialects.StepAck, Err: err, Tag: d.tag(i)}
+			results[i] = Result{Row: row, Outcome: o, Step: dialects.StepAck, Err: err}
 			if wasHandled {
-				results[i].Panic = d.panic
+				// Only then: a handler still running (abandoned, or cut short) writes these.
+				results[i].Tag, results[i].Panic = d.tag(i), d.panic
 			}
 			continue
 		}
@@ -250,7 +251,7 @@ func (d *batchDelivery) release(why error, reqs []*cancelRequest) []Result {
 		if wasHandled && i < len(d.outcomes) {
 			results[i].Outcome, results[i].Tag = d.outcomes[i], d.tag(i)
 		}
-		if d.panic != nil && wasHandled {
+		if wasHandled && d.panic != nil {
 			results[i].Panic = d.panic
 		}
 	}
