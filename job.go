@@ -99,7 +99,9 @@ func (b *Broker) RetryNow(ctx context.Context, t Table, id int64) error {
 // one commit that returns the others; a batch all of whose rows were cancelled before it
 // started does not call its handler. A batch is never transactional: nothing the handler
 // wrote for the row is rolled back. Cancel waits for the batch's commit and reports as for
-// a delivery; a cancel that comes once the batch's settlement began does not win.
+// a delivery; a cancel that comes once the batch's settlement began does not win. Called
+// from the batch's own handler with its ctx (or a context made from it), Cancel returns at
+// once, as from a delivery's handler, though the batch's ctx runs on.
 //
 // A row this broker claimed that waits for a worker (Prefetch, WorkersByKey) is settled as
 // cancelled at once, without calling the handler. A row in work under another holder

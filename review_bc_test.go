@@ -94,3 +94,45 @@ func reviewBCTwiceSizeOne(t *testing.T, h *harness, form rowactor.Form) {
 		t.Fatalf("row %+v, want it deleted", st)
 	}
 }
+
+func init() {
+	outcomeScenarios = append(outcomeScenarios, scenario{
+		name:      "review bc handler cancels a row of its own batch with its ctx",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		shapes:    []tableShape{withProcessedAt, withError},
+		run:       reviewBCSelfCancel,
+	})
+}
+
+// reviewBCSelfCancel: Broker.Cancel says that called from the row's own handler it would
+// wait for itself, and that passed the handler's ctx it returns at once. A batch handler
+// that does so for one of its rows must not wait for its own batch.
+func reviewBCSelfCancel(t *testing.T, h *harness, form rowactor.Form) {
+	b := h.broker()
+	ids := h.publish(b, 2)
+	took := make(chan time.Duration, 1)
+	var calls atomic.Int32
+	h.subscribeBatch(b, 2, func(ctx context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
+		if calls.Add(1) > 1 {
+			return acks(len(ds))
+		}
+		bounded, stop := context.WithTimeout(ctx, 3*time.Second) // the test's bound, not the advice's
+		defer stop()
+		began := time.Now()
+		err := b.Cancel(bounded, h.table, ds[0].ID(), "self")
+		took <- time.Since(began)
+		t.Logf("Cancel from the handler: %v", err)
+		return acks(len(ds))
+	})
+	select {
+	case d := <-took:
+		if d > time.Second {
+			t.Errorf("Cancel of a row of its own batch, passed the handler's ctx, waited %v for the batch itself", d)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no batch")
+	}
+	h.waitSettled(2)
+	h.wantCancelledRow(ids[0], "self", 1)
+}

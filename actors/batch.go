@@ -282,6 +282,15 @@ func (d *batchDelivery) cancelRow(ctx context.Context, id int64, cause error, re
 		return Cancelled{}, false, nil
 	}
 	rc := &d.cancels[i]
+	if dc := d.handlerCtx.Load(); dc != nil && d.state.Load() == running && deadline.From(ctx) == dc {
+		// Called from the batch's own handler, with its context, which this Cancel does not
+		// end: waiting would wait for the handler itself. Return at once, as a Cancel from
+		// a delivery's handler does, its context ended by the Cancel (the row still ends
+		// as cancelled when the handler returns).
+		var stop context.CancelFunc
+		ctx, stop = context.WithCancel(ctx)
+		stop()
+	}
 	return requestCancel(ctx, &rc.p, cause, reason, func(req *cancelRequest) {
 		rc.won.Store(req)
 		if int(d.asked.Add(1)) == len(d.rows) {
