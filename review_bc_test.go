@@ -136,3 +136,87 @@ func reviewBCSelfCancel(t *testing.T, h *harness, form rowactor.Form) {
 	h.waitSettled(2)
 	h.wantCancelledRow(ids[0], "self", 1)
 }
+
+func init() {
+	outcomeScenarios = append(outcomeScenarios, scenario{
+		name:      "review bc cancels racing a batch of mixed outcomes",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		shapes:    []tableShape{withProcessedAt, withError},
+		run:       reviewBCMixedRace,
+	})
+}
+
+// reviewBCMixedRace: every row of batches whose handler returns Ack, Retry or Drop is
+// cancelled while the handler returns; each Cancel's answer must match where its row ends.
+func reviewBCMixedRace(t *testing.T, h *harness, form rowactor.Form) {
+	const n = 6
+	for round := 0; round < 6; round++ {
+		b := h.broker()
+		ids := h.publish(b, n)
+		var calls atomic.Int32
+		started := make(chan struct{}, 1)
+		h.subscribeBatch(b, n, func(ctx context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
+			if calls.Add(1) == 1 {
+				started <- struct{}{}
+				time.Sleep(5 * time.Millisecond)
+			}
+			out := make([]rowactor.Outcome, len(ds))
+			for i := range out {
+				switch i % 3 {
+				case 0:
+					out[i] = rowactor.Ack()
+				case 1:
+					out[i] = rowactor.Retry()
+				default:
+					out[i] = rowactor.Drop()
+				}
+			}
+			return out
+		})
+		<-started
+		errs := make([]error, n)
+		done := make(chan int, n)
+		for i, id := range ids {
+			go func() {
+				bounded, stop := context.WithTimeout(context.Background(), 15*time.Second)
+				defer stop()
+				time.Sleep(time.Duration(i*round) * time.Millisecond / 2)
+				errs[i] = b.Cancel(bounded, h.table, id, "raced")
+				done <- i
+			}()
+		}
+		for range ids {
+			<-done
+		}
+		for i, id := range ids {
+			st, err := h.row(id), errs[i]
+			raced := st.lastError != nil && *st.lastError == "raced"
+			switch {
+			case err == nil:
+				if st.processedAt == nil || !raced {
+					t.Fatalf("round %d row %d: Cancel returned nil, and the row is %+v", round, id, st)
+				}
+			case errors.Is(err, rowactor.ErrFinished):
+				if st.processedAt == nil || raced {
+					t.Fatalf("round %d row %d: Cancel returned %v, and the row is %+v", round, id, err, st)
+				}
+			default:
+				t.Fatalf("round %d row %d: Cancel returned %v, row %+v\nlogs:\n%s", round, id, err, st, h.logs.String())
+			}
+		}
+		ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+		if _, err := b.Shutdown(ctx); err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		stop()
+	drain:
+		for {
+			select {
+			case <-h.settled:
+			default:
+				break drain
+			}
+		}
+	}
+}
