@@ -220,3 +220,46 @@ func reviewBCMixedRace(t *testing.T, h *harness, form rowactor.Form) {
 		}
 	}
 }
+
+func init() {
+	outcomeScenarios = append(outcomeScenarios, scenario{
+		name:      "review bc cancel then pause",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		shapes:    []tableShape{withProcessedAt, withError},
+		run:       reviewBCPause,
+	})
+}
+
+// reviewBCPause: a Pause while a batch with a cancelled row is in work lets the batch
+// settle as usual: the row ends cancelled, Cancel returns nil, the other row is acked.
+func reviewBCPause(t *testing.T, h *harness, form rowactor.Form) {
+	b := h.broker()
+	ids := h.publish(b, 2)
+	got := make(chan heldBatch, 1)
+	stuck, open := h.gate()
+	sub := h.subscribeBatch(b, 2, func(ctx context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
+		got <- heldBatch{ctx, ds}
+		<-stuck
+		return acks(len(ds))
+	})
+	held := h.waitBatch(got, 2)
+	done := h.startCancel(b, ids[1], "paused")
+	waitFor(t, func() bool { return held.ds[held.indexOf(t, ids[1])].Cancelled() != nil })
+	ctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	if err := sub.Pause(ctx); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	open()
+	if err := h.cancelReturned(done); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	h.wantCancelledRow(ids[1], "paused", 1)
+	ss := byID(t, h.waitSettled(2))
+	wantCancelledSettlement(t, ss[ids[1]])
+	if s := ss[ids[0]]; s.Err != nil || s.Step != "ack" {
+		t.Fatalf("the other row: %+v", s)
+	}
+	h.quiet(200 * time.Millisecond)
+}
