@@ -2,6 +2,7 @@ package rowactor_test
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,7 +56,8 @@ func slowHandlersDoNotHoard(t *testing.T, h *harness, _ rowactor.Form) {
 		rows    = 60
 		workers = 3
 	)
-	one, two := h.broker(), h.second()
+	tel := [2]*telemetryBundle{newDeltaTelemetry(t), newDeltaTelemetry(t)}
+	one, two := h.broker(tel[0].options()...), h.second(tel[1].options()...)
 	h.publish(one, rows)
 	var (
 		handled  [2]atomic.Int64
@@ -71,45 +73,69 @@ func slowHandlersDoNotHoard(t *testing.T, h *harness, _ rowactor.Form) {
 	}
 	h.subscribe(one, handler(0), rowactor.Workers(workers))
 	h.subscribe(two, handler(1), rowactor.Workers(workers))
-	// Sample the rows held while the backlog drains: leased, and their handler not
-	// returned (rows whose handler returned stay leased a little longer, until their
-	// batched ack runs). Each broker holds at most its workers and one row of room.
+	peak := sampleHeld(t, h, &finished)
+	got := h.waitSettled(rows)
+	most := peak()
+	for _, s := range got {
+		if s.Err != nil || s.Step != "ack" {
+			t.Fatalf("settlement %+v", s)
+		}
+	}
+	if limit := roomBound(t, tel[:], workers, 100*time.Millisecond); most > limit {
+		t.Errorf("two subscriptions of %d workers with 100 ms handlers held %d rows at once; want at most %d (workers and one claim's worth of room each)", workers, most, limit)
+	}
+	a, b := handled[0].Load(), handled[1].Load()
+	if a+b != rows || a < rows*4/10 || b < rows*4/10 {
+		t.Errorf("the two processes handled %d and %d of %d rows; want each 40–60%%", a, b, rows)
+	}
+}
+
+// sampleHeld samples, every 20 ms until the returned func is called, the rows the table
+// holds for handlers that have not returned: leased, and not in finished (a returned row
+// stays leased until its batched ack commits). A row whose handler returns while the
+// sample's query runs is counted held though its worker may already have claimed the
+// next one: those rows are taken off, so a sample never counts more than was held. The
+// func returns the largest sample.
+func sampleHeld(t *testing.T, h *harness, finished *sync.Map) func() int {
 	done := make(chan struct{})
 	peak := make(chan int, 1)
 	go func() {
 		most := 0
 		for {
+			list := []string{"-1"}
+			finished.Range(func(id, _ any) bool { list = append(list, strconv.FormatInt(id.(int64), 10)); return true })
+			held := h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.Name+
+				" WHERE locked_until IS NOT NULL AND id NOT IN ("+strings.Join(list, ",")+")")
+			after := 0
+			finished.Range(func(any, any) bool { after++; return true })
+			most = max(most, held-(after-(len(list)-1)))
 			select {
 			case <-done:
 				peak <- most
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			// The ids finished before the query: a row that finishes meanwhile is counted
-			// held, which can only make the count larger.
-			list := []string{"-1"}
-			finished.Range(func(id, _ any) bool { list = append(list, strconv.FormatInt(id.(int64), 10)); return true })
-			most = max(most, h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.Name+
-				" WHERE locked_until IS NOT NULL AND id NOT IN ("+strings.Join(list, ",")+")"))
 		}
 	}()
-	got := h.waitSettled(rows)
-	close(done)
-	for _, s := range got {
-		if s.Err != nil || s.Step != "ack" {
-			t.Fatalf("settlement %+v", s)
-		}
+	return func() int { close(done); return <-peak }
+}
+
+// roomBound is the most rows subscriptions of workers workers, one per broker measured
+// by tel, may hold with handlers that take at least work: each its workers and one
+// claim's worth of room, ceil(workers × claim / work), claim being the quickest of its
+// latest claims (actors/room.go). The slowest claim each broker made since tel was last
+// read bounds that from above whatever the machine's load: claims of 75 ms on a loaded
+// CI run gave 3 rows of room, a hoarding subscription holds its whole room of rows.
+func roomBound(t *testing.T, tel []*telemetryBundle, workers int, work time.Duration) int {
+	t.Helper()
+	limit := 0
+	for i, tb := range tel {
+		slowest := tb.slowestSeconds(t, "rowactor.claim.duration")
+		room := int(math.Ceil(float64(workers) * slowest / work.Seconds()))
+		t.Logf("broker %d: slowest claim %.0f ms, room at most %d", i, slowest*1000, room)
+		limit += workers + room
 	}
-	// One claim's worth is the rows the workers finish while a claim is on its way: one
-	// row for claims of a few milliseconds, two while a broker's first claims open their
-	// connections (tens of milliseconds on PostgreSQL).
-	if most, limit := <-peak, 2*(workers+2); most > limit {
-		t.Errorf("two subscriptions of %d workers with 100 ms handlers held %d rows at once; want at most %d (workers and one claim's worth, a row or two, each)", workers, most, limit)
-	}
-	a, b := handled[0].Load(), handled[1].Load()
-	if a+b != rows || a < rows*4/10 || b < rows*4/10 {
-		t.Errorf("the two processes handled %d and %d of %d rows; want each 40–60%%", a, b, rows)
-	}
+	return limit
 }
 
 // histogramMax reads the largest value recorded by an int64 histogram.

@@ -3,8 +3,6 @@ package rowactor_test
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,7 +30,10 @@ func review16SlowAfterFast(t *testing.T, h *harness, _ rowactor.Form) {
 		rows    = 80
 		workers = 4
 	)
-	one, two := h.broker(), h.second()
+	// Each broker's claim latencies, read per phase (delta temporality): the room a
+	// subscription may take is bounded by the slowest claim it made in the slow phase.
+	tel := [2]*telemetryBundle{newDeltaTelemetry(t), newDeltaTelemetry(t)}
+	one, two := h.broker(tel[0].options()...), h.second(tel[1].options()...)
 	var (
 		slow     atomic.Bool
 		handled  [2]atomic.Int64
@@ -61,25 +62,12 @@ func review16SlowAfterFast(t *testing.T, h *harness, _ rowactor.Form) {
 		t.Fatal(err)
 	}
 	slow.Store(true)
+	for _, tb := range tel {
+		tb.slowestSeconds(t, "rowactor.claim.duration") // forget the fast phase's claims
+	}
 	h.publish(one, rows)
 
-	done := make(chan struct{})
-	peak := make(chan int, 1)
-	go func() {
-		most := 0
-		for {
-			list := []string{"-1"}
-			finished.Range(func(id, _ any) bool { list = append(list, strconv.FormatInt(id.(int64), 10)); return true })
-			most = max(most, h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.Name+
-				" WHERE locked_until IS NOT NULL AND id NOT IN ("+strings.Join(list, ",")+")"))
-			select {
-			case <-done:
-				peak <- most
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
+	peak := sampleHeld(t, h, &finished)
 	if err := s1.Resume(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -99,15 +87,12 @@ func review16SlowAfterFast(t *testing.T, h *harness, _ rowactor.Form) {
 			}
 		}
 	}
-	close(done)
-	most := <-peak
+	most := peak()
 	a, b := handled[0].Load(), handled[1].Load()
 	t.Logf("slow phase: peak rows held %d; processes handled %d and %d", most, a, b)
-	// The room is one claim's worth: ceil(workers × claim / 100 ms) rows, 1 or 2 while a
-	// claim takes under 50 ms, 3 when the machine is loaded and claims take up to 75 ms (a
-	// full CI run saw 13 rows held once). The hoarding this test guards against held 19 to
-	// 73.
-	if limit := 2 * (workers + 3); most > limit {
+	// The hoarding this test guards against held 19 to 73 rows with claims of milliseconds.
+	limit := roomBound(t, tel[:], workers, 100*time.Millisecond)
+	if most > limit {
 		t.Errorf("two subscriptions of %d workers with 100 ms handlers held %d rows at once; want at most %d (workers and one claim's worth of room each)", workers, most, limit)
 	}
 	if a+b != rows || a < rows*4/10 || b < rows*4/10 {

@@ -35,6 +35,40 @@ func newTelemetry(t *testing.T) *telemetryBundle {
 	return tb
 }
 
+// newDeltaTelemetry is newTelemetry whose metrics each Collect reads anew: a test reads
+// one phase's values by collecting once at its start and once at its end.
+func newDeltaTelemetry(t *testing.T) *telemetryBundle {
+	tb := newTelemetry(t)
+	tb.reader = sdkmetric.NewManualReader(sdkmetric.WithTemporalitySelector(func(sdkmetric.InstrumentKind) metricdata.Temporality {
+		return metricdata.DeltaTemporality
+	}))
+	tb.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(tb.reader))
+	t.Cleanup(func() { _ = tb.mp.Shutdown(context.Background()) })
+	return tb
+}
+
+// slowestSeconds reads the largest value a float64 histogram (seconds) recorded.
+func (tb *telemetryBundle) slowestSeconds(t *testing.T, name string) float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := tb.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var most float64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if data, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == name {
+				for _, dp := range data.DataPoints {
+					if v, ok := dp.Max.Value(); ok {
+						most = max(most, v)
+					}
+				}
+			}
+		}
+	}
+	return most
+}
+
 func (tb *telemetryBundle) options() []rowactor.Option {
 	return []rowactor.Option{rowactor.WithTracerProvider(tb.tp), rowactor.WithMeterProvider(tb.mp)}
 }
