@@ -93,6 +93,8 @@ type config struct {
 	// -mode dashboard
 	dashRows int
 	dashN    int
+	// dashEvery spaces the overview's timed renders as an open page's refresh does.
+	dashEvery time.Duration
 	// -mode rss
 	rssRows int
 }
@@ -164,6 +166,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.idleSeconds, "idle-seconds", 30, "-mode idle: seconds of CPU time measured")
 	fs.IntVar(&cfg.dashRows, "dash-rows", 1000000, "-mode dashboard: rows of the table")
 	fs.IntVar(&cfg.dashN, "dash-n", 30, "-mode dashboard: renders timed per page and case")
+	fs.DurationVar(&cfg.dashEvery, "dash-every", 0, "-mode dashboard: the pause before each timed overview render, as an open page refreshes (0: back to back)")
 	fs.IntVar(&cfg.rssRows, "rss-rows", 1000000, "-mode rss: rows drained from SQLite")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

@@ -65,6 +65,9 @@ func (d *Dashboard) serveAction(w http.ResponseWriter, r *http.Request) {
 		res.Back = back // a path under the mount point only: never another site ("//host", "/\\host")
 	}
 	msg, status, err := d.act(r, t, op, group, id)
+	if op == opRetry || op == opCancel || op == opRequeue {
+		d.queueCounts.changed(t.Name) // even a failed action may have changed a row
+	}
 	switch {
 	case err != nil:
 		d.cfg.log.Warn("dashboard: an action failed", "op", op, "table", t.Name, "group", group, "id", id, "err", err)

@@ -10,6 +10,7 @@ import (
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
 	"age":   roundAge,
+	"ms":    func(d time.Duration) string { return d.Round(time.Millisecond).String() },
 	"query": url.QueryEscape,
 	"utc":   func(t time.Time) string { return t.UTC().Format(time.DateTime) + " UTC" },
 	// dict builds the argument of a sub-template from key, value pairs.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rowactor/rowactor"
@@ -26,6 +27,17 @@ type tableView struct {
 	// NoChart says why a group without a subscription here has no chart, and how to get
 	// one; nil when every group has its chart, or the table has no processed_at.
 	NoChart *noChart
+	// Counting says the table's count takes longer than a render waits, and none is kept
+	// yet: the numbers come at a later refresh (countCache).
+	Counting bool
+	// Kept is set when the numbers are a count kept from an earlier render.
+	Kept *keptCount
+}
+
+// keptCount is a count an earlier render read, shown because counting the table is slow.
+type keptCount struct {
+	Age, Took  time.Duration
+	Recounting bool
 }
 
 // noChart is why the chart by processed_at is not drawn: the table has no index leading
@@ -64,10 +76,14 @@ type groupView struct {
 func (d *Dashboard) serveOverview(w http.ResponseWriter, r *http.Request) {
 	p := d.newPage(w, r, "Queues")
 	p.Refresh = int(d.cfg.refresh / time.Second)
-	var ov overview
-	for _, t := range d.tables {
-		ov.Tables = append(ov.Tables, d.tableOverview(r.Context(), t, p.Now))
+	// The tables are read side by side: a slow one costs a render its wait (countBudget)
+	// once, not once per table.
+	ov := overview{Tables: make([]tableView, len(d.tables))}
+	var wg sync.WaitGroup
+	for i, t := range d.tables {
+		wg.Go(func() { ov.Tables[i] = d.tableOverview(r.Context(), t, p.Now) })
 	}
+	wg.Wait()
 	p.Data = ov
 	d.render(w, http.StatusOK, "overview", p)
 }
@@ -76,7 +92,15 @@ func (d *Dashboard) serveOverview(w http.ResponseWriter, r *http.Request) {
 // then one chart per group.
 func (d *Dashboard) tableOverview(ctx context.Context, t Table, now time.Time) tableView {
 	tv := tableView{Name: t.Name, Form: t.Form().String()}
-	stats, err := d.counts(ctx, t, now)
+	cv := d.queueCounts.get(ctx, d.cfg.count, t.Name, func(ctx context.Context) ([]dialects.GroupStats, error) { return d.counts(ctx, t, now) })
+	if cv.pending {
+		tv.Counting = true
+		return tv
+	}
+	if cv.kept {
+		tv.Kept = &keptCount{Age: cv.age, Took: cv.took, Recounting: cv.recounting}
+	}
+	stats, err := cv.stats, cv.err
 	if err != nil {
 		d.cfg.log.Warn("dashboard: reading a table's counts failed", "table", t.Name, "err", err)
 		tv.Error = err.Error()
