@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -66,7 +67,9 @@ func (d *Dashboard) serveAction(w http.ResponseWriter, r *http.Request) {
 	}
 	msg, status, err := d.act(r, t, op, group, id)
 	if op == opRetry || op == opCancel || op == opRequeue {
-		d.queueCounts.changed(t.Name) // even a failed action may have changed a row
+		// Even a failed action may have changed a row. A dead-letter table's rows are
+		// counted on its queue table's line.
+		d.queueCounts.changed(cmp.Or(t.deadLetterTableOf, t.Name))
 	}
 	switch {
 	case err != nil:
@@ -109,6 +112,9 @@ func (d *Dashboard) act(r *http.Request, t Table, op, group string, id int64) (s
 		}
 		return fmt.Sprintf("Row %d of %s is cancelled: deleted.", id, t.Name), http.StatusOK, nil
 	case opRequeue:
+		if t.deadLetterTableOf != "" {
+			return d.requeueTable(r, t, id)
+		}
 		queue := t.deadLetterOf(group)
 		if queue == "" {
 			return "", http.StatusBadRequest, fmt.Errorf("group %q of %s is no dead-letter group the dashboard was told of (Table.DeadLetters)", group, t.Name)
@@ -139,6 +145,24 @@ func (d *Dashboard) act(r *http.Request, t Table, op, group string, id int64) (s
 		return fmt.Sprintf("Resumed this process's subscription to queue %q of %s.", group, t.Name), http.StatusOK, nil
 	}
 	return "", http.StatusBadRequest, fmt.Errorf("unknown action %q", op)
+}
+
+// requeueTable moves the dead letters of dead-letter table dead (one, or all with id 0)
+// back into its queue table.
+func (d *Dashboard) requeueTable(r *http.Request, dead Table, id int64) (string, int, error) {
+	queue, ok := d.table(dead.deadLetterTableOf)
+	if !ok {
+		return "", http.StatusNotFound, fmt.Errorf("no queue table %s", dead.deadLetterTableOf)
+	}
+	spec := dialects.RequeueSpec{Table: queue.Table, FromTable: dead.Name}
+	if id != 0 {
+		spec.IDs = []int64{id}
+	}
+	n, err := d.admin.Requeue(r.Context(), spec, nil)
+	if err != nil {
+		return "", refusedStatus(err), err
+	}
+	return fmt.Sprintf("Moved %d dead letter(s) from table %s back into %s.", n, dead.Name, queue.Name), http.StatusOK, nil
 }
 
 // refusedStatus is the status of an action the row's state refused (409), or a failure.

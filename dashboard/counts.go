@@ -35,7 +35,7 @@ type countCache struct {
 
 // tableCount is one table's last count, and the one running now.
 type tableCount struct {
-	stats []dialects.GroupStats
+	stats tableCounts
 	err   error
 	done  bool          // a count ended (stats or err hold its result)
 	at    time.Time     // when the count that ended started (the wall clock: the dashboard's may be stubbed)
@@ -45,6 +45,13 @@ type tableCount struct {
 	changes, counted int
 	// running is closed when the running count ends; nil when none runs.
 	running chan struct{}
+}
+
+// tableCounts is one count of a table: its queue's rows per group, and the rows of its
+// dead-letter table, when it has one (Table.DeadLetterTable).
+type tableCounts struct {
+	groups []dialects.GroupStats
+	dead   int64
 }
 
 // countPolicy is how the cache weighs a count's cost (config: tests shorten it).
@@ -79,7 +86,7 @@ func (p countPolicy) keep(took time.Duration) time.Duration {
 
 // countView is what a render shows of a table's count.
 type countView struct {
-	stats []dialects.GroupStats
+	stats tableCounts
 	err   error
 	// pending says no count is kept and the running one took longer than the budget.
 	pending bool
@@ -93,7 +100,7 @@ type countView struct {
 // get returns t's count for a render: read now, or kept, as countCache says. count reads
 // it; it runs in its own goroutine, bound to ctx's values but not to its end (a render
 // that stops waiting leaves it to finish and be kept).
-func (c *countCache) get(ctx context.Context, p countPolicy, table string, count func(context.Context) ([]dialects.GroupStats, error)) countView {
+func (c *countCache) get(ctx context.Context, p countPolicy, table string, count func(context.Context) (tableCounts, error)) countView {
 	c.mu.Lock()
 	if c.m == nil {
 		c.m = map[string]*tableCount{}
@@ -151,7 +158,7 @@ func (e *tableCount) view(kept bool) countView {
 }
 
 // count runs one count of table and files its result in e.
-func (c *countCache) count(ctx context.Context, p countPolicy, table string, e *tableCount, count func(context.Context) ([]dialects.GroupStats, error)) {
+func (c *countCache) count(ctx context.Context, p countPolicy, table string, e *tableCount, count func(context.Context) (tableCounts, error)) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
 	defer cancel()
 	c.mu.Lock()

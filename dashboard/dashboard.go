@@ -65,6 +65,13 @@ type Table struct {
 	// rows as the queue's dead letters, and "requeue" moves them back into the queue.
 	// Needs the table's group column.
 	DeadLetters map[string]string
+	// DeadLetterTable is the table a table without groups moves its dead letters to (the
+	// subscription's DeadLetterTable; it has the queue table's columns): the overview
+	// counts its rows, its job list lists them, and "requeue" moves them back.
+	DeadLetterTable string
+	// deadLetterTableOf is, for the entry of a dead-letter table (which the overview
+	// does not show as a table of its own), the queue table whose dead letters it holds.
+	deadLetterTableOf string
 }
 
 // Option configures a Dashboard.
@@ -124,10 +131,13 @@ const IndexRecheck = time.Minute
 type Dashboard struct {
 	b      *rowactor.Broker
 	tables []Table
-	cfg    config
-	secret []byte // the CSRF tokens' HMAC key, drawn at New
-	pages  map[string]*template.Template
-	static http.Handler
+	// deadTables are the tables' dead-letter tables (Table.DeadLetterTable): their job
+	// lists and job pages are served, the overview counts them on their queue's line.
+	deadTables []Table
+	cfg        config
+	secret     []byte // the CSRF tokens' HMAC key, drawn at New
+	pages      map[string]*template.Template
+	static     http.Handler
 
 	admin    dialects.Admin
 	lister   dialects.JobLister
@@ -186,6 +196,27 @@ func New(b *rowactor.Broker, tables []Table, opts ...Option) (*Dashboard, error)
 			return nil, &dialects.ConfigError{Table: t.Name, Option: "DeadLetters",
 				Reason: "dead-letter groups need the table's group column", Fix: "name Table.Group, or drop DeadLetters"}
 		}
+		if t.DeadLetterTable == "" {
+			continue
+		}
+		if t.Group != "" {
+			return nil, &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
+				Reason: "a table with a group column keeps its dead letters in a group", Fix: "name the dead-letter group in DeadLetters, or drop DeadLetterTable"}
+		}
+		if err := dialects.CheckDeadLetterName(t.Table, t.DeadLetterTable); err != nil {
+			return nil, fmt.Errorf("dashboard: %w", err)
+		}
+		dead := t.Table
+		dead.Name = t.DeadLetterTable
+		d.deadTables = append(d.deadTables, Table{Table: dead, deadLetterTableOf: t.Name})
+	}
+	for _, t := range d.deadTables {
+		if seen[t.Name] {
+			return nil, &dialects.ConfigError{Table: t.deadLetterTableOf, Option: "DeadLetterTable",
+				Reason: fmt.Sprintf("table %s is named as a dead-letter table and as a table to show, or as the dead-letter table of two tables", t.Name),
+				Fix:    "give each queue table a dead-letter table of its own, and do not list it among the tables"}
+		}
+		seen[t.Name] = true
 	}
 	d.secret = make([]byte, 32)
 	if _, err := rand.Read(d.secret); err != nil {
@@ -294,11 +325,13 @@ func base(r *http.Request) string {
 	return strings.TrimSuffix(strings.TrimSuffix(u.Path, r.URL.Path), "/")
 }
 
-// table finds a configured table by name.
+// table finds a configured table, or a configured table's dead-letter table, by name.
 func (d *Dashboard) table(name string) (Table, bool) {
-	for _, t := range d.tables {
-		if t.Name == name {
-			return t, true
+	for _, ts := range [][]Table{d.tables, d.deadTables} {
+		for _, t := range ts {
+			if t.Name == name {
+				return t, true
+			}
 		}
 	}
 	return Table{}, false

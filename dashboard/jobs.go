@@ -40,6 +40,7 @@ type jobList struct {
 	Group        string
 	HasGroup     bool
 	DeadLetterOf string // the queue whose dead letters this group holds
+	DeadTableOf  string // the table whose dead letters this table holds (Table.DeadLetterTable)
 	State        string
 	MinAttempt   int64
 	ErrorText    string
@@ -95,6 +96,9 @@ func (d *Dashboard) serveJobs(w http.ResponseWriter, r *http.Request) {
 		l.Group, l.HasGroup = q.Get("group"), true
 		f.Group, f.HasGroup = l.Group, true
 		l.DeadLetterOf = t.deadLetterOf(l.Group)
+	}
+	if t.deadLetterTableOf != "" {
+		l.DeadLetterOf, l.DeadTableOf = t.deadLetterTableOf, t.deadLetterTableOf
 	}
 	if s := q.Get("state"); s != "" {
 		for _, x := range states {
@@ -196,7 +200,8 @@ func (d *Dashboard) serveJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	jp := jobPage{Table: t, Job: newJobView(j, p.Now), PayloadBytes: len(j.Payload)}
-	if !j.NullGroup {
+	jp.DeadLetterOf = t.deadLetterTableOf
+	if !j.NullGroup && t.Group != "" {
 		jp.DeadLetterOf = t.deadLetterOf(j.Group)
 		jp.Subscribed = d.subscription(t, j.Group) != nil
 	}

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -63,6 +64,8 @@ type groupView struct {
 	// it holds; DeadLetterOf names the queue when this group is itself a dead-letter group.
 	DeadLetterGroup string
 	DeadLetters     int64
+	// DeadLetterTable is where the dead letters of a table without groups go.
+	DeadLetterTable string
 	DeadLetterOf    string
 	OldestID        int64
 	OldestAge       time.Duration
@@ -92,7 +95,7 @@ func (d *Dashboard) serveOverview(w http.ResponseWriter, r *http.Request) {
 // then one chart per group.
 func (d *Dashboard) tableOverview(ctx context.Context, t Table, now time.Time) tableView {
 	tv := tableView{Name: t.Name, Form: t.Form().String()}
-	cv := d.queueCounts.get(ctx, d.cfg.count, t.Name, func(ctx context.Context) ([]dialects.GroupStats, error) { return d.counts(ctx, t, now) })
+	cv := d.queueCounts.get(ctx, d.cfg.count, t.Name, func(ctx context.Context) (tableCounts, error) { return d.counts(ctx, t, now) })
 	if cv.pending {
 		tv.Counting = true
 		return tv
@@ -100,7 +103,7 @@ func (d *Dashboard) tableOverview(ctx context.Context, t Table, now time.Time) t
 	if cv.kept {
 		tv.Kept = &keptCount{Age: cv.age, Took: cv.took, Recounting: cv.recounting}
 	}
-	stats, err := cv.stats, cv.err
+	stats, err := cv.stats.groups, cv.err
 	if err != nil {
 		d.cfg.log.Warn("dashboard: reading a table's counts failed", "table", t.Name, "err", err)
 		tv.Error = err.Error()
@@ -135,6 +138,9 @@ func (d *Dashboard) tableOverview(ctx context.Context, t Table, now time.Time) t
 				dg := byGroup[dl]
 				gv.DeadLetters = dg.Due + dg.Delayed + dg.InWork
 			}
+			if t.DeadLetterTable != "" {
+				gv.DeadLetterTable, gv.DeadLetters = t.DeadLetterTable, cv.stats.dead
+			}
 			gv.DeadLetterOf = t.deadLetterOf(g.Group)
 			if s := d.subscription(t, g.Group); s != nil {
 				gv.Subscribed, gv.Paused = true, s.Paused()
@@ -149,8 +155,10 @@ func (d *Dashboard) tableOverview(ctx context.Context, t Table, now time.Time) t
 // counts reads a table's counts per group: only its unfinished rows where the dialect can
 // (dialects.QueueCounter, through the claim index, so a table keeping millions of finished
 // rows costs what its queue costs), all of them otherwise (Admin.Stats). A queue named in
-// DeadLetters gets a line even when it has no unfinished row, to show its dead letters.
-func (d *Dashboard) counts(ctx context.Context, t Table, now time.Time) ([]dialects.GroupStats, error) {
+// DeadLetters gets a line even when it has no unfinished row, to show its dead letters, as
+// does a table without groups; its dead-letter table's rows are counted (Admin.Requeue's
+// dry run: one count(*)).
+func (d *Dashboard) counts(ctx context.Context, t Table, now time.Time) (tableCounts, error) {
 	var (
 		stats []dialects.GroupStats
 		err   error
@@ -161,7 +169,7 @@ func (d *Dashboard) counts(ctx context.Context, t Table, now time.Time) ([]diale
 		stats, err = d.admin.Stats(ctx, t.Table, now)
 	}
 	if err != nil {
-		return nil, err
+		return tableCounts{}, err
 	}
 	counted := t.Form() == rowactor.FormLease
 	if len(stats) > 0 {
@@ -171,6 +179,9 @@ func (d *Dashboard) counts(ctx context.Context, t Table, now time.Time) ([]diale
 		if !slices.ContainsFunc(stats, func(g dialects.GroupStats) bool { return !g.NullGroup && g.Group == q }) {
 			stats = append(stats, dialects.GroupStats{Group: q, InWorkCounted: counted})
 		}
+	}
+	if t.Group == "" && !slices.ContainsFunc(stats, func(g dialects.GroupStats) bool { return !g.NullGroup }) {
+		stats = append(stats, dialects.GroupStats{InWorkCounted: counted})
 	}
 	slices.SortStableFunc(stats, func(a, b dialects.GroupStats) int {
 		switch {
@@ -182,7 +193,15 @@ func (d *Dashboard) counts(ctx context.Context, t Table, now time.Time) ([]diale
 		}
 		return strings.Compare(a.Group, b.Group)
 	})
-	return stats, nil
+	out := tableCounts{groups: stats}
+	if t.DeadLetterTable != "" {
+		n, err := d.admin.Requeue(ctx, dialects.RequeueSpec{Table: t.Table, FromTable: t.DeadLetterTable, DryRun: true}, nil)
+		if err != nil {
+			return tableCounts{}, fmt.Errorf("dead-letter table %s: %w", t.DeadLetterTable, err)
+		}
+		out.dead = int64(n)
+	}
+	return out, nil
 }
 
 // finishedOf reads the table's finished rows per group and minute over the last hour

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,7 +19,7 @@ var serveCommand = &command{
 	name:    "serve",
 	summary: "serve the operator's dashboard of queue tables over HTTP",
 	help: `Usage: rowactor serve [-dsn URL] [-addr 127.0.0.1:8080] [-read-only] [-dead-letters Q=D,...]
-                      [-trace-url URL] [column flags] TABLE...
+                      [-dead-letter-table T=D,...] [-trace-url URL] [column flags] TABLE...
 
 Serves the dashboard (package dashboard) of each TABLE until SIGINT or SIGTERM, then
 lets requests in flight finish (up to 10 s). Every TABLE is described by the same column
@@ -32,7 +33,10 @@ would read the whole table); without one the overview shows the CREATE INDEX sta
 instead, and the chart within a minute of the index's creation. Job lists
 filter by state, attempt and error text; a job page shows the payload, headers, attempt,
 due time, lease, last error and trace id. Retry now, cancel and requeue of dead letters
-are buttons, each a POST with a CSRF token; -read-only turns them off.
+are buttons, each a POST with a CSRF token; -read-only turns them off. Dead letters are
+a group of the table (-dead-letters QUEUE=GROUP, with -group) or, for tables without
+groups, a table of their own with the same columns (-dead-letter-table TABLE=DEADTABLE):
+the overview counts its rows on TABLE's line and lists them, and requeue moves them back.
 
 The dashboard has no login: it listens on 127.0.0.1 unless -addr says otherwise; put it
 behind the authentication of your choice before listening elsewhere.
@@ -41,6 +45,8 @@ Examples:
   rowactor serve -dsn sqlite:jobs.db -group queue -attempt attempt -retry-after retry_after \
       -processed-at processed_at -locked-until locked_until -error error \
       -dead-letters emails=emails-dead email_jobs
+  rowactor serve -dsn sqlite:jobs.db -attempt attempt -error error \
+      -dead-letter-table invoices=invoices_dead invoices
   DATABASE_URL=postgres://app@db/app rowactor serve -addr :8080 -read-only -group queue jobs
 `,
 }
@@ -67,6 +73,17 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		}
 		return nil
 	})
+	deadTables := map[string]string{}
+	fs.Func("dead-letter-table", "a table without groups and its dead-letter table, TABLE=DEADTABLE (comma-separated; repeatable)", func(v string) error {
+		for _, pair := range strings.Split(v, ",") {
+			q, dl, ok := strings.Cut(pair, "=")
+			if !ok || q == "" || dl == "" || q == dl {
+				return fmt.Errorf("%q is not TABLE=DEADTABLE", pair)
+			}
+			deadTables[q] = dl
+		}
+		return nil
+	})
 	var t rowactor.Table
 	addTableFlags(fs, &t)
 	rest, err := parse(e, serveCommand, fs, args)
@@ -79,13 +96,21 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if len(deadLetters) > 0 && t.Group == "" {
 		return usagef("-dead-letters needs -group: dead-letter groups are groups of the table")
 	}
+	if len(deadTables) > 0 && t.Group != "" {
+		return usagef("-dead-letter-table is for tables without groups: with -group, name dead-letter groups with -dead-letters")
+	}
 	var tables []dashboard.Table
 	for _, name := range rest {
 		tt := t
 		if err := tableArg([]string{name}, &tt); err != nil {
 			return err
 		}
-		tables = append(tables, dashboard.Table{Table: tt, DeadLetters: deadLetters})
+		tables = append(tables, dashboard.Table{Table: tt, DeadLetters: deadLetters, DeadLetterTable: deadTables[name]})
+	}
+	for q := range deadTables {
+		if !slices.Contains(rest, q) {
+			return usagef("-dead-letter-table names %s, which is no TABLE given", q)
+		}
 	}
 	dsn, err := resolveDSN(e, *dsnValue)
 	if err != nil {

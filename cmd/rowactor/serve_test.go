@@ -162,3 +162,35 @@ func TestServeRefuses(t *testing.T) {
 		t.Errorf("-dead-letters without -group: exit %d, %s", code, stderr)
 	}
 }
+
+// -dead-letter-table TABLE=DEADTABLE shows a table without groups with its dead-letter
+// table's rows counted on its line; it is refused with -group, and for a table not given.
+func TestServeDeadLetterTable(t *testing.T) {
+	f := newFixture(t, databases[0])
+	tb := rowactor.Table{ID: "id", Payload: "payload", Attempt: "attempt", ProcessedAt: "processed_at", Error: "error"}
+	tb.Name = f.tableName("serve_dlt_")
+	f.create(tb)
+	dead := tb
+	dead.Name = tb.Name + "_dead"
+	f.create(dead)
+	f.publish(tb, "", "{}")
+	f.publish(dead, "", "{}")
+	f.publish(dead, "", "{}")
+
+	c := &http.Client{Timeout: 30 * time.Second}
+	defer c.CloseIdleConnections()
+	u, stop := serveCLI(t, f, tb, []string{"-dead-letter-table", tb.Name + "=" + dead.Name}, tb.Name)
+	status, body := fetch(t, c, http.MethodGet, u+"/", nil)
+	if status != http.StatusOK || !regexp.MustCompile(`data-count="dead"><a href="/jobs\?table=`+dead.Name+`"[^>]*>2<`).MatchString(body) {
+		t.Errorf("overview: %d; want 2 dead letters linked to %s's job list\n%s", status, dead.Name, body)
+	}
+	if code := stop(); code != exitOK {
+		t.Errorf("exit status %d after SIGINT, want 0", code)
+	}
+	if code, _, stderr := cli("serve", "-dsn", f.dsn, "-group", "queue", "-dead-letter-table", tb.Name+"="+dead.Name, tb.Name); code != exitUsage || !strings.Contains(stderr, "-dead-letters") {
+		t.Errorf("-dead-letter-table with -group: exit %d, %s", code, stderr)
+	}
+	if code, _, stderr := cli("serve", "-dsn", f.dsn, "-dead-letter-table", "other="+dead.Name, tb.Name); code != exitUsage || !strings.Contains(stderr, "no TABLE given") {
+		t.Errorf("-dead-letter-table of a table not given: exit %d, %s", code, stderr)
+	}
+}
