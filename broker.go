@@ -52,6 +52,7 @@ type Broker struct {
 
 	dispatcher    *actors.Dispatcher
 	shutDown      chan struct{}           // closed when Shutdown finished
+	stopping      chan struct{}           // closed when Shutdown begins (Done)
 	cancelDrain   context.CancelCauseFunc // ends the drain of the Shutdown in progress (under mu)
 	tel           *telemetry.Telemetry
 	stopListening context.CancelFunc
@@ -84,6 +85,7 @@ func New(d dialects.Dialect, opts ...Option) (*Broker, error) {
 		pubs:       make(map[Table]dialects.Publisher),
 		dispatcher: actors.NewDispatcher(time.Second),
 		shutDown:   make(chan struct{}),
+		stopping:   make(chan struct{}),
 	}
 	if b.log == nil {
 		b.log = slog.New(warnOnly{slog.Default().Handler()})
@@ -142,6 +144,11 @@ func (b *Broker) wakeNotified(table, group string) {
 // Dialect returns the broker's dialect (for Schema, and to reach its pool).
 func (b *Broker) Dialect() dialects.Dialect { return b.d }
 
+// Done is closed when Shutdown begins. Work a service runs beside the broker on its
+// dialect (a dashboard's background counts) ends with it, so that Shutdown, which waits
+// for the connections in use before it closes the pool, is not held up by it.
+func (b *Broker) Done() <-chan struct{} { return b.stopping }
+
 // ShutdownReport is what Shutdown found and gave back.
 type ShutdownReport struct {
 	// Drained is true when every delivery given to a handler settled before the context
@@ -190,6 +197,7 @@ func (b *Broker) Shutdown(ctx context.Context) (ShutdownReport, error) {
 		}
 		return ShutdownReport{}, ErrClosed
 	}
+	close(b.stopping)
 	if b.dispatcher.Running() {
 		// The caller's context may end as its handler returns (a deferred cancel): the
 		// shutdown keeps its deadline, not its cancellation, and a later Shutdown from

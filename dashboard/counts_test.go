@@ -1,11 +1,15 @@
 package dashboard
 
 import (
+	"context"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rowactor/rowactor"
 )
 
 // A table whose count takes longer than a render waits: the first render says its numbers
@@ -21,7 +25,8 @@ func TestSlowCountIsKept(t *testing.T) {
 		f.publish(tb, "emails", "{}")
 	}
 	d, err := New(f.b, []Table{{Table: tb}}, func(c *config) {
-		c.count.budget = 50 * time.Millisecond
+		c.count = defaultCount
+		c.count.slow, c.count.wait = 50*time.Millisecond, 50*time.Millisecond
 		c.count.keepMin = time.Hour // kept until an action makes it due
 	})
 	if err != nil {
@@ -41,7 +46,7 @@ func TestSlowCountIsKept(t *testing.T) {
 	if !strings.Contains(body, `data-counting="`+tb.Name+`"`) || strings.Contains(body, `data-count="queued"`) {
 		t.Fatalf("a render while the count waits on a lock: want the note that the numbers are coming, and no numbers:\n%s", body)
 	}
-	time.Sleep(100 * time.Millisecond) // the count, still waiting, takes longer than the budget
+	time.Sleep(100 * time.Millisecond) // the count, still waiting, takes longer than slow
 	if err := lock.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +64,7 @@ func TestSlowCountIsKept(t *testing.T) {
 	}
 	// The render that waited for the count read it; the next one shows it kept.
 	if body = overview(); !strings.Contains(body, `data-kept="`+tb.Name+`"`) {
-		t.Fatalf("a count slower than the budget is not marked as kept:\n%s", body)
+		t.Fatalf("a count slower than slow is not marked as kept:\n%s", body)
 	}
 
 	// Rows published since: the kept count shows until it is due.
@@ -92,13 +97,13 @@ func TestSlowCountIsKept(t *testing.T) {
 }
 
 func TestCountPolicyKeep(t *testing.T) {
-	p := defaultCountPolicy()
+	p := countPolicy{slow: countSlow, keepFactor: countKeepFactor, keepMin: countKeepMin, keepMax: countKeepMax}
 	for _, c := range []struct {
 		took, want time.Duration
 	}{
 		{5 * time.Millisecond, 0},                  // cheap: read at every render
-		{p.budget - time.Millisecond, 0},           // still under the budget
-		{p.budget, p.keepMin},                      // 100 × 100 ms = 10 s
+		{p.slow - time.Millisecond, 0},             // still quick
+		{p.slow, p.keepMin},                        // 100 × 100 ms = 10 s
 		{450 * time.Millisecond, 45 * time.Second}, // a million queued rows
 		{30 * time.Second, p.keepMax},              // bounded
 		{2 * time.Second, time.Duration(200) * time.Second},
@@ -107,4 +112,35 @@ func TestCountPolicyKeep(t *testing.T) {
 			t.Errorf("keep(%v) = %v, want %v", c.took, got, c.want)
 		}
 	}
+}
+
+// The chart's read of its hour: a render waits for it at most wait, a second render
+// while it runs joins it rather than starting another, and the one after it ended gets
+// its result.
+func TestChartReadsWaitAtMost(t *testing.T) {
+	var c chartReads
+	release := make(chan struct{})
+	var started atomic.Int32
+	read := func(context.Context) (map[string][]rowactor.ThroughputMinute, error) {
+		started.Add(1)
+		<-release
+		return map[string][]rowactor.ThroughputMinute{"g": emptyHour(time.Now())}, nil
+	}
+	if _, ok, _ := c.read(ctx, "t", 20*time.Millisecond, time.Minute, nil, read); ok {
+		t.Fatal("a read still running was reported done")
+	}
+	if _, ok, _ := c.read(ctx, "t", 20*time.Millisecond, time.Minute, nil, read); ok || started.Load() != 1 {
+		t.Fatalf("a second render: done %v, reads started %d; want it to join the running read", ok, started.Load())
+	}
+	close(release)
+	m, ok, err := c.read(ctx, "t", time.Minute, time.Minute, nil, read)
+	if !ok || err != nil || len(m["g"]) != rowactor.ThroughputMinutes {
+		t.Fatalf("the read after release: %v %v %d minutes", ok, err, len(m["g"]))
+	}
+}
+
+// testPolicy is the production policy with slow and wait both d (the tests' TestMain
+// makes every other count live).
+func testPolicy(d time.Duration) countPolicy {
+	return countPolicy{slow: d, wait: d, keepFactor: countKeepFactor, keepMin: countKeepMin, keepMax: countKeepMax, timeout: countTimeout}
 }

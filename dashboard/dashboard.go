@@ -25,11 +25,13 @@
 //
 // What an open page costs: the overview counts only the unfinished rows, through the
 // claim index (dialects.QueueCounter), so a table keeping a million finished rows costs
-// what its queue costs. A queue that takes longer than 100 ms to count (a million rows
-// queued: about 400 ms) is counted in the background and its count kept, shown with its
-// age, for 100 times as long as it took (10 s to 15 min): the page never waits for it
+// what its queue costs. A queue that takes 100 ms or more to count (a million rows
+// queued: about 400 ms) has its count kept, shown with its age, for 100 times as long as
+// it took (10 s to 15 min), and counted again in the background: pages never wait for it
 // again, and an open dashboard spends about 1% of a connection counting; an action on the
-// table makes it due. Job lists are keyset pages of the primary key (of the claim
+// table makes it due. A render waits for a count at most 2 s, as for the chart's first
+// read of its hour, then says the numbers come at the next refresh. Counts and chart
+// reads left running in the background end when the broker's Shutdown begins. Job lists are keyset pages of the primary key (of the claim
 // index, filtered to unfinished states). The chart by processed_at, given its index,
 // reads the whole hour of finished rows once, then only the last two minutes on each
 // refresh, one statement per table. No overview statement reads the whole table. Pages
@@ -145,6 +147,7 @@ type Dashboard struct {
 	indexes  indexCache    // whether each table has an index leading with processed_at
 	// queueCounts keeps the overview's counts of tables whose count is slow.
 	queueCounts countCache
+	charts      chartReads // the chart's reads, a render waiting for them at most the count's wait
 }
 
 //go:embed templates/*.html
@@ -162,7 +165,7 @@ func New(b *rowactor.Broker, tables []Table, opts ...Option) (*Dashboard, error)
 		return nil, errors.New("dashboard: New needs a broker (rowactor.Open, or rowactor.New over a dialect)")
 	}
 	d := &Dashboard{b: b, tables: tables, cfg: config{refresh: DefaultRefresh, pageSize: dialects.DefaultJobPage, now: time.Now, indexRecheck: IndexRecheck,
-		count: defaultCountPolicy()}}
+		count: defaultCount}}
 	for _, o := range opts {
 		o(&d.cfg)
 	}

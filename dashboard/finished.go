@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -90,6 +91,66 @@ func (c *finishedCache) minutes(ctx context.Context, fc perMinuteCounter, t Tabl
 		out[g] = ms
 	}
 	return out, nil
+}
+
+// chartReads runs the chart's reads (finishedCache.minutes) in the background, one per
+// table at a time, so that a render waits for one at most as long as for a count
+// (countWait): the first read of a very busy table's hour (half a million finished rows
+// took 260 ms on PostgreSQL) may end after the render, which then shows a note instead of
+// the chart, and fills the cache the next render reads from (then only the last two
+// minutes).
+type chartReads struct {
+	mu      sync.Mutex
+	running map[string]*chartRead // by table
+}
+
+type chartRead struct {
+	done    chan struct{}
+	minutes map[string][]rowactor.ThroughputMinute
+	err     error
+}
+
+// read returns read's result if it ends within wait (or one already running for table
+// does); ok is false when it did not, and it goes on in the background (bounded by
+// timeout).
+func (c *chartReads) read(ctx context.Context, table string, wait, timeout time.Duration, stop <-chan struct{},
+	read func(context.Context) (map[string][]rowactor.ThroughputMinute, error)) (minutes map[string][]rowactor.ThroughputMinute, ok bool, err error) {
+	c.mu.Lock()
+	r := c.running[table]
+	if r == nil {
+		r = &chartRead{done: make(chan struct{})}
+		if c.running == nil {
+			c.running = map[string]*chartRead{}
+		}
+		c.running[table] = r
+		go func() {
+			rctx, cancel := detached(ctx, timeout, stop)
+			defer cancel()
+			m, err := func() (m map[string][]rowactor.ThroughputMinute, err error) {
+				defer func() {
+					if r := recover(); r != nil {
+						err = fmt.Errorf("dashboard: reading the chart of table %s panicked: %v", table, r)
+					}
+				}()
+				return read(rctx)
+			}()
+			c.mu.Lock()
+			r.minutes, r.err = m, err
+			delete(c.running, table)
+			c.mu.Unlock()
+			close(r.done)
+		}()
+	}
+	c.mu.Unlock()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-r.done:
+		return r.minutes, true, r.err
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	return nil, false, nil
 }
 
 // emptyHour is an hour without a finished row, up to the minute of now.

@@ -42,10 +42,12 @@ type keptCount struct {
 }
 
 // noChart is why the chart by processed_at is not drawn: the table has no index leading
-// with processed_at (Statement creates one), or checking for one failed (Err).
+// with processed_at (Statement creates one), checking for one failed (Err), or the first
+// read of the hour's finished rows takes longer than a render waits (Reading).
 type noChart struct {
 	Statement string
 	Err       string
+	Reading   bool
 }
 
 // groupView is one group's line: counts as Admin.Stats reads them.
@@ -79,12 +81,22 @@ type groupView struct {
 func (d *Dashboard) serveOverview(w http.ResponseWriter, r *http.Request) {
 	p := d.newPage(w, r, "Queues")
 	p.Refresh = int(d.cfg.refresh / time.Second)
-	// The tables are read side by side: a slow one costs a render its wait (countBudget)
+	// The tables are read side by side: slow ones cost a render their wait (countWait)
 	// once, not once per table.
 	ov := overview{Tables: make([]tableView, len(d.tables))}
 	var wg sync.WaitGroup
 	for i, t := range d.tables {
-		wg.Go(func() { ov.Tables[i] = d.tableOverview(r.Context(), t, p.Now) })
+		wg.Go(func() {
+			defer func() {
+				// Outside the request's goroutine net/http would not recover a panic:
+				// the table shows it, the process lives on.
+				if v := recover(); v != nil {
+					d.cfg.log.Error("dashboard: rendering a table panicked", "table", t.Name, "panic", v)
+					ov.Tables[i] = tableView{Name: t.Name, Form: t.Form().String(), Error: fmt.Sprintf("rendering this table failed: %v", v)}
+				}
+			}()
+			ov.Tables[i] = d.tableOverview(r.Context(), t, p.Now)
+		})
 	}
 	wg.Wait()
 	p.Data = ov
@@ -95,7 +107,7 @@ func (d *Dashboard) serveOverview(w http.ResponseWriter, r *http.Request) {
 // then one chart per group.
 func (d *Dashboard) tableOverview(ctx context.Context, t Table, now time.Time) tableView {
 	tv := tableView{Name: t.Name, Form: t.Form().String()}
-	cv := d.queueCounts.get(ctx, d.cfg.count, t.Name, func(ctx context.Context) (tableCounts, error) { return d.counts(ctx, t, now) })
+	cv := d.queueCounts.get(ctx, d.cfg.count, d.b.Done(), t.Name, func(ctx context.Context) (tableCounts, error) { return d.counts(ctx, t, now) })
 	if cv.pending {
 		tv.Counting = true
 		return tv
@@ -223,7 +235,12 @@ func (d *Dashboard) finishedOf(ctx context.Context, t Table, now time.Time) (min
 	if !indexed {
 		return nil, false, &noChart{Statement: fc.FinishedIndexStatement(t.Table)}
 	}
-	minutes, err = d.finished.minutes(ctx, fc, t, now)
+	minutes, read, err := d.charts.read(ctx, t.Name, d.cfg.count.wait, d.cfg.count.timeout, d.b.Done(), func(ctx context.Context) (map[string][]rowactor.ThroughputMinute, error) {
+		return d.finished.minutes(ctx, fc, t, now)
+	})
+	if !read {
+		return nil, false, &noChart{Reading: true}
+	}
 	if err != nil {
 		d.cfg.log.Warn("dashboard: counting finished rows failed", "table", t.Name, "err", err)
 		return nil, false, nil
