@@ -141,14 +141,20 @@ func roomBound(t *testing.T, tel []*telemetryBundle, workers int, work time.Dura
 // histogramMax reads the largest value recorded by an int64 histogram.
 func (tb *telemetryBundle) histogramMax(t *testing.T, name string) int64 {
 	t.Helper()
+	return histogramMaxOf[int64](t, tb, name)
+}
+
+// histogramMaxOf reads the largest value a histogram of N named name recorded.
+func histogramMaxOf[N int64 | float64](t *testing.T, tb *telemetryBundle, name string) N {
+	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := tb.reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	var most int64
+	var most N
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if data, ok := m.Data.(metricdata.Histogram[int64]); ok && m.Name == name {
+			if data, ok := m.Data.(metricdata.Histogram[N]); ok && m.Name == name {
 				for _, dp := range data.DataPoints {
 					if v, ok := dp.Max.Value(); ok {
 						most = max(most, v)

@@ -50,23 +50,7 @@ func newDeltaTelemetry(t *testing.T) *telemetryBundle {
 // slowestSeconds reads the largest value a float64 histogram (seconds) recorded.
 func (tb *telemetryBundle) slowestSeconds(t *testing.T, name string) float64 {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := tb.reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var most float64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if data, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == name {
-				for _, dp := range data.DataPoints {
-					if v, ok := dp.Max.Value(); ok {
-						most = max(most, v)
-					}
-				}
-			}
-		}
-	}
-	return most
+	return histogramMaxOf[float64](t, tb, name)
 }
 
 func (tb *telemetryBundle) options() []rowactor.Option {

@@ -18,24 +18,9 @@ import (
 // test ends): the kind of table whose dead letters go to a table of their own.
 func (f *fixture) plainTable(name string) rowactor.Table {
 	f.t.Helper()
-	f.t.Cleanup(func() {
-		if _, err := f.sql.ExecContext(ctx, "DROP TABLE IF EXISTS "+f.db.quote(name)); err != nil {
-			f.t.Errorf("drop %s: %v", name, err)
-		}
-	})
-	tb := rowactor.Table{Name: name, ID: "id", Payload: "payload", Attempt: "attempt",
+	return f.createTable(rowactor.Table{Name: name, ID: "id", Payload: "payload", Attempt: "attempt",
 		RetryAfter: "retry_after", ProcessedAt: "processed_at", LockedUntil: "locked_until",
-		Headers: "headers", Error: "error", DeadAt: "dead_at"}
-	ddl, err := rowactor.Schema(f.b.Dialect(), tb)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	for _, s := range strings.Split(ddl, ";\n") {
-		if strings.TrimSpace(s) != "" {
-			f.exec(s)
-		}
-	}
-	return tb
+		Headers: "headers", Error: "error", DeadAt: "dead_at"})
 }
 
 // A table without groups moves its dead letters to a table of its own: the overview

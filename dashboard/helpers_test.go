@@ -153,14 +153,19 @@ func (f *fixture) jobsTable(prefix string) rowactor.Table {
 // jobsTableNamed is jobsTable under name, dropped when the test ends.
 func (f *fixture) jobsTableNamed(name string) rowactor.Table {
 	f.t.Helper()
+	return f.createTable(rowactor.Table{Name: name, ID: "id", Payload: "payload", Group: "queue", Attempt: "attempt",
+		RetryAfter: "retry_after", ProcessedAt: "processed_at", LockedUntil: "locked_until",
+		Headers: "headers", Error: "error", DeadAt: "dead_at"})
+}
+
+// createTable creates tb as Schema renders it, dropped when the test ends.
+func (f *fixture) createTable(tb rowactor.Table) rowactor.Table {
+	f.t.Helper()
 	f.t.Cleanup(func() {
-		if _, err := f.sql.ExecContext(ctx, "DROP TABLE IF EXISTS "+f.db.quote(name)); err != nil {
-			f.t.Errorf("drop %s: %v", name, err)
+		if _, err := f.sql.ExecContext(ctx, "DROP TABLE IF EXISTS "+f.db.quote(tb.Name)); err != nil {
+			f.t.Errorf("drop %s: %v", tb.Name, err)
 		}
 	})
-	tb := rowactor.Table{Name: name, ID: "id", Payload: "payload", Group: "queue", Attempt: "attempt",
-		RetryAfter: "retry_after", ProcessedAt: "processed_at", LockedUntil: "locked_until",
-		Headers: "headers", Error: "error", DeadAt: "dead_at"}
 	ddl, err := rowactor.Schema(f.b.Dialect(), tb)
 	if err != nil {
 		f.t.Fatal(err)
