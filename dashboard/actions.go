@@ -91,6 +91,12 @@ func (d *Dashboard) act(r *http.Request, t Table, op, group string, id int64) (s
 		}
 		return nil
 	}
+	if t.deadLetterTableOf != "" && (op == opRetry || op == opCancel) {
+		// No subscription reads a dead-letter table: a retry there would say a row is
+		// due that nothing claims, and a cancelled row would stay a dead letter that the
+		// next requeue of the table brings back.
+		return "", http.StatusBadRequest, fmt.Errorf("row %d of %s is a dead letter of %s: requeue it, or let RetainDeadLetters delete it; %s acts on queue rows", id, t.Name, t.deadLetterTableOf, op)
+	}
 	switch op {
 	case opRetry:
 		if err := needID(); err != nil {

@@ -56,6 +56,9 @@ type tableCount struct {
 type tableCounts struct {
 	groups []dialects.GroupStats
 	dead   int64
+	// deadErr is why the dead-letter table could not be counted: shown in its cell, the
+	// queue's own numbers beside it.
+	deadErr error
 }
 
 // countPolicy is how the cache weighs a count's cost (config: tests change it).

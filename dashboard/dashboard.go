@@ -213,13 +213,19 @@ func New(b *rowactor.Broker, tables []Table, opts ...Option) (*Dashboard, error)
 		dead.Name = t.DeadLetterTable
 		d.deadTables = append(d.deadTables, Table{Table: dead, deadLetterTableOf: t.Name})
 	}
+	// Dead-letter tables are compared without case, as a requeue from one compares it
+	// with its queue table (dialects.CheckDeadLetterName): MySQL and SQLite fold names.
+	folded := map[string]bool{}
+	for name := range seen {
+		folded[strings.ToLower(name)] = true
+	}
 	for _, t := range d.deadTables {
-		if seen[t.Name] {
+		if folded[strings.ToLower(t.Name)] {
 			return nil, &dialects.ConfigError{Table: t.deadLetterTableOf, Option: "DeadLetterTable",
 				Reason: fmt.Sprintf("table %s is named as a dead-letter table and as a table to show, or as the dead-letter table of two tables", t.Name),
 				Fix:    "give each queue table a dead-letter table of its own, and do not list it among the tables"}
 		}
-		seen[t.Name] = true
+		folded[strings.ToLower(t.Name)] = true
 	}
 	d.secret = make([]byte, 32)
 	if _, err := rand.Read(d.secret); err != nil {

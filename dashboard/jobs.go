@@ -163,6 +163,7 @@ type jobPage struct {
 	Headers      []header
 	TraceID      string
 	TraceURL     string
+	DeadTableOf  string // the table whose dead letters this row is one of (Table.DeadLetterTable)
 	DeadLetterOf string
 	LeaseUntil   string
 	RetryAfter   string
@@ -200,7 +201,7 @@ func (d *Dashboard) serveJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	jp := jobPage{Table: t, Job: newJobView(j, p.Now), PayloadBytes: len(j.Payload)}
-	jp.DeadLetterOf = t.deadLetterTableOf
+	jp.DeadLetterOf, jp.DeadTableOf = t.deadLetterTableOf, t.deadLetterTableOf
 	if !j.NullGroup && t.Group != "" {
 		jp.DeadLetterOf = t.deadLetterOf(j.Group)
 		jp.Subscribed = d.subscription(t, j.Group) != nil

@@ -66,13 +66,14 @@ type groupView struct {
 	// it holds; DeadLetterOf names the queue when this group is itself a dead-letter group.
 	DeadLetterGroup string
 	DeadLetters     int64
-	// DeadLetterTable is where the dead letters of a table without groups go.
-	DeadLetterTable string
-	DeadLetterOf    string
-	OldestID        int64
-	OldestAge       time.Duration
-	OldestKnown     bool
-	Errors          []dialects.ErrorCount
+	// DeadLetterTable is where the dead letters of a table without groups go;
+	// DeadLetterError why it could not be counted.
+	DeadLetterTable, DeadLetterError string
+	DeadLetterOf                     string
+	OldestID                         int64
+	OldestAge                        time.Duration
+	OldestKnown                      bool
+	Errors                           []dialects.ErrorCount
 	// Subscribed says a subscription of this process reads the queue; Paused its state.
 	Subscribed, Paused bool
 	Chart              *chart
@@ -152,6 +153,9 @@ func (d *Dashboard) tableOverview(ctx context.Context, t Table, now time.Time) t
 			}
 			if t.DeadLetterTable != "" {
 				gv.DeadLetterTable, gv.DeadLetters = t.DeadLetterTable, cv.stats.dead
+				if cv.stats.deadErr != nil {
+					gv.DeadLetterError = cv.stats.deadErr.Error()
+				}
 			}
 			gv.DeadLetterOf = t.deadLetterOf(g.Group)
 			if s := d.subscription(t, g.Group); s != nil {
@@ -209,7 +213,8 @@ func (d *Dashboard) counts(ctx context.Context, t Table, now time.Time) (tableCo
 	if t.DeadLetterTable != "" {
 		n, err := d.admin.Requeue(ctx, dialects.RequeueSpec{Table: t.Table, FromTable: t.DeadLetterTable, DryRun: true}, nil)
 		if err != nil {
-			return tableCounts{}, fmt.Errorf("dead-letter table %s: %w", t.DeadLetterTable, err)
+			d.cfg.log.Warn("dashboard: counting a dead-letter table failed", "table", t.Name, "dead_letter_table", t.DeadLetterTable, "err", err)
+			out.deadErr = fmt.Errorf("dead-letter table %s: %w", t.DeadLetterTable, err)
 		}
 		out.dead = int64(n)
 	}

@@ -128,6 +128,13 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			if _, err := a.Stats(ctx, tt.Table, time.Now()); err != nil {
 				return err
 			}
+			if tt.DeadLetterTable == "" {
+				continue
+			}
+			// The dead-letter table's columns, as a requeue from it checks them.
+			if _, err := a.Requeue(ctx, dialects.RequeueSpec{Table: tt.Table, FromTable: tt.DeadLetterTable, DryRun: true}, nil); err != nil {
+				return fmt.Errorf("-dead-letter-table %s=%s: %w", tt.Name, tt.DeadLetterTable, err)
+			}
 		}
 	}
 	opts := []dashboard.Option{dashboard.TraceURL(*traceURL)}
