@@ -14,8 +14,7 @@ import (
 // Shutdown neither panics on a second close nor reopens it. Kept as a regression.
 func TestReview2DoneFromHandlerAndTwice(t *testing.T) {
 	h := newHarness(t, drivers[0], rowactor.FormLease)
-	var b *rowactor.Broker
-	b = h.broker()
+	b := h.broker()
 	type res struct {
 		err    error
 		closed bool
