@@ -46,7 +46,29 @@ func galeraSetup(t *testing.T, t0 rowactor.Table, hook func(node int, s rowactor
 			}
 		}
 	}
+	galeraWaitTable(t, dbs, t0.Name)
 	return brokers, dbs
+}
+
+// galeraWaitTable waits until every node has table name: a DDL statement returns once
+// the node it ran on applied it, and the other nodes apply it a moment later (in the same
+// total order), so a statement sent to another node at once may not find the table yet.
+func galeraWaitTable(t *testing.T, dbs []*sql.DB, name string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for i, db := range dbs {
+		for {
+			var n int
+			err := db.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?", name).Scan(&n)
+			if err == nil && n == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d never saw table %s (%d, %v)", i+1, name, n, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 // A transactional lease delivery on node 1 writes a side row; node 2 commits a write of

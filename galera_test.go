@@ -62,6 +62,11 @@ func TestGaleraRefusesNodeLocalForms(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { _, _ = db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+name) })
+	var dbs []*sql.DB
+	for _, b := range brokers {
+		dbs = append(dbs, b.Dialect().(interface{ DB() *sql.DB }).DB())
+	}
+	galeraWaitTable(t, dbs, name)
 
 	rowLock := lease
 	rowLock.LockedUntil = ""

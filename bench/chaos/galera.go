@@ -273,6 +273,7 @@ func (sc *scen) nodeKillRun(ctx context.Context, g *galeraBackend, nk *nodeKill)
 	sc.addFault(faultEvent{ns: nk.at, end: nk.evicted, kind: "evict"})
 	sc.event("galera node %d evicted after %v", nk.node+1, time.Duration(nk.evicted-nk.at).Round(time.Millisecond))
 	sleepCtx(ctx, sc.cfg.nodeDown-time.Duration(nk.evicted-nk.at))
+	restarted := now()
 	if out, err := galeraScript(context.WithoutCancel(ctx), sc.cfg.galeraScript, "start-node", fmt.Sprint(nk.node+1)); err != nil {
 		sc.asyncProblem("start node %d again: %v: %s", nk.node+1, err, out)
 		return
@@ -284,6 +285,7 @@ func (sc *scen) nodeKillRun(ctx context.Context, g *galeraBackend, nk *nodeKill)
 	nk.back = now()
 	g.setDown(nk.node, false)
 	sc.addFault(faultEvent{ns: nk.at, end: nk.back, kind: "nodedown", consumers: nk.consumers})
+	sc.addFault(faultEvent{ns: restarted, end: nk.back, kind: "rejoin"})
 	sc.event("galera node %d synced again after %v", nk.node+1, time.Duration(nk.back-nk.at).Round(time.Millisecond))
 }
 
