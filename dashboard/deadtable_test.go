@@ -65,11 +65,11 @@ func TestDeadLetterTable(t *testing.T) {
 
 		_, list := get(t, c, u+"/jobs?table="+url.QueryEscape(dead.Name))
 		ids := listed(t, list)
-		if len(ids) != 3 || !strings.Contains(list, "dead letters of "+tb.Name) {
-			t.Fatalf("the dead-letter table's job list shows %v; want its 3 rows, marked as %s's dead letters\n%s", ids, tb.Name, list)
+		if len(ids) != 3 || !strings.Contains(list, "dead letters of "+tb.Name) || strings.Count(list, `data-state="dead"`) != 3 || strings.Contains(list, `name="state"`) {
+			t.Fatalf("the dead-letter table's job list shows %v; want its 3 rows in state dead, marked as %s's dead letters, and no state filter\n%s", ids, tb.Name, list)
 		}
 		status, job := get(t, c, u+"/job?table="+url.QueryEscape(dead.Name)+"&id="+strconv.FormatInt(ids[0], 10))
-		if status != http.StatusOK || !strings.Contains(job, "provider down") || !strings.Contains(job, `data-op="requeue"`) {
+		if status != http.StatusOK || !strings.Contains(job, "provider down") || !strings.Contains(job, `data-op="requeue"`) || !strings.Contains(job, `data-field="state">dead<`) {
 			t.Fatalf("a dead letter's page: %d; want its error and a requeue button\n%s", status, job)
 		}
 

@@ -62,9 +62,13 @@ type jobView struct {
 	ErrorLine   string
 }
 
-func newJobView(j dialects.Job, now time.Time) jobView {
+// newJobView is j as the pages show it; dead says j is a row of a dead-letter table,
+// which nothing claims: its columns may read "due", but it waits for a requeue.
+func newJobView(j dialects.Job, now time.Time, dead bool) jobView {
 	v := jobView{Job: j, StateName: stateName(j.State), InWorkKnown: j.InWorkCounted}
 	switch {
+	case dead && j.State != dialects.JobProcessed:
+		v.StateName, v.InWorkKnown, v.DueText = "dead", true, "never: requeue it to run it"
 	case j.State == dialects.JobProcessed:
 		v.DueText = "finished " + j.ProcessedAt.UTC().Format(time.DateTime)
 	case j.State == dialects.JobDelayed:
@@ -133,7 +137,7 @@ func (d *Dashboard) serveJobs(w http.ResponseWriter, r *http.Request) {
 		p.Error = err.Error()
 	}
 	for _, j := range jobs {
-		l.Jobs = append(l.Jobs, newJobView(j, p.Now))
+		l.Jobs = append(l.Jobs, newJobView(j, p.Now, t.deadLetterTableOf != ""))
 	}
 	// Keyset links from the page's edge ids. A forward page has rows before it when it
 	// started after an id, and may have rows after it when full; a backward page the
@@ -200,7 +204,7 @@ func (d *Dashboard) serveJob(w http.ResponseWriter, r *http.Request) {
 		d.render(w, http.StatusInternalServerError, "job", p)
 		return
 	}
-	jp := jobPage{Table: t, Job: newJobView(j, p.Now), PayloadBytes: len(j.Payload)}
+	jp := jobPage{Table: t, Job: newJobView(j, p.Now, t.deadLetterTableOf != ""), PayloadBytes: len(j.Payload)}
 	jp.DeadLetterOf, jp.DeadTableOf = t.deadLetterTableOf, t.deadLetterTableOf
 	if !j.NullGroup && t.Group != "" {
 		jp.DeadLetterOf = t.deadLetterOf(j.Group)
