@@ -67,6 +67,7 @@ func badAck(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowac
 // return a clear error, soon, without a broker and without a panic; a password in the URL
 // never shows in the error.
 func TestBadOpenURL(t *testing.T) {
+	t.Parallel()
 	cases := []string{
 		"",
 		"oracle://app:" + badSecret + "@db/x",
@@ -127,6 +128,7 @@ func TestBadOpenURL(t *testing.T) {
 // failed sqlite.Open, mysql.Open or postgres.Open returns beside its error), with an
 // error rather than a broker that panics at its first call.
 func TestBadNewNilDialect(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("ROWACTOR_BAD_CHILD") == "postgres-nil" {
 		// In a child process (below): the listener goroutine's panic would end the
 		// whole test binary.
@@ -178,6 +180,7 @@ func TestBadNewNilDialect(t *testing.T) {
 // table and the option, on every database; the refusals leave nothing behind, so a good
 // subscription to the same queue starts afterwards and drains it.
 func TestBadSubscribeOptions(t *testing.T) {
+	t.Parallel()
 	for _, drv := range drivers {
 		t.Run(drv.name, func(t *testing.T) {
 			h := newHarness(t, drv, drv.forms[0])
@@ -220,6 +223,7 @@ func TestBadSubscribeOptions(t *testing.T) {
 // ErrClosed, and the subscription handle of the stopped broker still answers, on every
 // database.
 func TestBadClosedBroker(t *testing.T) {
+	t.Parallel()
 	for _, drv := range drivers {
 		t.Run(drv.name, func(t *testing.T) {
 			h := newHarness(t, drv, drv.forms[0])
@@ -369,6 +373,7 @@ func badOddTable(db string, form rowactor.Form) rowactor.Table {
 // headers, and the row is delivered intact and acked; the harness's own table beside it
 // keeps its row untouched.
 func TestBadIdentifiers(t *testing.T) {
+	t.Parallel()
 	for _, drv := range drivers {
 		for _, form := range drv.forms {
 			t.Run(drv.name+"/"+form.String(), func(t *testing.T) {
@@ -417,6 +422,7 @@ func TestBadIdentifiers(t *testing.T) {
 // column. Limits count bytes on PostgreSQL and characters on MySQL, so the same 32 two-byte
 // characters are too long for one and fine for the other.
 func TestBadIdentifierTooLong(t *testing.T) {
+	t.Parallel()
 	cases := map[string][]string{
 		"postgres": {strings.Repeat("é", 32), `"` + strings.Repeat("x", 62) + "`", strings.Repeat("表", 22)},
 		"mysql":    {strings.Repeat("é", 65), "`" + strings.Repeat("x", 63) + `"`, strings.Repeat("表", 65)},
@@ -455,6 +461,7 @@ func TestBadIdentifierTooLong(t *testing.T) {
 // Multilingual Plane (emoji); Subscribe and Publish on such a name return an error, and
 // neither panics nor finds some other table.
 func TestBadIdentifierOutsideTheBMP(t *testing.T) {
+	t.Parallel()
 	drv := driverNamed(t, "mysql")
 	h := newHarness(t, drv, rowactor.FormLease)
 	b := h.broker()

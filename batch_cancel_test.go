@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects"
 )
 
 // Cancel of a row in a SubscribeBatch batch in work, over every database that serves
@@ -19,64 +20,109 @@ import (
 // for its other rows, and the batch's commit ends the row as a cancel of a queued row
 // would, whatever outcome the handler gave it, and the other rows by theirs.
 
-func init() {
-	outcomeScenarios = append(outcomeScenarios,
-		scenario{
-			name:      "Cancel of a row in a batch in work ends it as cancelled and settles the batch's other rows by their outcomes",
-			forms:     rowLockOnly,
-			plainOnly: true,
-			shapes:    []tableShape{withProcessedAt, withError, withClearedUniqueKey},
-			run:       batchCancelScenario,
-		},
-		scenario{
-			name:      "Cancel of a row in a batch deletes it where the table keeps no finished rows, whatever its outcome",
-			forms:     rowLockOnly,
-			plainOnly: true,
-			run:       batchCancelDeletesScenario,
-		},
-		scenario{
-			name:      "Cancel of every row of a batch cancels the batch's context",
-			forms:     rowLockOnly,
-			plainOnly: true,
-			shapes:    []tableShape{withProcessedAt, withError},
-			run:       batchCancelAllScenario,
-		},
-		scenario{
-			name:      "Cancel of a row in a batch whose handler panics ends that row as cancelled and releases the others",
-			forms:     rowLockOnly,
-			plainOnly: true,
-			shapes:    []tableShape{withProcessedAt, withError},
-			run:       batchCancelPanicScenario,
-		},
-		scenario{
-			name:      "Cancel of a row in a batch whose handler is given up on ends that row as cancelled and releases the others",
-			forms:     rowLockOnly,
-			plainOnly: true,
-			shapes:    []tableShape{withProcessedAt, withError},
-			run:       batchCancelAbandonedScenario,
-		},
-		scenario{
-			name:      "Cancel racing a batch's settlement reports what the table shows",
-			forms:     rowLockOnly,
-			plainOnly: true,
-			shapes:    []tableShape{withProcessedAt, withError},
-			run:       batchCancelRaceScenario,
-		},
-		scenario{
-			name:      "Cancel of a row in a batch cut short by Shutdown does not report a cancel that never took effect",
-			forms:     rowLockOnly,
-			plainOnly: true,
-			shapes:    []tableShape{withProcessedAt, withError},
-			run:       batchCancelShutdownScenario,
-		},
-		scenario{
-			name:      "Cancel racing a batch subscription's claim never answers ErrInWork",
-			forms:     rowLockOnly,
-			plainOnly: true,
-			shapes:    []tableShape{withProcessedAt, withError},
-			run:       batchCancelRacesClaimScenario,
-		},
-	)
+var batchCancelScenarios = []scenario{
+	{
+		name:      "Cancel of a row in a batch in work ends it as cancelled and settles the batch's other rows by their outcomes",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		shapes:    []tableShape{withProcessedAt, withError, withClearedUniqueKey},
+		run:       batchCancelScenario,
+	},
+	{
+		name:      "Cancel of a row in a batch deletes it where the table keeps no finished rows, whatever its outcome",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		run:       batchCancelDeletesScenario,
+	},
+	{
+		name:      "Cancel of every row of a batch cancels the batch's context",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		shapes:    []tableShape{withProcessedAt, withError},
+		run:       batchCancelAllScenario,
+	},
+	{
+		name:      "Cancel of a row in a batch whose handler panics ends that row as cancelled and releases the others",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		shapes:    []tableShape{withProcessedAt, withError},
+		run:       batchCancelPanicScenario,
+	},
+	{
+		name:      "Cancel of a row in a batch whose handler is given up on ends that row as cancelled and releases the others",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		shapes:    []tableShape{withProcessedAt, withError},
+		run:       batchCancelAbandonedScenario,
+	},
+	{
+		name:      "Cancel racing a batch's settlement reports what the table shows",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		shapes:    []tableShape{withProcessedAt, withError},
+		run:       batchCancelRaceScenario,
+	},
+	{
+		name:      "Cancel of a row in a batch cut short by Shutdown does not report a cancel that never took effect",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		shapes:    []tableShape{withProcessedAt, withError},
+		run:       batchCancelShutdownScenario,
+	},
+	{
+		name:      "Cancel racing a batch subscription's claim never answers ErrInWork",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		shapes:    []tableShape{withProcessedAt, withError},
+		run:       batchCancelRacesClaimScenario,
+	},
+	{
+		name:      "Cancel of a row in a batch whose connection the server kills reports what the table shows",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		shapes:    []tableShape{withProcessedAt, withError},
+		run:       batchCancelKilledConnectionScenario,
+	},
+	{
+		name:      "Cancel of a row in a batch whose connection the server kills reports what the table shows where the table keeps no finished rows",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		run:       batchCancelKilledConnectionScenario,
+	},
+	{
+		name:      "Cancel of a row in a batch given up on keeps it cancelled when the handler returns late",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		shapes:    []tableShape{withProcessedAt, withError},
+		run:       batchCancelAbandonedHandlerReturnsScenario,
+	},
+	{
+		name:      "Two Cancels of the only row of a batch of one both return nil and settle it once",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		run:       batchCancelTwiceBatchOfOneScenario,
+	},
+	{
+		name:      "Cancel by a batch handler of a row of its own batch with its ctx does not wait for the batch",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		shapes:    []tableShape{withProcessedAt, withError},
+		run:       batchCancelFromOwnHandlerScenario,
+	},
+	{
+		name:      "Cancels racing a batch of mixed outcomes each report where their row ends",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		shapes:    []tableShape{withProcessedAt, withError},
+		run:       batchCancelMixedOutcomesRaceScenario,
+	},
+	{
+		name:      "Pause while a batch with a cancelled row is in work lets the batch settle as usual",
+		forms:     rowLockOnly,
+		plainOnly: true,
+		shapes:    []tableShape{withProcessedAt, withError},
+		run:       batchCancelPauseScenario,
+	},
 }
 
 // gate is a channel a test closes to let a handler go on; it is closed at the latest as
@@ -180,7 +226,7 @@ func byID(t *testing.T, ss []rowactor.Settlement) map[int64]rowactor.Settlement 
 func (h *harness) wantCancelledRow(id int64, reason string, attempt int) {
 	h.t.Helper()
 	st := h.row(id)
-	if !st.exists || st.processedAt == nil || st.lastError == nil || *st.lastError != reason || st.lockedUntil != nil || st.attempt != attempt {
+	if !st.exists || st.processedAt == nil || st.lastError == nil || *st.lastError != dialects.CancelledPrefix+reason || st.lockedUntil != nil || st.attempt != attempt {
 		h.t.Fatalf("the cancelled row %d: %+v, want it processed with %q, attempt %d", id, st, reason, attempt)
 	}
 }
@@ -188,7 +234,7 @@ func (h *harness) wantCancelledRow(id int64, reason string, attempt int) {
 // wantCancelledSettlement checks the hook saw a cancelled row's settlement.
 func wantCancelledSettlement(t *testing.T, s rowactor.Settlement) {
 	t.Helper()
-	if s.Err != nil || s.Step != "ack" || s.Outcome.String() != "drop" || s.Released || !errors.Is(s.HandlerErr, rowactor.ErrCancelled) {
+	if s.Err != nil || s.Step != "ack" || s.Outcome.String() != "cancel" || s.Released || !errors.Is(s.HandlerErr, rowactor.ErrCancelled) {
 		t.Fatalf("the cancelled row's settlement: %+v, want a drop acked whose HandlerErr wraps ErrCancelled", s)
 	}
 }
@@ -488,7 +534,7 @@ func batchCancelRaceScenario(t *testing.T, h *harness, form rowactor.Form) {
 		st, err := h.row(id), errs[id]
 		switch {
 		case err == nil:
-			if st.processedAt == nil || st.lastError == nil || *st.lastError != "raced" {
+			if st.processedAt == nil || st.lastError == nil || *st.lastError != dialects.CancelledPrefix+"raced" {
 				t.Fatalf("row %d: Cancel returned nil, and the row is %+v", id, st)
 			}
 		case errors.Is(err, rowactor.ErrFinished):
@@ -526,7 +572,7 @@ func batchCancelShutdownScenario(t *testing.T, h *harness, form rowactor.Form) {
 	}
 	switch err, st := h.cancelReturned(cancelled), h.row(ids[0]); {
 	case err == nil:
-		if st.processedAt == nil || st.lastError == nil || *st.lastError != "customer left" {
+		if st.processedAt == nil || st.lastError == nil || *st.lastError != dialects.CancelledPrefix+"customer left" {
 			t.Fatalf("Cancel returned nil, and the row is %+v (not cancelled: Shutdown gave it back)", st)
 		}
 	case !errors.Is(err, rowactor.ErrClosed):
@@ -564,10 +610,277 @@ func batchCancelRacesClaimScenario(t *testing.T, h *harness, form rowactor.Form)
 		stop()
 		st := h.row(id)
 		switch {
-		case err == nil && (st.lastError == nil || *st.lastError != "raced the claim"):
+		case err == nil && (st.lastError == nil || *st.lastError != dialects.CancelledPrefix+"raced the claim"):
 			t.Fatalf("Cancel of row %d (#%d) right after its publish returned nil, and the row is %+v", id, i, st)
 		case err != nil && !errors.Is(err, rowactor.ErrFinished):
 			t.Fatalf("Cancel of row %d (#%d) right after its publish: %v", id, i, err)
 		}
 	}
+}
+
+// batchCancelKilledConnectionScenario: the server ends the batch's connection while a
+// row of it is cancelled; the cancelled row must still end cancelled, the other row be
+// handled, once each.
+func batchCancelKilledConnectionScenario(t *testing.T, h *harness, form rowactor.Form) {
+	d, kill := killablePool(t, h)
+	b := h.brokerOn(d)
+	ids := h.publish(b, 2)
+	got := make(chan heldBatch, 1)
+	stuck, open := h.gate()
+	calls := 0
+	h.subscribeBatch(b, 2, func(ctx context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
+		calls++
+		if calls > 1 {
+			return acks(len(ds))
+		}
+		got <- heldBatch{ctx, ds}
+		<-stuck
+		return acks(len(ds))
+	}, rowactor.Workers(1))
+	held := h.waitBatch(got, 2)
+	done := h.startCancel(b, ids[0], "gone")
+	waitFor(t, func() bool { return held.ds[held.indexOf(t, ids[0])].Cancelled() != nil })
+	if n := kill(); n == 0 {
+		t.Fatal("no connection killed")
+	}
+	time.Sleep(100 * time.Millisecond)
+	open()
+	err := h.cancelReturned(done)
+	t.Logf("Cancel after the kill: %v", err)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st0, st1 := h.row(ids[0]), h.row(ids[1])
+		ok0 := !st0.exists || st0.processedAt != nil
+		ok1 := !st1.exists || st1.processedAt != nil
+		if ok0 && ok1 {
+			// The cancel's own commit died with the connection: the row went back, and
+			// either the Cancel cancelled it in the table (nil), or a redelivery ended it
+			// first and the Cancel says so. Never nil for a row that does not end as
+			// cancelled, never an error for one that does.
+			cancelled := st0.exists && st0.lastError != nil && *st0.lastError == dialects.CancelledPrefix+"gone"
+			if h.table.ProcessedAt == "" {
+				cancelled = !st0.exists && err == nil
+			}
+			switch {
+			case err == nil && !cancelled:
+				t.Fatalf("Cancel returned nil, the row %+v", st0)
+			case err != nil && (cancelled || !errors.Is(err, rowactor.ErrFinished) && !errors.Is(err, rowactor.ErrNotFound)):
+				t.Fatalf("Cancel returned %v, the row %+v", err, st0)
+			}
+			if st1.exists && st1.lastError != nil {
+				t.Fatalf("the other row: %+v", st1)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rows %+v %+v did not end (Cancel said %v)\nlogs:\n%s", st0, st1, err, h.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// batchCancelAbandonedHandlerReturnsScenario: the handler of a batch given up on returns
+// just after the abandon settled a cancelled row of it (-race sees what the two
+// goroutines share).
+func batchCancelAbandonedHandlerReturnsScenario(t *testing.T, h *harness, form rowactor.Form) {
+	b := h.broker()
+	ids := h.publish(b, 2)
+	got := make(chan heldBatch, 1)
+	returned := make(chan struct{})
+	var calls atomic.Int32
+	h.subscribeBatch(b, 2, func(ctx context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
+		if calls.Add(1) > 1 {
+			return acks(len(ds))
+		}
+		got <- heldBatch{ctx, ds}
+		defer close(returned)
+		// Ignores its context, and returns on its own after the batch was given up on
+		// (the deadline, 100ms, and the grace, 1s): nothing orders it after the abandon.
+		time.Sleep(1600 * time.Millisecond)
+		return acks(len(ds))
+	}, rowactor.Timeout(100*time.Millisecond), rowactor.Workers(1))
+	h.waitBatch(got, 2)
+	if err := h.cancelReturned(h.startCancel(b, ids[0], "stuck")); err != nil {
+		t.Fatalf("Cancel: %v\nlogs:\n%s", err, h.logs.String())
+	}
+	<-returned
+	h.waitSettled(3) // the batch's two rows, then the released row's redelivery
+	h.wantCancelledRow(ids[0], "stuck", 1)
+	time.Sleep(100 * time.Millisecond)
+}
+
+// batchCancelTwiceBatchOfOneScenario: two Cancels of the one row of a batch of one: the
+// context ends, both return nil (the second waits for the first's end), the row is
+// settled once.
+func batchCancelTwiceBatchOfOneScenario(t *testing.T, h *harness, form rowactor.Form) {
+	b := h.broker()
+	ids := h.publish(b, 1)
+	got, saw := make(chan heldBatch, 1), make(chan error, 1)
+	h.subscribeBatch(b, 1, func(ctx context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
+		got <- heldBatch{ctx, ds}
+		select {
+		case <-ctx.Done():
+			saw <- context.Cause(ctx)
+		case <-time.After(15 * time.Second):
+			saw <- nil
+		}
+		return []rowactor.Outcome{rowactor.Retry()}
+	})
+	h.waitBatch(got, 1)
+	c1, c2 := h.startCancel(b, ids[0], "one"), h.startCancel(b, ids[0], "one")
+	for _, c := range []<-chan error{c1, c2} {
+		if err := h.cancelReturned(c); err != nil {
+			t.Fatalf("Cancel: %v", err)
+		}
+	}
+	if cause := <-saw; !errors.Is(cause, rowactor.ErrCancelled) {
+		t.Fatalf("cause %v", cause)
+	}
+	ss := h.waitSettled(1)
+	wantCancelledSettlement(t, ss[0])
+	h.quiet(300 * time.Millisecond)
+	if st := h.row(ids[0]); st.exists {
+		t.Fatalf("row %+v, want it deleted", st)
+	}
+}
+
+// batchCancelFromOwnHandlerScenario: Broker.Cancel says that called from the row's own
+// handler it would wait for itself, and that passed the handler's ctx it returns at once.
+// A batch handler that does so for one of its rows must not wait for its own batch.
+func batchCancelFromOwnHandlerScenario(t *testing.T, h *harness, form rowactor.Form) {
+	b := h.broker()
+	ids := h.publish(b, 2)
+	took := make(chan time.Duration, 1)
+	var calls atomic.Int32
+	h.subscribeBatch(b, 2, func(ctx context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
+		if calls.Add(1) > 1 {
+			return acks(len(ds))
+		}
+		bounded, stop := context.WithTimeout(ctx, 3*time.Second) // the test's bound, not the advice's
+		defer stop()
+		began := time.Now()
+		err := b.Cancel(bounded, h.table, ds[0].ID(), "self")
+		took <- time.Since(began)
+		t.Logf("Cancel from the handler: %v", err)
+		return acks(len(ds))
+	})
+	select {
+	case d := <-took:
+		if d > time.Second {
+			t.Errorf("Cancel of a row of its own batch, passed the handler's ctx, waited %v for the batch itself", d)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no batch")
+	}
+	h.waitSettled(2)
+	h.wantCancelledRow(ids[0], "self", 1)
+}
+
+// batchCancelMixedOutcomesRaceScenario: every row of batches whose handler returns Ack,
+// Retry or Drop is cancelled while the handler returns; each Cancel's answer must match
+// where its row ends.
+func batchCancelMixedOutcomesRaceScenario(t *testing.T, h *harness, form rowactor.Form) {
+	const n = 6
+	for round := 0; round < 6; round++ {
+		b := h.broker()
+		ids := h.publish(b, n)
+		var calls atomic.Int32
+		started := make(chan struct{}, 1)
+		h.subscribeBatch(b, n, func(ctx context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
+			if calls.Add(1) == 1 {
+				started <- struct{}{}
+				time.Sleep(5 * time.Millisecond)
+			}
+			out := make([]rowactor.Outcome, len(ds))
+			for i := range out {
+				switch i % 3 {
+				case 0:
+					out[i] = rowactor.Ack()
+				case 1:
+					out[i] = rowactor.Retry()
+				default:
+					out[i] = rowactor.Drop()
+				}
+			}
+			return out
+		})
+		<-started
+		errs := make([]error, n)
+		done := make(chan int, n)
+		for i, id := range ids {
+			go func() {
+				bounded, stop := context.WithTimeout(context.Background(), 15*time.Second)
+				defer stop()
+				time.Sleep(time.Duration(i*round) * time.Millisecond / 2)
+				errs[i] = b.Cancel(bounded, h.table, id, "raced")
+				done <- i
+			}()
+		}
+		for range ids {
+			<-done
+		}
+		for i, id := range ids {
+			st, err := h.row(id), errs[i]
+			raced := st.lastError != nil && *st.lastError == dialects.CancelledPrefix+"raced"
+			switch {
+			case err == nil:
+				if st.processedAt == nil || !raced {
+					t.Fatalf("round %d row %d: Cancel returned nil, and the row is %+v", round, id, st)
+				}
+			case errors.Is(err, rowactor.ErrFinished):
+				if st.processedAt == nil || raced {
+					t.Fatalf("round %d row %d: Cancel returned %v, and the row is %+v", round, id, err, st)
+				}
+			default:
+				t.Fatalf("round %d row %d: Cancel returned %v, row %+v\nlogs:\n%s", round, id, err, st, h.logs.String())
+			}
+		}
+		ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+		if _, err := b.Shutdown(ctx); err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		stop()
+	drain:
+		for {
+			select {
+			case <-h.settled:
+			default:
+				break drain
+			}
+		}
+	}
+}
+
+// batchCancelPauseScenario: a Pause while a batch with a cancelled row is in work lets
+// the batch settle as usual: the row ends cancelled, Cancel returns nil, the other row is
+// acked.
+func batchCancelPauseScenario(t *testing.T, h *harness, form rowactor.Form) {
+	b := h.broker()
+	ids := h.publish(b, 2)
+	got := make(chan heldBatch, 1)
+	stuck, open := h.gate()
+	sub := h.subscribeBatch(b, 2, func(ctx context.Context, ds []*rowactor.Delivery) []rowactor.Outcome {
+		got <- heldBatch{ctx, ds}
+		<-stuck
+		return acks(len(ds))
+	})
+	held := h.waitBatch(got, 2)
+	done := h.startCancel(b, ids[1], "paused")
+	waitFor(t, func() bool { return held.ds[held.indexOf(t, ids[1])].Cancelled() != nil })
+	ctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	if err := sub.Pause(ctx); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	open()
+	if err := h.cancelReturned(done); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	h.wantCancelledRow(ids[1], "paused", 1)
+	ss := byID(t, h.waitSettled(2))
+	wantCancelledSettlement(t, ss[ids[1]])
+	if s := ss[ids[0]]; s.Err != nil || s.Step != "ack" {
+		t.Fatalf("the other row: %+v", s)
+	}
+	h.quiet(200 * time.Millisecond)
 }

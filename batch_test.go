@@ -11,8 +11,6 @@ import (
 	"github.com/rowactor/rowactor"
 )
 
-func init() { scenarios = append(scenarios, batchScenarios...) }
-
 var batchScenarios = []scenario{
 	{name: "acks settled together settle the rows holding their tokens and report the rest lost", forms: []rowactor.Form{rowactor.FormLease},
 		run: func(t *testing.T, h *harness, _ rowactor.Form) {

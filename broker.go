@@ -2,6 +2,7 @@ package rowactor
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,14 +35,14 @@ type Broker struct {
 	closed atomic.Bool
 	mu     sync.Mutex
 	subs   []*Subscription
-	// throughput counts settlements per queue and minute (Throughput).
+	// throughput counts settlements per queue and minute, for Throughput.
 	throughput throughput
 	pubs       map[Table]dialects.Publisher
-	// idlePolls poll the idle subscriptions of one table together (under mu).
+	// idlePolls poll the idle subscriptions of one table together. Guarded by mu.
 	idlePolls map[idlePollKey]*actors.IdlePoll
-	// retentions run until Shutdown (under mu).
+	// retentions run until Shutdown. Guarded by mu.
 	retentions []*Retention
-	// periodics run until Shutdown (under mu).
+	// periodics run until Shutdown. Guarded by mu.
 	periodics []*PeriodicJob
 
 	// Publishes in flight, which Shutdown lets finish before it closes anything they use.
@@ -52,12 +53,15 @@ type Broker struct {
 
 	dispatcher    *actors.Dispatcher
 	shutDown      chan struct{}           // closed when Shutdown finished
-	stopping      chan struct{}           // closed when Shutdown begins (Done)
-	cancelDrain   context.CancelCauseFunc // ends the drain of the Shutdown in progress (under mu)
+	stopping      chan struct{}           // closed when Shutdown begins; Done returns it
+	cancelDrain   context.CancelCauseFunc // ends the drain of the Shutdown in progress; guarded by mu
 	tel           *telemetry.Telemetry
 	stopListening context.CancelFunc
 	listening     chan struct{} // closed when the listener returned
-	// clock, when the broker's clock jumps (WithClock), and its follower's end.
+	// notified is true while the listener runs: publishes in this process's transactions
+	// wake its subscriptions at their commit, through NOTIFY.
+	notified atomic.Bool
+	// clock is the broker's clock when it jumps, as WithClock allows, and its follower's end.
 	clock     advancingClock
 	stopClock context.CancelFunc
 	clockDone chan struct{}
@@ -65,7 +69,7 @@ type Broker struct {
 
 var brokerSeq atomic.Int64
 
-// New returns a broker over a dialect (sqlite.New(db), and later postgres and mysql).
+// New returns a broker over a dialect, such as sqlite.New(db).
 // The caller keeps ownership of the dialect's pool.
 func New(d dialects.Dialect, opts ...Option) (*Broker, error) {
 	if d == nil || isNilPointer(d) {
@@ -121,8 +125,10 @@ func New(d dialects.Dialect, opts ...Option) (*Broker, error) {
 func (b *Broker) listen(n dialects.Notifier) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.stopListening, b.listening = cancel, make(chan struct{})
+	b.notified.Store(true)
 	go func() {
 		defer close(b.listening)
+		defer b.notified.Store(false)
 		if err := n.Listen(ctx, b.wakeNotified); err != nil && ctx.Err() == nil {
 			b.log.Warn("rowactor: listening for publishes from other processes stopped; subscriptions poll",
 				slog.Any("error", err))
@@ -141,20 +147,36 @@ func (b *Broker) wakeNotified(table, group string) {
 	}
 }
 
-// Dialect returns the broker's dialect (for Schema, and to reach its pool).
+// Dialect returns the broker's dialect, for Schema and to reach its pool.
 func (b *Broker) Dialect() dialects.Dialect { return b.d }
 
-// Done is closed when Shutdown begins. Work a service runs beside the broker on its
-// dialect (a dashboard's background counts) ends with it, so that Shutdown, which waits
-// for the connections in use before it closes the pool, is not held up by it.
+// DB returns the broker's database as a *sql.DB, on every database: for the service's
+// own statements, and for a transaction to publish in with PublishTx. On PostgreSQL it is
+// pgx's database/sql driver over the broker's pool, so it shares the pool and its size.
+//
+// The broker closes it at Shutdown when it opened the database itself (Open). It returns
+// an error only for a dialect that cannot lend a *sql.DB.
+func (b *Broker) DB() (*sql.DB, error) {
+	s, ok := b.d.(dialects.SQLDB)
+	if !ok {
+		return nil, fmt.Errorf("rowactor: the %s dialect cannot lend a *sql.DB (it has no SQLDB method); use its own pool", b.d.Name())
+	}
+	return s.SQLDB(), nil
+}
+
+// Done is closed when Shutdown begins.
+//
+// Work a service runs beside the broker on its dialect should end with it, so that it
+// does not hold up Shutdown: Shutdown waits for the connections in use before it closes
+// the pool. A dashboard's background counts do so.
 func (b *Broker) Done() <-chan struct{} { return b.stopping }
 
 // ShutdownReport is what Shutdown found and gave back.
 type ShutdownReport struct {
 	// Drained is true when every delivery given to a handler settled before the context
-	// ended (rows claimed but never handed to a handler are released either way, and
-	// counted in Released). When it is false, Shutdown's error matches ErrNotDrained and
-	// what ended the context.
+	// ended. When it is false, Shutdown's error matches ErrNotDrained and what ended the
+	// context. Rows claimed but never handed to a handler are released either way, and
+	// counted in Released.
 	Drained bool
 	// Released counts rows given back unsettled: leases cleared, keys unlocked.
 	Released int
@@ -163,28 +185,29 @@ type ShutdownReport struct {
 }
 
 // Shutdown stops claiming, lets deliveries in work settle until ctx ends, then cancels
-// the handlers' context and releases every row still in work, and reports what it
-// released. Afterwards Publish, Subscribe and late settlements return ErrClosed; publishes
-// already under way when it starts finish before it closes anything (until ctx ends: one
-// it cuts short returns ErrClosed too, never the driver's word about a closed pool). No
-// goroutine of rowactor's survives it; a handler that ignores its context keeps its own.
-// A second call waits for the first to finish (or for its own ctx) and returns ErrClosed.
+// the handlers' context, releases every row still in work, and reports what it released.
+// Publishes already under way finish first. Afterwards Publish, Subscribe and late
+// settlements return ErrClosed. No goroutine of rowactor's survives it.
 //
-// A Shutdown that drained returns a nil error (unless a release or a close failed). One
-// whose ctx ended while rows were still in work returns the report and an error that
-// matches ErrNotDrained and what ended ctx (errors.Is(err, context.DeadlineExceeded) for a
-// deadline, context.Canceled for a cancel), and says what was left: "rowactor: shutdown
-// did not drain: 3 rows released: context deadline exceeded". A service that shuts down
-// with a short budget on purpose checks errors.Is(err, ErrNotDrained) and reads the report.
+// It returns within two seconds of ctx's end, whatever handlers do. A handler still
+// running then is not waited for: its row is given back, and in transactional mode its
+// writes roll back.
 //
-// Called from a handler (or a hook rowactor runs), Shutdown cannot wait for the delivery
-// that called it: it returns ErrShutdownInHandler at once, and the shutdown runs in the
-// background, letting that delivery settle when its handler returns.
+// It returns a nil error when it drained. When ctx ended with rows still in work, the
+// error matches ErrNotDrained and what ended ctx, and the report says what was left:
+// check errors.Is(err, ErrNotDrained). A second call waits for the first and returns
+// ErrClosed.
+//
+// Called from a handler, Shutdown returns ErrShutdownInHandler at once and shuts down in
+// the background.
+//
+// See docs/operations.md, "Shutdown, rule by rule", for releases the database keeps
+// waiting, owned pools and the exact error text.
 func (b *Broker) Shutdown(ctx context.Context) (ShutdownReport, error) {
 	if !b.closed.CompareAndSwap(false, true) {
 		if b.dispatcher.Running() {
-			// From a handler while a Shutdown runs: that Shutdown may be waiting for this
-			// very delivery.
+			// From a handler while a Shutdown runs, which may be waiting for this very
+			// delivery.
 			return ShutdownReport{}, ErrClosed
 		}
 		select {
@@ -199,7 +222,7 @@ func (b *Broker) Shutdown(ctx context.Context) (ShutdownReport, error) {
 	}
 	close(b.stopping)
 	if b.dispatcher.Running() {
-		// The caller's context may end as its handler returns (a deferred cancel): the
+		// The caller's context may end as its handler returns, by a deferred cancel. The
 		// shutdown keeps its deadline, not its cancellation, and a later Shutdown from
 		// outside can still end the drain.
 		c, cancel := withoutCancelKeepDeadline(ctx)
@@ -213,8 +236,8 @@ func (b *Broker) Shutdown(ctx context.Context) (ShutdownReport, error) {
 	return b.shutdown(ctx, b.startDrain(ctx))
 }
 
-// startDrain makes the drain's context, which endDrain ends, before anything of the
-// shutdown runs: a second Shutdown may call endDrain at once.
+// startDrain makes the drain's context, which endDrain ends. It runs before anything
+// else of the shutdown, since a second Shutdown may call endDrain at once.
 func (b *Broker) startDrain(ctx context.Context) context.Context {
 	drainCtx, cancel := context.WithCancelCause(ctx)
 	b.mu.Lock()
@@ -241,8 +264,8 @@ func (b *Broker) endDrain(cause error) {
 	}
 }
 
-// drainEndedBy is what ended a drain: the caller's ctx (its error, and its cause when it
-// has one of its own), or else the cause a second Shutdown gave endDrain.
+// drainEndedBy is what ended a drain. That is the caller's ctx, with its own cause when
+// it has one, or else the cause a second Shutdown gave endDrain.
 func drainEndedBy(ctx, drainCtx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		if cause := context.Cause(ctx); cause != nil && cause != err {
@@ -289,14 +312,14 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 	b.periodics = nil
 	b.mu.Unlock()
 	// Retentions and periodic jobs first: they are no deliveries, and a round holds a pool
-	// connection that a handler draining now may be waiting for (its own queries, on a
-	// small pool).
+	// connection that a handler draining now may be waiting for, for its own queries on a
+	// small pool.
 	for _, r := range rets {
 		r.stop()
 	}
 	for _, p := range pers {
 		if !p.stop(ctx) {
-			b.log.Warn("rowactor: a periodic job's payload function had not returned when Shutdown went on", "table", p.table, "job", p.name)
+			b.log.Warn("rowactor: a periodic job's round had not ended when Shutdown's context ended (a statement of its round still waits on the database)", "table", p.table, "job", p.name)
 		}
 	}
 
@@ -317,23 +340,37 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 			break
 		}
 	}
-	// Publishes already under way finish (new ones were refused from the start); one the
+	// Publishes already under way finish; new ones were refused from the start. One the
 	// context cuts short is reported to its caller as ErrClosed.
 	b.waitPublishes(drainCtx)
 	b.closing.Store(true)
+	// The releases get a moment past ctx's end, and no more: a spent ctx must still leave
+	// no lock behind, a release takes milliseconds, and Shutdown returns within
+	// shutdownGrace of ctx's end whatever handlers do. A release still running then is cut
+	// off, closing its connection, which ends its locks and keys; a lease is left to run
+	// out, fenced. The subscriptions stop side by side, under the one budget.
+	budget, endBudget := graceAfter(ctx, shutdownGrace, time.Minute)
+	defer endBudget()
+	stopErrs := make([]error, len(subs))
+	var stops sync.WaitGroup
+	for i, s := range subs {
+		stops.Add(1)
+		go func() {
+			defer stops.Done()
+			if err := s.run.Stop(budget); err != nil {
+				stopErrs[i] = fmt.Errorf("table %s queue %s: %w", s.table.Name, s.queue, err)
+			}
+		}()
+	}
+	stops.Wait()
 	var errs []error
 	for i, s := range subs {
-		rows, conns := relRows[i], relConns[i]
-		// Releases are bounded by the settle timeout each; give them their own budget so a
-		// spent ctx still leaves no lock behind.
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		if err := s.run.Stop(stopCtx); err != nil {
-			errs = append(errs, fmt.Errorf("table %s queue %s: %w", s.table.Name, s.queue, err))
+		if stopErrs[i] != nil {
+			errs = append(errs, stopErrs[i])
 		}
-		cancel()
 		r2, c2 := s.run.Released()
-		rep.Released += r2 - rows
-		rep.ConnectionsClosed += c2 - conns
+		rep.Released += r2 - relRows[i]
+		rep.ConnectionsClosed += c2 - relConns[i]
 		if err := s.q.Close(); err != nil {
 			errs = append(errs, err)
 		}
@@ -358,7 +395,7 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 		b.sys.Shutdown()
 	}
 	if b.ownsD {
-		if err := b.d.Close(); err != nil {
+		if err := closeWithin(budget, b.d); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -369,6 +406,57 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 		return rep, errs[0]
 	}
 	return rep, errors.Join(errs...)
+}
+
+// shutdownGrace is how long past its context's end Shutdown may take to give back what
+// it still holds. The issue's promise is that it "returns within a moment of ctx's end".
+const shutdownGrace = 1500 * time.Millisecond
+
+// graceAfter is the budget of what Shutdown does once its drain is over. The context it
+// returns ends grace after ctx ends, and at most limit from now, for a ctx without a
+// deadline or a drain that ended early.
+func graceAfter(ctx context.Context, grace, limit time.Duration) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
+	var mu sync.Mutex
+	var timer *time.Timer
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if c.Err() == nil {
+			timer = time.AfterFunc(grace, cancel)
+		}
+	})
+	return c, func() {
+		stop()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
+
+// closeWithin closes a dialect Shutdown owns, from Open, waiting for it until ctx ends.
+// A pool's Close waits for the connections in use to be returned. Without the bound, a
+// handler's own query on the broker's pool that ignores its context would hold Shutdown
+// for as long as the handler runs. The pool closes once the connection is returned.
+func closeWithin(ctx context.Context, d dialects.Dialect) error {
+	done := make(chan error, 1)
+	go func() { done <- d.Close() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	// A close that takes a moment still gets it, though the releases spent the budget.
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(100 * time.Millisecond):
+		return fmt.Errorf("rowactor: closing the broker's %s pool: connections were still in use when Shutdown's context ended "+
+			"(a handler or a payload function still running on the pool); it closes once they are returned: %w", d.Name(), ctx.Err())
+	}
 }
 
 // enterPublish counts a publish in flight; false once Shutdown began.
@@ -414,30 +502,40 @@ func (b *Broker) waitPublishes(ctx context.Context) {
 
 // Settlement is what became of one delivery, as told to the WithOnSettled hook.
 type Settlement struct {
+	// Broker is the broker whose subscription settled the row. A hook shared by brokers
+	// on several databases tells their rows apart by it, since rows of two databases can
+	// share a table name and an id.
+	Broker  *Broker
 	Table   string
 	Queue   string
 	ID      int64
 	Attempt int
-	// Outcome is the handler's outcome (the zero Outcome when it panicked or never returned).
+	// Outcome is the handler's outcome; the zero Outcome when it panicked or never
+	// returned.
 	Outcome Outcome
 	// Step is the statement that ran: "ack", "retry", "retry_after", "snooze",
-	// "dead_letter", "custom" for an event of the handler's Custom, or "release" for a row
-	// given back unsettled. A Fail runs "retry_after" (or "retry", or "dead_letter").
+	// "dead_letter", "event" for an event a handler named with Event, or "release" for a
+	// row given back unsettled. A Fail runs "retry_after", "retry" or "dead_letter".
 	Step string
-	// Event names the subscription's own event (OnEvent) that ran in place of the step's
-	// built-in statement; "" when none did.
+	// Event names the subscription's own event, given with OnEvent, that ran in place of
+	// the step's built-in statement; "" when none did.
 	Event string
 	// Released reports a row given back unsettled.
 	Released bool
-	// Err is nil when the settlement took effect; ErrLeaseLost when a later claim owns the
-	// row (nothing changed); ErrClosed when Shutdown released the row first (nothing
-	// changed); ErrAbandoned, with context.DeadlineExceeded, when the handler ran past its
-	// deadline and the grace after it and the row was released (Step "release"; told as
-	// the row is released, not when the handler returns). A database error means the outcome is unknown: a connection lost during
-	// COMMIT may have committed (MariaDB often does), so handlers must stay idempotent.
+	// Err is the settlement statement's own result:
+	//   - nil: the settlement took effect.
+	//   - ErrLeaseLost: a later claim owns the row, and nothing changed.
+	//   - ErrClosed: Shutdown released the row first, or Shutdown's context ended while
+	//     the settlement waited for a row another session holds. Nothing changed; the
+	//     lease runs out and the row is handled again.
+	//   - ErrAbandoned, with context.DeadlineExceeded: the handler ran past its deadline
+	//     and the grace after it, and the row was released with Step "release". The hook
+	//     is told as the row is released, not when the handler returns.
+	//   - a database error: the outcome is unknown. A connection lost during COMMIT may
+	//     have committed, as MariaDB often does, so handlers must stay idempotent.
 	Err error
-	// HandlerErr is the error the handler's outcome carried (Fail(err), or an outcome's
-	// WithError(err)); nil when none. Err stays the settlement statement's own error.
+	// HandlerErr is the error the handler's outcome carried, through Fail or
+	// Outcome.WithError; nil when none. Err stays the settlement statement's own error.
 	HandlerErr error
 	// Panic is the handler's panic value, if it panicked.
 	Panic any

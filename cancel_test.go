@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects"
 )
 
 // Cancel of a row in work, over every (database, form, transactional): the delivery of
@@ -20,33 +21,31 @@ func withClearedUniqueKey(t *rowactor.Table) {
 	t.UniqueKey, t.ClearUniqueKeyAtAck = "unique_key", true
 }
 
-func init() {
-	outcomeScenarios = append(outcomeScenarios,
-		scenario{
-			name:   "Cancel of a row in work cancels its handler's context and ends the row with the reason, whatever the handler returns",
-			shapes: []tableShape{withProcessedAt, withError, withClearedUniqueKey},
-			run:    cancelInWorkScenario,
-		},
-		scenario{
-			name: "Cancel of a row in work deletes it where the table keeps no finished rows",
-			run:  cancelInWorkDeletesScenario,
-		},
-		scenario{
-			name:   "Cancel of a row whose handler ignores its context ends the row once the delivery gives up on the handler",
-			shapes: []tableShape{withProcessedAt, withError},
-			run:    cancelIgnoredScenario,
-		},
-		scenario{
-			name:   "Cancel of a claimed row waiting for a worker ends it without calling the handler",
-			shapes: []tableShape{withProcessedAt, withError},
-			run:    cancelWaitingScenario,
-		},
-		scenario{
-			name:   "Cancel racing the handler's return reports what the table shows",
-			shapes: []tableShape{withProcessedAt, withError},
-			run:    cancelRaceScenario,
-		},
-	)
+var cancelInWorkScenarios = []scenario{
+	{
+		name:   "Cancel of a row in work cancels its handler's context and ends the row with the reason, whatever the handler returns",
+		shapes: []tableShape{withProcessedAt, withError, withClearedUniqueKey},
+		run:    cancelInWorkScenario,
+	},
+	{
+		name: "Cancel of a row in work deletes it where the table keeps no finished rows",
+		run:  cancelInWorkDeletesScenario,
+	},
+	{
+		name:   "Cancel of a row whose handler ignores its context ends the row once the delivery gives up on the handler",
+		shapes: []tableShape{withProcessedAt, withError},
+		run:    cancelIgnoredScenario,
+	},
+	{
+		name:   "Cancel of a claimed row waiting for a worker ends it without calling the handler",
+		shapes: []tableShape{withProcessedAt, withError},
+		run:    cancelWaitingScenario,
+	},
+	{
+		name:   "Cancel racing the handler's return reports what the table shows",
+		shapes: []tableShape{withProcessedAt, withError},
+		run:    cancelRaceScenario,
+	},
 }
 
 // handlerSaw is what a handler blocked until its context ended read from it.
@@ -113,14 +112,14 @@ func cancelInWorkScenario(t *testing.T, h *harness, form rowactor.Form) {
 		t.Fatalf("Delivery.Cancelled: %v before the cancel, %v after; want nil, then the context's cause", s.before, s.after)
 	}
 	st := h.row(id)
-	if !st.exists || st.processedAt == nil || st.lastError == nil || *st.lastError != "customer left" || st.lockedUntil != nil {
+	if !st.exists || st.processedAt == nil || st.lastError == nil || *st.lastError != dialects.CancelledPrefix+"customer left" || st.lockedUntil != nil {
 		t.Fatalf("the cancelled row: %+v, want it processed with the reason and no lease", st)
 	}
 	if st.attempt != before.attempt {
 		t.Fatalf("the cancelled row's attempt %d, was %d in work", st.attempt, before.attempt)
 	}
 	settled := h.waitSettled(1)[0]
-	if settled.ID != id || settled.Err != nil || settled.Step != "ack" || settled.Outcome.String() != "drop" ||
+	if settled.ID != id || settled.Err != nil || settled.Step != "ack" || settled.Outcome.String() != "cancel" ||
 		!errors.Is(settled.HandlerErr, rowactor.ErrCancelled) {
 		t.Fatalf("the cancelled delivery's settlement: %+v", settled)
 	}
@@ -235,7 +234,7 @@ func cancelRaceScenario(t *testing.T, h *harness, form rowactor.Form) {
 		st, err := h.row(id), errs[id]
 		switch {
 		case err == nil:
-			if st.processedAt == nil || st.lastError == nil || *st.lastError != "raced" {
+			if st.processedAt == nil || st.lastError == nil || *st.lastError != dialects.CancelledPrefix+"raced" {
 				t.Fatalf("row %d: Cancel returned nil, and the row is %+v", id, st)
 			}
 		case errors.Is(err, rowactor.ErrFinished):
@@ -287,7 +286,7 @@ func cancelIgnoredScenario(t *testing.T, h *harness, form rowactor.Form) {
 		t.Fatalf("Cancel returned after %v, before the delivery gave up on its handler", took)
 	}
 	st := h.row(id)
-	if st.processedAt == nil || st.lastError == nil || *st.lastError != "stuck" {
+	if st.processedAt == nil || st.lastError == nil || *st.lastError != dialects.CancelledPrefix+"stuck" {
 		t.Fatalf("the cancelled row: %+v", st)
 	}
 }
@@ -319,7 +318,7 @@ func cancelWaitingScenario(t *testing.T, h *harness, form rowactor.Form) {
 		t.Fatalf("Cancel of the waiting row: %v\nlogs:\n%s", err, h.logs.String())
 	}
 	st := h.row(waiting)
-	if st.processedAt == nil || st.lastError == nil || *st.lastError != "not needed" || st.lockedUntil != nil {
+	if st.processedAt == nil || st.lastError == nil || *st.lastError != dialects.CancelledPrefix+"not needed" || st.lockedUntil != nil {
 		t.Fatalf("the cancelled waiting row: %+v", st)
 	}
 	if s := h.waitSettled(1)[0]; s.ID != waiting || s.Err != nil || s.Step != "ack" || !errors.Is(s.HandlerErr, rowactor.ErrCancelled) {
@@ -336,5 +335,113 @@ func cancelWaitingScenario(t *testing.T, h *harness, form rowactor.Form) {
 	case id := <-started:
 		t.Fatalf("the handler was called for row %d after the cancel", id)
 	default:
+	}
+}
+
+// Cancel's answer says what became of the row: never nil for a cancel Shutdown cut short,
+// never ErrInWork for a row this broker's own subscription is claiming.
+var cancelAnswerScenarios = []scenario{
+	{
+		name:   "Cancel cut short by Shutdown does not report a cancel that never took effect",
+		shapes: []tableShape{withProcessedAt, withError},
+		run:    cancelCutShortByShutdownScenario,
+	},
+	{
+		name:   "Cancel racing this broker's own claim never answers ErrInWork",
+		shapes: []tableShape{withProcessedAt, withError},
+		run:    cancelRacingOwnClaimScenario,
+	},
+}
+
+func TestCancelAnswersWhatBecameOfTheRow(t *testing.T) { runModeMatrix(t, cancelAnswerScenarios) }
+
+// cancelCutShortByShutdownScenario: a handler that ignores its cancelled context (and has
+// no deadline) is still running when Shutdown's drain ends; Shutdown gives its row back
+// to the queue. The Cancel waiting for that delivery must then not return nil (nil means
+// the row ended as cancelled): either the row is cancelled, or Cancel says it was not.
+func cancelCutShortByShutdownScenario(t *testing.T, h *harness, form rowactor.Form) {
+	ctx := context.Background()
+	b := h.broker()
+	id := h.publish(b, 1)[0]
+	started, sawCancel, stuck := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{})
+	h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		started <- struct{}{}
+		<-ctx.Done()
+		sawCancel <- struct{}{}
+		<-stuck // ignores its context
+		return rowactor.Ack()
+	}, leaseOptions(form, time.Minute)...)
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the row was not delivered\nlogs:\n%s", h.logs.String())
+	}
+	cancelled := make(chan error, 1)
+	go func() {
+		bounded, stop := context.WithTimeout(ctx, 20*time.Second)
+		defer stop()
+		cancelled <- b.Cancel(bounded, h.table, id, "customer left")
+	}()
+	select {
+	case <-sawCancel:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the handler's context was not cancelled")
+	}
+	shut := make(chan struct{})
+	go func() {
+		defer close(shut)
+		sctx, stop := context.WithTimeout(ctx, 200*time.Millisecond) // the handler is stuck already: any drain ends with it running
+		defer stop()
+		_, _ = b.Shutdown(sctx)
+	}()
+	var err error
+	select {
+	case err = <-cancelled:
+	case <-time.After(15 * time.Second):
+		close(stuck)
+		t.Fatal("Cancel did not return after Shutdown")
+	}
+	close(stuck) // the late handler's return changes nothing
+	<-shut
+	st := h.row(id)
+	cancelledRow := st.processedAt != nil && st.lastError != nil && *st.lastError == dialects.CancelledPrefix+"customer left"
+	if err == nil && !cancelledRow {
+		t.Fatalf("Cancel returned nil, and the row is %+v (not cancelled: Shutdown gave it back)", st)
+	}
+	if err != nil && !errors.Is(err, rowactor.ErrClosed) && !cancelledRow {
+		t.Fatalf("Cancel cut short by Shutdown: %v, want ErrClosed", err)
+	}
+}
+
+// cancelRacingOwnClaimScenario: only this broker consumes the table, so a row is
+// never in work under another holder; a Cancel issued right after each publish (while
+// the subscription's claim takes the row, hands it over, starts it or settles it) must
+// end the row (nil) or find it finished (ErrFinished), never refuse it as another's.
+func cancelRacingOwnClaimScenario(t *testing.T, h *harness, form rowactor.Form) {
+	ctx := context.Background()
+	b := h.broker()
+	opts := append(leaseOptions(form, time.Minute), rowactor.Workers(2))
+	if form == rowactor.FormLease {
+		opts = append(opts, rowactor.Prefetch(2))
+	}
+	h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		select {
+		case <-time.After(time.Millisecond):
+		case <-ctx.Done():
+		}
+		return rowactor.Ack()
+	}, opts...)
+	const n = 60
+	for i := 0; i < n; i++ {
+		id := h.publish(b, 1)[0]
+		if i%3 == 1 {
+			time.Sleep(time.Duration(i%7) * 100 * time.Microsecond)
+		}
+		bounded, stop := context.WithTimeout(ctx, 15*time.Second)
+		err := b.Cancel(bounded, h.table, id, "raced the claim")
+		stop()
+		if err != nil && !errors.Is(err, rowactor.ErrFinished) {
+			t.Fatalf("Cancel of row %d (#%d) right after its publish: %v", id, i, err)
+		}
 	}
 }

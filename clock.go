@@ -6,17 +6,17 @@ import (
 	"time"
 )
 
-// Clock is the time a broker goes by (WithClock): every time rowactor writes or compares
-// in the table (due times of RetryAfter, Snooze and After, leases, retention's cutoff,
-// periodic runs, the now of Inspect and job control) comes from Now; the database's own
-// clock is never read. Timers, and durations that only measure (latency, handler time),
-// keep to the machine's time.
+// Clock is the time a broker goes by, given with WithClock. Every time rowactor writes or
+// compares in the table comes from Now: due times of RetryAfter, Snooze and After,
+// leases, retention's cutoff, periodic runs, and the now of Inspect and job control. The
+// database's own clock is never read. Timers, and durations that only measure, such as
+// latency and handler time, keep to the machine's time.
 //
-// A clock that can jump (rowactortest.Clock) also has
+// A clock that can jump, such as rowactortest.Clock, also has
 //
 //	Advanced() <-chan struct{}
 //
-// returning a channel closed at its next jump: the broker's subscriptions then claim at
+// returning a channel closed at its next jump. The broker's subscriptions then claim at
 // once, and its periodic jobs look for runs due at the new time.
 type Clock interface {
 	Now() time.Time
@@ -28,10 +28,10 @@ type advancingClock interface {
 	Advanced() <-chan struct{}
 }
 
-// WithClock makes the broker go by c instead of time.Now (see Clock). Meant for tests
-// that move time forward past a RetryAfter or to a periodic job's next run; jump while no
-// handler runs, since a jump past a lease's end makes its row claimable at once. A nil c
-// (or a nil pointer) makes New fail.
+// WithClock makes the broker go by c instead of time.Now; see Clock. It is meant for
+// tests that move time forward past a RetryAfter or to a periodic job's next run. Jump
+// while no handler runs, since a jump past a lease's end makes its row claimable at once.
+// A nil c, or a nil pointer, makes New fail.
 func WithClock(c Clock) Option {
 	return func(cfg *brokerConfig) {
 		if c == nil || isNilPointer(c) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -34,7 +35,65 @@ func attemptColumn(form rowactor.Form, deliveries, retries int) int {
 	return 1 + deliveries
 }
 
-var scenarios = []scenario{
+// The scenario matrices. Each topic file declares one list of its scenarios (named after
+// its topic, as fifoScenarios in fifo_test.go); a list runs once it is named here.
+
+// scenarios run over every (database, form) by TestConformance.
+var scenarios = slices.Concat(
+	// Claims, leases, polls and workers.
+	coreScenarios,
+	oneModelScenarios,
+	settlementNoteScenarios,
+	expiredClaimScenarios,
+	staleLeaseScenarios,
+	wakeDuringClaimScenarios,
+	idlePollScenarios,
+	idleWorkerScenarios,
+	earlyWorkerScenarios,
+	prefetchScenarios,
+	sharedPoolScenarios,
+	tuningScenarios,
+	// Order and uniqueness.
+	priorityScenarios,
+	fifoScenarios,
+	fifoOrderScenarios,
+	uniqueScenarios,
+	// Batches, events and job control.
+	batchScenarios,
+	batchHandlerScenarios,
+	eventScenarios,
+	jobScenarios,
+	// Dead letters and retention.
+	deadLetterWholeRowScenarios,
+	retainScenarios,
+	retainDeadScenarios,
+	retainStopMidRoundScenarios,
+	// Periodic jobs.
+	periodicScenarios,
+	periodicInputScenarios,
+	periodicLockScenarios,
+	// Shutdown.
+	shutdownCancelledScenarios,
+	shutdownInHandlerScenarios,
+	failingClaimerShutdownScenarios,
+)
+
+// outcomeScenarios run over every (database, form, mode) by TestOutcomeConformance.
+var outcomeScenarios = slices.Concat(
+	outcomeCoreScenarios,
+	funcScenarios,
+	cancelInWorkScenarios,
+	batchCancelScenarios,
+)
+
+// transactionalScenarios run with Transactional() over every (database, form) by
+// TestTransactionalConformance.
+var transactionalScenarios = slices.Concat(
+	transactionalCoreScenarios,
+	transactionalEventScenarios,
+)
+
+var coreScenarios = []scenario{
 	{name: "ack deletes the row", run: func(t *testing.T, h *harness, _ rowactor.Form) {
 		b := h.broker()
 		c := newCalls()
@@ -511,6 +570,7 @@ var scenarios = []scenario{
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	if len(drivers) == 0 {
 		t.Fatal("no database drivers in the matrix")
 	}

@@ -24,23 +24,29 @@ import (
 // queue table, set aside, without redelivering it at once. Requeue does the same in
 // reverse.
 
-func init() {
-	scenarios = append(scenarios,
-		scenario{name: "a dead-letter move keeps every column the dead-letter table shares",
-			run: func(t *testing.T, h *harness, form rowactor.Form) { wholeRowMoveScenario(t, h, form, deadAllColumns) }},
-		scenario{name: "a dead-letter move into a table made like the queue table keeps the whole row",
-			run: func(t *testing.T, h *harness, form rowactor.Form) { wholeRowMoveScenario(t, h, form, deadLike) }},
-		scenario{name: "Subscribe and requeue refuse a dead-letter table without a NOT NULL column of the queue table",
-			run: refuseMissingRequiredScenario},
-		scenario{name: "Subscribe and requeue refuse a dead-letter table with a NOT NULL column the queue table lacks",
-			run: refuseExtraRequiredScenario},
-		scenario{name: "a dead-letter move a constraint refuses sets the row aside once and does not spin",
-			run: func(t *testing.T, h *harness, form rowactor.Form) { refusedMoveScenario(t, h, form, deadRefusing) }},
-		scenario{name: "a dead-letter move a trigger refuses sets the row aside once and does not spin",
-			run: func(t *testing.T, h *harness, form rowactor.Form) { refusedMoveScenario(t, h, form, deadTrigger) }},
-		scenario{name: "requeue from a dead-letter table brings the whole row back",
-			run: wholeRowRequeueScenario},
-	)
+var deadLetterWholeRowScenarios = []scenario{
+	{name: "a dead-letter move keeps every column the dead-letter table shares",
+		run: func(t *testing.T, h *harness, form rowactor.Form) { wholeRowMoveScenario(t, h, form, deadAllColumns) }},
+	{name: "a dead-letter move into a table made like the queue table keeps the whole row",
+		run: func(t *testing.T, h *harness, form rowactor.Form) { wholeRowMoveScenario(t, h, form, deadLike) }},
+	{name: "Subscribe and requeue refuse a dead-letter table without a NOT NULL column of the queue table",
+		run: refuseMissingRequiredScenario},
+	{name: "Subscribe and requeue refuse a dead-letter table with a NOT NULL column the queue table lacks",
+		run: refuseExtraRequiredScenario},
+	{name: "a dead-letter move a constraint refuses sets the row aside once and does not spin",
+		run: func(t *testing.T, h *harness, form rowactor.Form) { refusedMoveScenario(t, h, form, deadRefusing) }},
+	{name: "a dead-letter move a trigger refuses sets the row aside once and does not spin",
+		run: func(t *testing.T, h *harness, form rowactor.Form) { refusedMoveScenario(t, h, form, deadTrigger) }},
+	{name: "requeue from a dead-letter table brings the whole row back",
+		run: wholeRowRequeueScenario},
+	{name: "a dead-letter table named after the queue table and _dead, made as the docs say, collides with no index",
+		forms: []rowactor.Form{rowactor.FormLease}, shapes: []tableShape{withDeadAt, withUniqueKey, withProcessedAt},
+		run: docsDeadTableScenario},
+	{
+		name:  "a batch whose dead-letter move a trigger refuses sets the row aside and does not spin",
+		forms: []rowactor.Form{rowactor.FormRowLock},
+		run:   refusedBatchMoveScenario,
+	},
 }
 
 // deadShape is how a scenario's dead-letter table is made.
@@ -60,9 +66,9 @@ const (
 	deadWithoutCustomer
 	// deadWithoutAmount: every column but amount (nullable in the queue table).
 	deadWithoutAmount
-	// deadWithReviewer: every column, and reviewer NOT NULL without a default, which the
-	// queue table lacks.
-	deadWithReviewer
+	// deadWithExtraRequired: every column, and approver NOT NULL without a default, which
+	// the queue table lacks.
+	deadWithExtraRequired
 	// deadRefusing: every column, and a CHECK constraint no row passes.
 	deadRefusing
 	// deadTrigger: every column, and a trigger that refuses every insert.
@@ -132,10 +138,10 @@ func deadServiceColumns(db string, shape deadShape, table string) string {
 		without("customer")
 	case deadWithoutAmount:
 		without("amount")
-	case deadWithReviewer:
-		cols = append(cols, map[string]string{"postgres": `"reviewer" text NOT NULL`, "mysql": "`reviewer` VARCHAR(100) NOT NULL"}[db])
+	case deadWithExtraRequired:
+		cols = append(cols, map[string]string{"postgres": `"approver" text NOT NULL`, "mysql": "`approver` VARCHAR(100) NOT NULL"}[db])
 		if db == "sqlite" {
-			cols[len(cols)-1] = "reviewer TEXT NOT NULL"
+			cols[len(cols)-1] = "approver TEXT NOT NULL"
 		}
 	case deadRefusing:
 		// No payload is shorter than nothing: every move fails on this constraint.
@@ -350,16 +356,16 @@ func refuseMissingRequiredScenario(t *testing.T, h *harness, _ rowactor.Form) {
 }
 
 func refuseExtraRequiredScenario(t *testing.T, h *harness, _ rowactor.Form) {
-	dead := wholeRowTables(h, deadWithReviewer)
-	refused(t, "Subscribe", subscribeErr(h, h.broker(), dead.Name), h.table.Name, dead.Name, "reviewer")
+	dead := wholeRowTables(h, deadWithExtraRequired)
+	refused(t, "Subscribe", subscribeErr(h, h.broker(), dead.Name), h.table.Name, dead.Name, "approver")
 	_, err := requeueFrom(h, dead.Name)
-	refused(t, "Requeue", err, h.table.Name, dead.Name, "reviewer")
+	refused(t, "Requeue", err, h.table.Name, dead.Name, "approver")
 }
 
 // refusedMoveScenario: with MaxAttempts(1), every move into a dead-letter table whose
 // CHECK constraint (deadRefusing) or trigger (deadTrigger) refuses every row fails. The
-// row must not come back at once to fail again: over two seconds the handler runs a
-// handful of times at most, and the row stays in the queue table as it was, set aside
+// row must not come back at once to fail again: over a second (twenty polls) the handler
+// runs a handful of times at most, and the row stays in the queue table as it was, set aside
 // (retry_after parked), logged once as an error naming the table, the row, the
 // dead-letter table, the constraint (or the trigger's message) and the fix.
 func refusedMoveScenario(t *testing.T, h *harness, form rowactor.Form, shape deadShape) {
@@ -370,9 +376,9 @@ func refusedMoveScenario(t *testing.T, h *harness, form rowactor.Form, shape dea
 	var calls atomic.Int64
 	h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { calls.Add(1); return rowactor.Retry() },
 		append(leaseOptions(form, time.Second), rowactor.Workers(2), rowactor.MaxAttempts(1), rowactor.DeadLetterTable(dead.Name))...)
-	time.Sleep(2 * time.Second)
+	time.Sleep(time.Second)
 	if n := calls.Load(); n > 3 {
-		t.Fatalf("the handler ran %d times in 2 s: a failing dead-letter move spins\nlogs:\n%.4000s", n, h.logs.String())
+		t.Fatalf("the handler ran %d times in 1 s (polls every 50 ms): a failing dead-letter move spins\nlogs:\n%.4000s", n, h.logs.String())
 	}
 	waitFor(t, func() bool { return parked(h.row(id).retryAfter) })
 	if n := calls.Load(); n == 0 || n > 3 {
@@ -458,14 +464,6 @@ func wholeRowRequeueScenario(t *testing.T, h *harness, form rowactor.Form) {
 	}
 }
 
-func init() {
-	scenarios = append(scenarios, scenario{
-		name:  "a batch whose dead-letter move a trigger refuses sets the row aside and does not spin",
-		forms: []rowactor.Form{rowactor.FormRowLock},
-		run:   refusedBatchMoveScenario,
-	})
-}
-
 // refusedBatchMoveScenario: a batch's commit fails on the move of its spent row (the
 // trigger refuses it), so every row of the batch returns. The spent row must be set
 // aside at its next claim, not moved and refused again and again; the others are
@@ -490,12 +488,44 @@ func refusedBatchMoveScenario(t *testing.T, h *harness, _ rowactor.Form) {
 	if err != nil {
 		t.Fatalf("SubscribeBatch: %v", err)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(time.Second)
 	if n := calls.Load(); n > 3 {
-		t.Fatalf("the batch handler ran %d times in 2 s: a failing dead-letter move spins\nlogs:\n%.4000s", n, h.logs.String())
+		t.Fatalf("the batch handler ran %d times in 1 s (polls every 50 ms): a failing dead-letter move spins\nlogs:\n%.4000s", n, h.logs.String())
 	}
 	waitFor(t, func() bool { return parked(h.row(spent).retryAfter) && !h.row(fine).exists })
 	if n := h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+dead.Name); n != 0 {
 		t.Fatalf("the dead-letter table holds %d rows", n)
+	}
+}
+
+// docsDeadTableScenario makes the dead-letter table docs/forms.md suggests, <table>_dead,
+// as it says (CREATE TABLE … (LIKE …) on PostgreSQL, CREATE TABLE … LIKE … on MySQL, the
+// queue table's own DDL on SQLite), beside a queue table with every index Schema renders
+// (claim, dead letters by dead_at, unique key). PostgreSQL and SQLite keep indexes and
+// tables in one namespace, so no index may be named so; a dead letter then moves into
+// the table, stamped with its time of death.
+func docsDeadTableScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	dead := h.table
+	dead.Name = h.table.Name + "_dead"
+	switch h.drv.name {
+	case "postgres":
+		h.exec(fmt.Sprintf(`CREATE TABLE %s (LIKE %s)`, pgQuote(dead.Name), pgQuote(h.table.Name)))
+	case "mysql":
+		h.exec(fmt.Sprintf("CREATE TABLE `%s` LIKE `%s`", dead.Name, h.table.Name))
+	default:
+		h.createTable(dead)
+	}
+	b := h.broker()
+	id := h.publish(b, 1)[0]
+	h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Retry() },
+		rowactor.MaxAttempts(1), rowactor.DeadLetterTable(dead.Name))
+	if s := h.waitSettled(1)[0]; s.Step != "dead_letter" || s.Err != nil {
+		t.Fatalf("settlement %+v\nlogs:\n%s", s, h.logs.String())
+	}
+	if h.row(id).exists {
+		t.Fatal("the row is still in the queue table")
+	}
+	if n := h.drv.count(t, h.d, "SELECT count(*) FROM "+dead.Name+" WHERE id = ? AND dead_at IS NOT NULL", id); n != 1 {
+		t.Fatalf("%d rows of id %d with a dead_at in %s, want 1", n, id, dead.Name)
 	}
 }

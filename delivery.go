@@ -11,24 +11,29 @@ import (
 )
 
 // Handler handles one delivery and returns its outcome. It runs on a goroutine of its own
-// while its delivery actor holds the row. ctx ends at the delivery's deadline, if it has
-// one (Timeout, Delivery.SetTimeout: ctx.Err() is then context.DeadlineExceeded), when the
-// broker's Shutdown gives up waiting, when Broker.Cancel cancels the row (context.Cause(ctx)
-// then wraps ErrCancelled, and the row ends as cancelled whatever the handler returns), and
-// when the handler returns. A panic is an unsettled delivery: the row is released at once.
+// while its delivery actor holds the row. A panic is an unsettled delivery: the row is
+// released at once.
+//
+// ctx ends when the handler returns, and before that:
+//   - at the delivery's deadline, if Timeout or Delivery.SetTimeout gave it one; ctx.Err
+//     is then context.DeadlineExceeded;
+//   - when the broker's Shutdown gives up waiting;
+//   - when Broker.Cancel cancels the row. context.Cause then wraps ErrCancelled, and the
+//     row ends as cancelled whatever the handler returns.
 type Handler func(ctx context.Context, d *Delivery) Outcome
 
 // Delivery is one claimed row lent to a handler.
 type Delivery struct {
-	row   dialects.Row
-	table string
-	queue string
-	tx    any
+	broker *Broker
+	row    dialects.Row
+	table  string
+	queue  string
+	tx     any
 
 	headersOnce sync.Once
 	headers     map[string]string
-	// deadline is the handler's context, whose deadline SetTimeout moves (nil outside a
-	// subscription's handler).
+	// deadline is the handler's context, whose deadline SetTimeout moves; nil outside a
+	// subscription's handler.
 	deadline *deadline.Context
 	// batchCancelled answers Cancelled for a row of a batch, index its place in the batch:
 	// the batch's context is shared by its rows, so it cannot tell.
@@ -46,11 +51,13 @@ type wakeTarget struct {
 
 type deliveryKey struct{}
 
-// Tx is the transaction a Transactional subscription lends the handler: pgx.Tx on
-// PostgreSQL, *sql.Tx on MySQL and SQLite; nil outside transactional mode. Use it for the
-// service's own queries and for PublishTx; Ack commits them with the settlement, any
-// other outcome rolls them back. It is the delivery's: do not commit or roll it back, and
-// do not use it after the handler returned.
+// Tx is the transaction a Transactional subscription lends the handler: a pgx.Tx on
+// PostgreSQL, a *sql.Tx on MySQL and SQLite, and nil outside transactional mode. Use it
+// for the service's own queries and for PublishTx. Ack commits them with the settlement;
+// any other outcome rolls them back.
+//
+// It is the delivery's: do not commit or roll it back, and do not use it after the
+// handler returned.
 func (d *Delivery) Tx() any { return d.tx }
 
 func (d *Delivery) publishedTo(t Table, queue string) {
@@ -72,24 +79,31 @@ func (d *Delivery) ID() int64 { return d.row.ID }
 func (d *Delivery) Payload() []byte { return d.row.Payload }
 
 // Attempt is the delivery's attempt: 1 on the first delivery, counted by the table's
-// attempt column under the form's rule; 0 when the table has no attempt column.
+// attempt column under the form's rule; 0 when the table has no attempt column. A claim
+// given back before its handler started counts none, as when Pause, Shutdown, or a Cancel
+// of a row waiting for a worker gives it back.
 func (d *Delivery) Attempt() int { return d.row.Attempt }
 
 // Table is the queue table's name.
 func (d *Delivery) Table() string { return d.table }
 
-// Queue is the subscription's queue (its group, in a table with groups).
+// Broker is the broker whose subscription delivered the row, as Settlement.Broker names
+// it too. It is nil for a Delivery made outside a subscription.
+func (d *Delivery) Broker() *Broker { return d.broker }
+
+// Queue is the subscription's queue: its group, in a table with groups.
 func (d *Delivery) Queue() string { return d.queue }
 
-// Key is the row's advisory key (advisory form).
+// Key is the row's advisory key, in the advisory form.
 func (d *Delivery) Key() string { return d.row.Key }
 
 // Headers returns the row's headers column, a JSON object of strings; nil when the table
-// has none. A malformed column is read as far as it can be: a value that is not a string
-// reads as its JSON text ({"n":1} as n="1", a nested object as its compact JSON), and a
-// column that is not a JSON object reads as nil. rowactor logs a malformed column once
-// per delivery (a warning naming the table, queue and id), as the delivery starts. The map
-// is decoded once per delivery: every call returns the same map.
+// has none. The map is decoded once per delivery: every call returns the same map.
+//
+// A malformed column is read as far as it can be. A value that is not a string reads as
+// its JSON text: {"n":1} as n="1", a nested object as its compact JSON. A column that is
+// not a JSON object reads as nil. rowactor logs a malformed column once per delivery, as
+// the delivery starts, with a warning naming the table, queue and id.
 func (d *Delivery) Headers() map[string]string {
 	d.headersOnce.Do(func() {
 		d.headers, _ = headers.Decode(d.row.Headers) // logged by the runtime as the delivery started
@@ -100,14 +114,14 @@ func (d *Delivery) Headers() map[string]string {
 // Header returns one header's value.
 func (d *Delivery) Header(name string) string { return d.Headers()[name] }
 
-// Cancelled returns the cause Broker.Cancel gave this delivery's row (an error wrapping
-// ErrCancelled that names the reason), nil while the row was not cancelled; it is safe
-// to call from any goroutine. A cancelled row ends as cancelled whatever outcome the
-// handler returns for it, so a handler may stop working on it. In a Subscribe handler it
-// is what context.Cause of the handler's context tells once a Cancel ended it. In a
-// SubscribeBatch handler it is the only way to tell: the batch's rows share one context,
-// which a Cancel of one row leaves running for the others (it is cancelled only once
-// every row of the batch is).
+// Cancelled returns the cause Broker.Cancel gave this delivery's row: an error wrapping
+// ErrCancelled that names the reason. It returns nil while the row was not cancelled, and
+// is safe to call from any goroutine. A cancelled row ends as cancelled whatever outcome
+// the handler returns for it, so a handler may stop working on it.
+//
+// In a Subscribe handler it is what context.Cause of the handler's context tells once a
+// Cancel ended it. In a SubscribeBatch handler it is the only way to tell: the batch's
+// rows share one context, which is cancelled only once every row of the batch is.
 func (d *Delivery) Cancelled() error {
 	if d.batchCancelled != nil {
 		return d.batchCancelled(d.index)

@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/rowactor/rowactor"
-	"github.com/rowactor/rowactor/dialects/sqlite"
+	_ "github.com/rowactor/rowactor/dialects/sqlite"
 )
 
 // The Go blocks of README.md and docs/*.md come from regions of this file and of the
@@ -81,7 +81,7 @@ func Example_subscribeOptions() {
 }
 
 // Events of the service's own: an audited ack that keeps the row in a "sent" group, a
-// retry that records why, and an event a handler names (Custom) that parks a row with a
+// retry that records why, and an event a handler names (Event) that parks a row with a
 // note. The table has the service's own columns besides the described ones.
 func Example_events() {
 	ctx := context.Background()
@@ -91,14 +91,14 @@ func Example_events() {
 	b, _ := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"),
 		rowactor.WithOnSettled(func(s rowactor.Settlement) { settled <- s }))
 	defer b.Shutdown(ctx)
-	db := b.Dialect().(*sqlite.Dialect).DB()
+	db, _ := b.DB()
 	_, _ = db.Exec(`CREATE TABLE email_jobs (job_id INTEGER PRIMARY KEY, body BLOB NOT NULL,
 		name TEXT NOT NULL DEFAULT '', attempt INTEGER NOT NULL DEFAULT 1, locked_until TEXT,
 		last_error TEXT, note TEXT)`)
 	handler := func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
 		switch {
 		case string(d.Payload()) == "no-address":
-			return rowactor.Custom("park", "waiting for an address")
+			return rowactor.Event("park", "waiting for an address")
 		case d.Attempt() == 1:
 			return rowactor.Retry().WithError(errors.New("smtp: 451 try later"))
 		}
@@ -113,7 +113,7 @@ func Example_events() {
 		rowactor.OnEvent("ack", "UPDATE email_jobs SET name = 'sent', locked_until = NULL WHERE job_id = {id}"),
 		// A retry that records why.
 		rowactor.OnEvent("retry", "UPDATE email_jobs SET last_error = {error}, locked_until = NULL WHERE job_id = {id}"),
-		// An event of the service's own: return rowactor.Custom("park", reason).
+		// An event of the service's own: return rowactor.Event("park", reason).
 		rowactor.OnEvent("park", "UPDATE email_jobs SET name = 'parked', note = {arg1}, locked_until = NULL WHERE job_id = {id}"),
 	)
 	// snippet events: end
@@ -123,7 +123,13 @@ func Example_events() {
 	}
 	_ = sub
 	_, _ = b.Publish(ctx, emails, "emails", []byte("a@example.com"))
-	fmt.Println((<-settled).Event, (<-settled).Event)
+	// The hook is called from each delivery as it ends, so a retry's report can come after
+	// its redelivery's on a busy machine: print them in attempt order.
+	first, second := <-settled, <-settled
+	if first.Attempt > second.Attempt {
+		first, second = second, first
+	}
+	fmt.Println(first.Event, second.Event)
 	_, _ = b.Publish(ctx, emails, "emails", []byte("no-address"))
 	fmt.Println((<-settled).Event)
 
@@ -149,7 +155,7 @@ func Example_transactional() {
 	dir, _ := os.MkdirTemp("", "rowactor-example-")
 	defer os.RemoveAll(dir)
 	b, _ := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "shop.db"))
-	db := b.Dialect().(*sqlite.Dialect).DB()
+	db, _ := b.DB()
 	orders := rowactor.Table{Name: "orders_queue", ID: "id", Payload: "payload", Group: "queue",
 		Attempt: "attempt", LockedUntil: "locked_until"}
 	receipts := orders // one table, two queues
@@ -222,8 +228,7 @@ func Example_telemetry() {
 	}
 	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
 		Attempt: "attempt", LockedUntil: "locked_until", Headers: "headers"}
-	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
-	_, _ = b.Dialect().(*sqlite.Dialect).DB().Exec(ddl)
+	_ = b.ApplySchema(ctx, jobs)
 	acked := make(chan struct{})
 	_, _ = b.Subscribe(ctx, jobs, "emails", func(context.Context, *rowactor.Delivery) rowactor.Outcome {
 		close(acked)
@@ -272,8 +277,7 @@ func Example_fifo() {
 	// snippet fifo: begin
 	ledger := rowactor.Table{Name: "ledger_jobs", ID: "id", Payload: "payload", Group: "account",
 		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until", FIFO: true}
-	ddl, _ := rowactor.Schema(b.Dialect(), ledger)
-	_, _ = b.Dialect().(*sqlite.Dialect).DB().Exec(ddl)
+	_ = b.ApplySchema(ctx, ledger)
 
 	var mu sync.Mutex
 	seen := map[string][]string{}
@@ -371,7 +375,7 @@ func Example_openServers() {
 	b, err = rowactor.Open(ctx, "postgres://app@db:5432/app?sslmode=disable&pool_max_conns=16")
 	// or rowactor.New(postgres.New(pool)) over your own *pgxpool.Pool
 
-	b, err = rowactor.Open(ctx, "mysql://app:secret@tcp(db:3306)/app") // or the bare DSN: "app:secret@tcp(db:3306)/app"
+	b, err = rowactor.Open(ctx, "mysql://app:secret@db:3306/app") // or the driver's DSN: "mysql://app:secret@tcp(db:3306)/app"
 	// or rowactor.New(mysql.New(db)) over your own *sql.DB (parseTime=true, loc=UTC)
 
 	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
@@ -389,8 +393,7 @@ func Example_shutdown() {
 	defer os.RemoveAll(dir)
 	b, _ := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"))
 	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Attempt: "attempt", LockedUntil: "locked_until"}
-	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
-	_, _ = b.Dialect().(*sqlite.Dialect).DB().Exec(ddl)
+	_ = b.ApplySchema(ctx, jobs)
 	started := make(chan struct{})
 	_, _ = b.Subscribe(ctx, jobs, "", func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
 		close(started)

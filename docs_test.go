@@ -23,6 +23,7 @@ import (
 // line, which must not follow an end marker in one comment group) or in programs under
 // examples/.
 func TestDocsSnippetsAreCode(t *testing.T) {
+	t.Parallel()
 	docs, err := filepath.Glob("docs/*.md")
 	if err != nil {
 		t.Fatal(err)
@@ -135,4 +136,43 @@ func snippetRegion(src, name string) (string, error) {
 		out.WriteByte('\n')
 	}
 	return out.String(), nil
+}
+
+// The package's front page (doc.go) shows examples/hello's main function and what
+// follows it (run), which CI compiles and runs: the two must be the same text, so the
+// page cannot drift.
+func TestPackageDocShowsTheHelloProgram(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello, err := os.ReadFile("examples/hello/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// doc.go's code block, from main to the block's end (its first line that is neither
+	// code nor a blank comment line).
+	var shown []string
+	in := false
+	for _, l := range strings.Split(string(doc), "\n") {
+		if l == "//\tfunc main() {" {
+			in = true
+		}
+		if in && l != "//" && !strings.HasPrefix(l, "//\t") {
+			break
+		}
+		if in {
+			shown = append(shown, strings.TrimPrefix(strings.TrimPrefix(l, "//"), "\t"))
+		}
+	}
+	src := string(hello)
+	i := strings.Index(src, "func main() {\n")
+	if i < 0 || len(shown) == 0 {
+		t.Fatalf("no main function found: doc.go shows %d lines; examples/hello/main.go has main at %d", len(shown), i)
+	}
+	want := strings.TrimRight(src[i:], "\n") // main and what follows it, to the file's end
+	if got := strings.TrimRight(strings.Join(shown, "\n"), "\n"); got != want {
+		t.Errorf("doc.go's program differs from examples/hello/main.go's main:\n--- doc.go\n%s\n--- examples/hello/main.go\n%s", got, want)
+	}
 }

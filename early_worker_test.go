@@ -9,12 +9,12 @@ import (
 	"github.com/rowactor/rowactor"
 )
 
-func init() {
-	scenarios = append(scenarios, scenario{
+var earlyWorkerScenarios = []scenario{
+	{
 		name:  "a row lock or advisory delivery gives its worker back before its settlement's round trips",
 		forms: []rowactor.Form{rowactor.FormRowLock, rowactor.FormAdvisory},
 		run:   earlyWorkerScenario,
-	})
+	},
 }
 
 // earlyWorkerScenario: one worker, two rows, and an ack whose DELETE takes 1.5 s (a

@@ -14,10 +14,6 @@ import (
 
 // The events of the service's own join the conformance table: each runs over every
 // (database, form) it applies to.
-func init() {
-	scenarios = append(scenarios, eventScenarios...)
-	transactionalScenarios = append(transactionalScenarios, transactionalEventScenarios...)
-}
 
 // transactionalEventScenarios run with Transactional() over every (database, form).
 var transactionalEventScenarios = []scenario{
@@ -26,7 +22,7 @@ var transactionalEventScenarios = []scenario{
 		b := h.broker()
 		h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
 			h.write(ctx, d, s, fmt.Sprint("parked-", d.ID()))
-			return rowactor.Custom("park")
+			return rowactor.Event("park")
 		}, rowactor.Transactional(), rowactor.OnEvent("park", "UPDATE "+h.table.Name+" SET grp = 'parked' WHERE id = {id}"))
 		id := h.publish(b, 1)[0]
 		if st := h.waitSettled(1)[0]; st.Err != nil || st.Event != "park" {
@@ -156,10 +152,10 @@ var eventScenarios = []scenario{
 	{name: "a custom event runs with the handler's values", run: func(t *testing.T, h *harness, form rowactor.Form) {
 		b := h.broker()
 		h.subscribe(b, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
-			return rowactor.Custom("park", "parked-"+string(d.Payload()))
+			return rowactor.Event("park", "parked-"+string(d.Payload()))
 		}, rowactor.OnEvent("park", "UPDATE "+h.table.Name+" SET grp = {arg1} WHERE id = {id}"))
 		id := h.publish(b, 1)[0]
-		if s := h.waitSettled(1)[0]; s.Err != nil || s.Step != "custom" || s.Event != "park" || s.Outcome.Event() != "park" {
+		if s := h.waitSettled(1)[0]; s.Err != nil || s.Step != "event" || s.Event != "park" || s.Outcome.Event() != "park" {
 			t.Fatalf("settlement %+v", s)
 		}
 		h.quiet(300 * time.Millisecond)
@@ -172,7 +168,7 @@ var eventScenarios = []scenario{
 		var n atomic.Int64
 		h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome {
 			if n.Add(1) == 1 {
-				return rowactor.Custom("nope")
+				return rowactor.Event("nope")
 			}
 			return rowactor.Ack()
 		}, leaseOptions(form, time.Hour)...)
@@ -197,7 +193,7 @@ var eventScenarios = []scenario{
 		other := time.Now().Add(time.Hour).Truncate(time.Second)
 		h.subscribe(b, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
 			h.exec(fmt.Sprintf("UPDATE %s SET locked_until = ?, attempt = attempt + 1 WHERE id = ?", h.table.Name), h.drv.timeValue(other), d.ID())
-			return rowactor.Custom("park", "parked")
+			return rowactor.Event("park", "parked")
 		}, rowactor.OnEvent("park", "UPDATE "+h.table.Name+" SET grp = {arg1} WHERE id = {id}"))
 		id := h.publish(b, 1)[0]
 		if s := h.waitSettled(1)[0]; !errors.Is(s.Err, rowactor.ErrLeaseLost) {
@@ -214,14 +210,16 @@ var eventScenarios = []scenario{
 		var calls atomic.Int64
 		handler := func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
 			calls.Add(1)
-			time.Sleep(2500 * time.Millisecond) // two and a half leases
+			time.Sleep(5 * time.Second) // two and a half leases
 			return rowactor.Drop()
 		}
 		extend := rowactor.OnEvent("extend", "UPDATE "+h.table.Name+" SET locked_until = {until}, extended = extended + 1 WHERE id = {id} AND locked_until = {held}")
-		h.subscribe(b, handler, rowactor.Lease(time.Second), extend, rowactor.OnEvent("drop", "UPDATE "+h.table.Name+" SET grp = 'dropped', locked_until = NULL WHERE id = {id}"))
+		// Two-second leases: the renewer's writes keep a margin when the suite's parallel
+		// tests load the machine (a one-second lease lapsed once under that load).
+		h.subscribe(b, handler, rowactor.Lease(2*time.Second), extend, rowactor.OnEvent("drop", "UPDATE "+h.table.Name+" SET grp = 'dropped', locked_until = NULL WHERE id = {id}"))
 		id := h.publish(b, 1)[0]
 		waitFor(t, func() bool { return calls.Load() == 1 }) // the first broker holds it
-		h.subscribe(h.second(), handler, rowactor.Lease(time.Second), rowactor.PollInterval(20*time.Millisecond))
+		h.subscribe(h.second(), handler, rowactor.Lease(2*time.Second), rowactor.PollInterval(20*time.Millisecond))
 		if s := h.waitSettled(1)[0]; s.Err != nil || s.Event != "drop" {
 			t.Fatalf("settlement %+v", s)
 		}
@@ -241,6 +239,7 @@ var eventScenarios = []scenario{
 // TestEventsRefusedAtSubscribe: an event that cannot work is refused before anything is
 // claimed, naming the event and the fix.
 func TestEventsRefusedAtSubscribe(t *testing.T) {
+	t.Parallel()
 	for _, drv := range drivers {
 		t.Run(drv.name, func(t *testing.T) {
 			t.Parallel()

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/rowactor/rowactor"
-	"github.com/rowactor/rowactor/dialects/sqlite"
+	_ "github.com/rowactor/rowactor/dialects/sqlite"
 )
 
 // Cancel of a row in work: the handler's context is cancelled with a cause that wraps
@@ -25,8 +25,7 @@ func ExampleBroker_Cancel() {
 	defer b.Shutdown(ctx)
 	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue", Attempt: "attempt",
 		LockedUntil: "locked_until", ProcessedAt: "processed_at", Error: "error"}
-	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
-	if _, err := b.Dialect().(*sqlite.Dialect).DB().Exec(ddl); err != nil {
+	if err := b.ApplySchema(ctx, jobs); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -69,5 +68,5 @@ func ExampleBroker_Cancel() {
 	// Output:
 	// <nil>
 	// rowactor: row 1 of jobs cancelled: customer left: rowactor: the row was cancelled
-	// processed, error "customer left"
+	// cancelled, error "cancelled: customer left"
 }

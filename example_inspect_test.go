@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor"
-	"github.com/rowactor/rowactor/dialects/sqlite"
+	_ "github.com/rowactor/rowactor/dialects/sqlite"
 )
 
 // Where one row stands: published with a delay, it reads as delayed until then.
@@ -25,8 +25,7 @@ func ExampleBroker_Inspect() {
 	defer b.Shutdown(ctx)
 	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
 		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until"}
-	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
-	if _, err := b.Dialect().(*sqlite.Dialect).DB().Exec(ddl); err != nil {
+	if err := b.ApplySchema(ctx, jobs); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -40,11 +39,11 @@ func ExampleBroker_Inspect() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Printf("%s in %s: %s, attempt %d\n", job.Payload, job.Group, job.State, job.Attempt)
+	fmt.Printf("%s in %s: %s, %d attempts made\n", job.Payload, job.Group, job.State, job.Attempt)
 
 	_, err = b.Inspect(ctx, jobs, id+1)
 	fmt.Println(errors.Is(err, rowactor.ErrNotFound))
 	// Output:
-	// welcome@example.com in emails: delayed, attempt 1
+	// welcome@example.com in emails: delayed, 0 attempts made
 	// true
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor"
-	"github.com/rowactor/rowactor/dialects/sqlite"
+	_ "github.com/rowactor/rowactor/dialects/sqlite"
 )
 
 // A report every day at three, published once a day however many processes run the
@@ -32,8 +32,7 @@ func ExampleBroker_Periodic() {
 		RetryAfter: "retry_after", LockedUntil: "locked_until",
 		ProcessedAt: "processed_at", UniqueKey: "unique_key",
 	}
-	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
-	_, _ = b.Dialect().(*sqlite.Dialect).DB().Exec(ddl)
+	_ = b.ApplySchema(ctx, jobs)
 
 	daily, err := rowactor.Cron("CRON_TZ=UTC 0 3 * * *")
 	if err != nil {

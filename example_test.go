@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor"
-	"github.com/rowactor/rowactor/dialects/sqlite"
+	_ "github.com/rowactor/rowactor/dialects/sqlite"
 )
 
 // A job queue in a SQLite file: describe the table, create it, subscribe a handler,
@@ -30,8 +30,7 @@ func Example() {
 		Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
 		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until",
 	}
-	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
-	if _, err := b.Dialect().(*sqlite.Dialect).DB().Exec(ddl); err != nil {
+	if err := b.ApplySchema(ctx, jobs); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -72,8 +71,7 @@ func ExampleConfigError() {
 
 	// snippet configerror: begin
 	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", LockedUntil: "locked_until"}
-	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
-	_, _ = b.Dialect().(*sqlite.Dialect).DB().Exec(ddl)
+	_ = b.ApplySchema(ctx, jobs)
 
 	jobs.Attempt = "attempts" // not a column of the table
 	_, err := b.Subscribe(ctx, jobs, "jobs", func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() })
@@ -101,9 +99,8 @@ func ExampleOnEvent() {
 
 	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
 		Attempt: "attempt", LockedUntil: "locked_until"}
-	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
-	db := b.Dialect().(*sqlite.Dialect).DB()
-	_, _ = db.Exec(ddl)
+	_ = b.ApplySchema(ctx, jobs)
+	db, _ := b.DB()
 	_, _ = db.Exec("ALTER TABLE jobs ADD COLUMN last_error TEXT")
 
 	_, err := b.Subscribe(ctx, jobs, "emails", func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
@@ -137,8 +134,7 @@ func ExampleWorkersByKey() {
 	b, _ := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"))
 	defer b.Shutdown(ctx)
 	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Headers: "headers", LockedUntil: "locked_until"}
-	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
-	_, _ = b.Dialect().(*sqlite.Dialect).DB().Exec(ddl)
+	_ = b.ApplySchema(ctx, jobs)
 
 	var mu sync.Mutex
 	seen := map[string][]string{}
@@ -190,9 +186,8 @@ func ExampleFail() {
 
 	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
 		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until", Error: "last_error"}
-	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
-	db := b.Dialect().(*sqlite.Dialect).DB()
-	_, _ = db.Exec(ddl)
+	_ = b.ApplySchema(ctx, jobs)
+	db, _ := b.DB()
 
 	seen := make(chan string, 1)
 	_, err := b.Subscribe(ctx, jobs, "emails", func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
@@ -261,8 +256,7 @@ func ExampleSnooze() {
 
 	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
 		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until"}
-	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
-	_, _ = b.Dialect().(*sqlite.Dialect).DB().Exec(ddl)
+	_ = b.ApplySchema(ctx, jobs)
 
 	done := make(chan struct{})
 	snoozed := false
@@ -304,9 +298,7 @@ func ExampleJSON() {
 
 	emails := rowactor.Table{Name: "email_jobs", ID: "id", Payload: "payload", Group: "queue",
 		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until", Error: "last_error"}
-	ddl, _ := rowactor.Schema(b.Dialect(), emails)
-	db := b.Dialect().(*sqlite.Dialect).DB()
-	_, _ = db.Exec(ddl)
+	_ = b.ApplySchema(ctx, emails)
 
 	type Email struct {
 		To      string `json:"to"`
@@ -315,7 +307,7 @@ func ExampleJSON() {
 	_, err := b.Subscribe(ctx, emails, "emails",
 		rowactor.JSON(func(ctx context.Context, d *rowactor.Delivery, m Email) error {
 			if m.To == "" {
-				return rowactor.Cancel(errors.New("no recipient")) // never succeeds: dead letter now
+				return rowactor.DeadLetter(errors.New("no recipient")) // never succeeds: dead letter now
 			}
 			fmt.Println("sending", m.Subject, "to", m.To)
 			return nil
@@ -334,7 +326,7 @@ func ExampleJSON() {
 	// Output:
 	// sending welcome to a@example.com
 	// ack
-	// cancel dead_letter no recipient
+	// dead_letter dead_letter no recipient
 }
 
 // An ordinary function as a handler: Func acks on nil and fails on an error; Snooze and
@@ -350,8 +342,7 @@ func ExampleFunc() {
 
 	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
 		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until"}
-	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
-	_, _ = b.Dialect().(*sqlite.Dialect).DB().Exec(ddl)
+	_ = b.ApplySchema(ctx, jobs)
 
 	_, err := b.Subscribe(ctx, jobs, "reports", rowactor.Func(func(ctx context.Context, d *rowactor.Delivery) error {
 		return fmt.Errorf("the data is not in yet: %w", rowactor.Snooze(time.Hour))
@@ -381,8 +372,7 @@ func ExampleTimeout() {
 
 	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
 		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until", Error: "last_error"}
-	ddl, _ := rowactor.Schema(b.Dialect(), jobs)
-	_, _ = b.Dialect().(*sqlite.Dialect).DB().Exec(ddl)
+	_ = b.ApplySchema(ctx, jobs)
 
 	// render stands for a call that takes 200 ms and honours its context.
 	render := func(ctx context.Context) error {

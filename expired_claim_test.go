@@ -12,12 +12,12 @@ import (
 	"github.com/rowactor/rowactor/dialects/postgres"
 )
 
-func init() {
-	scenarios = append(scenarios, scenario{
+var expiredClaimScenarios = []scenario{
+	{
 		name:  "a claim that returns after its lease ran out does not start its handler",
 		forms: []rowactor.Form{rowactor.FormLease},
 		run:   expiredClaimScenario,
-	})
+	},
 }
 
 // expiredClaimScenario: the first claim's statement waits longer than the lease it writes

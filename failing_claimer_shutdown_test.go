@@ -10,11 +10,11 @@ import (
 	"github.com/rowactor/rowactor"
 )
 
-func init() {
-	scenarios = append(scenarios, scenario{
+var failingClaimerShutdownScenarios = []scenario{
+	{
 		name: "shutdown with nothing in work does not wait for a failing claimer's backoff",
 		run:  failingClaimerShutdownScenario,
-	})
+	},
 }
 
 // failingClaimerShutdownScenario: the table is dropped under a running subscription, so

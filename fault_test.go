@@ -634,6 +634,7 @@ func (a *ackBook) add(s rowactor.Settlement) {
 // a handler runs (TestKilledClaimConnections kills its statements' connections), and
 // SQLite has no server session.
 func TestKilledDeliveryConnection(t *testing.T) {
+	t.Parallel()
 	for _, drv := range serverDrivers() {
 		for _, form := range []rowactor.Form{rowactor.FormRowLock, rowactor.FormAdvisory} {
 			if !hasForm(drv.forms, form) {
@@ -752,6 +753,7 @@ func TestKilledDeliveryConnection(t *testing.T) {
 // whatever number of deliveries the faults cost it. Claims whose commit answer was lost
 // spend an attempt without a delivery, as a crash does.
 func TestKilledClaimConnections(t *testing.T) {
+	t.Parallel()
 	for _, drv := range serverDrivers() {
 		for _, form := range drv.forms {
 			t.Run(drv.name+"/"+form.String(), func(t *testing.T) {
@@ -926,6 +928,7 @@ func TestKilledClaimConnections(t *testing.T) {
 // once its pool is back, returns ErrLeaseLost and leaves the row as the second claim left
 // it; the row is acked once, by the second broker.
 func TestStalledRenewer(t *testing.T) {
+	t.Parallel()
 	for _, drv := range drivers {
 		if !hasForm(drv.forms, rowactor.FormLease) {
 			continue
@@ -1033,6 +1036,7 @@ func TestStalledRenewer(t *testing.T) {
 // round: a later round extends the lease again, and the handler, running well past its
 // lease, acks once. SQLite has no session to kill (TestStalledRenewer stalls its renewer).
 func TestKilledRenewerConnection(t *testing.T) {
+	t.Parallel()
 	for _, drv := range serverDrivers() {
 		t.Run(drv.name, func(t *testing.T) {
 			t.Parallel()
@@ -1125,6 +1129,7 @@ func TestKilledRenewerConnection(t *testing.T) {
 // are untouched; and another broker claims the released rows at once, with the attempt
 // the form's rule gives. (goleak in TestMain checks that no goroutine is left.)
 func TestShutdownInEveryForm(t *testing.T) {
+	t.Parallel()
 	for _, drv := range drivers {
 		for _, form := range drv.forms {
 			for _, transactional := range []bool{false, true} {
@@ -1262,6 +1267,7 @@ func sqliteWriteLockFree(t *testing.T, h *harness) {
 // fails, after the ack committed. The trap counts its calls in a sequence (which a
 // rollback does not undo) to prove it fired.
 func TestAdvisoryAckWithAFailedUnlock(t *testing.T) {
+	t.Parallel()
 	drv := driverNamed(t, "postgres")
 	for _, transactional := range []bool{false, true} {
 		name := "plain"

@@ -9,13 +9,12 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects"
 )
 
 // Func and JSON handlers over every (database, form, transactional), run by
 // TestOutcomeConformance: what the function returns settles the row as the Outcome it
 // stands for, checked on the table's rows.
-func init() { outcomeScenarios = append(outcomeScenarios, funcScenarios...) }
-
 type order struct {
 	ID    int    `json:"id"`
 	Email string `json:"email"`
@@ -62,37 +61,55 @@ var funcScenarios = []scenario{
 			}
 			h.wantKept(map[string]int{fmt.Sprint("row-", acked): 1, fmt.Sprint("row-", failed): 0, fmt.Sprint("row-", snoozed): 0})
 		}},
-	{name: "Cancel moves the row to its dead letter at once, or drops it without one", shapes: []tableShape{withError, withProcessedAt},
+	{name: "Cancel ends the row as Broker.Cancel does, and DeadLetter moves it to its dead letter at once", shapes: []tableShape{withError, withProcessedAt},
 		run: func(t *testing.T, h *harness, form rowactor.Form) {
 			b := h.broker()
-			ids := h.publish(b, 1)
-			cancelled := errors.New("the customer closed the account")
-			h.subscribe(b, rowactor.Func(func(ctx context.Context, d *rowactor.Delivery) error {
-				h.note(ctx, d, "cancelled")
-				return rowactor.Cancel(cancelled)
-			}), rowactor.MaxAttempts(10), rowactor.DeadLetterGroup("dead"))
-			s := h.waitSettled(1)[0]
-			if s.Step != "dead_letter" || s.Err != nil || s.Outcome.String() != "cancel" || !errors.Is(s.HandlerErr, cancelled) {
+			ids := h.publish(b, 3)
+			byOutcome, byBroker, dead := ids[0], ids[1], ids[2]
+			const reason = "the customer closed the account"
+			h.subscribe(b, cancelHandler(h, byOutcome, byBroker, reason), rowactor.MaxAttempts(10), rowactor.DeadLetterGroup("dead"))
+			got := map[int64]rowactor.Settlement{}
+			for _, s := range h.waitSettled(3) {
+				got[s.ID] = s
+			}
+			for _, id := range []int64{byOutcome, byBroker} {
+				if s := got[id]; s.Step != "ack" || s.Err != nil || s.Outcome.String() != "cancel" {
+					t.Fatalf("row %d: settlement %+v, want a cancel ending it (ack)", id, s)
+				}
+				st := h.row(id)
+				if st.group != h.row(byOutcome).group || st.group == "dead" || st.processedAt == nil || st.lockedUntil != nil ||
+					errText(st) != dialects.CancelledPrefix+reason {
+					t.Fatalf("cancelled row %d %+v, error %q: want it processed, its reason after %q, in no dead letter", id, st, errText(st), dialects.CancelledPrefix)
+				}
+				if j, err := b.Inspect(context.Background(), h.table, id); err != nil || j.State != rowactor.JobCancelled {
+					t.Fatalf("Inspect(%d): %v, %v; want cancelled", id, j.State, err)
+				}
+			}
+			if s := got[dead]; s.Step != "dead_letter" || s.Outcome.String() != "dead_letter" || s.Err != nil || !errors.Is(s.HandlerErr, errUndecodable) {
 				t.Fatalf("settlement %+v, want a dead-letter move on the first attempt", s)
 			}
-			if st := h.row(ids[0]); st.group != "dead" || errText(st) != cancelled.Error() || st.lockedUntil != nil {
-				t.Fatalf("cancelled row %+v, error %q", st, errText(st))
+			if st := h.row(dead); st.group != "dead" || errText(st) != errUndecodable.Error() || st.processedAt != nil || st.lockedUntil != nil {
+				t.Fatalf("dead-lettered row %+v, error %q", st, errText(st))
 			}
-
-			// Without a dead letter the row is dropped: gone, or kept processed with its
-			// reason where the table has processed_at.
-			h2 := newHarness(t, h.drv, form, withError, withProcessedAt)
-			h2.tx, h2.sideTable = h.tx, h.sideTable
-			b2 := h2.broker()
-			id := h2.publish(b2, 1)[0]
-			h2.subscribe(b2, rowactor.Func(func(context.Context, *rowactor.Delivery) error { return rowactor.Cancel(cancelled) }))
-			if s := h2.waitSettled(1)[0]; s.Step != "ack" || s.Outcome.String() != "cancel" || s.Err != nil {
-				t.Fatalf("settlement without a dead letter %+v, want the row dropped", s)
-			}
-			if st := h2.row(id); st.processedAt == nil || errText(st) != cancelled.Error() {
-				t.Fatalf("dropped row %+v, error %q: want it processed with its reason", st, errText(st))
-			}
+			checkCancelledStats(t, h)
 			h.wantKept(map[string]int{"cancelled": 0})
+		}},
+	{name: "without processed_at, Cancel deletes the row as Broker.Cancel does; without a dead letter, DeadLetter drops it", shapes: []tableShape{withError},
+		run: func(t *testing.T, h *harness, form rowactor.Form) {
+			b := h.broker()
+			ids := h.publish(b, 3)
+			const reason = "not wanted"
+			h.subscribe(b, cancelHandler(h, ids[0], ids[1], reason))
+			for _, s := range h.waitSettled(3) {
+				if s.Step != "ack" || s.Err != nil {
+					t.Fatalf("settlement %+v, want the row ended (ack)", s)
+				}
+			}
+			for _, id := range ids {
+				if st := h.row(id); st.exists {
+					t.Fatalf("row %d %+v still exists", id, st)
+				}
+			}
 		}},
 	{name: "a JSON handler gets the typed message, and a payload that does not decode goes to the dead letter at once", shapes: []tableShape{withError},
 		run: func(t *testing.T, h *harness, form rowactor.Form) {
@@ -132,6 +149,7 @@ var funcScenarios = []scenario{
 }
 
 func TestPublishJSONRefusesAValueItCannotEncode(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, drivers[0], drivers[0].forms[0])
 	b := h.broker()
 	_, err := rowactor.PublishJSON(context.Background(), b, h.table, h.queue, map[string]any{"f": func() {}})
@@ -140,5 +158,48 @@ func TestPublishJSONRefusesAValueItCannotEncode(t *testing.T) {
 	}
 	if n := h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.Name); n != 0 {
 		t.Fatalf("%d rows published", n)
+	}
+}
+
+var errUndecodable = errors.New("the payload does not decode")
+
+// cancelHandler cancels row byOutcome with the outcome Cancel, row byBroker with
+// Broker.Cancel from its own handler, and sends any other row to its dead letter.
+func cancelHandler(h *harness, byOutcome, byBroker int64, reason string) rowactor.Handler {
+	return rowactor.Func(func(ctx context.Context, d *rowactor.Delivery) error {
+		h.note(ctx, d, "cancelled")
+		switch d.ID() {
+		case byOutcome:
+			return rowactor.Cancel(errors.New(reason))
+		case byBroker:
+			if err := d.Broker().Cancel(ctx, h.table, d.ID(), reason); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			<-ctx.Done()
+			return nil // the row ends as cancelled whatever the handler returns
+		}
+		return rowactor.DeadLetter(errUndecodable)
+	})
+}
+
+// checkCancelledStats checks that Stats counts the two cancelled rows apart from the
+// processed ones, and leaves their reason out of the most frequent errors.
+func checkCancelledStats(t *testing.T, h *harness) {
+	t.Helper()
+	stats, err := h.d.(dialects.Admin).Stats(context.Background(), h.table, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cancelled, processed int64
+	for _, g := range stats {
+		cancelled, processed = cancelled+g.Cancelled, processed+g.Processed
+		for _, e := range g.Errors {
+			if strings.HasPrefix(e.Error, dialects.CancelledPrefix) {
+				t.Errorf("Stats lists a cancellation's reason among the errors of group %q: %+v", g.Group, g.Errors)
+			}
+		}
+	}
+	if cancelled != 2 || processed != 0 {
+		t.Errorf("Stats counts %d cancelled, %d processed; want 2, 0: %+v", cancelled, processed, stats)
 	}
 }

@@ -17,6 +17,7 @@ func withoutHeaders(t *rowactor.Table) { t.Headers = "" }
 // without them. Tracing's own traceparent is skipped silently, and so is WithHeaders of
 // nothing.
 func TestHeadersWithoutAHeadersColumnAreRefused(t *testing.T) {
+	t.Parallel()
 	for _, drv := range drivers {
 		t.Run(drv.name, func(t *testing.T) {
 			t.Parallel()

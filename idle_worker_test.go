@@ -8,11 +8,11 @@ import (
 	"github.com/rowactor/rowactor"
 )
 
-func init() {
-	scenarios = append(scenarios, scenario{
+var idleWorkerScenarios = []scenario{
+	{
 		name: "a worker freed by an ack takes a due row at once, not at the next poll or settlement",
 		run:  freedWorkerScenario,
-	})
+	},
 }
 
 // freedWorkerScenario: four due rows, three workers, handlers that hold their rows. When

@@ -3,18 +3,29 @@ package rowactor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/rowactor/rowactor"
 )
 
-func init() {
-	scenarios = append(scenarios, scenario{
+var jobScenarios = []scenario{
+	{
 		name:  "Inspect tells a row in work, a delayed one and a deleted one, and refuses once Shutdown began",
 		forms: []rowactor.Form{rowactor.FormLease},
 		run:   inspectScenario,
-	})
+	},
+	{
+		name:   "Inspect tells a dead letter in its group as dead, with its time of death, never as due",
+		shapes: []tableShape{withDeadAt},
+		run:    inspectDeadScenario,
+	},
+	{
+		name:   "RetryNow runs a delayed row at once, Cancel ends a queued one, and both leave a row another broker holds to its delivery",
+		shapes: []tableShape{withProcessedAt},
+		run:    jobControlScenario,
+	},
 }
 
 func inspectScenario(t *testing.T, h *harness, _ rowactor.Form) {
@@ -34,7 +45,8 @@ func inspectScenario(t *testing.T, h *harness, _ rowactor.Form) {
 		t.Fatal(err)
 	}
 	j, err := b.Inspect(ctx, h.table, held)
-	if err != nil || j.State != rowactor.JobInWork || j.LockedUntil.Before(time.Now()) || j.Attempt != 2 {
+	// Attempt is the calls made: the first one, under way (its handler reads 1).
+	if err != nil || j.State != rowactor.JobInWork || j.LockedUntil.Before(time.Now()) || j.Attempt != 1 {
 		t.Fatalf("the row in work: %+v, %v", j, err)
 	}
 	if st := h.row(held); st.lockedUntil == nil || !st.lockedUntil.Equal(j.LockedUntil) {
@@ -61,12 +73,30 @@ func inspectScenario(t *testing.T, h *harness, _ rowactor.Form) {
 	}
 }
 
-func init() {
-	scenarios = append(scenarios, scenario{
-		name:   "RetryNow runs a delayed row at once, Cancel ends a queued one, and both leave a row another broker holds to its delivery",
-		shapes: []tableShape{withProcessedAt},
-		run:    jobControlScenario,
-	})
+func inspectDeadScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	ctx := context.Background()
+	b := h.broker()
+	h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Retry() },
+		rowactor.MaxAttempts(1), rowactor.DeadLetterGroup("dead"))
+	start := time.Now()
+	id := h.publish(b, 1)[0]
+	if s := h.waitSettled(1)[0]; s.Step != "dead_letter" || s.Err != nil {
+		t.Fatalf("settlement %+v, want a dead letter", s)
+	}
+	end := time.Now()
+	if st := h.row(id); st.group != "dead" {
+		t.Fatalf("row %+v, want it moved into group dead", st)
+	}
+	if h.drv.count(t, h.d, fmt.Sprintf("SELECT COUNT(*) FROM %s WHERE id = ? AND dead_at IS NOT NULL", h.table.Name), id) != 1 {
+		t.Fatal("the move left dead_at NULL")
+	}
+	j, err := b.Inspect(ctx, h.table, id)
+	if err != nil || j.State != rowactor.JobDead || j.State.String() != "dead" || j.Group != "dead" {
+		t.Fatalf("the dead letter: %+v, %v; want dead in group dead", j, err)
+	}
+	if j.DeadAt.Before(start.Add(-time.Second)) || j.DeadAt.After(end.Add(time.Second)) {
+		t.Fatalf("the dead letter died at %v, want between %v and %v", j.DeadAt, start, end)
+	}
 }
 
 func jobControlScenario(t *testing.T, h *harness, form rowactor.Form) {

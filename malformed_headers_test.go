@@ -21,6 +21,7 @@ import (
 // well-formed column logs nothing. PostgreSQL and MySQL store only valid JSON in their
 // JSON columns, so text that is no JSON at all is tried on SQLite.
 func TestMalformedHeadersAreReportedNotDropped(t *testing.T) {
+	t.Parallel()
 	for _, drv := range drivers {
 		t.Run(drv.name, func(t *testing.T) {
 			t.Parallel()

@@ -14,37 +14,30 @@ import (
 	"github.com/rowactor/rowactor/internal/dsn"
 )
 
-// Open opens a database by URL and returns a broker that owns it (Shutdown closes it):
+// Open opens a database by URL and returns a broker that owns it: Shutdown closes it.
+// It takes these names:
 //
-//   - "sqlite:path/to/file.db" (or "sqlite://path"): the embedded default, with WAL, a busy
-//     timeout and synchronous=NORMAL: durable against a crash of the process; a power loss
-//     may take the last commits. For full durability open the *sql.DB yourself and use
-//     New(sqlite.New(db)). A bare path ending in .db, .sqlite or .sqlite3 ("./jobs.db",
-//     "/var/lib/app/jobs.sqlite") and a file URI without parameters ("file:jobs.db",
-//     "file:///var/lib/app/jobs.db") name a SQLite file too. The file is created if missing.
-//   - "postgres://user@host:5432/db?sslmode=disable" (or "postgresql://"): a pgx pool.
-//   - "mysql://" followed by a go-sql-driver DSN, e.g. "mysql://root@tcp(127.0.0.1:3306)/app",
-//     or the DSN alone, with its protocol: "root@tcp(127.0.0.1:3306)/app?parseTime=true"
-//     (tcp, tcp4, tcp6 or unix; a user named mysql, sqlite or file needs the prefix).
+//   - "sqlite:path/to/file.db", "sqlite://path", a bare path ending in .db, .sqlite or
+//     .sqlite3, or a file URI without parameters such as "file:jobs.db". The file is
+//     created if missing, with WAL and synchronous=NORMAL. For full durability, open the
+//     *sql.DB yourself and use New with sqlite.New.
+//   - "postgres://user@host:5432/db?sslmode=disable", or "postgresql://": a pgx pool.
+//   - "mysql://user:pass@host:3306/db?params", or "mariadb://": a MySQL URL, as
+//     DATABASE_URL holds it. The user and password are %-decoded, the port is 3306 when
+//     none is named, an IPv6 host is written "[::1]:3306", and the parameters are
+//     go-sql-driver's.
+//   - "mysql://" followed by a go-sql-driver DSN, or the DSN alone with its protocol:
+//     "root@tcp(127.0.0.1:3306)/app?parseTime=true".
 //
-// Each database's dialect registers its names when its package is imported, as
-// database/sql drivers do, so that a program links only the drivers it uses:
+// A database's dialect registers its names when its package is imported, as database/sql
+// drivers do:
 //
-//	import _ "github.com/rowactor/rowactor/dialects/sqlite"   // sqlite:, .db files
-//	import _ "github.com/rowactor/rowactor/dialects/postgres" // postgres://
-//	import _ "github.com/rowactor/rowactor/dialects/mysql"    // mysql://
+//	import _ "github.com/rowactor/rowactor/dialects/postgres"
 //
 // Open of a name whose dialect is not imported returns an error matching
-// ErrDialectNotImported that names the import to add.
-//
-// The rowactor command takes the same names (one reader serves both). Anything else is
-// refused with an error saying which prefix to add.
-//
-// Open's errors never show the URL's password, nor any piece of it a driver may report (a
-// password with an unencoded '@' or ':' is cut into a host or a port by a URL parser):
-// write such characters %-encoded in postgres:// URLs (%40 for '@'). They show a bare
-// name in its prefixed form ("sqlite:./jobs.db", "mysql://root@tcp(…)/app"). The errors
-// match their cause with errors.Is, but do not unwrap to it.
+// ErrDialectNotImported that names the import to add. Its errors never show the URL's
+// password; write '@' and ':' in a URL's password %-encoded. See
+// docs/operations.md, "Opening a database by URL", for every accepted form.
 func Open(ctx context.Context, url string, opts ...Option) (*Broker, error) {
 	t, err := dsn.Parse(url)
 	if err != nil {
@@ -69,9 +62,9 @@ func Open(ctx context.Context, url string, opts ...Option) (*Broker, error) {
 	return b, nil
 }
 
-// hideUserinfo is a name Open could not read, for its error: it may be a DSN whose
-// password redact cannot find, so everything before its last '@' is hidden (and password
-// parameters), unless it is a URL redact knows.
+// hideUserinfo is a name Open could not read, for its error. It may be a DSN whose
+// password redact cannot find, so everything before its last '@' is hidden, and so are
+// password parameters. A URL redact knows is redacted instead.
 func hideUserinfo(name string) string {
 	name = passwordParam.ReplaceAllString(name, "${1}=xxxxx")
 	at := strings.LastIndex(name, "@")
@@ -85,12 +78,13 @@ func hideUserinfo(name string) string {
 }
 
 // passwordParam matches a password given as a parameter: ?password=… in a URL, or
-// password=… (perhaps quoted) in a key/value connection string.
+// password=…, perhaps quoted, in a key/value connection string.
 var passwordParam = regexp.MustCompile(`(?i)((?:ssl)?password)=('(?:[^'\\]|\\.)*'?|[^&\s]*)`)
 
 // openError is Open's error for url: the URL with its password hidden, the cause, and a
 // hint when the URL's shape explains the failure. No part of the URL's password reaches
-// its text, whatever the driver wrote: every piece of it is masked (see secrets).
+// its text, whatever the driver wrote: every piece of it is masked, as secrets lists
+// them.
 func openError(rawURL string, cause error) error {
 	if t, err := dsn.Parse(rawURL); err == nil {
 		rawURL = t.URL // a bare name in the form the masks know: mysql://DSN, sqlite:PATH
@@ -105,9 +99,10 @@ func openError(rawURL string, cause error) error {
 	return &maskedError{msg: mask(msg, secrets(rawURL)), cause: cause}
 }
 
-// maskedError is an error whose text was masked. It matches what its cause matches
-// (errors.Is: context.DeadlineExceeded, …) but does not unwrap to it: the cause's own text
-// may hold the password, and so may its fields, so errors.As does not reach it either.
+// maskedError is an error whose text was masked. errors.Is matches what its cause
+// matches, such as context.DeadlineExceeded, but it does not unwrap to its cause. The
+// cause's own text may hold the password, and so may its fields, so errors.As does not
+// reach it either.
 type maskedError struct {
 	msg   string
 	cause error
@@ -117,10 +112,10 @@ func (e *maskedError) Error() string { return e.msg }
 
 func (e *maskedError) Is(target error) bool { return errors.Is(e.cause, target) }
 
-// userinfo returns what a URL or DSN holds before its host: after the scheme (and "//")
-// up to the last '@'. ok is false when there is no '@'. The last '@' is taken because a
-// password may hold unencoded ones; a '@' after the host (in the query) makes userinfo
-// take more than it should, which hides more, never less.
+// userinfo returns what a URL or DSN holds before its host: after the scheme and any
+// "//", up to the last '@'. ok is false when there is no '@'. The last '@' is taken
+// because a password may hold unencoded ones. A '@' after the host, in the query, makes
+// userinfo take more than it should, which hides more, never less.
 func userinfo(rawURL string) (info string, ok bool) {
 	_, rest, found := strings.Cut(rawURL, ":")
 	if !found {
@@ -135,9 +130,9 @@ func userinfo(rawURL string) (info string, ok bool) {
 }
 
 // pieceDelimiters are the characters a URL, DSN or connection-string parser may cut a
-// password at, leaving a piece of it in what it reports (a host, a port, a path, a
-// parameter). Control characters delimit too: a driver quoting what it reports (%q)
-// writes them as escapes.
+// password at, leaving a piece of it in what it reports: a host, a port, a path, a
+// parameter. Control characters delimit too, since a driver quoting what it reports with
+// %q writes them as escapes.
 const pieceDelimiters = "@:/?#[]%&=()'\",; \\"
 
 func isDelimiter(c byte) bool {
@@ -152,10 +147,12 @@ const minSecret = 3
 // it occurs: the shorter pieces overlapping along it cover it.
 const maxSpan = 32
 
-// secrets lists the texts no error of Open may show: the URL's userinfo (user:password),
-// its password (after the userinfo's first ':'), each piece of the password between two
-// delimiters (and of its %-decoded form, which a driver may report), and the same for a
-// password given as a parameter.
+// secrets lists the texts no error of Open may show:
+//   - the URL's userinfo, user:password;
+//   - its password, after the userinfo's first ':';
+//   - each piece of the password between two delimiters, and of its %-decoded form, which
+//     a driver may report;
+//   - the same for a password given as a parameter.
 func secrets(rawURL string) []string {
 	seen := make(map[string]bool)
 	var out []string
@@ -188,7 +185,7 @@ func secrets(rawURL string) []string {
 }
 
 // forPieces calls fn with s and every substring of s that starts and ends at a delimiter
-// (or at s's ends) and spans at most maxSpan of them.
+// or at s's ends, and spans at most maxSpan delimiters.
 func forPieces(s string, fn func(string)) {
 	fn(s)
 	cuts := []int{0}

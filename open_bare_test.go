@@ -2,11 +2,15 @@ package rowactor_test
 
 import (
 	"context"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/rowactor/rowactor"
 	"github.com/rowactor/rowactor/dialects/mysql"
@@ -18,6 +22,7 @@ import (
 // form creates its file and serves a queue. A bare name it cannot read says which prefix
 // to add.
 func TestOpenBareNames(t *testing.T) {
+	// Not parallel: the SQLite case changes the working directory (t.Chdir).
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	open := func(t *testing.T, name string) *rowactor.Broker {
@@ -102,4 +107,79 @@ func TestOpenBareNames(t *testing.T) {
 			t.Errorf("refused names left files behind: %v", left)
 		}
 	})
+}
+
+// TestOpenMySQLURL: Open takes a MySQL URL as DATABASE_URL holds it,
+// mysql://user@host:3306/db (by default mysql://root@127.0.0.1:3306/test, made from
+// ROWACTOR_MYSQL_DSN), not only the driver's DSN: a broker opened by it publishes a row
+// and consumes it, and the row is gone from the table.
+func TestOpenMySQLURL(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := gomysql.ParseDSN(mysqlDSN())
+	if err != nil || cfg.Net != "tcp" {
+		t.Fatalf("ROWACTOR_MYSQL_DSN is no tcp DSN to make a URL of (%v)", err)
+	}
+	user := url.User(cfg.User)
+	if cfg.Passwd != "" {
+		user = url.UserPassword(cfg.User, cfg.Passwd)
+	}
+	name := (&url.URL{Scheme: "mysql", User: user, Host: cfg.Addr, Path: "/" + cfg.DBName}).String()
+	settled := make(chan rowactor.Settlement, 1)
+	b, err := rowactor.Open(ctx, name, rowactor.WithOnSettled(func(s rowactor.Settlement) { settled <- s }))
+	if err != nil {
+		t.Fatalf("Open(%q): %v", name, err)
+	}
+	d, ok := b.Dialect().(*mysql.Dialect)
+	if !ok {
+		t.Fatalf("Open(%q) opened a %s dialect, want mysql", name, b.Dialect().Name())
+	}
+	tb := rowactor.Table{Name: fmt.Sprintf("ra_open_url_%d", time.Now().UnixNano()%1e9), ID: "id", Payload: "payload",
+		Attempt: "attempt", LockedUntil: "locked_until"}
+	defer func() {
+		// The table goes after Shutdown, which closed the broker's pool: on a pool of its own.
+		if _, err := b.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		own, err := mysql.Open(context.Background(), mysqlDSN())
+		if err != nil {
+			t.Errorf("drop %s: %v", tb.Name, err)
+			return
+		}
+		defer own.Close()
+		if _, err := own.DB().ExecContext(context.Background(), "DROP TABLE IF EXISTS "+tb.Name); err != nil {
+			t.Errorf("drop %s: %v", tb.Name, err)
+		}
+	}()
+	ddl, err := rowactor.Schema(d, tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.DB().ExecContext(ctx, ddl); err != nil {
+		t.Fatal(err)
+	}
+	id, err := b.Publish(ctx, tb, "q", []byte("over a URL"))
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	payloads := make(chan []byte, 1)
+	if _, err := b.Subscribe(ctx, tb, "q", func(_ context.Context, del *rowactor.Delivery) rowactor.Outcome {
+		payloads <- del.Payload()
+		return rowactor.Ack()
+	}); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	select {
+	case s := <-settled:
+		if got := <-payloads; s.Err != nil || s.Step != "ack" || string(got) != "over a URL" {
+			t.Fatalf("settlement %+v of payload %q", s, got)
+		}
+	case <-ctx.Done():
+		t.Fatal("the row published over the URL was not consumed")
+	}
+	var n int
+	if err := d.DB().QueryRowContext(ctx, "SELECT count(*) FROM "+tb.Name+" WHERE id = ?", id).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("row %d after its ack: %d rows, %v", id, n, err)
+	}
 }

@@ -17,6 +17,9 @@ var openTargets = []string{
 	"postgresql://USER:PASS@127.0.0.1:1/test?sslmode=disable&connect_timeout=3",
 	"mysql://USER:PASS@tcp(127.0.0.1:3306)/test?timeout=3s",
 	"mysql://USER:PASS@tcp(127.0.0.1:1)/test?timeout=3s",
+	// MySQL URLs, which Open turns into the driver's DSN.
+	"mysql://USER:PASS@127.0.0.1:3306/test?timeout=3s",
+	"mariadb://USER:PASS@127.0.0.1:1/test?timeout=3s",
 	"oracle://USER:PASS@127.0.0.1:1521/test",
 	"sqlite:USER:PASS@/nonexistent-dir/x.db",
 	// Bare MySQL DSNs, which Open reads as mysql://.
@@ -96,6 +99,7 @@ func FuzzOpenHidesPasswords(f *testing.F) {
 // A password with an unencoded '@' fails to connect to a host made of the password's end:
 // the error says so and how to write it, and shows no piece of the password.
 func TestOpenSaysAnUnencodedAtLooksLikeAHost(t *testing.T) {
+	t.Parallel()
 	for _, url := range []string{
 		"postgres://app:Tr0ub@dor3@127.0.0.1:5432/test?sslmode=disable&connect_timeout=3",
 		"postgresql://app:Tr0ub@dor3@127.0.0.1:1/test?sslmode=disable&connect_timeout=3",
@@ -125,6 +129,7 @@ func TestOpenSaysAnUnencodedAtLooksLikeAHost(t *testing.T) {
 
 // The masked error still matches what its cause matched.
 func TestOpenErrorKeepsItsCause(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := Open(ctx, "postgres://app:s3cret@127.0.0.1:5432/test?sslmode=disable")
@@ -138,6 +143,7 @@ func TestOpenErrorKeepsItsCause(t *testing.T) {
 
 // mask leaves no secret in the text, however the secrets and the mask meet.
 func TestMaskLeavesNoSecret(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ text, password string }{
 		{"lookup dor3@127.0.0.1: no such host", "Tr0ub@dor3"},
 		{"xxxxx and axxxxxb", "xxx:abc"},

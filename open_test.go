@@ -7,6 +7,7 @@ import (
 )
 
 func TestRedactHidesPasswords(t *testing.T) {
+	t.Parallel()
 	cases := map[string]string{
 		"postgres://app:s3cret@db:5432/x":                     "postgres://app:xxxxx@db:5432/x",
 		"mysql://root:pw@tcp(127.0.0.1:3306)/x":               "mysql://root:xxxxx@tcp(127.0.0.1:3306)/x",
@@ -23,6 +24,7 @@ func TestRedactHidesPasswords(t *testing.T) {
 }
 
 func TestOpenRefusesUnknownSchemesAndEmptyPaths(t *testing.T) {
+	t.Parallel()
 	for _, url := range []string{"oracle://x", "sqlite:", "nothing"} {
 		if _, err := Open(context.Background(), url); err == nil || !strings.Contains(err.Error(), "rowactor: Open") {
 			t.Errorf("Open(%q) = %v, want a clear refusal", url, err)

@@ -14,6 +14,7 @@ import (
 // it is sent, with an error naming the limit, its value and the payload's size (the
 // server would reset the connection instead); the broker goes on publishing.
 func TestPublishPastMaxAllowedPacketSaysSo(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, driverNamed(t, "mysql"), rowactor.FormLease)
 	var limit int
 	if err := mysqlDB(h.d).QueryRowContext(context.Background(), "SELECT @@max_allowed_packet").Scan(&limit); err != nil {

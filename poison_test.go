@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -348,6 +349,10 @@ var poisonScenarios = []poisonScenario{
 				}
 			}
 		}},
+	{name: "a settlement a trigger refuses returns the row as its form does, and it is handled once when let through",
+		run: refusedSettlementScenario},
+	{name: "a settlement a trigger refuses returns the row as its form does, also in a table without retry_after",
+		shapes: []tableShape{withoutRetryAfter}, run: refusedSettlementScenario},
 	{name: "Schema renders a 32-bit integer attempt column", run: func(t *testing.T, h *harness, _ rowactor.Form) {
 		ddl, err := rowactor.Schema(h.d, h.table)
 		if err != nil {
@@ -373,7 +378,74 @@ var poisonScenarios = []poisonScenario{
 	}},
 }
 
+// refuseDeletes makes the harness's table refuse every DELETE while its flag table
+// (returned) has a row: a BEFORE DELETE trigger raising as each database's triggers do
+// (PL/pgSQL RAISE EXCEPTION, SIGNAL SQLSTATE '45000', RAISE(ABORT)). The refusal is the
+// database's, not the row's data.
+func refuseDeletes(h *harness) (flag string) {
+	h.t.Helper()
+	flag = h.table.Name + "_closed"
+	const refusal = "settlements are closed"
+	switch h.drv.name {
+	case "postgres":
+		fn := flag + "_refuse"
+		h.exec("CREATE TABLE " + pgQuote(flag) + " (closed integer)")
+		h.exec("CREATE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF EXISTS (SELECT 1 FROM " + pgQuote(flag) +
+			") THEN RAISE EXCEPTION '" + refusal + "'; END IF; RETURN OLD; END $$")
+		pool := pgPool(h.d)
+		h.t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP FUNCTION IF EXISTS "+fn+"() CASCADE") })
+		h.exec("CREATE TRIGGER " + pgQuote(fn) + " BEFORE DELETE ON " + pgQuote(h.table.Name) + " FOR EACH ROW EXECUTE FUNCTION " + fn + "()")
+	case "mysql":
+		h.exec("CREATE TABLE `" + flag + "` (closed INT)")
+		h.exec("CREATE TRIGGER `" + flag + "_refuse` BEFORE DELETE ON `" + h.table.Name + "` FOR EACH ROW BEGIN IF EXISTS (SELECT 1 FROM `" + flag +
+			"`) THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '" + refusal + "'; END IF; END")
+	default:
+		h.exec("CREATE TABLE " + flag + " (closed INTEGER)")
+		h.exec("CREATE TRIGGER " + flag + "_refuse BEFORE DELETE ON " + h.table.Name + " WHEN EXISTS (SELECT 1 FROM " + flag +
+			") BEGIN SELECT RAISE(ABORT, '" + refusal + "'); END")
+	}
+	h.exec("INSERT INTO " + flag + " (closed) VALUES (1)")
+	return flag
+}
+
+// refusedSettlementScenario: a trigger refuses the row's ack (its DELETE). The refusal is
+// not the row's data: the row returns as its form returns a row whose settlement failed
+// (at once in the row lock and advisory forms, when its lease runs out in the lease form),
+// never set aside, on every database. Its second delivery opens the trigger and acks: the
+// row is gone, handled twice in all.
+func refusedSettlementScenario(t *testing.T, h *harness, form rowactor.Form) {
+	flag := refuseDeletes(h)
+	b := h.broker()
+	id := h.publish(b, 1)[0]
+	c := newCalls()
+	h.subscribe(b, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		c.add(d)
+		if c.n.Load() > 1 {
+			h.exec("DELETE FROM " + flag)
+		}
+		return rowactor.Ack()
+	}, leaseOptions(form, time.Second)...)
+	got := h.waitDeliveries(2)
+	if got[0].Step != "ack" || got[0].Err == nil || !strings.Contains(got[0].Err.Error(), "settlements are closed") {
+		t.Fatalf("the refused settlement: %+v", got[0])
+	}
+	if got[1].Step != "ack" || got[1].Err != nil || got[1].ID != id {
+		t.Fatalf("the settlement let through: %+v\nlogs:\n%s", got[1], h.logs.String())
+	}
+	h.quiet(500 * time.Millisecond)
+	if st := h.row(id); st.exists {
+		t.Fatalf("row after its ack: %+v", st)
+	}
+	if got := c.of(id); len(got) != 2 {
+		t.Fatalf("the row was handled %d times, want twice (refused, then let through)", len(got))
+	}
+	if strings.Contains(h.logs.String(), "set aside") {
+		t.Fatalf("a refused settlement set the row aside:\n%s", h.logs.String())
+	}
+}
+
 func TestPoison(t *testing.T) {
+	t.Parallel()
 	if len(drivers) == 0 {
 		t.Fatal("no database drivers in the matrix")
 	}
@@ -403,4 +475,52 @@ func hasDB(dbs []string, name string) bool {
 		}
 	}
 	return false
+}
+
+// settlementNoteScenarios run in the forms whose claims wait for a settlement's note.
+var settlementNoteScenarios = []scenario{
+	{name: "a claim waits for a failed settlement's note, never for the service's settlement hook",
+		forms: []rowactor.Form{rowactor.FormRowLock, rowactor.FormAdvisory}, run: slowHookScenario},
+}
+
+// slowHookScenario: a row whose settlement made it due at once (Retry) is claimed again
+// while the service's WithOnSettled hook for that settlement still runs (8 s here). The
+// claim waits for the settlement's failure note (Poison.Settled), never for the hook:
+// another row published meanwhile reaches a free worker within a poll or so, not when
+// the hook returns.
+func slowHookScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	var first atomic.Int64
+	hookHeld := make(chan struct{})
+	b := h.broker(rowactor.WithOnSettled(func(s rowactor.Settlement) {
+		if s.ID == first.Load() && s.Attempt == 1 {
+			select {
+			case <-hookHeld:
+			case <-time.After(8 * time.Second):
+			}
+		}
+	}))
+	t.Cleanup(func() { close(hookHeld) }) // before the broker's Shutdown, registered earlier
+	first.Store(h.publish(b, 1)[0])
+	handled := make(chan int64, 4)
+	h.subscribe(b, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		if d.ID() == first.Load() && d.Attempt() == 1 {
+			return rowactor.Retry()
+		}
+		handled <- d.ID()
+		return rowactor.Ack()
+	}, rowactor.Workers(4))
+	time.Sleep(500 * time.Millisecond) // the retry settled; its hook holds on
+	published := time.Now()
+	second := h.publish(b, 1)[0]
+	for deadline := time.After(5 * time.Second); ; {
+		select {
+		case id := <-handled:
+			if id == second {
+				t.Logf("the other row was handled %v after its publish", time.Since(published))
+				return
+			}
+		case <-deadline:
+			t.Fatalf("row %d waited 5 s while the hook of row %d's retry ran: claims wait for the hook", second, first.Load())
+		}
+	}
 }

@@ -5,52 +5,52 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects/mysql"
 )
 
 func withPriority(t *rowactor.Table) { t.Priority = "priority" }
 
-func init() {
-	scenarios = append(scenarios,
-		scenario{
-			name:   "rows of a lower priority number are claimed first: ten urgent rows published behind 1,000 queued ones run next",
-			shapes: []tableShape{withPriority},
-			run:    priorityScenario,
-		},
-		scenario{
-			name:   "with priorities the claim reads the claim index in order, without a sort",
-			forms:  []rowactor.Form{rowactor.FormLease},
-			shapes: []tableShape{withPriority, withProcessedAt},
-			run:    priorityIndexScenario,
-		},
-		scenario{
-			name: "a publish with a priority into a table without the column is refused before anything is written",
-			run: func(t *testing.T, h *harness, _ rowactor.Form) {
-				b := h.broker()
-				var ce *rowactor.ConfigError
-				for _, n := range []int{3, 0} { // 0 too: the caller asked for a priority
-					_, err := b.Publish(context.Background(), h.table, h.queue, []byte("x"), rowactor.Priority(n))
-					if !errors.As(err, &ce) || ce.Option != "Priority" || !strings.Contains(err.Error(), "Table.Priority") {
-						t.Fatalf("Publish with Priority(%d) on a table without the column: %v", n, err)
-					}
+var priorityScenarios = []scenario{
+	{
+		name:   "rows of a lower priority number are claimed first: ten urgent rows published behind 1,000 queued ones run next",
+		shapes: []tableShape{withPriority},
+		run:    priorityScenario,
+	},
+	{
+		name:   "with priorities the claim reads the claim index in order, without a sort",
+		forms:  []rowactor.Form{rowactor.FormLease},
+		shapes: []tableShape{withPriority, withProcessedAt},
+		run:    priorityIndexScenario,
+	},
+	{
+		name: "a publish with a priority into a table without the column is refused before anything is written",
+		run: func(t *testing.T, h *harness, _ rowactor.Form) {
+			b := h.broker()
+			var ce *rowactor.ConfigError
+			for _, n := range []int{3, 0} { // 0 too: the caller asked for a priority
+				_, err := b.Publish(context.Background(), h.table, h.queue, []byte("x"), rowactor.Priority(n))
+				if !errors.As(err, &ce) || ce.Option != "Priority" || !strings.Contains(err.Error(), "Table.Priority") {
+					t.Fatalf("Publish with Priority(%d) on a table without the column: %v", n, err)
 				}
-				if n := h.drv.count(t, h.d, fmt.Sprintf("SELECT count(*) FROM %s", h.table.Name)); n != 0 {
-					t.Fatalf("%d rows written", n)
-				}
-				// FIFO groups run in id order, which a priority would break.
-				fifo := h.table
-				fifo.Name, fifo.FIFO, fifo.Priority = fifo.Name+"_fifo", true, "priority"
-				if _, err := rowactor.Schema(h.d, fifo); !errors.As(err, &ce) || ce.Option != "Table.Priority" {
-					t.Fatalf("Schema of a FIFO table with priorities: %v", err)
-				}
-			},
+			}
+			if n := h.drv.count(t, h.d, fmt.Sprintf("SELECT count(*) FROM %s", h.table.Name)); n != 0 {
+				t.Fatalf("%d rows written", n)
+			}
+			// FIFO groups run in id order, which a priority would break.
+			fifo := h.table
+			fifo.Name, fifo.FIFO, fifo.Priority = fifo.Name+"_fifo", true, "priority"
+			if _, err := rowactor.Schema(h.d, fifo); !errors.As(err, &ce) || ce.Option != "Table.Priority" {
+				t.Fatalf("Schema of a FIFO table with priorities: %v", err)
+			}
 		},
-	)
+	},
 }
 
 // priorityScenario: 1,000 rows of priority 5 queued; the worker holds the first (the
@@ -202,5 +202,138 @@ func priorityIndexScenario(t *testing.T, h *harness, _ rowactor.Form) {
 		" AND (locked_until IS NULL OR locked_until <= ?) ORDER BY priority, id LIMIT 8", h.table.Name)
 	if sorts, plan := h.drv.sorts(t, h.d, h.table.Name, q, h.queue, now, now); sorts {
 		t.Fatalf("the claim's read sorts the group's rows instead of reading the claim index in order:\n%s", plan)
+	}
+}
+
+// nullablePriorityTable creates h's table as Schema renders it, but with a nullable
+// priority column, as a hand-written table (or one the column was added to) may have it.
+func nullablePriorityTable(t *testing.T, h *harness) {
+	t.Helper()
+	switch h.drv.name {
+	case "postgres":
+		h.exec(fmt.Sprintf("ALTER TABLE %s ALTER COLUMN priority DROP NOT NULL", h.table.Name))
+	case "mysql":
+		h.exec(fmt.Sprintf("ALTER TABLE %s MODIFY priority INT NULL DEFAULT 0", h.table.Name))
+	case "sqlite":
+		// No ALTER COLUMN: make the table again.
+		h.exec("DROP TABLE " + h.table.Name)
+		ddl, err := rowactor.Schema(h.d, h.table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ddl = strings.Replace(ddl, "INTEGER NOT NULL DEFAULT 0", "INTEGER", 1)
+		for _, stmt := range strings.Split(ddl, ";\n") {
+			if strings.TrimSpace(stmt) != "" {
+				h.exec(stmt)
+			}
+		}
+	default:
+		t.Fatalf("no nullable priority DDL for %s", h.drv.name)
+	}
+}
+
+// TestPriorityNullRowIsDeliveredInEveryForm: a row whose priority is NULL (a hand-written
+// table's nullable column, a row another program inserted) is a row like any other: every
+// form on every database delivers it, never sets it aside as unreadable or dead-letters it.
+func TestPriorityNullRowIsDeliveredInEveryForm(t *testing.T) {
+	t.Parallel()
+	for _, drv := range drivers {
+		for _, form := range drv.forms {
+			t.Run(fmt.Sprintf("%s/%s", drv.name, form), func(t *testing.T) {
+				t.Parallel()
+				h := newHarness(t, drv, form, withPriority)
+				nullablePriorityTable(t, h)
+				// ids 1..4 in insert order
+				for _, p := range []string{"5", "NULL", "0", "-3"} {
+					h.exec(fmt.Sprintf("INSERT INTO %s (payload, grp, priority) VALUES (?, ?, %s)", h.table.Name, p), []byte("p"+p), h.queue)
+				}
+				b := h.broker()
+				var mu sync.Mutex
+				var order []string
+				h.subscribe(b, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+					mu.Lock()
+					order = append(order, string(d.Payload()))
+					mu.Unlock()
+					return rowactor.Ack()
+				}, append([]rowactor.SubscribeOption{rowactor.Workers(1), rowactor.MaxAttempts(3), rowactor.DeadLetterGroup("dead")}, leaseOptions(form, 5*time.Second)...)...)
+				got := h.waitSettled(4)
+				for _, s := range got {
+					if s.Err != nil || s.Step != "ack" {
+						t.Errorf("settlement %+v", s)
+					}
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				t.Logf("order %v", order)
+				if len(order) != 4 {
+					t.Fatalf("handled %v, want the four rows\nlogs:\n%s", order, h.logs.String())
+				}
+				// The rows with a priority keep their order around the NULL one, which sorts
+				// as the database sorts NULLs (PostgreSQL last, MySQL and SQLite first).
+				var ranked []string
+				for _, p := range order {
+					if p != "pNULL" {
+						ranked = append(ranked, p)
+					}
+				}
+				if want := "[p-3 p0 p5]"; fmt.Sprint(ranked) != want {
+					t.Errorf("claim order %v, want %s around the NULL row", order, want)
+				}
+			})
+		}
+	}
+}
+
+// TestPriorityOutOfRangeIsRefused: a priority the column cannot hold is an error, never a
+// different priority stored in its place; one it can hold is stored as given.
+func TestPriorityOutOfRangeIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, drv := range drivers {
+		t.Run(drv.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, drv, rowactor.FormLease, withPriority)
+			b := h.broker()
+			for _, p := range []int{math.MaxInt32, math.MinInt32, math.MaxInt32 + 1, math.MinInt32 - 1, math.MaxInt64, math.MinInt64} {
+				id, err := b.Publish(context.Background(), h.table, h.queue, []byte("x"), rowactor.Priority(p))
+				if err != nil {
+					// The refusal names the column, its range and the fix, before
+					// anything is written.
+					if !strings.Contains(err.Error(), "does not fit the priority column") || !strings.Contains(err.Error(), "widen the column") {
+						t.Errorf("Priority(%d): %v; want the column's range and the fix", p, err)
+					}
+					continue
+				}
+				if n := h.drv.count(t, h.d, fmt.Sprintf("SELECT count(*) FROM %s WHERE id = ? AND priority = ?", h.table.Name), id, p); n != 1 {
+					t.Errorf("Priority(%d) returned no error, and row %d does not hold that priority", p, id)
+				}
+			}
+			if n := h.drv.count(t, h.d, fmt.Sprintf("SELECT count(*) FROM %s WHERE priority IN (?, ?)", h.table.Name), math.MaxInt32, math.MinInt32); n != 2 {
+				t.Errorf("%d rows hold the int32 bounds, want 2 (both fit every database's column)", n)
+			}
+		})
+	}
+}
+
+// TestPriorityOutOfRangeRefusedOnANonStrictMySQLSession: on a MySQL session without
+// strict mode the server stores an out-of-range value clamped, with a warning: the publish
+// must still not report success for a priority it did not store.
+func TestPriorityOutOfRangeRefusedOnANonStrictMySQLSession(t *testing.T) {
+	t.Parallel()
+	drv := driverNamed(t, "mysql")
+	h := newHarness(t, drv, rowactor.FormLease, withPriority)
+	d, err := mysql.Open(context.Background(), mysqlDSN()+"&sql_mode=%27NO_ENGINE_SUBSTITUTION%27")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	b := h.brokerOn(d)
+	p := math.MaxInt32 + 10
+	id, err := b.Publish(context.Background(), h.table, h.queue, []byte("x"), rowactor.Priority(p))
+	if err != nil {
+		t.Logf("Priority(%d): %v", p, err)
+		return
+	}
+	if n := h.drv.count(t, h.d, fmt.Sprintf("SELECT count(*) FROM %s WHERE id = ? AND priority = ?", h.table.Name), id, p); n != 1 {
+		t.Fatalf("Priority(%d) returned no error, and row %d does not hold that priority", p, id)
 	}
 }

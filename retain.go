@@ -10,7 +10,7 @@ import (
 	"github.com/rowactor/rowactor/dialects"
 )
 
-// RetainOption tunes a retention (Broker.Retain).
+// RetainOption tunes a retention started by Broker.Retain or Broker.RetainDeadLetters.
 type RetainOption func(*retainConfig)
 
 type retainConfig struct {
@@ -19,19 +19,19 @@ type retainConfig struct {
 }
 
 // RetainEvery is how often a retention looks for rows to delete, and how often a broker
-// that does not lead tries to (default: a tenth of the keep, between a second and a
-// minute).
+// that does not lead tries to. It defaults to a tenth of the keep, between a second and a
+// minute.
 func RetainEvery(d time.Duration) RetainOption { return func(c *retainConfig) { c.every = d } }
 
-// RetainBatch is how many rows one statement deletes (default 1,000): short statements
-// hold short locks.
+// RetainBatch is how many rows one statement deletes. It defaults to
+// DefaultRetainBatch, 1,000: short statements hold short locks.
 func RetainBatch(n int) RetainOption { return func(c *retainConfig) { c.batch = n } }
 
 // DefaultRetainBatch is RetainBatch's default.
 const DefaultRetainBatch = 1000
 
-// Retention deletes one table's old finished rows (Broker.Retain), or one dead-letter
-// group's old dead letters (Broker.RetainDeadLetters), while its broker runs.
+// Retention deletes one table's old finished rows, or one dead-letter group's old dead
+// letters, while its broker runs. Broker.Retain and Broker.RetainDeadLetters start one.
 type Retention struct {
 	table   string
 	group   string // the dead-letter group; "" for finished rows
@@ -42,16 +42,17 @@ type Retention struct {
 	once    sync.Once
 }
 
-// Leading reports whether this broker led the latest round of the retention: one broker
-// at a time does, across every process on the database (on SQLite, within the process).
+// Leading reports whether this broker led the latest round of the retention. One broker
+// at a time does, across every process on the database; on SQLite, within the process.
 func (r *Retention) Leading() bool { return r.leading.Load() }
 
-// Deleted is how many rows this broker's retention deleted so far, counted when each
-// round ends (a round's rows are gone from the table a moment before they are counted).
+// Deleted is how many rows this broker's retention deleted so far. It is counted when
+// each round ends, so a round's rows are gone from the table a moment before they are
+// counted.
 func (r *Retention) Deleted() int64 { return r.deleted.Load() }
 
-// Stop ends the retention (a round in progress ends with its current statement); Shutdown
-// stops it too.
+// Stop ends the retention; a round in progress ends with its current statement.
+// Shutdown stops it too.
 func (r *Retention) Stop() { r.stop() }
 
 func (r *Retention) stop() {
@@ -59,20 +60,20 @@ func (r *Retention) stop() {
 	<-r.done
 }
 
-// Retain deletes t's finished rows (processed_at set) older than keep, in batches, for
-// as long as the broker runs. Every RetainEvery each broker retaining the table tries a
-// round; one at a time, across every process on the database, gets it: the round holds a
-// session lock (PostgreSQL's advisory lock, MySQL's GET_LOCK), taken without waiting, on
-// the one pool connection its statements run on, and lets it go at the round's end. A
-// round therefore needs a connection only while it runs, and a session that dies takes
-// its round with it. On SQLite the rounds take turns within the process; processes
-// sharing a file each delete, which the batches tolerate. Each statement deletes at most
-// RetainBatch rows and waits for no row lock. The rowactor.retention.deleted counter
-// counts what was deleted. Every group of the table is retained.
+// Retain deletes t's finished rows, those with processed_at set, older than keep, for as
+// long as the broker runs. The table must have a processed_at column; a table without one
+// deletes its rows at their ack. Every group of the table is retained.
 //
-// The table must have a processed_at column (a table without one deletes its rows at
-// their ack). For a large table, index processed_at for the finished rows (see
-// docs/operations.md).
+// Every RetainEvery each broker retaining the table tries a round, and one at a time,
+// across every process on the database, gets it. The round holds a session lock, taken
+// without waiting, on the one pool connection its statements run on. So a round needs a
+// connection only while it runs, and a session that dies takes its round with it. On
+// SQLite the rounds take turns within the process; processes sharing a file each delete,
+// which the batches tolerate.
+//
+// Each statement deletes at most RetainBatch rows and waits for no row lock. The
+// rowactor.retention.deleted counter counts what was deleted. For a large table, index
+// processed_at for the finished rows: see docs/operations.md.
 func (b *Broker) Retain(ctx context.Context, t Table, keep time.Duration, opts ...RetainOption) (*Retention, error) {
 	if err := dialects.CheckRetain(t); err != nil {
 		return nil, err
@@ -88,18 +89,18 @@ func (b *Broker) Retain(ctx context.Context, t Table, keep time.Duration, opts .
 }
 
 // RetainDeadLetters deletes the rows of t's dead-letter group that died longer than keep
-// ago, in batches, for as long as the broker runs: the rows a subscription's
-// DeadLetterGroup(group) moved there, by the time the move wrote into t's DeadAt column.
-// It runs as Retain does (RetainEvery, RetainBatch, one round at a time across processes,
-// under a lock of its own, so it never waits for the table's Retain), deletes the oldest
-// deaths first, and leaves the group's rows whose DeadAt is NULL (moved before the column
-// was described) and rows a subscription of the group holds (a lease, a row lock, a key). The
-// rowactor.retention.deleted counter counts its rows with the group as rowactor.queue.
-// A requeue clears DeadAt: a row moved back and dead again is kept keep from its second
-// death.
+// ago, for as long as the broker runs. These are the rows a subscription's DeadLetterGroup
+// moved there, dated by the time the move wrote into t's DeadAt column. The table must
+// describe DeadAt and Group; Schema renders the column and the index the deletes read.
 //
-// The table must describe DeadAt and Group (rowactor.Schema renders the column and an
-// index on (group, dead_at) that the deletes read in order).
+// It runs as Retain does, with the same options and one round at a time across processes,
+// under a lock of its own, so it never waits for the table's Retain. It deletes the oldest
+// deaths first. It leaves rows whose DeadAt is NULL, moved before the column was
+// described, and rows a subscription of the group holds. A requeue clears DeadAt, so a row
+// moved back and dead again is kept keep from its second death.
+//
+// The rowactor.retention.deleted counter counts its rows with the group as
+// rowactor.queue. See docs/operations.md.
 func (b *Broker) RetainDeadLetters(ctx context.Context, t Table, group string, keep time.Duration, opts ...RetainOption) (*Retention, error) {
 	if err := dialects.CheckRetainDeadLetters(t, group); err != nil {
 		return nil, err
@@ -118,8 +119,8 @@ func (b *Broker) RetainDeadLetters(ctx context.Context, t Table, group string, k
 // statement; a limit of 0 checks the description against the live table.
 type retainRound func(ctx context.Context, before time.Time, limit int) (deleted int64, led bool, err error)
 
-// startRetention checks a retention of t (of its dead-letter group group, or of its
-// finished rows when group is "") and starts its loop.
+// startRetention checks a retention of t and starts its loop. The retention is of t's
+// dead-letter group group, or of its finished rows when group is "".
 func (b *Broker) startRetention(ctx context.Context, t Table, group string, keep time.Duration, round retainRound, opts []RetainOption) (*Retention, error) {
 	cfg := retainConfig{every: min(max(keep/10, time.Second), time.Minute), batch: DefaultRetainBatch}
 	for _, o := range opts {
@@ -199,7 +200,8 @@ func (b *Broker) retain(ctx context.Context, r *Retention, round retainRound, ke
 	}
 }
 
-// forgetRetention drops r from the broker's retentions (Shutdown took them all already).
+// forgetRetention drops r from the broker's retentions, unless Shutdown took them all
+// already.
 func (b *Broker) forgetRetention(r *Retention) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

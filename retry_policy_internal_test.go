@@ -12,6 +12,7 @@ import (
 // TestDefaultBackoff checks DefaultBackoff's numbers: 1 s · 2^(attempt-1), within ±20 %,
 // never above an hour, an attempt below 1 read as 1.
 func TestDefaultBackoff(t *testing.T) {
+	t.Parallel()
 	curve := map[int]time.Duration{
 		-3: time.Second, 0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second,
 		10: 512 * time.Second, 12: 2048 * time.Second, 13: time.Hour, 25: time.Hour, 1 << 30: time.Hour,
@@ -53,6 +54,7 @@ func TestDefaultBackoff(t *testing.T) {
 // TestRetryPolicyFallsBack checks that a nil policy is DefaultBackoff and that a policy
 // that panics backs off by DefaultBackoff, with an error logged.
 func TestRetryPolicyFallsBack(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	if d := safePolicy(nil, log, "jobs", "q")(1, nil); d < 800*time.Millisecond || d > 1200*time.Millisecond {

@@ -60,6 +60,7 @@ func escapedKey(t *rowactor.Table) {
 // wake behave as with it on; an advisory key template holding backslashes and quotes locks
 // the host's text, the same key a process with the setting on locks for the row.
 func TestStandardConformingStringsOff(t *testing.T) {
+	t.Parallel()
 	drv := scsOffDriver(t)
 	probe := drv.open(t)()
 	var setting string

@@ -11,9 +11,9 @@ import (
 // A lease settlement that waits for a lock another session holds on its row (a report
 // reading the row FOR UPDATE, an operator's transaction) must not hold up the
 // settlements of the subscription's other rows: they queue in the batcher behind the
-// statement that waits, and their workers with them. Found by the chaos checker (extend
-// fault on MariaDB: acks of unrelated rows reported only when the injected lock ended).
+// statement that waits, and their workers with them.
 func TestASettlementWaitingForALockHoldsUpNoOther(t *testing.T) {
+	t.Parallel()
 	for _, drv := range serverDrivers() {
 		t.Run(drv.name, func(t *testing.T) {
 			t.Parallel()

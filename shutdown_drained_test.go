@@ -36,6 +36,7 @@ func blockUntilCancelled(t *testing.T, h *harness, b *rowactor.Broker, n int) {
 // a Shutdown that drained returns nil, even under a context that had already ended when
 // nothing was in work. (goleak in TestMain checks that nothing is left running.)
 func TestShutdownTellsWhetherItDrained(t *testing.T) {
+	t.Parallel()
 	for _, drv := range drivers {
 		t.Run(drv.name, func(t *testing.T) {
 			t.Parallel()

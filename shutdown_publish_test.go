@@ -14,6 +14,7 @@ import (
 // about a statement or pool closed under it; one that wins it is written. The broker owns
 // its pool (rowactor.Open), so Shutdown closes it.
 func TestPublishRacingShutdownReturnsErrClosed(t *testing.T) {
+	t.Parallel()
 	const (
 		rounds     = 25
 		publishers = 12

@@ -15,23 +15,26 @@ import (
 // A lease is (row, token), never the row alone: a delivery whose lease ran out while it
 // ran, and whose row the same process claimed again, settles nothing, whatever it
 // answers and whenever it answers it.
-func init() {
-	for _, late := range []struct {
-		name     string
-		outcome  rowactor.Outcome
-		together bool // the stale delivery answers at the same moment as the current one
-	}{
-		{name: "ack", outcome: rowactor.Ack()},
-		{name: "retry", outcome: rowactor.Retry()},
-		{name: "ack beside the current delivery's ack", outcome: rowactor.Ack(), together: true},
-	} {
-		scenarios = append(scenarios, scenario{
-			name:  "a stale delivery's " + late.name + " after its row was claimed again in the same process changes nothing",
-			forms: []rowactor.Form{rowactor.FormLease},
-			run: func(t *testing.T, h *harness, _ rowactor.Form) {
-				staleLeaseScenario(t, h, late.outcome, late.together)
-			},
-		})
+var staleLeaseScenarios = []scenario{
+	staleAnswerScenario("ack", rowactor.Ack(), false),
+	staleAnswerScenario("retry", rowactor.Retry(), false),
+	staleAnswerScenario("ack beside the current delivery's ack", rowactor.Ack(), true),
+	{
+		name:  "a lease whose ack waits for a batch is renewed until the batch commits",
+		forms: []rowactor.Form{rowactor.FormLease},
+		run:   waitingAckRenewedScenario,
+	},
+}
+
+// staleAnswerScenario is the scenario of a stale delivery that answers late (outcome), or
+// at the same moment as the current delivery (together).
+func staleAnswerScenario(name string, late rowactor.Outcome, together bool) scenario {
+	return scenario{
+		name:  "a stale delivery's " + name + " after its row was claimed again in the same process changes nothing",
+		forms: []rowactor.Form{rowactor.FormLease},
+		run: func(t *testing.T, h *harness, _ rowactor.Form) {
+			staleLeaseScenario(t, h, late, together)
+		},
 	}
 }
 
@@ -119,14 +122,6 @@ func staleLeaseScenario(t *testing.T, h *harness, late rowactor.Outcome, togethe
 	}
 }
 
-func init() {
-	scenarios = append(scenarios, scenario{
-		name:  "a lease whose ack waits for a batch is renewed until the batch commits",
-		forms: []rowactor.Form{rowactor.FormLease},
-		run:   waitingAckRenewedScenario,
-	})
-}
-
 // waitingAckRenewedScenario: one row's ack is held up by another session's row lock for
 // three leases, while the other row's ack goes through. The held row's lease cannot be
 // renewed while the session holds it (busy, not lost): where the waiting ack keeps its
@@ -177,9 +172,18 @@ func waitingAckRenewedScenario(t *testing.T, h *harness, _ rowactor.Form) {
 		switch {
 		case s.ID == blocked && !h.drv.waiterKeepsPlace && errors.Is(s.Err, rowactor.ErrLeaseLost):
 			lost++
+		case s.ID != blocked && errors.Is(s.Err, rowactor.ErrLeaseLost):
+			// The free row's one-second lease ran out because its extension missed its
+			// deadline (half a lease) on a loaded machine: the other broker took it.
+			lost++
 		case s.Err != nil || s.Step != "ack":
 			t.Fatalf("settlement %+v\nlogs:\n%s", s, h.logs.String())
 		}
+	}
+	// A lease the renewer found run out is lost before the other broker claims the row:
+	// its delivery there may come a poll later.
+	for deadline := time.Now().Add(10 * time.Second); other.Load() < int64(lost) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
 	}
 	if n := other.Load(); n != int64(lost) {
 		t.Fatalf("the other broker handled %d rows; %d acks found their lease lost", n, lost)

@@ -26,19 +26,30 @@ type Subscription struct {
 // Table is the subscription's table.
 func (s *Subscription) Table() Table { return s.table }
 
-// Queue is the subscription's queue name (its group, in a table with groups).
+// Queue is the subscription's queue name: its group, in a table with groups.
 func (s *Subscription) Queue() string { return s.queue }
 
 // SetWorkers changes how many deliveries the subscription keeps in work. It takes effect
-// at the next claim; deliveries already in work are kept.
-func (s *Subscription) SetWorkers(n int) { s.run.SetWorkers(n) }
+// at the next claim; deliveries already in work are kept. n must be 1 or more, as for
+// Workers. A smaller n returns a *ConfigError matching ErrConfig and changes nothing. To
+// stop claiming for a while, use Pause.
+func (s *Subscription) SetWorkers(n int) error {
+	if n < 1 {
+		return &ConfigError{Table: s.table.Name, Option: "SetWorkers",
+			Reason: fmt.Sprintf("SetWorkers(%d) leaves nothing to do the work; the subscription keeps its workers", n),
+			Fix:    "use SetWorkers(1) or more, or Pause to stop claiming"}
+	}
+	s.run.SetWorkers(n)
+	return nil
+}
 
 // InWork is the number of deliveries in work.
 func (s *Subscription) InWork() int { return s.run.InWork() }
 
-// Pause stops claiming. Deliveries in work go on and settle as usual; rows claimed ahead
-// of a worker (Prefetch, WorkersByKey) go back to the queue at once. It returns once the
-// subscription stopped claiming: a claim already in flight may still deliver its rows.
+// Pause stops claiming. Deliveries in work go on and settle as usual. Rows claimed ahead
+// of a worker, by Prefetch or WorkersByKey, go back to the queue at once, with the attempt
+// they had before their claim, since their handlers never started. It returns once the
+// subscription stopped claiming; a claim already in flight may still deliver its rows.
 func (s *Subscription) Pause(ctx context.Context) error {
 	if err := s.run.Pause(ctx); err != nil {
 		return err
@@ -61,9 +72,11 @@ func (s *Subscription) Resume(ctx context.Context) error {
 func (s *Subscription) Paused() bool { return s.paused.Load() }
 
 // Subscribe checks the table description and options against the live table and starts
-// claiming its queue: the group named queue in a table with groups, the whole table
-// otherwise (queue is then a free-form label). A description or option that cannot work
-// returns a *ConfigError, before any row is claimed.
+// claiming its queue. In a table with groups, queue is the group the subscription reads.
+// Otherwise the subscription reads the whole table, and queue is a free-form label.
+//
+// A description or option that cannot work returns a *ConfigError, before any row is
+// claimed. After Shutdown began it returns ErrClosed.
 func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler, opts ...SubscribeOption) (*Subscription, error) {
 	if b.closed.Load() {
 		return nil, ErrClosed
@@ -75,18 +88,21 @@ func (b *Broker) Subscribe(ctx context.Context, t Table, queue string, h Handler
 }
 
 // BatchHandler handles a batch of deliveries and returns one outcome per delivery, in
-// order. A panic, or a slice of another length, releases the whole batch unsettled (but
-// for rows Broker.Cancel cancelled, which end as cancelled). ctx is the batch's, shared
-// by its deliveries: Broker.Cancel of one row leaves it running for the others, and
-// Delivery.Cancelled tells which rows were cancelled (ctx is cancelled once all are).
+// order. A panic, or a slice of another length, releases the whole batch unsettled; rows
+// Broker.Cancel cancelled still end as cancelled.
+//
+// ctx is the batch's, shared by its deliveries. Broker.Cancel of one row leaves it
+// running for the others: Delivery.Cancelled tells which rows were cancelled, and ctx is
+// cancelled once all are.
 type BatchHandler func(ctx context.Context, ds []*Delivery) []Outcome
 
-// SubscribeBatch subscribes a batch handler to a row lock table: each call gets up to
-// size due rows, claimed in one transaction, and their settlements (one per row, as the
-// outcomes say) commit together, in that transaction: one claim and one commit for size
-// rows. Workers(n) runs n batches at once, each holding one connection. A failed
-// settlement statement rolls back the whole batch, and every row returns as it was.
-// Batches cannot be transactional, and the other forms keep one row per delivery.
+// SubscribeBatch subscribes a batch handler to a row lock table. Each call gets up to
+// size due rows, claimed in one transaction. Their settlements, one per row as the
+// outcomes say, commit together in that transaction: one claim and one commit for size
+// rows. Workers(n) runs n batches at once, each holding one connection.
+//
+// A failed settlement statement rolls back the whole batch, and every row returns as it
+// was. Batches cannot be transactional, and the other forms keep one row per delivery.
 func (b *Broker) SubscribeBatch(ctx context.Context, t Table, queue string, size int, h BatchHandler, opts ...SubscribeOption) (*Subscription, error) {
 	switch {
 	case b.closed.Load():
@@ -174,7 +190,7 @@ func (b *Broker) subscribe(ctx context.Context, t Table, queue string, h Handler
 		IdlePoll: b.idlePoll(t, cfg.poll),
 		Rules: settler.Rules{MaxAttempts: cfg.attemptCap(), HasRetryAfter: t.RetryAfter != "", LeaseDelays: t.Form() == FormLease,
 			Backoff: safePolicy(cfg.retryPolicy, b.log, t.Name, queue), Events: eventNames(cfg.events)},
-		Handler: wrap(h, t.Name, queue), BatchHandler: wrapBatch(bh, t.Name, queue), BatchSize: size,
+		Handler: b.wrap(h, t.Name, queue), BatchHandler: b.wrapBatch(bh, t.Name, queue), BatchSize: size,
 		Now: b.now, Log: b.log, Policy: defaultPolicy, Limits: b.d.Limits(), Dispatcher: b.dispatcher,
 		Classify:      func(err error) dialects.Fault { return dialects.Classify(b.d, err) },
 		Culprit:       func(err error) dialects.Culprit { return dialects.CulpritOf(b.d, err) },
@@ -192,15 +208,16 @@ func (b *Broker) subscribe(ctx context.Context, t Table, queue string, h Handler
 	return s, nil
 }
 
-// idlePollKey names the subscriptions one probe serves: one table, described alike (the
-// probe runs the claim's condition), polled at one interval.
+// idlePollKey names the subscriptions one probe serves: one table, described alike since
+// the probe runs the claim's condition, polled at one interval.
 type idlePollKey struct {
 	table Table
 	poll  time.Duration
 }
 
-// idlePoll returns the table's idle poll (made on first use), or nil when the dialect
-// cannot probe: the subscription then polls by a timer of its own. Called under b.mu.
+// idlePoll returns the table's idle poll, made on first use. It returns nil when the
+// dialect cannot probe; the subscription then polls by a timer of its own. Called under
+// b.mu.
 func (b *Broker) idlePoll(t Table, poll time.Duration) *actors.IdlePoll {
 	prober, ok := b.d.(dialects.DueProber)
 	if !ok {
@@ -246,9 +263,9 @@ func servesForm(d dialects.Dialect, q dialects.Queue, t Table, transactional boo
 // wrap adapts a public handler to the runtime's. The handler's context carries its
 // delivery, so PublishTx through the delivery's transaction can wake subscribers once the
 // Ack committed it.
-func wrap(h Handler, table, queue string) actors.Handler {
+func (b *Broker) wrap(h Handler, table, queue string) actors.Handler {
 	return func(ctx context.Context, row dialects.Row, tx any) (settler.Outcome, any) {
-		d := &Delivery{row: row, table: table, queue: queue, tx: tx, deadline: deadline.From(ctx)}
+		d := &Delivery{broker: b, row: row, table: table, queue: queue, tx: tx, deadline: deadline.From(ctx)}
 		if tx != nil {
 			ctx = context.WithValue(ctx, deliveryKey{}, d)
 		}
@@ -257,7 +274,7 @@ func wrap(h Handler, table, queue string) actors.Handler {
 }
 
 // wrapBatch adapts a public batch handler to the runtime's.
-func wrapBatch(h BatchHandler, table, queue string) actors.BatchHandler {
+func (b *Broker) wrapBatch(h BatchHandler, table, queue string) actors.BatchHandler {
 	if h == nil {
 		return nil
 	}
@@ -266,7 +283,7 @@ func wrapBatch(h BatchHandler, table, queue string) actors.BatchHandler {
 		tags := make([]any, len(rows))
 		dl := deadline.From(ctx) // the batch's, shared by its deliveries
 		for i, r := range rows {
-			ds[i] = &Delivery{row: r, table: table, queue: queue, deadline: dl, batchCancelled: cancelled, index: i}
+			ds[i] = &Delivery{broker: b, row: r, table: table, queue: queue, deadline: dl, batchCancelled: cancelled, index: i}
 			tags[i] = ds[i]
 		}
 		out := h(ctx, ds)
@@ -291,7 +308,7 @@ func (b *Broker) settledHook(table, queue string) func(actors.Result) {
 			return
 		}
 		b.onSettled(Settlement{
-			Table: table, Queue: queue, ID: r.Row.ID, Attempt: r.Row.Attempt,
+			Broker: b, Table: table, Queue: queue, ID: r.Row.ID, Attempt: r.Row.Attempt,
 			Outcome: Outcome{r.Outcome}, Step: r.Step.String(), Event: r.Event, Released: r.Released, Err: r.Err,
 			HandlerErr: r.Outcome.Err, Panic: r.Panic,
 		})

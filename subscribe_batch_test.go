@@ -11,8 +11,6 @@ import (
 	"github.com/rowactor/rowactor"
 )
 
-func init() { scenarios = append(scenarios, batchHandlerScenarios...) }
-
 // subscribeBatch subscribes a batch handler on the harness's table.
 func (h *harness) subscribeBatch(b *rowactor.Broker, size int, fn rowactor.BatchHandler, opts ...rowactor.SubscribeOption) *rowactor.Subscription {
 	h.t.Helper()
@@ -97,7 +95,7 @@ var batchHandlerScenarios = []scenario{
 				out[i] = rowactor.Ack()
 			}
 			if calls.Add(1) == 1 {
-				out[1] = rowactor.Custom("set", "not a number") // the attempt column refuses it
+				out[1] = rowactor.Event("set", "not a number") // the attempt column refuses it
 			} else {
 				select { // the rows are checked between the two batches
 				case <-checked:
@@ -155,6 +153,7 @@ var batchHandlerScenarios = []scenario{
 // TestSubscribeBatchRefuses: what a batch subscription cannot do is refused before any
 // claim.
 func TestSubscribeBatchRefuses(t *testing.T) {
+	t.Parallel()
 	ack := func(_ context.Context, ds []*rowactor.Delivery) []rowactor.Outcome { return nil }
 	drv := driverNamed(t, "postgres")
 	h := newHarness(t, drv, rowactor.FormLease)

@@ -15,6 +15,7 @@ import (
 // work is refused at Subscribe with an error naming the table, the column or option, and
 // a fix, and that nothing was claimed: the row keeps its attempt and has no lease.
 func TestSubscribeRefusesWhatCannotWork(t *testing.T) {
+	t.Parallel()
 	ack := func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }
 	cases := []struct {
 		name  string
@@ -79,6 +80,7 @@ func TestSubscribeRefusesWhatCannotWork(t *testing.T) {
 }
 
 func TestSubscribeTwiceIsRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, driverNamed(t, "sqlite"), rowactor.FormLease)
 	b := h.broker()
 	ack := func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }
@@ -93,6 +95,7 @@ func TestSubscribeTwiceIsRefused(t *testing.T) {
 // is restarted with a growing delay rather than spinning; once the table is back the
 // queue drains without restarting the broker, and the log says claims succeed again.
 func TestClaimerRestartsWithBackoff(t *testing.T) {
+	t.Parallel()
 	for _, drv := range drivers {
 		t.Run(drv.name, func(t *testing.T) {
 			t.Parallel()

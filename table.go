@@ -1,6 +1,10 @@
 package rowactor
 
 import (
+	"context"
+	"fmt"
+	"strings"
+
 	"github.com/rowactor/rowactor/dialects"
 )
 
@@ -26,7 +30,7 @@ const (
 // Isolation is the isolation level a table declares for its transactions.
 type Isolation = dialects.Isolation
 
-// The isolation levels (PostgreSQL, MySQL/MariaDB).
+// The isolation levels, on PostgreSQL and MySQL/MariaDB.
 const (
 	ReadUncommitted = dialects.ReadUncommitted
 	ReadCommitted   = dialects.ReadCommitted
@@ -34,18 +38,38 @@ const (
 	Serializable    = dialects.Serializable
 )
 
-// Mode is how SQLite begins a table's transactions.
-type Mode = dialects.Mode
-
-// The SQLite modes.
-const (
-	Deferred  = dialects.Deferred
-	Immediate = dialects.Immediate
-	Exclusive = dialects.Exclusive
-)
-
 // Schema renders the CREATE TABLE statement and the recommended claim index for a
 // description in the dialect's column types, so nobody has to guess the types.
 func Schema(d dialects.Dialect, t Table) (string, error) {
 	return d.Schema(t)
+}
+
+// ApplySchema creates t's table and its indexes, as Schema renders them, where they do
+// not exist yet: it is safe to call at every start. It changes no table that exists,
+// even one that differs from t (Subscribe and Publish then say what is missing).
+//
+// It runs through the broker (DB), the same call on every database. A dead-letter table
+// is applied the same way, with its own Name.
+func (b *Broker) ApplySchema(ctx context.Context, t Table) error {
+	if b.closed.Load() {
+		return fmt.Errorf("rowactor: apply the schema of %s: %w", t.Name, ErrClosed)
+	}
+	ddl, err := b.d.Schema(t)
+	if err != nil {
+		return err
+	}
+	db, err := b.DB()
+	if err != nil {
+		return err
+	}
+	// One statement per Exec: MySQL's driver refuses several unless the DSN allows them.
+	for _, stmt := range strings.Split(ddl, ";\n") {
+		if strings.TrimSpace(stmt) == "" {
+			continue
+		}
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("rowactor: apply the schema of %s: %w", t.Name, err)
+		}
+	}
+	return nil
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -251,9 +254,43 @@ var telemetryScenarios = []scenario{
 			t.Fatalf("dead letters %d, want 1", n)
 		}
 	}},
+	{name: "a failed delivery's span records the handler's error",
+		run: func(t *testing.T, h *harness, _ rowactor.Form) {
+			tel := newTelemetry(t)
+			b := h.broker(tel.options()...)
+			h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Fail(errBoom) },
+				rowactor.RetryPolicy(func(int, error) time.Duration { return time.Hour }))
+			h.publish(b, 1)
+			if s := h.waitSettled(1)[0]; s.Err != nil || !errors.Is(s.HandlerErr, errBoom) {
+				t.Fatalf("settlement %+v", s)
+			}
+			waitFor(t, func() bool { return len(tel.named("process ")) == 1 })
+			span := tel.named("process ")[0]
+			if span.Status().Code != codes.Error || span.Status().Description != errBoom.Error() {
+				t.Fatalf("span status %+v, want Error with the handler's error", span.Status())
+			}
+			if got := attr(span, "rowactor.outcome").AsString(); got != "fail" {
+				t.Fatalf("span outcome %q", got)
+			}
+			exceptions := 0
+			for _, e := range span.Events() {
+				if e.Name != "exception" {
+					continue
+				}
+				for _, kv := range e.Attributes {
+					if kv.Key == "exception.message" && kv.Value.AsString() == errBoom.Error() {
+						exceptions++
+					}
+				}
+			}
+			if exceptions != 1 {
+				t.Fatalf("span events %+v, want one exception event with the handler's error", span.Events())
+			}
+		}},
 }
 
 func TestTelemetry(t *testing.T) {
+	t.Parallel()
 	for _, drv := range drivers {
 		for _, form := range drv.forms {
 			for _, sc := range telemetryScenarios {
@@ -266,5 +303,138 @@ func TestTelemetry(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// The tracing tests depend on otel's global tracer provider being unset, and one of them
+// sets it: they run in a child process of their own so the rest of the package never sees
+// the global they set.
+const tracingChildEnv = "ROWACTOR_TRACING_CHILD"
+
+// TestTracingWithNoGlobalProvider runs the tracing children, each in a process of its own.
+func TestTracingWithNoGlobalProvider(t *testing.T) {
+	t.Parallel()
+	if os.Getenv(tracingChildEnv) != "" {
+		t.Skip("the parent runs the children")
+	}
+	for _, name := range []string{"TestTracingChildHandlerContextCarriesThePublishersTrace", "TestTracingChildSpansOnceAProviderIsSetLater", "TestTracingChildQueueWaitMeasuredWithoutATracer"} {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.count=1", "-test.v")
+			cmd.Env = append(os.Environ(), tracingChildEnv+"=1")
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s failed: %v\n%s", name, err, out)
+			}
+			t.Logf("%s", out)
+		})
+	}
+}
+
+func tracingChildOnly(t *testing.T) {
+	if os.Getenv(tracingChildEnv) == "" {
+		t.Skip("run through TestTracingWithNoGlobalProvider")
+	}
+}
+
+// remoteParent is a context carrying a sampled remote span context, as a service's
+// incoming request would with an otel propagator and no SDK of its own.
+func remoteParent() (context.Context, trace.SpanContext) {
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+		SpanID:     trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7},
+		TraceFlags: trace.FlagsSampled,
+		Remote:     true,
+	})
+	return trace.ContextWithRemoteSpanContext(context.Background(), sc), sc
+}
+
+// TestTracingChildHandlerContextCarriesThePublishersTrace: with no tracer provider set
+// anywhere, OpenTelemetry's API still propagates a span context (a non-recording span
+// carries its parent's). rowactor always injects and extracts the W3C traceparent itself
+// (propagation.TraceContext): a publish made in a traced request writes the request's
+// traceparent into the headers column, and the first delivery's handler context carries
+// that span context, so a handler's logs, its outgoing calls and what it publishes stay
+// in the caller's trace.
+func TestTracingChildHandlerContextCarriesThePublishersTrace(t *testing.T) {
+	tracingChildOnly(t)
+	for _, db := range []string{"postgres", "mysql", "sqlite"} {
+		t.Run(db, func(t *testing.T) {
+			h := newHarness(t, driverNamed(t, db), rowactor.FormLease)
+			b := h.broker()
+			got := make(chan trace.SpanContext, 1)
+			h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+				got <- trace.SpanContextFromContext(ctx)
+				return rowactor.Ack()
+			})
+			ctx, sc := remoteParent()
+			if _, err := b.Publish(ctx, h.table, h.queue, []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			h.waitSettled(1)
+			if in := <-got; in.TraceID() != sc.TraceID() {
+				t.Fatalf("the handler's context carries trace %v; want the publisher's %v (the traceparent in the row's headers)", in.TraceID(), sc.TraceID())
+			}
+		})
+	}
+}
+
+// TestTracingChildSpansOnceAProviderIsSetLater: a broker made while the global provider
+// is unset makes spans once a program sets one.
+func TestTracingChildSpansOnceAProviderIsSetLater(t *testing.T) {
+	tracingChildOnly(t)
+	h := newHarness(t, driverNamed(t, "postgres"), rowactor.FormLease)
+	b := h.broker()
+	h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() })
+	h.publish(b, 1)
+	h.waitSettled(1)
+
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	otel.SetTracerProvider(tp)
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	h.publish(b, 1)
+	h.waitSettled(1)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var process, settle, publish int
+		for _, s := range rec.Ended() {
+			switch n := s.Name(); {
+			case len(n) > 8 && n[:8] == "process ":
+				process++
+			case len(n) > 7 && n[:7] == "settle ":
+				settle++
+			case len(n) > 8 && n[:8] == "publish ":
+				publish++
+			}
+		}
+		if process == 1 && settle == 1 && publish == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after otel.SetTracerProvider: %d publish, %d process, %d settle spans; want 1 each", publish, process, settle)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestTracingChildQueueWaitMeasuredWithoutATracer: with no tracer set, the queue wait is
+// still measured.
+func TestTracingChildQueueWaitMeasuredWithoutATracer(t *testing.T) {
+	tracingChildOnly(t)
+	for _, db := range []string{"postgres", "sqlite"} {
+		t.Run(db, func(t *testing.T) {
+			h := newHarness(t, driverNamed(t, db), rowactor.FormLease)
+			tel := newTelemetry(t)
+			b := h.broker(rowactor.WithMeterProvider(tel.mp))
+			h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() })
+			h.publish(b, 3)
+			h.waitSettled(3)
+			if n := tel.sum(t, "rowactor.queue.wait"); n != 3 {
+				t.Fatalf("queue waits recorded %d, want 3", n)
+			}
+			if n := tel.sum(t, "rowactor.deliveries"); n != 3 {
+				t.Fatalf("deliveries counted %d, want 3", n)
+			}
+		})
 	}
 }

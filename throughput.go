@@ -15,18 +15,19 @@ const ThroughputMinutes = 60
 type ThroughputMinute struct {
 	// Minute is the minute's start, in the broker's clock.
 	Minute time.Time
-	// Handled counts the deliveries settled by an outcome without an error (an Ack, a
-	// Retry, an event of the handler's); Failed those whose handler failed or panicked
-	// (a Fail, an outcome WithError, a panic), however they were settled. Rows released
-	// unsettled, and settlements that did not take effect, are counted in neither.
+	// Handled counts the deliveries settled by an outcome without an error, such as an
+	// Ack, a Retry or an event of the handler's. Failed counts those whose handler failed
+	// or panicked, by Fail, an outcome WithError or a panic, however they were settled.
+	// Rows released unsettled, and settlements that did not take effect, are counted in
+	// neither.
 	Handled, Failed int64
 }
 
 // Throughput counts the settlements of queue of table t by this broker's subscriptions,
-// per minute, over the last ThroughputMinutes minutes: one entry per minute, oldest
-// first, minutes without a settlement included as zeros. It reads counters the broker
-// keeps in memory (a few hundred bytes per queue), never the database; a queue this
-// broker never settled a row of reads as zeros.
+// per minute, over the last ThroughputMinutes minutes. It returns one entry per minute,
+// oldest first, minutes without a settlement included as zeros. A queue this broker never
+// settled a row of reads as zeros. It reads counters the broker keeps in memory, a few
+// hundred bytes per queue, never the database.
 func (b *Broker) Throughput(t Table, queue string) []ThroughputMinute {
 	return b.throughput.minutes(throughputKey{t.Name, queue}, b.now())
 }

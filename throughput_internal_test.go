@@ -13,6 +13,7 @@ import (
 // The ring counts each settlement that took effect in its minute, failed or handled, keeps
 // queues apart, and forgets a slot's count once its minute is an hour old.
 func TestThroughputRing(t *testing.T) {
+	t.Parallel()
 	var c throughput
 	k, other := throughputKey{"jobs", "emails"}, throughputKey{"jobs", "sms"}
 	t0 := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)

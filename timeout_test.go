@@ -108,13 +108,15 @@ var timeoutScenarios = []scenario{
 			b := h.broker()
 			errs := make(chan error, 1)
 			h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
-				h.note(ctx, d, "extended")
+				// First, well before the 100 ms deadline: the note's write through the
+				// lent transaction may take longer than that under load.
 				d.SetTimeout(5 * time.Second)
 				dl, ok := ctx.Deadline()
 				if left := time.Until(dl); !ok || left < 4*time.Second {
 					errs <- fmt.Errorf("ctx.Deadline %v in %v after SetTimeout(5s)", ok, left)
 					return rowactor.Ack()
 				}
+				h.note(ctx, d, "extended")
 				time.Sleep(300 * time.Millisecond) // past the subscription's 100 ms
 				errs <- ctx.Err()
 				return rowactor.Ack()
@@ -252,7 +254,10 @@ func runAbandoned(t *testing.T, h *harness, form rowactor.Form) {
 	t.Cleanup(unblock) // before the broker's shutdown, should the test fail first
 	lateWrite := make(chan error, 1)
 	var calls atomic.Int64
-	const timeout = 200 * time.Millisecond
+	// The deadline bounds the next rows' deliveries too, whose handlers write through
+	// their transactions: a second leaves that write room on a loaded machine (at 200 ms
+	// one ran past it).
+	const timeout = time.Second
 	h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
 		if calls.Add(1) > 1 {
 			h.note(ctx, d, "next")
@@ -369,6 +374,7 @@ func TestTimeoutConformance(t *testing.T) { runModeMatrix(t, timeoutScenarios) }
 
 // TestTimeoutRefusesNegative: a negative Timeout is a *ConfigError naming the option.
 func TestTimeoutRefusesNegative(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, driverNamed(t, "sqlite"), rowactor.FormLease)
 	_, err := h.broker().Subscribe(context.Background(), h.table, h.queue,
 		func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }, rowactor.Timeout(-time.Second))
@@ -386,6 +392,7 @@ func TestTimeoutRefusesNegative(t *testing.T) {
 // with a context of the handler's own is cut off by the abandonment itself (its socket
 // closed under it); through database/sql the release waits for such a statement.
 func TestTimeoutStatementInFlight(t *testing.T) {
+	t.Parallel()
 	sleeps := map[string]string{"postgres": "SELECT pg_sleep(30)", "mysql": "SELECT SLEEP(30)"}
 	for _, drv := range drivers {
 		sleep, ok := sleeps[drv.name]

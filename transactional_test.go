@@ -35,8 +35,8 @@ func (h *harness) write(ctx context.Context, d *rowactor.Delivery, s rowactor.Ta
 	}
 }
 
-// transactionalScenarios run with Transactional() over every (database, form).
-var transactionalScenarios = []scenario{
+// transactionalCoreScenarios run with Transactional() over every (database, form).
+var transactionalCoreScenarios = []scenario{
 	{name: "a shutdown that outlasts its deadline rolls back a running handler's transaction and releases its row", run: func(t *testing.T, h *harness, form rowactor.Form) {
 		s := h.side()
 		b := h.broker()
@@ -235,6 +235,7 @@ var transactionalScenarios = []scenario{
 }
 
 func TestTransactionalConformance(t *testing.T) {
+	t.Parallel()
 	for _, drv := range drivers {
 		for _, form := range drv.forms {
 			for _, sc := range transactionalScenarios {

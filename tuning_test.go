@@ -2,6 +2,7 @@ package rowactor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -13,8 +14,6 @@ import (
 )
 
 // Runtime tuning and per-key concurrency join the conformance table.
-func init() { scenarios = append(scenarios, tuningScenarios...) }
-
 // peak tracks the most calls in flight at once.
 type peak struct{ now, max atomic.Int64 }
 
@@ -94,6 +93,38 @@ var tuningScenarios = []scenario{
 		}
 		if m := p.max.Load(); m > 1 {
 			t.Fatalf("%d deliveries at once after SetWorkers(1)", m)
+		}
+	}},
+	{name: "SetWorkers(0) is refused as Workers(0) is and the workers stay", run: func(t *testing.T, h *harness, _ rowactor.Form) {
+		b := h.broker()
+		var calls atomic.Int64
+		hold := make(chan struct{})
+		sub := h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			if calls.Add(1) <= 2 {
+				<-hold
+			}
+			return rowactor.Ack()
+		}, rowactor.Workers(2))
+		h.publish(b, 3)
+		waitFor(t, func() bool { return calls.Load() == 2 })
+		for _, n := range []int{0, -1} {
+			err := sub.SetWorkers(n)
+			var ce *rowactor.ConfigError
+			if !errors.Is(err, rowactor.ErrConfig) || !errors.As(err, &ce) || ce.Option != "SetWorkers" || ce.Table != h.table.Name {
+				t.Fatalf("SetWorkers(%d) = %v, want a *ConfigError naming SetWorkers and the table", n, err)
+			}
+		}
+		// Still two workers: with one held, the third row starts once the other returns.
+		hold <- struct{}{}
+		waitFor(t, func() bool { return calls.Load() == 3 })
+		close(hold)
+		for _, s := range h.waitSettled(3) {
+			if s.Err != nil || s.Step != "ack" {
+				t.Fatalf("settlement %+v", s)
+			}
+		}
+		if err := sub.SetWorkers(1); err != nil {
+			t.Fatalf("SetWorkers(1) = %v", err)
 		}
 	}},
 	{name: "rows of one key are handled one at a time in claim order and keys side by side", run: func(t *testing.T, h *harness, _ rowactor.Form) {

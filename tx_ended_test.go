@@ -165,6 +165,7 @@ func until(cond func() (bool, error)) error {
 }
 
 func TestTxEndedByTheDatabase(t *testing.T) {
+	t.Parallel()
 	for _, drv := range drivers {
 		for _, form := range drv.forms {
 			t.Run(drv.name+"/"+fmt.Sprint(form), func(t *testing.T) {

@@ -182,14 +182,24 @@ func (d *batchDelivery) settle() []Result {
 		if step.Kind == dialects.StepCustom && !cfg.Rules.Events[step.Event] {
 			step = dialects.Step{Kind: dialects.StepRelease, Now: now} // commits nothing for the row: it returns
 			results[i].Step, results[i].Event, results[i].Released = dialects.StepRelease, "", true
-			results[i].Err = fmt.Errorf("rowactor: Custom(%q) names no event of the subscription: %w", d.outcomes[i].Event, settler.ErrUnknownEvent)
+			results[i].Err = fmt.Errorf("rowactor: Event(%q) names no event of the subscription: %w", d.outcomes[i].Event, settler.ErrUnknownEvent)
 		}
 		if step.Kind == dialects.StepRelease {
 			results[i].Step, results[i].Released = dialects.StepRelease, true
 		}
 		steps[i] = step
 	}
-	ctx, cancel := context.WithTimeout(cfg.Ctx, cfg.SettleTimeout)
+	if d.sub.guardsSettlements() {
+		for _, row := range d.rows {
+			d.sub.poison.Settling(row.ID)
+		}
+		defer func() {
+			for _, row := range d.rows {
+				d.sub.poison.Settled(row.ID)
+			}
+		}()
+	}
+	ctx, cancel := context.WithTimeout(cfg.ctx, cfg.settleTimeout)
 	defer cancel()
 	if err := d.batch.Settle(ctx, steps); err != nil {
 		err = fmt.Errorf("settle a batch of %d rows: %w", len(d.rows), err)
@@ -212,7 +222,7 @@ func (d *batchDelivery) settle() []Result {
 // this is safe while it may still run.
 func (d *batchDelivery) release(why error, reqs []*cancelRequest) []Result {
 	cfg := d.sub.cfg
-	ctx, cancel := context.WithTimeout(cfg.Ctx, cfg.SettleTimeout)
+	ctx, cancel := context.WithTimeout(cfg.ctx, cfg.settleTimeout)
 	defer cancel()
 	var steps []dialects.Step
 	var err error

@@ -218,8 +218,8 @@ func endCancel(p *atomic.Pointer[cancelRequest], r Result) {
 
 // settleCancelled ends the row of a cancelled delivery as a cancel of a queued row does:
 // the ack step (deleted, or processed_at set with its unique key cleared), with the
-// reason in the error column, never replaced by an event of the subscription's. In
-// transactional mode the handler's writes are rolled back first (the outcome is a Drop).
+// reason in the error column after dialects.CancelledPrefix, never replaced by an event of the subscription's. In
+// transactional mode the handler's writes are rolled back first (the outcome is a Cancel).
 func (d *delivery) settleCancelled(req *cancelRequest) Result {
 	step, o := d.cancelStep(req)
 	d.outcome = o
@@ -228,14 +228,27 @@ func (d *delivery) settleCancelled(req *cancelRequest) Result {
 	return r
 }
 
+// settleCancelledUnstarted is settleCancelled for a delivery whose handler never started
+// (it was cancelled while it waited for a worker, or as it started): the row also gets
+// back the attempt its claim counted (the lease and advisory forms), and reads as a
+// cancel of the queued row would have left it.
+func (d *delivery) settleCancelledUnstarted(req *cancelRequest) Result {
+	step, o := d.cancelStep(req)
+	step.Unstarted = true
+	d.outcome = o
+	return d.runStep(step, o, d.tag)
+}
+
 // cancelStep is the step and outcome that end a cancelled delivery's row.
 func (d *delivery) cancelStep(req *cancelRequest) (dialects.Step, settler.Outcome) {
 	return cancelStep(req, d.claim.Row, d.sub.cfg.Now())
 }
 
+// Its outcome is a Cancel, as the handler's own Cancel(err) would be, and its step the
+// one that Cancel plans: the reason written as dialects.CancelledError.
 func cancelStep(req *cancelRequest, row dialects.Row, now time.Time) (dialects.Step, settler.Outcome) {
-	o := settler.Outcome{Verdict: settler.Drop, Err: req.cause, Error: req.reason}
-	return dialects.Step{Kind: dialects.StepAck, Now: now, Error: req.reason, Attempt: row.Attempt}, o
+	o := settler.Outcome{Verdict: settler.Cancel, Err: req.cause, Error: req.reason}
+	return dialects.Step{Kind: dialects.StepAck, Now: now, Error: dialects.CancelledError(req.reason), Attempt: row.Attempt}, o
 }
 
 // inWorkBook is a subscription's deliveries (or batches) in work, by row id, in shards so

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,8 +33,8 @@ type Result struct {
 	Err error
 	// Released reports a row given back unsettled (lease released, key unlocked).
 	Released bool
-	// Closed reports a session's connection closed rather than returned.
-	Closed bool
+	// closed reports a session's connection closed rather than returned.
+	closed bool
 	// Panic holds a handler panic's value.
 	Panic any
 	// Tag is what the handler returned beside its outcome (the root package's delivery).
@@ -60,6 +61,10 @@ type delivery struct {
 	// not be opened (the handler then never ran).
 	leaseTx  dialects.LeaseTx
 	beginErr error
+	// txMu guards leaseTx between the handler's goroutine opening it and a stop ending it
+	// (lentLeaseTx); txEnded says the actor ended it, or will.
+	txMu    sync.Mutex
+	txEnded bool
 	// dctx is the handler's context, whose deadline Config.Timeout sets (timeout.go);
 	// started is when the actor started.
 	dctx    *deadline.Context
@@ -79,6 +84,9 @@ type delivery struct {
 	// releaseOnly gives a prefetched row back without calling the handler (a drain began
 	// before a worker took it).
 	releaseOnly bool
+	// keyPanic is why a row is given back unstarted: the WorkersByKey key function
+	// panicked on it (guard.go).
+	keyPanic *keyPanic
 	// keyed: the row counts against its partition key, key, until settled (WorkersByKey).
 	keyed bool
 	key   string
@@ -91,6 +99,12 @@ type delivery struct {
 	// cancelOnly settles a claimed row that waited for a worker as cancelled, without
 	// calling the handler (a Cancel found it waiting).
 	cancelOnly *cancelRequest
+	// stopResult is what the actor's stop did to the row while its handler still ran
+	// (stopRunning); stopDone closes once it is set. Made as the handler is scheduled.
+	stopResult Result
+	stopDone   chan struct{}
+	// returned closes once the handler returned and its goroutine read the state.
+	returned chan struct{}
 }
 
 // handledMsg tells the delivery actor its handler returned.
@@ -131,7 +145,7 @@ func (d *delivery) Receive(c actor.Context) {
 		d.startSpan(!d.releaseOnly && d.cancelOnly == nil)
 		if d.cancelOnly != nil {
 			d.cancel.Store(d.cancelOnly) // endCancel hands it the result
-			r := d.settleCancelled(d.cancelOnly)
+			r := d.settleCancelledUnstarted(d.cancelOnly)
 			d.settled = true
 			d.finishSpan(r, 0)
 			d.sub.report(r)
@@ -140,8 +154,12 @@ func (d *delivery) Receive(c actor.Context) {
 			return
 		}
 		if d.releaseOnly {
-			r := d.release(settler.Outcome{})
-			r.Err = errors.Join(r.Err, settler.ErrClosed)
+			r := d.giveBack(d.sub.cfg.ctx)
+			if d.keyPanic != nil {
+				r.Panic, r.Err = d.keyPanic.value, errors.Join(d.keyPanic, r.Err) // the broker is open
+			} else {
+				r.Err = errors.Join(r.Err, settler.ErrClosed)
+			}
 			d.settled = true
 			d.finishSpan(r, 0)
 			d.sub.report(r)
@@ -151,7 +169,7 @@ func (d *delivery) Receive(c actor.Context) {
 		}
 		if req := d.cancel.Load(); req != nil {
 			// Cancelled between its spawn and its start: the handler is not called.
-			r := d.settleCancelled(req)
+			r := d.settleCancelledUnstarted(req)
 			d.settled = true
 			d.finishSpan(r, 0)
 			d.sub.report(r)
@@ -161,6 +179,7 @@ func (d *delivery) Receive(c actor.Context) {
 		}
 		sys, self := c.ActorSystem(), c.Self()
 		d.started = time.Now()
+		d.stopDone, d.returned = make(chan struct{}), make(chan struct{})
 		d.dctx = d.sub.deadlineCtx(sys, self)
 		d.handlerCtx.Store(d.dctx)
 		if req := d.cancel.Load(); req != nil {
@@ -173,6 +192,11 @@ func (d *delivery) Receive(c actor.Context) {
 			d.abandon(c)
 		}
 	case handledMsg:
+		guard := d.sub.guardsSettlements()
+		if guard {
+			d.sub.poison.Settling(d.claim.Row.ID)
+			defer d.sub.poison.Settled(d.claim.Row.ID) // should the settlement panic
+		}
 		if d.freesWorkerEarly() {
 			d.workTook = time.Since(d.spawned)
 			c.Send(c.Parent(), workerFreeMsg{d})
@@ -180,6 +204,11 @@ func (d *delivery) Receive(c actor.Context) {
 		}
 		r := d.settleTraced()
 		d.sub.notePoison(r)
+		if guard {
+			// At once, not after the hook: a claim waiting for the note must not wait for
+			// the service's WithOnSettled callback too (Settled is idempotent).
+			d.sub.poison.Settled(d.claim.Row.ID)
+		}
 		d.settled = true
 		d.finishSpan(r, d.handlerTook)
 		d.sub.report(r)
@@ -190,23 +219,22 @@ func (d *delivery) Receive(c actor.Context) {
 			return
 		}
 		d.settled = true
+		if d.sub.cfg.Transactional && d.state.Load() == running {
+			d.awaitHandler()
+		}
 		// Stopped before settling: the handler still runs, or its outcome came too late.
 		if d.state.CompareAndSwap(running, released) {
 			d.finishSpan(Result{Step: dialects.StepRelease, Err: settler.ErrClosed}, 0)
-			if d.sub.cfg.Transactional {
-				// The handler is using the delivery's transaction, which only its own
-				// goroutine may end: run releases the row once the handler returns, and
-				// Subscription.Stop waits for it.
-				d.sub.pending.Add(1)
-				d.end(c, Result{})
-				return
-			}
-			// Outside transactional mode the handler holds nothing of the row: it goes
-			// back now.
-			d.end(c, d.releaseOn(d.sub.cfg.Ctx, settler.Outcome{}, nil))
+			d.stopRunning()
+			d.end(c, d.stopResult)
 			return
 		}
-		r := d.release(d.outcome)
+		var r Result
+		if d.beginErr != nil && d.panic == nil {
+			r = d.giveBack(d.sub.cfg.ctx) // its handler never started: the attempt goes back too
+		} else {
+			r = d.release(d.outcome)
+		}
 		r.Err = settler.ErrClosed
 		d.finishSpan(r, d.handlerTook)
 		d.sub.report(r)
@@ -234,7 +262,7 @@ func (d *delivery) end(c actor.Context, r Result) {
 	if r.Released {
 		d.sub.released.Add(1)
 	}
-	if r.Closed {
+	if r.closed {
 		d.sub.closed.Add(1)
 	}
 	// A custom event may have returned its row or not: one claim finds out.
@@ -266,7 +294,9 @@ func (d *delivery) run(sys *actor.ActorSystem, self *actor.PID) {
 		}
 	}
 	d.dctx.Finish()
-	if d.state.CompareAndSwap(running, handled) {
+	won := d.state.CompareAndSwap(running, handled)
+	close(d.returned)
+	if won {
 		sys.Root.Send(self, handledMsg{})
 		return
 	}
@@ -277,21 +307,48 @@ func (d *delivery) run(sys *actor.ActorSystem, self *actor.PID) {
 		return
 	}
 	// The row was released (shutdown) while the handler ran: its outcome cannot settle.
-	r := Result{Row: d.claim.Row, Outcome: d.outcome, Step: dialects.StepRelease, Err: settler.ErrClosed, Tag: d.tag}
-	if d.sub.cfg.Transactional {
-		// The actor left the row to this goroutine (see Stopping): roll the handler's
-		// transaction back and give the row back, on statements the stop no longer bounds.
-		rr := d.releaseOn(context.WithoutCancel(d.sub.cfg.Ctx), d.outcome, d.tag)
-		if rr.Released {
-			d.sub.released.Add(1)
-		}
-		if rr.Closed {
-			d.sub.closed.Add(1)
-		}
-		r.Released, r.Closed, r.Err = rr.Released, rr.Closed, errors.Join(settler.ErrClosed, rr.Err)
-		defer d.sub.pending.Done()
+	// The stop gave the row back already (stopRunning), and counted it: the hook is told
+	// what the handler returned, and what the stop did.
+	<-d.stopDone
+	rr := d.stopResult
+	d.sub.report(Result{Row: d.claim.Row, Outcome: d.outcome, Step: dialects.StepRelease, Tag: d.tag,
+		Released: rr.Released, closed: rr.closed, Err: errors.Join(settler.ErrClosed, rr.Err)})
+}
+
+// stopGrace is how long a stopping transactional delivery waits for its handler to
+// return once its context ended: a handler that honours its context returns at once, and
+// its transaction is then rolled back on its own connection, which goes back to the pool;
+// one that ignores it has its transaction ended under it (stopRunning).
+const stopGrace = 250 * time.Millisecond
+
+// awaitHandler ends the handler's context and waits up to stopGrace for it to return.
+func (d *delivery) awaitHandler() {
+	d.dctx.Cancel(settler.ErrClosed)
+	t := time.NewTimer(stopGrace)
+	defer t.Stop()
+	select {
+	case <-d.returned:
+	case <-t.C:
 	}
-	d.sub.report(r)
+}
+
+// stopRunning gives the row of a delivery whose handler still runs back as its actor
+// stops (Shutdown), without waiting for the handler, which may ignore its context: the
+// handler's context ends first, so that a statement it runs with it ends (database/sql
+// serialises a rollback behind it); then, in transactional mode, the lent transaction is
+// ended under the handler as the give-up after Timeout does (interrupt: its connection
+// leaves the pool, so closing an owned pool does not wait for the handler either), and
+// the row goes back by its form's rule. The result waits in stopResult for the handler's
+// goroutine, which tells the hook once the handler returns.
+func (d *delivery) stopRunning() {
+	defer close(d.stopDone)
+	d.dctx.Cancel(settler.ErrClosed)
+	if d.sub.cfg.Transactional {
+		d.stopResult = d.interrupt(nil)
+		return
+	}
+	// Outside transactional mode the handler holds nothing of the row.
+	d.stopResult = d.releaseOn(d.sub.cfg.ctx, settler.Outcome{}, nil)
 }
 
 // begin finds the transaction a transactional handler is lent: the claim's (row lock), the
@@ -313,15 +370,37 @@ func (d *delivery) begin() (tx any, ok bool) {
 		d.beginErr = fmt.Errorf("rowactor: the %s queue cannot lend a transaction", cfg.Table)
 		return nil, false
 	}
-	ltx, err := q.BeginDelivery(cfg.Ctx)
+	ltx, err := q.BeginDelivery(cfg.ctx)
 	if err != nil {
 		d.beginErr = fmt.Errorf("begin the delivery's transaction: %w", err)
 		cfg.Log.Warn("rowactor: could not open a transactional delivery's transaction; the row is released",
 			slog.String("table", cfg.Table), slog.Int64("id", d.claim.Row.ID), slog.Any("error", err))
 		return nil, false
 	}
-	d.leaseTx = ltx
+	d.txMu.Lock()
+	ended := d.txEnded
+	if !ended {
+		d.leaseTx = ltx
+	}
+	d.txMu.Unlock()
+	if ended {
+		// The actor stopped (Shutdown) while the transaction was being opened, and gave
+		// the row back: the handler does not run.
+		_ = ltx.Rollback(cfg.ctx)
+		d.beginErr = settler.ErrClosed
+		return nil, false
+	}
 	return ltx.Tx(), true
+}
+
+// lentLeaseTx is the transaction a transactional lease delivery lent its handler, for
+// interrupt, which may run while the handler's goroutine is still opening it (a stop as
+// the handler starts): from then on begin opens none for the handler.
+func (d *delivery) lentLeaseTx() dialects.LeaseTx {
+	d.txMu.Lock()
+	defer d.txMu.Unlock()
+	d.txEnded = true
+	return d.leaseTx
 }
 
 // settle plans the outcome's step and runs it where the form says.
@@ -331,12 +410,16 @@ func (d *delivery) settle() Result {
 	if req := d.takeCancel(); req != nil {
 		return d.settleCancelled(req)
 	}
-	if d.panic != nil || d.beginErr != nil {
+	if d.panic == nil && d.beginErr != nil {
+		// The lease delivery's transaction could not be opened: the handler never
+		// started, so the row goes back with the attempt its claim counted.
+		r := d.giveBack(cfg.ctx)
+		r.Err = errors.Join(d.beginErr, r.Err)
+		return r
+	}
+	if d.panic != nil {
 		r := d.release(d.outcome)
 		r.Panic, r.Tag = d.panic, d.tag
-		if r.Err == nil {
-			r.Err = d.beginErr
-		}
 		return r
 	}
 	step, note := cfg.Rules.Plan(d.outcome, row.Attempt, cfg.Now())
@@ -352,9 +435,9 @@ func (d *delivery) settle() Result {
 	if step.Kind == dialects.StepCustom && !cfg.Rules.Events[step.Event] {
 		r := d.release(d.outcome)
 		r.Tag = d.tag
-		r.Err = errors.Join(fmt.Errorf("rowactor: the handler settled row %d with Custom(%q), and the subscription to %s has no such event; "+
+		r.Err = errors.Join(fmt.Errorf("rowactor: the handler settled row %d with Event(%q), and the subscription to %s has no such event; "+
 			"register it with rowactor.OnEvent; the row was released: %w", row.ID, step.Event, cfg.Table, settler.ErrUnknownEvent), r.Err)
-		cfg.Log.Warn("rowactor: unknown custom event; the row is released", slog.String("table", cfg.Table),
+		cfg.Log.Warn("rowactor: unknown event; the row is released", slog.String("table", cfg.Table),
 			slog.Int64("id", row.ID), slog.String("event", step.Event))
 		return r
 	}
@@ -362,17 +445,27 @@ func (d *delivery) settle() Result {
 }
 
 // runStep runs a planned step of outcome o where the form says; tag is the handler's.
-func (d *delivery) runStep(step dialects.Step, o settler.Outcome, tag any) Result {
+func (d *delivery) runStep(step dialects.Step, o settler.Outcome, tag any) (r Result) {
 	cfg := d.sub.cfg
 	row := d.claim.Row
-	r := Result{Row: row, Outcome: o, Step: step.Kind, Event: step.Event, Tag: tag}
+	r = Result{Row: row, Outcome: o, Step: step.Kind, Event: step.Event, Tag: tag}
 	if b := d.sub.batcher; b != nil && d.leaseTx == nil && settler.Batchable(step) {
-		// The batch bounds its own statement: no context of the delivery's is needed.
-		r.Err = b.Settle(cfg.Ctx, step, d.claim.Lease)
+		// The batch bounds its own statement, and the batcher ends a wait for a row
+		// another session holds when the subscription's waits end.
+		r.Err = b.Settle(cfg.ctx, step, d.claim.Lease)
 		return r
 	}
-	ctx, cancel := context.WithTimeout(cfg.Ctx, cfg.SettleTimeout)
+	// A single-row statement may wait for a row another session holds: it ends soon
+	// after the subscription's waits do (StatementCtx), and is reported ErrClosed. The
+	// row lock form's claim holds its row, so its settlement waits for no other session:
+	// its COMMIT is left to finish, as a cut one's outcome would be unknown.
+	waits := d.sub.waits
+	if cfg.Form == dialects.FormRowLock {
+		waits = context.Background()
+	}
+	ctx, cancel := settler.StatementCtx(cfg.ctx, waits, cfg.settleTimeout)
 	defer cancel()
+	defer func() { r.Err = waitEnded(waits, r.Err) }()
 	switch cfg.Form {
 	case dialects.FormLease:
 		if d.leaseTx != nil && o.KeepsWrites() {
@@ -391,12 +484,12 @@ func (d *delivery) runStep(step dialects.Step, o settler.Outcome, tag any) Resul
 	case dialects.FormAdvisory:
 		if cfg.Transactional {
 			var unlockErr error
-			r.Closed, r.Err, unlockErr = settler.AdvisoryTx(ctx, d.claim.Session.(dialects.TxSession), step, row.ID, o.KeepsWrites())
+			r.closed, r.Err, unlockErr = settler.AdvisoryTx(ctx, d.claim.Session.(dialects.TxSession), step, row.ID, o.KeepsWrites())
 			d.warnUnlock(unlockErr)
 			break
 		}
 		var unlockErr error
-		r.Closed, r.Err, unlockErr = settler.Advisory(ctx, d.claim.Session, step, row.ID)
+		r.closed, r.Err, unlockErr = settler.Advisory(ctx, d.claim.Session, step, row.ID)
 		d.warnUnlock(unlockErr)
 	case dialects.FormRowLock:
 		if cfg.Transactional {
@@ -406,6 +499,17 @@ func (d *delivery) runStep(step dialects.Step, o settler.Outcome, tag any) Resul
 		r.Err = settler.RowLock(ctx, d.claim.Locked, step, row.ID)
 	}
 	return r
+}
+
+// waitEnded is a single-row settlement's error err as its caller sees it: one cut short
+// because its waits ended (the subscription's: Stop, past Shutdown's context) matches
+// ErrClosed. The dialects' statements that wait for a row lock change nothing when cut
+// short: the server is told to end the wait (dialects.Session, dialects.LeaseQueue).
+func waitEnded(waits context.Context, err error) error {
+	if !settler.CutByStop(waits, err) {
+		return err
+	}
+	return fmt.Errorf("%w: the subscription stopped while the settlement waited: %w", settler.ErrClosed, err)
 }
 
 // settleLease runs a lease-form step fenced by the delivery's own token: with the next
@@ -461,7 +565,7 @@ func (d *delivery) rollbackLeaseTx(ctx context.Context) {
 
 // release gives the row back unsettled: the lease is cleared at once, or the key is
 // unlocked and its connection closed.
-func (d *delivery) release(o settler.Outcome) Result { return d.releaseOn(d.sub.cfg.Ctx, o, d.tag) }
+func (d *delivery) release(o settler.Outcome) Result { return d.releaseOn(d.sub.cfg.ctx, o, d.tag) }
 
 // releaseOn is release with the statements' base context and the handler's tag given:
 // while a handler still runs, the delivery may read neither its tag nor its transaction.
@@ -469,7 +573,7 @@ func (d *delivery) releaseOn(base context.Context, o settler.Outcome, tag any) R
 	cfg := d.sub.cfg
 	row := d.claim.Row
 	r := Result{Row: row, Outcome: o, Step: dialects.StepRelease, Released: true, Tag: tag}
-	ctx, cancel := context.WithTimeout(base, cfg.SettleTimeout)
+	ctx, cancel := context.WithTimeout(base, cfg.settleTimeout)
 	defer cancel()
 	switch cfg.Form {
 	case dialects.FormLease:
@@ -484,18 +588,78 @@ func (d *delivery) releaseOn(base context.Context, o settler.Outcome, tag any) R
 				slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Any("error", err))
 		}
 	case dialects.FormRowLock:
-		if err := d.claim.Locked.Rollback(ctx); err != nil {
-			r.Err = err
-			cfg.Log.Warn("rowactor: could not roll a claim back cleanly; its connection was closed",
-				slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Any("error", err))
-		}
+		r.Err = d.rollbackClaim(ctx)
 	case dialects.FormAdvisory:
-		r.Closed = cfg.Limits.SessionConnections
+		r.closed = cfg.Limits.SessionConnections
 		if err := d.claim.Session.Abort(ctx); err != nil {
 			r.Err = err
 			cfg.Log.Warn("rowactor: could not unlock a key cleanly; its connection was dropped",
 				slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Any("error", err))
 		}
+	}
+	return r
+}
+
+// rollbackClaim rolls a row lock claim back, which returns its row (the claim counted no
+// attempt); a rollback that fails has its connection closed, which returns the row too.
+func (d *delivery) rollbackClaim(ctx context.Context) error {
+	err := d.claim.Locked.Rollback(ctx)
+	if err != nil {
+		d.sub.cfg.Log.Warn("rowactor: could not roll a claim back cleanly; its connection was closed",
+			slog.String("table", d.sub.cfg.Table), slog.Int64("id", d.claim.Row.ID), slog.Any("error", err))
+	}
+	return err
+}
+
+// giveBack gives back a row whose handler never started (it waited for a worker, and a
+// Pause, a drain or a stop gave it back): as release does, and the lease and advisory
+// forms also give back the attempt their claim counted, so the row reads as it did
+// before the claim (SPEC: given back before its handler started). The lease form's
+// statement is fenced by the token, as every settlement; the advisory form's runs on the
+// session holding the key, which it then unlocks; the row lock form's claim counted
+// nothing and its rollback returns the row. A row whose handler did start is released
+// by release, its attempt spent.
+func (d *delivery) giveBack(base context.Context) Result {
+	cfg := d.sub.cfg
+	row := d.claim.Row
+	r := Result{Row: row, Step: dialects.StepRelease, Released: true}
+	step := dialects.Step{Kind: dialects.StepRelease, Now: cfg.Now(), Unstarted: true}
+	ctx, cancel := context.WithTimeout(base, cfg.settleTimeout)
+	defer cancel()
+	switch cfg.Form {
+	case dialects.FormLease:
+		var err error
+		if d.claim.Lease != nil {
+			err = d.settleLease(ctx, step)
+		} else {
+			// Never in the book: claimed as the subscription stopped (handoff.go).
+			err = settler.Lease(ctx, cfg.Queue.(dialects.LeaseQueue), step, dialects.Lease{ID: row.ID, Token: row.Token})
+		}
+		if err != nil {
+			r.Released = false
+			if errors.Is(err, settler.ErrClosed) {
+				return r // released or settled already
+			}
+			r.Err = err
+			cfg.Log.Warn("rowactor: could not give back a lease whose handler never started; the row returns when it expires",
+				slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Any("error", err))
+		}
+	case dialects.FormRowLock:
+		r.Err = d.rollbackClaim(ctx)
+	case dialects.FormAdvisory:
+		var err, unlockErr error
+		if ts, ok := d.claim.Session.(dialects.TxSession); ok && cfg.Transactional {
+			// The claim opened the session's transaction: it is rolled back first.
+			r.closed, err, unlockErr = settler.AdvisoryTx(ctx, ts, step, row.ID, false)
+		} else {
+			r.closed, err, unlockErr = settler.Advisory(ctx, d.claim.Session, step, row.ID)
+		}
+		if err != nil {
+			r.Err = err
+			cfg.Log.Warn("rowactor: could not give back the attempt of a row whose handler never started; its key was unlocked and the row returns with the attempt spent",
+				slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Any("error", err))
+		}
+		d.warnUnlock(unlockErr) // the row returned: the settlement's error is its own
 	}
 	return r
 }

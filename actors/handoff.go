@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 
@@ -62,13 +63,14 @@ func (s *Subscription) closeHandoff() {
 }
 
 // releaseClaimed gives back the rows of an answer nobody will deliver, each by its form's
-// rule for a delivery dropped unsettled, on statements the stop does not cut short (each
-// bounded by the settle timeout), and reports each as released.
+// rule for a row whose handler never started (their claims' attempts given back), on
+// statements the stop does not cut short (each bounded by the settle timeout), and
+// reports each as released.
 func (s *Subscription) releaseClaimed(m *claimer.Claimed) {
 	cfg := &s.cfg
-	base := context.WithoutCancel(cfg.Ctx)
+	base := context.WithoutCancel(cfg.ctx)
 	if m.Batch != nil {
-		ctx, cancel := context.WithTimeout(base, cfg.SettleTimeout)
+		ctx, cancel := context.WithTimeout(base, cfg.settleTimeout)
 		err := m.Batch.Rollback(ctx)
 		cancel()
 		for _, row := range m.Batch.Rows() {
@@ -78,28 +80,15 @@ func (s *Subscription) releaseClaimed(m *claimer.Claimed) {
 		s.warnRelease(0, err)
 	}
 	for _, cl := range m.Claims {
-		r := Result{Row: cl.Row, Step: dialects.StepRelease, Released: true, Err: settler.ErrClosed}
-		ctx, cancel := context.WithTimeout(base, cfg.SettleTimeout)
-		var err error
-		switch {
-		case cl.Locked != nil:
-			err = cl.Locked.Rollback(ctx)
-		case cl.Session != nil:
-			r.Closed = cfg.Limits.SessionConnections
-			err = cl.Session.Abort(ctx)
-		default:
-			err = settler.Lease(ctx, cfg.Queue.(dialects.LeaseQueue), dialects.Step{Kind: dialects.StepRelease, Now: cfg.Now()},
-				dialects.Lease{ID: cl.Row.ID, Token: cl.Row.Token})
-			r.Released = err == nil
-		}
-		cancel()
+		d := &delivery{sub: s, claim: cl}
+		r := d.giveBack(base) // logs what it could not give back
+		r.Err = errors.Join(settler.ErrClosed, r.Err)
 		if r.Released {
 			s.released.Add(1)
 		}
-		if r.Closed {
+		if r.closed {
 			s.closed.Add(1)
 		}
-		s.warnRelease(cl.Row.ID, err)
 		s.report(r)
 	}
 }

@@ -36,10 +36,14 @@ type IdlePoll struct {
 	mu      sync.Mutex
 	waiting map[*Subscription]waiter
 	armed   bool // a round is scheduled or running
-	timer   *time.Timer
-	closed  bool
-	ctx     context.Context
-	cancel  context.CancelFunc
+	// next is when the scheduled round runs (zero while one runs).
+	next time.Time
+	// hurryUntil: until then rounds come every hurryInterval (Hurry).
+	hurryUntil time.Time
+	timer      *time.Timer
+	closed     bool
+	ctx        context.Context
+	cancel     context.CancelFunc
 	// rounds counts the rounds scheduled or running: Close waits for them, so that no
 	// goroutine of the poll outlives it.
 	rounds sync.WaitGroup
@@ -70,8 +74,45 @@ func (p *IdlePoll) wait(s *Subscription, pid *actor.PID, group string) {
 	if !p.armed {
 		p.armed = true
 		p.rounds.Add(1)
-		p.timer = time.AfterFunc(p.interval, p.round)
+		d := p.delay(p.interval)
+		p.next = time.Now().Add(d)
+		p.timer = time.AfterFunc(d, p.round)
 	}
+}
+
+// HurryInterval is how often the probe runs while it hurries.
+const HurryInterval = 10 * time.Millisecond
+
+// Hurry makes the probe run every HurryInterval for the next window, then at its own
+// interval again. A PublishTx calls it: its row becomes visible when the caller
+// commits, which no notification tells this process on a database without NOTIFY, and
+// a commit soon after is then seen within HurryInterval instead of a poll interval.
+// The probe is one statement for every waiting subscription of the table, and it ticks
+// none whose group has no due row, so hurrying costs one small query per interval.
+func (p *IdlePoll) Hurry(window time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	until := time.Now().Add(window)
+	if until.After(p.hurryUntil) {
+		p.hurryUntil = until
+	}
+	soon := time.Now().Add(HurryInterval)
+	if p.armed && !p.next.IsZero() && p.next.After(soon) && p.timer.Stop() {
+		// The scheduled round comes sooner; its count in rounds carries over.
+		p.next = soon
+		p.timer.Reset(HurryInterval)
+	}
+}
+
+// delay is how long to wait before the next round, d when not hurrying. Called under mu.
+func (p *IdlePoll) delay(d time.Duration) time.Duration {
+	if time.Now().Before(p.hurryUntil) {
+		return min(d, HurryInterval)
+	}
+	return d
 }
 
 // leave stops s waiting (it stops).
@@ -81,8 +122,8 @@ func (p *IdlePoll) leave(s *Subscription) {
 	p.mu.Unlock()
 }
 
-// Waiting is how many subscriptions wait for the probe.
-func (p *IdlePoll) Waiting() int {
+// numWaiting is how many subscriptions wait for the probe.
+func (p *IdlePoll) numWaiting() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.waiting)
@@ -96,6 +137,7 @@ func (p *IdlePoll) round() {
 		p.mu.Unlock()
 		return
 	}
+	p.next = time.Time{}
 	subs := make([]*Subscription, 0, len(p.waiting))
 	groups := make([]string, 0, len(p.waiting))
 	for s, w := range p.waiting {
@@ -131,7 +173,9 @@ func (p *IdlePoll) round() {
 		return
 	}
 	p.rounds.Add(1)
-	p.timer = time.AfterFunc(max(p.interval-time.Since(start), 0), p.round)
+	d := p.delay(max(p.interval-time.Since(start), 0))
+	p.next = time.Now().Add(d)
+	p.timer = time.AfterFunc(d, p.round)
 }
 
 // Close stops probing and waits for a probe in progress; the subscriptions stopped first.

@@ -27,13 +27,18 @@ func (s *Subscription) notePlan(row dialects.Row, o settler.Outcome, step dialec
 	}
 	switch note {
 	case settler.NoteCancelled:
+		// A deliberate end, not a failure: INFO, as Broker.Cancel's ends are not logged.
+		log.Info("rowactor: the handler cancelled the row; it ends as cancelled",
+			slog.String("table", cfg.Table), slog.String("queue", cfg.QueueName), slog.Int64("id", row.ID),
+			slog.Int("attempt", row.Attempt), slog.Any("reason", o.Err))
+	case settler.NoteDeadLettered:
 		attrs := []any{slog.String("table", cfg.Table), slog.String("queue", cfg.QueueName), slog.Int64("id", row.ID),
 			slog.Int("attempt", row.Attempt), slog.String("form", cfg.Form.String()), slog.Any("error", o.Err)}
 		if step.Kind == dialects.StepDeadLetter {
-			log.Warn("rowactor: the handler cancelled the row; moving it to its dead letter",
+			log.Warn("rowactor: the handler sent the row to its dead letter; moving it",
 				append(attrs, slog.String("dead_letter", cfg.DeadLetter))...)
 		} else {
-			log.Warn("rowactor: the handler cancelled the row; it has no dead letter, so the row is dropped", attrs...)
+			log.Warn("rowactor: the handler sent the row to its dead letter, but the subscription has none, so the row is dropped", attrs...)
 		}
 	case settler.NoteAttemptsSpent:
 		if o.Verdict != settler.Fail {

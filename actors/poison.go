@@ -77,6 +77,15 @@ func setAsideFix(way claimer.Way, deadLetter string) string {
 	return "correct the row's data or delete the row, or give the subscription a dead letter (MaxAttempts with DeadLetterGroup or DeadLetterTable)"
 }
 
+// guardsSettlements says whether a delivery brackets its settlement with Poison.Settling
+// and Settled: in the row lock and advisory forms a failed settlement gives the row back
+// before notePoison runs, so another claim could take it first and deliver it again. A
+// leased row stays held by its token until its lease runs out; without Classify nothing
+// is noted.
+func (s *Subscription) guardsSettlements() bool {
+	return s.cfg.Form != dialects.FormLease && s.cfg.Classify != nil
+}
+
 // notePoison tells the claimers of a row whose settlement failed on its data (FaultData):
 // its next claim sets it aside instead of delivering it again. A batched settlement's
 // failure names no row, and is left alone. A failed dead-letter move is noted whatever

@@ -68,8 +68,8 @@ type Config struct {
 	// Culprit names the constraint or column a failed statement's error blames, for logs
 	// (nil: none is named).
 	Culprit func(error) dialects.Culprit
-	// SettleTimeout bounds each settlement and release statement.
-	SettleTimeout time.Duration
+	// settleTimeout bounds each settlement and release statement; Start sets it.
+	settleTimeout time.Duration
 	// Limits bounds the connections the subscription holds and its claims in flight.
 	Limits dialects.Limits
 	// Dispatcher runs every mailbox and handler of the subscription.
@@ -82,9 +82,9 @@ type Config struct {
 	// Telemetry records the subscription's spans and metrics.
 	Telemetry *telemetry.Sub
 
-	// Ctx bounds the subscription's statements; Book holds its leases. Start sets both.
-	Ctx  context.Context
-	Book *leaserenewer.Book
+	// ctx bounds the subscription's statements; book holds its leases. Start sets both.
+	ctx  context.Context
+	book *leaserenewer.Book
 }
 
 // Subscription is a running subscription's handle.
@@ -96,17 +96,19 @@ type Subscription struct {
 
 	stopStatements context.CancelFunc
 	handlerCtx     context.Context
-	stopHandlers   context.CancelFunc
+	stopHandlers   func()
+	// waits bounds a settlement's wait for a row another session holds: Stop ends it
+	// first (Shutdown's context has ended, or the drain is done), so that such a wait
+	// cannot hold the stop up; the settlement is cut short and reported ErrClosed, and
+	// its row returns when its lease runs out (see waitEnded).
+	waits     context.Context
+	stopWaits context.CancelFunc
 
 	// batcher gathers the lease form's acks and releases (nil when the queue cannot
 	// batch, and in transactional mode).
 	batcher *settler.Batcher
 	// poison is the record of rows set aside, shared by the claimers (poison.go).
 	poison *claimer.Poison
-
-	// pending counts transactional rows whose release waits for a handler still running
-	// at the stop (see delivery's Stopping).
-	pending sync.WaitGroup
 
 	// The handoff of claims (handoff.go).
 	handMu     sync.Mutex
@@ -138,27 +140,33 @@ const batchMax = 128
 
 // Start spawns a subscription actor named name and its claimer (and renewer).
 func Start(sys *actor.ActorSystem, name string, cfg Config) (*Subscription, error) {
-	if cfg.SettleTimeout <= 0 {
-		cfg.SettleTimeout = statementTimeout
+	if cfg.settleTimeout <= 0 {
+		cfg.settleTimeout = statementTimeout
 	}
 	if cfg.Dispatcher == nil {
 		return nil, errors.New("rowactor: a subscription needs a dispatcher")
 	}
 	s := &Subscription{sys: sys, done: make(chan struct{}), poison: newPoison(&cfg)}
-	cfg.Ctx, s.stopStatements = context.WithCancel(context.Background())
-	s.handlerCtx, s.stopHandlers = context.WithCancel(context.Background())
+	cfg.ctx, s.stopStatements = context.WithCancel(context.Background())
+	// A handler cut off by the stop reads ErrClosed as its context's cause, whichever
+	// comes first: its own delivery's stop, or this one when the stop's budget ran out.
+	var stopHandlers context.CancelCauseFunc
+	s.handlerCtx, stopHandlers = context.WithCancelCause(context.Background())
+	s.stopHandlers = func() { stopHandlers(settler.ErrClosed) }
+	s.waits, s.stopWaits = context.WithCancel(cfg.ctx)
 	if cfg.Form == dialects.FormLease {
-		cfg.Book = leaserenewer.NewBook()
+		cfg.book = leaserenewer.NewBook()
 	}
 	s.cfg = cfg
 	if bq, ok := cfg.Queue.(dialects.LeaseBatchQueue); ok && cfg.Form == dialects.FormLease && !cfg.Transactional {
-		s.batcher = settler.NewBatcher(bq, batchMax, cfg.SettleTimeout)
+		s.batcher = settler.NewBatcher(s.waits, bq, batchMax, cfg.settleTimeout)
 	}
 	pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &subscriptionActor{s: s, workers: cfg.Workers} },
 		actor.WithDispatcher(cfg.Dispatcher)), name)
 	if err != nil {
 		s.stopStatements()
 		s.stopHandlers()
+		s.stopWaits()
 		return nil, err
 	}
 	s.pid = pid
@@ -208,24 +216,24 @@ func (s *Subscription) InWork() int { return int(s.inWork.Load()) }
 func (s *Subscription) Drain() Draining {
 	ch := make(chan struct{})
 	s.sys.Root.Send(s.pid, &drainMsg{done: ch})
-	return Draining{Done: ch, s: s}
+	return Draining{done: ch, s: s}
 }
 
 // Draining is a subscription's drain in progress.
 type Draining struct {
-	// Done closes when no delivery is in work and no claim is in flight.
-	Done <-chan struct{}
+	// done closes when no delivery is in work and no claim is in flight.
+	done <-chan struct{}
 	s    *Subscription
 }
 
 // Wait waits until the drain is done, or ctx ends, and reports whether every delivery
-// given to a handler settled. When ctx ends before Done closes, it asks the subscription
+// given to a handler settled. When ctx ends before done closes, it asks the subscription
 // actor (which answers at once: handlers run elsewhere) whether a delivery is still in
 // work: rows claimed but never handed to a handler (a claim in flight, rows given back as
 // the drain began) are not, and Shutdown releases them either way.
 func (d Draining) Wait(ctx context.Context) bool {
 	select {
-	case <-d.Done:
+	case <-d.done:
 		return true
 	case <-ctx.Done():
 	}
@@ -240,31 +248,29 @@ func (d Draining) Wait(ctx context.Context) bool {
 }
 
 // Stop stops the subscription actor, releasing every row still in work (each release
-// bounded by the settle timeout), waits for it, and then cancels the handlers' context: a
-// handler that returns afterwards finds its row released and its settlement refused.
+// bounded by the settle timeout; a handler still running has its context ended and, in
+// transactional mode, its transaction ended under it), waits for it until ctx ends, and
+// then cancels the handlers' context: a handler that returns afterwards finds its row
+// released and its settlement refused. Settlements waiting for rows other sessions hold
+// end first, reported ErrClosed: the caller's drain is over (Shutdown's context ended),
+// and such a wait may last as long as the other session (see waits). When ctx ends
+// first, the statements still running are cancelled: a connection cut off mid-statement
+// is closed, which ends its locks and keys, and a lease is left to run out (it is fenced
+// by its token).
 func (s *Subscription) Stop(ctx context.Context) error {
+	s.stopWaits()
 	// A claim in flight as the actor stops is left to finish (each is bounded by the
 	// claimer's deadline): cancelling it could end a claim statement that committed
 	// unseen (a lease claim), leaving its rows leased to nobody. Its rows are released
 	// through the handoff instead.
 	s.sys.Root.Stop(s.pid)
 	defer s.stopStatements()
+	defer s.stopHandlers()
 	select {
 	case <-s.done:
-	case <-ctx.Done():
-		s.stopHandlers()
-		return errors.Join(errors.New("rowactor: subscription did not stop in time"), ctx.Err())
-	}
-	// Transactional handlers still running end their own transactions and release their
-	// rows once they return: tell them to, and wait.
-	s.stopHandlers()
-	released := make(chan struct{})
-	go func() { s.pending.Wait(); close(released) }()
-	select {
-	case <-released:
 		return nil
 	case <-ctx.Done():
-		return errors.Join(errors.New("rowactor: a transactional handler did not return in time; its row is released when it does"), ctx.Err())
+		return errors.Join(errors.New("rowactor: subscription did not stop in time"), ctx.Err())
 	}
 }
 
@@ -276,12 +282,6 @@ func (s *Subscription) Released() (rows, connections int) {
 
 func (s *Subscription) call(ctx context.Context, row dialects.Row, tx any) (settler.Outcome, any, any) {
 	return callHandler(ctx, s.cfg.Handler, row, tx, s.cfg.Log, s.cfg.Table)
-}
-
-func (s *Subscription) report(r Result) {
-	if s.cfg.OnSettled != nil {
-		s.cfg.OnSettled(r)
-	}
 }
 
 type (
@@ -369,153 +369,33 @@ func (stopAtOnce) Receive(c actor.Context) {
 }
 
 func (a *subscriptionActor) Receive(c actor.Context) {
-	cfg := &a.s.cfg
+	defer a.survive(c)
+	a.receive(c)
+}
+
+// receive hands each message to the step that handles its kind.
+func (a *subscriptionActor) receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actor.Started:
-		sys, self := c.ActorSystem(), c.Self()
-		a.failed = map[string]bool{}
-		a.share = newShare(cfg.Limits.Budget, func() { sys.Root.Send(self, budgetMsg{}) })
-		a.backoff = &supervision.Backoff{Policy: cfg.Policy, Decide: a.decide, OnRestart: a.onRestart,
-			PolicyFor: func(reason any) supervision.Policy { return cfg.Policy.ForFault(a.fault(reason)) }}
-		if cfg.Form == dialects.FormLease {
-			a.renewer = c.Spawn(leaserenewer.Props(leaserenewer.Config{
-				Queue: cfg.Queue.(dialects.LeaseQueue), Book: cfg.Book, Lease: cfg.Lease, Now: cfg.Now, Log: cfg.Log, Ctx: cfg.Ctx,
-				Dispatcher: cfg.Dispatcher,
-				OnRound:    func(extended, lost int, _ error) { cfg.Telemetry.Renewed(cfg.Ctx, extended, lost) }}))
-		}
-		a.due, a.probing = true, true
-		if cfg.IdlePoll == nil {
-			a.arm(c)
-		}
-		a.claim(c)
+		a.onStarted(c)
 	case tickMsg:
-		if a.stopped.Load() {
-			return
-		}
-		a.wakes++
-		a.due = true
-		a.claim(c)
-		if cfg.IdlePoll == nil {
-			a.arm(c)
-		}
+		a.onTick(c)
 	case wakeMsg:
-		a.s.wakePending.Store(false)
-		a.wakes++
-		a.due = true
-		a.claim(c)
+		a.onWake(c)
 	case *claimer.Claimed:
-		if a.stopped.Load() || !a.s.takeClaimed(m) {
-			return // the stop releases it (handoff.go)
-		}
-		a.inFlight--
-		if m.Parked {
-			// A failed claimer answered its ping: it was restarted, claims go on.
-			a.s.claiming.Store(int64(a.inFlight))
-			a.parked--
-			delete(a.failed, c.Sender().Id)
-			a.idle = append(a.idle, c.Sender())
-			a.claim(c)
-			a.checkDrained()
-			return
-		}
-		if m.Err != nil {
-			a.failed[c.Sender().Id] = true
-		} else {
-			delete(a.failed, c.Sender().Id)
-		}
-		a.share.Give(m.Conns - a.connsHeld(m))
-		got := len(m.Claims)
-		if cfg.BatchHandler != nil {
-			a.asked-- // a batch claim asks for one worker
-			if m.Batch != nil {
-				got = len(m.Batch.Rows())
-				a.startBatch(c, m.Batch)
-			}
-		} else {
-			a.asked -= m.Limit
-		}
-		got += a.setAside(m)
-		cfg.Telemetry.Claimed(cfg.Ctx, m.Took, got)
-		if m.Err == nil {
-			a.room.claimed(m.Took)
-		}
-		for _, cl := range m.Claims {
-			a.hold(c, cl)
-		}
-		a.s.claimsDone.Add(1) // held, in the backlog or the book: a Cancel finds them
-		a.s.claiming.Store(int64(a.inFlight))
-		switch {
-		case m.Err != nil:
-			a.claimFailed(m.Err)
-			// Requests to a failed claimer wait in its suspended mailbox until its restart:
-			// probing keeps one of them in flight.
-			a.due, a.probing = true, true
-		case got < m.Limit:
-			a.claimSucceeded()
-			a.room.ranDry()
-			// The queue ran short as this claim read it. A wake or a poll that came
-			// while it ran may be for a row it could not see (published after it read
-			// the table): then one more claim finds out, else the queue waits for the
-			// next wake or poll.
-			a.due, a.probing = a.wakes != m.Wakes, true
-			if !a.due && cfg.IdlePoll != nil {
-				cfg.IdlePoll.wait(a.s, c.Self(), cfg.QueueName)
-			}
-		default:
-			a.claimSucceeded()
-			a.probing = false
-		}
-		a.idle = append(a.idle, c.Sender())
-		a.claim(c)
-		a.checkDrained()
+		a.onClaimed(c, m)
 	case workerFreeMsg:
-		a.room.freed(m.d.workTook, m.d.roomGen)
-		a.busy--
-		a.startBacklog(c)
-		a.claim(c)
+		a.onWorkerFree(c, m)
 	case settledMsg:
-		a.s.inWork.Add(-int64(max(m.rows, 1)))
-		if a.holdsConnections() || cfg.BatchHandler != nil {
-			a.share.Give(1) // the delivery's claim transaction, session or transaction
-		}
-		if !m.workerFreed {
-			a.busy--
-			if m.d != nil {
-				a.room.freed(m.d.workTook, m.d.roomGen)
-			}
-		}
-		if m.handled {
-			a.handling--
-		}
-		if m.keyed {
-			if a.keys[m.key]--; a.keys[m.key] <= 0 {
-				delete(a.keys, m.key)
-			}
-		}
-		a.startBacklog(c)
-		if m.freed {
-			// One claim to find out; like a wake, it also keeps a claim in flight that
-			// comes back short from clearing it (that claim may have read the table
-			// before the row was freed).
-			a.wakes++
-			a.due = true
-		}
-		a.claim(c)
-		a.checkDrained()
+		a.onSettled(c, m)
 	case setWorkersMsg:
-		a.workers = max(m.n, 1)
+		a.workers = max(m.n, 1) // the root package refuses fewer than one
 		a.startBacklog(c)
 		a.claim(c)
 	case pauseMsg:
-		a.paused = true
-		a.releaseBacklog(c) // rows that never started go back to the queue
-		close(m.done)
+		a.onPause(c, m)
 	case resumeMsg:
-		a.paused = false
-		a.room.ranDry() // the rows after a pause are measured afresh
-		a.due, a.probing = true, true
-		a.claim(c)
-		close(m.done)
+		a.onResume(c, m)
 	case *drainMsg:
 		a.draining = m.done
 		a.releaseBacklog(c)
@@ -531,21 +411,218 @@ func (a *subscriptionActor) Receive(c actor.Context) {
 		a.recheck = nil
 		a.claim(c)
 	case *actor.Stopping:
-		a.stopped.Store(true)
-		if cfg.IdlePoll != nil {
-			cfg.IdlePoll.leave(a.s)
-		}
-		a.releaseBacklogNow()
-		if a.timer != nil {
-			a.timer.Stop()
-		}
-		if a.recheck != nil {
-			a.recheck.Stop()
-		}
+		a.onStopping()
 	case *actor.Stopped:
 		a.s.closeHandoff()
 		a.share.Close()
 		close(a.s.done)
+	}
+}
+
+// onStarted sets the subscription up: its pool budget share, its claimers' supervision,
+// the renewer of its leases (lease form) and its poll timer; then it claims.
+func (a *subscriptionActor) onStarted(c actor.Context) {
+	cfg := &a.s.cfg
+	sys, self := c.ActorSystem(), c.Self()
+	a.failed = map[string]bool{}
+	a.share = newShare(cfg.Limits.Budget, func() { sys.Root.Send(self, budgetMsg{}) })
+	a.backoff = &supervision.Backoff{Policy: cfg.Policy, Decide: a.decide, OnRestart: a.onRestart,
+		PolicyFor: func(reason any) supervision.Policy { return cfg.Policy.ForFault(a.fault(reason)) }}
+	if cfg.Form == dialects.FormLease {
+		a.renewer = c.Spawn(leaserenewer.Props(leaserenewer.Config{
+			Queue: cfg.Queue.(dialects.LeaseQueue), Book: cfg.book, Lease: cfg.Lease, Now: cfg.Now, Log: cfg.Log, Ctx: a.s.cfg.ctx, Waits: a.s.waits,
+			Dispatcher: cfg.Dispatcher,
+			OnRound:    func(extended, lost int, _ error) { cfg.Telemetry.Renewed(cfg.ctx, extended, lost) }}))
+	}
+	a.due, a.probing = true, true
+	if cfg.IdlePoll == nil {
+		a.arm(c)
+	}
+	a.claim(c)
+}
+
+// onTick is the poll: rows may be due, so the subscription claims, and arms the next
+// poll unless the table's idle poll polls for it.
+func (a *subscriptionActor) onTick(c actor.Context) {
+	if a.stopped.Load() {
+		return
+	}
+	a.wakes++
+	a.due = true
+	a.claim(c)
+	if a.s.cfg.IdlePoll == nil {
+		a.arm(c)
+	}
+}
+
+// onWake claims at once: a row was published or freed.
+func (a *subscriptionActor) onWake(c actor.Context) {
+	a.s.wakePending.Store(false)
+	a.wakes++
+	a.due = true
+	a.claim(c)
+}
+
+// onClaimed takes in a claimer's answer: its rows are held (or its batch started), and
+// the claim's outcome decides whether the next claim is due.
+func (a *subscriptionActor) onClaimed(c actor.Context, m *claimer.Claimed) {
+	if a.stopped.Load() || !a.s.takeClaimed(m) {
+		return // the stop releases it (handoff.go)
+	}
+	a.inFlight--
+	if m.Parked {
+		a.onUnparked(c)
+		return
+	}
+	if m.Err != nil {
+		a.failed[c.Sender().Id] = true
+	} else {
+		delete(a.failed, c.Sender().Id)
+	}
+	a.share.Give(m.Conns - a.connsHeld(m))
+	got := a.takeRows(c, m)
+	a.s.claimsDone.Add(1) // held, in the backlog or the book: a Cancel finds them
+	a.s.claiming.Store(int64(a.inFlight))
+	a.afterClaim(c, m, got)
+	a.idle = append(a.idle, c.Sender())
+	a.claim(c)
+	a.checkDrained()
+}
+
+// onUnparked handles a failed claimer's answer to its ping: it was restarted, and claims
+// go on.
+func (a *subscriptionActor) onUnparked(c actor.Context) {
+	a.s.claiming.Store(int64(a.inFlight))
+	a.parked--
+	delete(a.failed, c.Sender().Id)
+	a.idle = append(a.idle, c.Sender())
+	a.claim(c)
+	a.checkDrained()
+}
+
+// takeRows takes in a claim's rows: a batch starts at once, single rows are held for a
+// worker. It returns how many rows the claim took, those set aside included.
+func (a *subscriptionActor) takeRows(c actor.Context, m *claimer.Claimed) int {
+	cfg := &a.s.cfg
+	got := len(m.Claims)
+	if cfg.BatchHandler != nil {
+		a.asked-- // a batch claim asks for one worker
+		if m.Batch != nil {
+			got = len(m.Batch.Rows())
+			a.startBatch(c, m.Batch)
+		}
+	} else {
+		a.asked -= m.Limit
+	}
+	got += a.setAside(m)
+	cfg.Telemetry.Claimed(cfg.ctx, m.Took, got)
+	if m.Err == nil {
+		a.room.claimed(m.Took)
+	}
+	for _, cl := range m.Claims {
+		a.hold(c, cl)
+	}
+	return got
+}
+
+// afterClaim decides from a claim's outcome, got rows of those it asked for, whether the
+// next claim is due and whether the subscription probes (one claim at a time).
+func (a *subscriptionActor) afterClaim(c actor.Context, m *claimer.Claimed, got int) {
+	cfg := &a.s.cfg
+	switch {
+	case m.Err != nil:
+		a.claimFailed(m.Err)
+		// Requests to a failed claimer wait in its suspended mailbox until its restart:
+		// probing keeps one of them in flight.
+		a.due, a.probing = true, true
+	case got < m.Limit:
+		a.claimSucceeded()
+		a.room.ranDry()
+		// The queue ran short as this claim read it. A wake or a poll that came
+		// while it ran may be for a row it could not see (published after it read
+		// the table): then one more claim finds out, else the queue waits for the
+		// next wake or poll.
+		a.due, a.probing = a.wakes != m.Wakes, true
+		if !a.due && cfg.IdlePoll != nil {
+			cfg.IdlePoll.wait(a.s, c.Self(), cfg.QueueName)
+		}
+	default:
+		a.claimSucceeded()
+		a.probing = false
+	}
+}
+
+// onWorkerFree takes back the worker of a delivery that is past its handler but not yet
+// settled (lease form, batched settlement).
+func (a *subscriptionActor) onWorkerFree(c actor.Context, m workerFreeMsg) {
+	a.room.freed(m.d.workTook, m.d.roomGen)
+	a.busy--
+	a.startBacklog(c)
+	a.claim(c)
+}
+
+// onSettled counts a settled delivery out: its rows, its connection, its worker (unless
+// freed before), its drain count and its partition key; then the backlog and the claims
+// go on.
+func (a *subscriptionActor) onSettled(c actor.Context, m settledMsg) {
+	a.s.inWork.Add(-int64(max(m.rows, 1)))
+	if a.holdsConnections() || a.s.cfg.BatchHandler != nil {
+		a.share.Give(1) // the delivery's claim transaction, session or transaction
+	}
+	if !m.workerFreed {
+		a.busy--
+		if m.d != nil {
+			a.room.freed(m.d.workTook, m.d.roomGen)
+		}
+	}
+	if m.handled {
+		a.handling--
+	}
+	if m.keyed {
+		if a.keys[m.key]--; a.keys[m.key] <= 0 {
+			delete(a.keys, m.key)
+		}
+	}
+	a.startBacklog(c)
+	if m.freed {
+		// One claim to find out; like a wake, it also keeps a claim in flight that
+		// comes back short from clearing it (that claim may have read the table
+		// before the row was freed).
+		a.wakes++
+		a.due = true
+	}
+	a.claim(c)
+	a.checkDrained()
+}
+
+// onPause stops claiming and gives back the rows that never started.
+func (a *subscriptionActor) onPause(c actor.Context, m pauseMsg) {
+	a.paused = true
+	a.releaseBacklog(c) // rows that never started go back to the queue
+	close(m.done)
+}
+
+// onResume claims again after a pause.
+func (a *subscriptionActor) onResume(c actor.Context, m resumeMsg) {
+	a.paused = false
+	a.room.ranDry() // the rows after a pause are measured afresh
+	a.due, a.probing = true, true
+	a.claim(c)
+	close(m.done)
+}
+
+// onStopping stops claiming and polling and releases the rows still waiting for a worker.
+func (a *subscriptionActor) onStopping() {
+	a.stopped.Store(true)
+	if a.s.cfg.IdlePoll != nil {
+		a.s.cfg.IdlePoll.leave(a.s)
+	}
+	a.releaseBacklogNow()
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	if a.recheck != nil {
+		a.recheck.Stop()
 	}
 }
 
@@ -555,18 +632,7 @@ func (a *subscriptionActor) claim(c actor.Context) {
 	cfg := &a.s.cfg
 	for a.draining == nil && !a.paused && !a.stopped.Load() && a.due {
 		free := a.workers + a.waitRoom() - a.busy - len(a.backlog) - a.asked
-		maxInFlight := cfg.Limits.ClaimsInFlight
-		if maxInFlight <= 0 {
-			maxInFlight = a.workers
-		}
-		if a.probing || cfg.KeyOf != nil || cfg.FIFO {
-			maxInFlight = 1 // with partition keys or FIFO groups, one claim at a time keeps claim order
-		} else if cfg.AutoPrefetch && a.waitRoom() > 0 {
-			// Rows wait ahead of the workers: two claims in flight keep them coming (one
-			// runs while the other's rows are handed out), and more would only split the
-			// same rows into smaller claims, each a statement and a commit.
-			maxInFlight = min(maxInFlight, 2)
-		}
+		maxInFlight := a.maxClaimsInFlight()
 		if free <= 0 || a.inFlight >= maxInFlight {
 			return
 		}
@@ -583,25 +649,51 @@ func (a *subscriptionActor) claim(c actor.Context) {
 			}
 			continue
 		}
-		limit := free
-		if cfg.Form == dialects.FormRowLock || cfg.FIFO {
-			limit = 1 // row lock: one transaction, one connection, one row; FIFO: the head
-		}
-		req := &claimer.Request{Limit: limit}
-		if cfg.Form == dialects.FormAdvisory && maxInFlight > 1 {
-			// An advisory claim takes its rows one session at a time: claims of one row
-			// each, side by side, each reading every free worker's worth of candidates
-			// and starting at its own place in them.
-			req.Limit, req.Scan, req.Offset = 1, free, a.inFlight
-		}
-		conns := 1 // a claim holds a connection while it runs
-		if a.holdsConnections() {
-			conns = req.Limit // and each row after it until settled: rows cost connections
-		}
+		req, conns := a.rowRequest(free, maxInFlight)
 		if !a.takeConns(c, req, conns) {
 			return
 		}
 	}
+}
+
+// maxClaimsInFlight is how many claims may be in flight at once.
+func (a *subscriptionActor) maxClaimsInFlight() int {
+	cfg := &a.s.cfg
+	maxInFlight := cfg.Limits.ClaimsInFlight
+	if maxInFlight <= 0 {
+		maxInFlight = a.workers
+	}
+	if a.probing || cfg.KeyOf != nil || cfg.FIFO {
+		maxInFlight = 1 // with partition keys or FIFO groups, one claim at a time keeps claim order
+	} else if cfg.AutoPrefetch && a.waitRoom() > 0 {
+		// Rows wait ahead of the workers: two claims in flight keep them coming (one
+		// runs while the other's rows are handed out), and more would only split the
+		// same rows into smaller claims, each a statement and a commit.
+		maxInFlight = min(maxInFlight, 2)
+	}
+	return maxInFlight
+}
+
+// rowRequest builds the claim of rows (not a batch) for free workers, and returns it
+// with the connections it needs from the pool's budget.
+func (a *subscriptionActor) rowRequest(free, maxInFlight int) (*claimer.Request, int) {
+	cfg := &a.s.cfg
+	limit := free
+	if cfg.Form == dialects.FormRowLock || cfg.FIFO {
+		limit = 1 // row lock: one transaction, one connection, one row; FIFO: the head
+	}
+	req := &claimer.Request{Limit: limit}
+	if cfg.Form == dialects.FormAdvisory && maxInFlight > 1 {
+		// An advisory claim takes its rows one session at a time: claims of one row
+		// each, side by side, each reading every free worker's worth of candidates
+		// and starting at its own place in them.
+		req.Limit, req.Scan, req.Offset = 1, free, a.inFlight
+	}
+	conns := 1 // a claim holds a connection while it runs
+	if a.holdsConnections() {
+		conns = req.Limit // and each row after it until settled: rows cost connections
+	}
+	return req, conns
 }
 
 // takeConns takes the connections a request needs from the pool's budget and sends it;
@@ -691,8 +783,8 @@ func (a *subscriptionActor) claimerFor(c actor.Context) *actor.PID {
 		}
 	}
 	cfg := &a.s.cfg
-	pid := c.Spawn(claimer.Props(claimer.Config{Queue: cfg.Queue, Form: cfg.Form, Lease: cfg.Lease, Now: cfg.Now, Ctx: cfg.Ctx,
-		Timeout: cfg.SettleTimeout, Handoff: a.s.handoff,
+	pid := c.Spawn(claimer.Props(claimer.Config{Queue: cfg.Queue, Form: cfg.Form, Lease: cfg.Lease, Now: cfg.Now, Ctx: a.s.cfg.ctx,
+		Timeout: cfg.settleTimeout, Handoff: a.s.handoff,
 		Dispatcher: cfg.Dispatcher, Transactional: cfg.Transactional, Poison: a.s.poison}))
 	a.claimers = append(a.claimers, pid)
 	return pid
@@ -718,7 +810,7 @@ func (a *subscriptionActor) hold(c actor.Context, cl claimer.Claim) {
 			a.due = true
 			return
 		}
-		cl.Lease = cfg.Book.Add(cl.Row.ID, cl.Row.Token)
+		cl.Lease = cfg.book.Add(cl.Row.ID, cl.Row.Token)
 		if left := cl.Row.Token.Sub(cfg.Now()); left < cfg.Lease/2 && a.renewer != nil {
 			// Less than half a lease left: the renewer's next round may come too late.
 			c.Send(a.renewer, leaserenewer.RenewNow{})
@@ -731,7 +823,16 @@ func (a *subscriptionActor) hold(c actor.Context, cl claimer.Claim) {
 	}
 	w := waiting{claim: cl, gen: a.room.gen}
 	if cfg.KeyOf != nil {
-		w.key = cfg.KeyOf(cl.Row)
+		key, kp := a.s.keyOf(cl.Row)
+		if kp != nil {
+			// The row cannot be placed among the keys: it goes back unstarted, and its next
+			// claim sets it aside (poison.go), as a row whose settlement failed on its data;
+			// the other rows go on.
+			a.s.poison.Suspect(cl.Row.ID, kp)
+			a.spawnDelivery(c, &delivery{sub: a.s, claim: cl, releaseOnly: true, keyPanic: kp})
+			return
+		}
+		w.key = key
 	}
 	a.backlog = append(a.backlog, w)
 	a.startBacklog(c)
@@ -879,7 +980,7 @@ func (a *subscriptionActor) releaseBacklog(c actor.Context) {
 func (a *subscriptionActor) releaseBacklogNow() {
 	for _, w := range a.backlog {
 		d := &delivery{sub: a.s, claim: w.claim}
-		r := d.release(settler.Outcome{})
+		r := d.giveBack(a.s.cfg.ctx)
 		if r.Released {
 			a.s.released.Add(1)
 		}
@@ -946,7 +1047,7 @@ func (a *subscriptionActor) decide(child *actor.PID, _ any) supervision.Decision
 }
 
 func (a *subscriptionActor) onRestart(child *actor.PID, reason any, failures int, delay time.Duration) {
-	a.s.cfg.Telemetry.Restarted(a.s.cfg.Ctx, a.fault(reason).String())
+	a.s.cfg.Telemetry.Restarted(a.s.cfg.ctx, a.fault(reason).String())
 	a.s.cfg.Log.Debug("rowactor: restarting after a failure", slog.String("actor", child.Id),
 		slog.Int("failures", failures), slog.Duration("delay", delay), slog.Any("reason", reason))
 }

@@ -1,16 +1,3 @@
-// Package actors is rowactor's actor tree.
-//
-// Each subscription is one subscription actor. It supervises a claimer (restarted with
-// backoff when its database fails), a lease renewer (lease form), and one delivery actor
-// per claimed row, and it keeps up to Workers deliveries in work. A delivery actor runs
-// its handler on a goroutine of its own, so that it can still be stopped while a handler
-// runs, and settles the outcome where the form says. In the advisory form the delivery
-// actor is its key's connection owner: it holds the session with the key locked and
-// settles on it.
-//
-// Proto.Actor's ActorSystem.Shutdown does not stop actors, so rowactor stops its own:
-// Drain stops claiming and reports when the last delivery settled; stopping a
-// subscription actor releases every row still in work.
 package actors
 
 import (

@@ -21,10 +21,10 @@ import (
 // its row back by the form's rule and frees its worker (abandon), and the handler's outcome,
 // when it comes, changes nothing.
 
-// Grace is how long past its deadline a handler may run before it is abandoned: a tenth of
+// grace is how long past its deadline a handler may run before it is abandoned: a tenth of
 // its timeout, at least a second. A handler that honours its context returns well within
 // it; the grace is for one that notices late, between two steps of its own.
-func Grace(timeout time.Duration) time.Duration { return max(time.Second, timeout/10) }
+func grace(timeout time.Duration) time.Duration { return max(time.Second, timeout/10) }
 
 // overrunMsg tells a delivery (or batch) actor its handler is still running a grace past
 // its deadline.
@@ -36,7 +36,7 @@ func (overrunMsg) IgnoreDeadLetterLogging() {}
 // grace past its deadline.
 func (s *Subscription) deadlineCtx(sys *actor.ActorSystem, self *actor.PID) *deadline.Context {
 	dc := deadline.New(s.handlerCtx)
-	dc.Watch(Grace, func() { sys.Root.Send(self, overrunMsg{}) })
+	dc.Watch(grace, func() { sys.Root.Send(self, overrunMsg{}) })
 	return dc
 }
 
@@ -57,7 +57,7 @@ func lateOutcome(o settler.Outcome, timeout time.Duration) settler.Outcome {
 // abandonedErr is the error a delivery given up on reports.
 func abandonedErr(timeout time.Duration) error {
 	return fmt.Errorf("rowactor: the handler did not return within its timeout (%v) and the grace after it (%v); "+
-		"its row was released: %w", timeout, Grace(timeout), errors.Join(settler.ErrAbandoned, context.DeadlineExceeded))
+		"its row was released: %w", timeout, grace(timeout), errors.Join(settler.ErrAbandoned, context.DeadlineExceeded))
 }
 
 // warnAbandoned logs a delivery given up on, once.
@@ -65,7 +65,7 @@ func (s *Subscription) warnAbandoned(row dialects.Row, rows int, timeout time.Du
 	cfg := &s.cfg
 	attrs := []any{slog.String("table", cfg.Table), slog.String("queue", cfg.QueueName), slog.Int64("id", row.ID),
 		slog.Int("attempt", row.Attempt), slog.String("form", cfg.Form.String()), slog.Duration("timeout", timeout),
-		slog.Duration("grace", Grace(timeout))}
+		slog.Duration("grace", grace(timeout))}
 	if rows > 1 {
 		attrs = append(attrs, slog.Int("rows", rows))
 	}
@@ -102,7 +102,7 @@ func (d *delivery) abandon(c actor.Context) {
 		step, o := d.cancelStep(req)
 		r = d.runStep(step, o, nil)
 	default:
-		r = d.releaseOn(cfg.Ctx, settler.Outcome{}, nil)
+		r = d.releaseOn(cfg.ctx, settler.Outcome{}, nil)
 	}
 	if r.Step == dialects.StepRelease || r.Err != nil {
 		r.Err = errors.Join(abandonedErr(timeout), r.Err)
@@ -124,18 +124,24 @@ func (d *delivery) interrupt(req *cancelRequest) Result {
 	cfg := d.sub.cfg
 	row := d.claim.Row
 	r := Result{Row: row, Step: dialects.StepRelease, Released: true}
-	ctx, cancel := context.WithTimeout(cfg.Ctx, cfg.SettleTimeout)
+	ctx, cancel := context.WithTimeout(cfg.ctx, cfg.settleTimeout)
 	defer cancel()
 	var held dialects.DeliveryTx
+	// unstarted: a lease delivery whose transaction was never lent, so its handler never
+	// started (lentLeaseTx keeps begin from starting it now): the row goes back with the
+	// attempt its claim counted, as any row given back before its handler started.
+	unstarted := false
 	switch cfg.Form {
 	case dialects.FormRowLock:
 		held = d.claim.Locked.(dialects.DeliveryTx)
 	case dialects.FormAdvisory:
 		held = d.claim.Session.(dialects.DeliveryTx)
-		r.Closed = cfg.Limits.SessionConnections
+		r.closed = cfg.Limits.SessionConnections
 	case dialects.FormLease:
-		if d.leaseTx != nil {
-			held = d.leaseTx
+		if ltx := d.lentLeaseTx(); ltx != nil {
+			held = ltx
+		} else {
+			unstarted = true
 		}
 	}
 	if held != nil {
@@ -153,7 +159,7 @@ func (d *delivery) interrupt(req *cancelRequest) Result {
 		return r
 	}
 	if cfg.Form == dialects.FormLease {
-		if err := d.settleLease(ctx, dialects.Step{Kind: dialects.StepRelease, Now: cfg.Now()}); err != nil {
+		if err := d.settleLease(ctx, dialects.Step{Kind: dialects.StepRelease, Now: cfg.Now(), Unstarted: unstarted}); err != nil {
 			r.Released = false
 			if !errors.Is(err, settler.ErrClosed) {
 				r.Err = errors.Join(r.Err, err)
@@ -172,6 +178,6 @@ func (d *delivery) interrupt(req *cancelRequest) Result {
 func (d *batchDelivery) abandon(c actor.Context) {
 	timeout := d.dctx.Timeout()
 	d.sub.warnAbandoned(d.rows[0], len(d.rows), timeout)
-	d.sub.cfg.Telemetry.Abandoned(d.sub.cfg.Ctx, len(d.rows))
+	d.sub.cfg.Telemetry.Abandoned(d.sub.cfg.ctx, len(d.rows))
 	d.finish(c, d.release(abandonedErr(timeout), d.takeCancels()), true, true)
 }

@@ -1,11 +1,3 @@
-// Package claimer takes rows from a queue table.
-//
-// A claimer actor runs one claim at a time for its subscription: asked for up to n rows,
-// it claims them in the table's form and answers with what it took. When the database
-// fails it reports the failure to its parent and fails itself, so that its supervisor
-// restarts it after a capped, jittered backoff: a claimer never spins on a dead database.
-// It keeps no state worth keeping across a restart; the subscription actor above it
-// counts the deliveries in work.
 package claimer
 
 import (
@@ -22,8 +14,8 @@ import (
 	"github.com/rowactor/rowactor/leaserenewer"
 )
 
-// DefaultTimeout bounds a claim when Config.Timeout is 0.
-const DefaultTimeout = 30 * time.Second
+// defaultTimeout bounds a claim when Config.Timeout is 0.
+const defaultTimeout = 30 * time.Second
 
 // Request asks the claimer for up to Limit rows; with Batch, in one row lock claim
 // transaction (batch handlers).
@@ -99,7 +91,7 @@ type Config struct {
 	// transaction, right after the claim.
 	Transactional bool
 	// Timeout bounds each claim, waits for pool connections included; 0 means
-	// DefaultTimeout. A claim that runs out returns what it took so far.
+	// defaultTimeout. A claim that runs out returns what it took so far.
 	Timeout time.Duration
 	// Handoff, when set, takes each answer before it is sent: false means the subscription
 	// no longer takes claims (it is stopping) and has released the answer's rows itself,
@@ -143,7 +135,7 @@ func (c *claimer) Receive(ctx actor.Context) {
 	start := time.Now()
 	c.aside = nil
 	var cancel context.CancelFunc
-	c.ctx, cancel = context.WithTimeout(c.cfg.Ctx, cmp.Or(c.cfg.Timeout, DefaultTimeout))
+	c.ctx, cancel = context.WithTimeout(c.cfg.Ctx, cmp.Or(c.cfg.Timeout, defaultTimeout))
 	defer cancel()
 	var (
 		claims []Claim

@@ -97,6 +97,9 @@ type Poison struct {
 	suspects map[int64]suspect
 	// skipped are the advisory rows set aside in memory, passed over by the claimer.
 	skipped map[int64]struct{}
+	// settling are the rows whose settlement runs now (Settling), each with the channel
+	// its waiting claims are told on (made by the first of them).
+	settling map[int64]chan struct{}
 }
 
 type suspect struct {
@@ -179,13 +182,51 @@ func (p *Poison) settled(id int64, cause error, way Way) {
 	p.done(id, way)
 }
 
-// poisoned says why a claimed row must be set aside; nil when it must not.
-func (p *Poison) poisoned(r dialects.Row) error {
+// Settling records that row id's settlement starts, in a form whose failed settlement
+// gives the row back (rolls back its claim, unlocks its key) before the delivery notes
+// why it failed (Suspect, DeadLetterFailed). A claim that takes the row in between waits
+// for Settled, so it sees the note: without the wait, a row whose dead-letter move failed
+// on its data would be delivered again instead of set aside.
+func (p *Poison) Settling(id int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.settling == nil {
+		p.settling = map[int64]chan struct{}{}
+	}
+	p.settling[id] = nil
+}
+
+// Settled ends what Settling started, once the settlement's failure was noted.
+func (p *Poison) Settled(id int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ch := p.settling[id]; ch != nil {
+		close(ch)
+	}
+	delete(p.settling, id)
+}
+
+// poisoned says why a claimed row must be set aside; nil when it must not. A row whose
+// earlier settlement here still runs is decided once that settlement was noted, or when
+// ctx ends.
+func (p *Poison) poisoned(ctx context.Context, r dialects.Row) error {
 	if r.Fault != nil {
 		return r.Fault
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if ch, ok := p.settling[r.ID]; ok {
+		if ch == nil {
+			ch = make(chan struct{})
+			p.settling[r.ID] = ch
+		}
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+	}
 	if s, ok := p.suspects[r.ID]; ok {
 		return s.cause
 	}
@@ -271,7 +312,7 @@ func (c *claimer) setAside(sa SetAside) { c.aside = append(c.aside, sa) }
 // it runs out.
 func (c *claimer) asideLease(q dialects.LeaseQueue, r dialects.Row) bool {
 	p := c.cfg.Poison
-	cause := p.poisoned(r)
+	cause := p.poisoned(c.ctx, r)
 	if cause == nil {
 		return false
 	}
@@ -312,7 +353,7 @@ func (c *claimer) asideLease(q dialects.LeaseQueue, r dialects.Row) bool {
 // and reports whether it was poisoned; the key is unlocked either way.
 func (c *claimer) asideTaken(s dialects.Session, r dialects.Row) bool {
 	p := c.cfg.Poison
-	cause := p.poisoned(r)
+	cause := p.poisoned(c.ctx, r)
 	if cause == nil {
 		return false
 	}
@@ -347,7 +388,7 @@ func (c *claimer) asideTaken(s dialects.Session, r dialects.Row) bool {
 func (c *claimer) asideLocked(lc dialects.LockedClaim) bool {
 	p := c.cfg.Poison
 	r := lc.Row()
-	cause := p.poisoned(r)
+	cause := p.poisoned(c.ctx, r)
 	if cause == nil {
 		return false
 	}
@@ -392,7 +433,7 @@ func (c *claimer) asideBatch(b dialects.LockedBatch) (dialects.LockedBatch, erro
 	pb := &poisonedBatch{LockedBatch: b, p: p, all: len(rows)}
 	now := c.cfg.Now()
 	for i, r := range rows {
-		cause := p.poisoned(r)
+		cause := p.poisoned(c.ctx, r)
 		if cause == nil {
 			pb.rows = append(pb.rows, r)
 			pb.index = append(pb.index, i)

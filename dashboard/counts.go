@@ -55,7 +55,10 @@ type tableCount struct {
 // dead-letter table, when it has one (Table.DeadLetterTable).
 type tableCounts struct {
 	groups []dialects.GroupStats
-	dead   int64
+	// finished are the groups of the table's finished rows, in a read of
+	// dialects.GroupLister (the groupNames cache) rather than a count.
+	finished []dialects.GroupName
+	dead     int64
 	// deadErr is why the dead-letter table could not be counted: shown in its cell, the
 	// queue's own numbers beside it.
 	deadErr error
@@ -84,6 +87,18 @@ const (
 // every count live, but for the tests of the cache itself).
 var defaultCount = countPolicy{slow: countSlow, wait: countWait, keepFactor: countKeepFactor,
 	keepMin: countKeepMin, keepMax: countKeepMax, timeout: countTimeout}
+
+// groupsKeepMin is the least time a read of a table's finished groups is kept: it reads
+// every finished row on PostgreSQL and SQLite, however quick it is on a small table.
+const groupsKeepMin = time.Minute
+
+// groups is the policy of the reads of finished groups: each kept at least groupsKeepMin,
+// and keepFactor times what it took when that is longer (up to keepMax).
+func (p countPolicy) groups() countPolicy {
+	p.slow, p.keepMin = 0, max(p.keepMin, groupsKeepMin)
+	p.keepMax = max(p.keepMax, p.keepMin)
+	return p
+}
 
 // keep is how long a count that took took is shown before it is read again: 0 for a count
 // quicker than slow.

@@ -13,15 +13,24 @@
 //
 // Everything the dashboard reads or writes goes through the broker and its dialect's
 // interfaces (dialects.Admin, Inspector, JobLister, FinishedCounter): it never asks which
-// database it is on. With a broker whose subscriptions run in this process, the chart
-// counts their settlements (Broker.Throughput) and the overview can pause and resume them;
-// without, the chart counts finished rows by processed_at, where the table has it and an
-// index of the table leads with processed_at. Schema renders no such index (claims never
-// need it), and without one the count would read the whole table on every refresh: the
-// overview then draws no chart, says why, and shows the dialect's statement that creates
-// the index (FinishedCounter.FinishedIndexStatement), or the other way out, mounting the
-// dashboard in the service that runs the subscriptions. Whether the index exists is read
-// at most once per IndexRecheck and table, so a new index shows the chart within a minute.
+// database it is on. With a broker whose subscriptions run in this process, the chart of
+// a queue they read counts their settlements (Broker.Throughput) and the overview can
+// pause and resume them; the chart of any other group (a queue consumed elsewhere, a
+// dead-letter group, which no subscription reads) counts finished rows by processed_at,
+// where the table has it and an index of the table leads with processed_at. Schema renders
+// no such index (claims never need it), and without one the count would read the whole
+// table on every refresh: the overview then draws no chart for those groups, names them,
+// and shows the dialect's statement that creates the index
+// (FinishedCounter.FinishedIndexStatement), and, when no subscription of this process
+// reads the table, the other way out: mounting the dashboard in the service that runs
+// them. Whether the index exists is read at most once per IndexRecheck and table, so a new
+// index shows the chart within a minute.
+//
+// The overview has a line for every group that has rows, finished ones included, and for
+// every queue a subscription of this process reads, with zeros where nothing is queued.
+// Dead letters (rows whose DeadAt is set, and the unfinished rows of a dead-letter group
+// or table the dashboard is told of) are counted as dead, never as due, and show as dead
+// in job lists and job pages, with their time of death and a requeue.
 //
 // What an open page costs: the overview counts only the unfinished rows, through the
 // claim index (dialects.QueueCounter), so a table keeping a million finished rows costs
@@ -34,14 +43,27 @@
 // reads left running in the background end when the broker's Shutdown begins. Job lists are keyset pages of the primary key (of the claim
 // index, filtered to unfinished states). The chart by processed_at, given its index,
 // reads the whole hour of finished rows once, then only the last two minutes on each
-// refresh, one statement per table. No overview statement reads the whole table. Pages
-// reload at most every MinRefresh.
+// refresh, one statement per table. One overview statement reads the finished rows: the
+// groups they are in (dialects.GroupLister), since the claim index leaves them out on
+// PostgreSQL and SQLite; it is read at most once a minute per table, in the background,
+// and kept 100 times as long as it took when that is longer (up to 15 min). Pages reload at
+// most every MinRefresh.
 //
 // Actions are POST requests carrying a token bound to a cookie (SameSite=Strict) by an
-// HMAC under a secret each Dashboard draws at New; ReadOnly refuses them all.
+// HMAC under a secret each Dashboard draws at New; ReadOnly refuses them all. A POST a
+// browser marks as coming from another origin is refused before its token is read, and
+// AllowHosts refuses requests for host names other than the dashboard's own (DNS
+// rebinding). A cancel and a requeue of every dead letter ask first; an action answers
+// 303 to its kept result, so reloading the result runs nothing again.
+//
+// What a page holds is bounded whatever the rows hold: job lists read no payload and no
+// headers (dialects.JobLister), a job page's previews are cut (preview.go: JSON indented
+// to 64 KB and 32 levels, text to 64 KB, other bytes to 1 KB of hex, and says so), and a
+// table's overview shows at most overviewGroups groups.
 package dashboard
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"embed"
@@ -50,6 +72,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -64,8 +87,10 @@ type Table struct {
 	rowactor.Table
 	// DeadLetters maps a queue (a group of the table) to the group its dead letters move
 	// to (the subscription's DeadLetterGroup): the overview counts that group's unfinished
-	// rows as the queue's dead letters, and "requeue" moves them back into the queue.
-	// Needs the table's group column.
+	// rows as the queue's dead letters, the pages show them as dead (even those whose
+	// DeadAt is NULL), and "requeue" moves them back into the queue. Needs the table's
+	// group column. Without it a row whose DeadAt is set still shows as dead, with no
+	// requeue: the dashboard knows no queue to move it back to.
 	DeadLetters map[string]string
 	// DeadLetterTable is the table a table without groups moves its dead letters to (the
 	// subscription's DeadLetterTable; it has the queue table's columns): the overview
@@ -91,6 +116,9 @@ type config struct {
 	indexRecheck time.Duration
 	// count weighs the overview's counts (countCache; tests shorten it).
 	count countPolicy
+	// hostCheck turns on AllowHosts' check, hosts are its names (lower case).
+	hostCheck bool
+	hosts     map[string]bool
 }
 
 // ReadOnly refuses every action (403) and shows no action's button.
@@ -116,6 +144,53 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 // WithClock sets the dashboard's "now" (ages, due times): tests stub it. Defaults to
 // time.Now.
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// AllowHosts refuses (403) every request whose Host header names a host other than
+// names, a localhost name (localhost, *.localhost) or an IP address: the defence against
+// DNS rebinding, where a page of another site, its name pointed at the dashboard's
+// address, reads the dashboard (and its CSRF token) as its own origin. A POST's Origin,
+// when sent, must name such a host too. Ports are not compared. Without AllowHosts the
+// dashboard answers any Host: the service mounting it may check hosts itself, behind a
+// proxy that sets them; `rowactor serve` always turns the check on (-allow-host adds
+// names). A dashboard reachable on a loopback or private address without a check of its
+// own in front should use it.
+func AllowHosts(names ...string) Option {
+	return func(c *config) {
+		c.hostCheck = true
+		if c.hosts == nil {
+			c.hosts = map[string]bool{}
+		}
+		for _, n := range names {
+			c.hosts[hostName(n)] = true
+		}
+	}
+}
+
+// hostName is the host of a Host header or a name given to AllowHosts: without its port,
+// brackets or trailing dot, in lower case.
+func hostName(hostport string) string {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), ".")
+	return strings.ToLower(host)
+}
+
+// hostAllowed says AllowHosts lets a request for hostport in. An IP address is always
+// let in: rebinding needs a name (a browser sends the Host of the page's own URL, so an
+// address there means the page came from this server); so is a localhost name, which
+// resolves to this machine by rule, never by an attacker's DNS.
+func (c *config) hostAllowed(hostport string) bool {
+	if !c.hostCheck {
+		return true
+	}
+	host := hostName(hostport)
+	if host == "" || net.ParseIP(host) != nil || host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	return c.hosts[host]
+}
 
 // MinRefresh and DefaultRefresh bound the pages' auto-refresh: an open page costs the
 // database its overview statements at most once per MinRefresh.
@@ -147,7 +222,12 @@ type Dashboard struct {
 	indexes  indexCache    // whether each table has an index leading with processed_at
 	// queueCounts keeps the overview's counts of tables whose count is slow.
 	queueCounts countCache
-	charts      chartReads // the chart's reads, a render waiting for them at most the count's wait
+	// groupNames keeps the groups of each table's finished rows (dialects.GroupLister),
+	// read at most once per groupsKeepMin.
+	groupNames countCache
+	charts     chartReads // the chart's reads, a render waiting for them at most the count's wait
+	// results keeps action results for the page a POST redirects to.
+	results resultStore
 }
 
 //go:embed templates/*.html
@@ -187,9 +267,17 @@ func New(b *rowactor.Broker, tables []Table, opts ...Option) (*Dashboard, error)
 		return nil, fmt.Errorf("dashboard: the %s dialect cannot list a table's rows (dialects.JobLister)", dl.Name())
 	}
 	seen := map[string]bool{}
+	fc, _ := dl.(dialects.FormChecker)
 	for _, t := range tables {
 		if err := dialects.CheckDescription(t.Table); err != nil {
 			return nil, fmt.Errorf("dashboard: %w", err)
+		}
+		if fc != nil {
+			// A form the database cannot serve: no subscription consumes such a table,
+			// and every action on it would fail. Refused as Subscribe refuses it.
+			if err := fc.CheckForm(t.Table); err != nil {
+				return nil, fmt.Errorf("dashboard: %w", err)
+			}
 		}
 		if seen[t.Name] {
 			return nil, fmt.Errorf("dashboard: table %s is named twice", t.Name)
@@ -206,7 +294,7 @@ func New(b *rowactor.Broker, tables []Table, opts ...Option) (*Dashboard, error)
 			return nil, &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
 				Reason: "a table with a group column keeps its dead letters in a group", Fix: "name the dead-letter group in DeadLetters, or drop DeadLetterTable"}
 		}
-		if err := dialects.CheckDeadLetterName(t.Table, t.DeadLetterTable); err != nil {
+		if err := dialects.CheckDeadLetterName(t.Table, t.DeadLetterTable, true); err != nil {
 			return nil, fmt.Errorf("dashboard: %w", err)
 		}
 		dead := t.Table
@@ -247,7 +335,7 @@ func New(b *rowactor.Broker, tables []Table, opts ...Option) (*Dashboard, error)
 // parsePages parses each page with the layout it fills.
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "jobs", "job", "done"} {
+	for _, name := range []string{"overview", "jobs", "job", "done", "confirm"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: template %s: %w", name, err)
@@ -263,6 +351,10 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+	if !d.cfg.hostAllowed(r.Host) {
+		http.Error(w, fmt.Sprintf("dashboard: host %q is not one this dashboard serves: open it by its address, localhost, or a name it allows (AllowHosts; rowactor serve -allow-host)", hostName(r.Host)), http.StatusForbidden)
+		return
+	}
 	path := r.URL.Path
 	switch {
 	case strings.HasPrefix(path, "/static/"):
@@ -284,6 +376,8 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.serveJobs(w, r)
 	case "/job":
 		d.serveJob(w, r)
+	case "/done":
+		d.serveDone(w, r)
 	default:
 		http.NotFound(w, r)
 	}
@@ -310,18 +404,20 @@ func (d *Dashboard) newPage(w http.ResponseWriter, r *http.Request, title string
 	return p
 }
 
-// render writes page name, or a plain error if the template fails.
+// render writes page name, or a plain error if the template fails. The page is
+// buffered (a failed template answers 500, not half a page), and bounded by what each
+// page shows: previews (preview.go), a page of jobs, overviewGroups lines per table.
 func (d *Dashboard) render(w http.ResponseWriter, status int, name string, p page) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	var buf strings.Builder
+	var buf bytes.Buffer
 	if err := d.pages[name].Execute(&buf, p); err != nil {
 		d.cfg.log.Warn("dashboard: rendering a page failed", "page", name, "err", err)
 		http.Error(w, "dashboard: rendering the page failed: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.WriteHeader(status)
-	_, _ = w.Write([]byte(buf.String()))
+	_, _ = w.Write(buf.Bytes())
 }
 
 // base is the prefix the request came in under: its path as sent, less the path the

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"html"
 	"net/http"
@@ -91,7 +92,10 @@ func TestOverviewMatchesSQL(t *testing.T) {
 		if !strings.Contains(body, "<svg class=\"chart\"") || !strings.Contains(body, `class="failed"`) {
 			t.Error("no chart with a failed bar")
 		}
-		if dl := counts(t, body, tb.Name, "emails-dead"); dl["queued"] != "5" || !strings.Contains(body, "dead letters of emails") {
+		// The dead-letter group's rows are dead, not queued: none due, none scheduled
+		// (the delayed one too), no oldest due.
+		if dl := counts(t, body, tb.Name, "emails-dead"); dl["dead"] != "5" || dl["queued"] != "0" || dl["due"] != "0" ||
+			dl["scheduled"] != "0" || dl["oldest"] != "–" || !strings.Contains(body, "dead letters of emails") {
 			t.Errorf("the dead-letter group's line: %v", dl)
 		}
 		if !strings.Contains(body, "smtp: connection refused") {
@@ -115,8 +119,9 @@ func TestJobListFiltersAndPages(t *testing.T) {
 		}
 		f.publish(tb, "other", "{}")
 		f.exec("UPDATE "+tq+" SET retry_after = ? WHERE id IN (?, ?)", time.Now().Add(time.Hour), ids[1], ids[6])
-		f.exec("UPDATE "+tq+" SET attempt = 3, error = ? WHERE id IN (?, ?)", "smtp: connection refused", ids[2], ids[6])
-		f.exec("UPDATE "+tq+" SET attempt = 4, error = ? WHERE id = ?", "template missing", ids[3])
+		// Three and four calls made: a lease table's column runs one ahead of them.
+		f.exec("UPDATE "+tq+" SET attempt = 4, error = ? WHERE id IN (?, ?)", "smtp: connection refused", ids[2], ids[6])
+		f.exec("UPDATE "+tq+" SET attempt = 5, error = ? WHERE id = ?", "template missing", ids[3])
 
 		d, err := New(f.b, []Table{{Table: tb}}, PageSize(3))
 		if err != nil {
@@ -233,15 +238,23 @@ func TestActions(t *testing.T) {
 			t.Error("retry now left retry_after set")
 		}
 
-		status, body = act(url.Values{"op": {"cancel"}, "id": {strconv.FormatInt(due, 10)}, "csrf": {tok}})
+		status, body = act(url.Values{"op": {"cancel"}, "id": {strconv.FormatInt(due, 10)}, "csrf": {tok}, "confirm": {"1"}})
 		if status != http.StatusOK || !strings.Contains(body, "cancelled") {
 			t.Errorf("cancel: %d\n%s", status, body)
 		}
-		if n := f.count("SELECT count(*) FROM "+tq+" WHERE id = ? AND processed_at IS NOT NULL AND error = ?", due, cancelReason); n != 1 {
+		if n := f.count("SELECT count(*) FROM "+tq+" WHERE id = ? AND processed_at IS NOT NULL AND error = ?", due, dialects.CancelledError(cancelReason)); n != 1 {
 			t.Error("cancel did not finish the row with its reason")
 		}
+		// The row reads as cancelled, in the list and on its page, with no cancel of its own.
+		_, list := get(t, c, u+"/jobs?table="+url.QueryEscape(tb.Name)+"&state=cancelled")
+		if line := jobLine(list, due); !strings.Contains(line, `data-state="cancelled"`) || strings.Contains(line, `data-op="cancel"`) {
+			t.Errorf("the cancelled row's line in the list of cancelled rows: want cancelled, no cancel:\n%s", line)
+		}
+		if _, page := get(t, c, fmt.Sprintf("%s/job?table=%s&id=%d", u, url.QueryEscape(tb.Name), due)); !strings.Contains(page, `data-field="state">cancelled<`) || strings.Contains(page, `data-op="cancel"`) {
+			t.Errorf("the cancelled row's page: want cancelled, no cancel:\n%s", page)
+		}
 		// A second cancel is refused by the row's state, and says so.
-		if status, body = act(url.Values{"op": {"cancel"}, "id": {strconv.FormatInt(due, 10)}, "csrf": {tok}}); status != http.StatusConflict || !strings.Contains(body, "finished") {
+		if status, body = act(url.Values{"op": {"cancel"}, "id": {strconv.FormatInt(due, 10)}, "csrf": {tok}, "confirm": {"1"}}); status != http.StatusConflict || !strings.Contains(body, "finished") {
 			t.Errorf("cancel of a finished row: %d\n%s", status, body)
 		}
 
@@ -252,7 +265,7 @@ func TestActions(t *testing.T) {
 		if n := f.count("SELECT count(*) FROM "+tq+" WHERE id = ? AND queue = 'emails' AND attempt = 1 AND dead_at IS NULL", dead[0]); n != 1 {
 			t.Error("requeue of one dead letter did not move it back")
 		}
-		status, body = act(url.Values{"op": {"requeue"}, "group": {"emails-dead"}, "csrf": {tok}})
+		status, body = act(url.Values{"op": {"requeue"}, "group": {"emails-dead"}, "csrf": {tok}, "confirm": {"1"}})
 		if status != http.StatusOK || !strings.Contains(body, "Moved 2 dead letter") {
 			t.Errorf("requeue all: %d\n%s", status, body)
 		}
@@ -314,11 +327,10 @@ func TestPauseResumeAndLiveCounts(t *testing.T) {
 		c, u := serve(t, d, "")
 		_, body := get(t, c, u+"/")
 		got := counts(t, body, tb.Name, "sms-dead")
-		if got["queued"] != "1" {
-			t.Errorf("sms-dead: %v, want the failed row", got)
+		if got["dead"] != "1" || got["queued"] != "0" {
+			t.Errorf("sms-dead: %v, want the failed row dead", got)
 		}
-		// The sms line exists only while it has rows: publish one the paused
-		// subscription will not take.
+		// Paused from the dashboard, the subscription takes no row.
 		if err := sub.Pause(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -395,7 +407,8 @@ func TestJobPage(t *testing.T) {
 		js := f.publish(tb, "emails", `{"to":"a@example.com","n":[1,2]}`,
 			rowactor.WithHeaders(map[string]string{"traceparent": "00-" + trace + "-00f067aa0ba902b7-01", "tenant": "acme"}))
 		bin := f.publish(tb, "emails", "\x00\x01\x02binary")
-		f.exec("UPDATE "+f.q(tb.Name)+" SET attempt = 3, error = ?, locked_until = ? WHERE id = ?", "smtp: 421 try later", time.Now().Add(time.Hour), js)
+		// Three calls made, the third under way: a lease table's column reads 4.
+		f.exec("UPDATE "+f.q(tb.Name)+" SET attempt = 4, error = ?, locked_until = ? WHERE id = ?", "smtp: 421 try later", time.Now().Add(time.Hour), js)
 		d, err := New(f.b, []Table{{Table: tb}}, TraceURL("http://jaeger.local/trace/{trace_id}"))
 		if err != nil {
 			t.Fatal(err)
@@ -597,4 +610,134 @@ func TestFinishedIndexCheckCached(t *testing.T) {
 	if strings.Contains(overview(), "data-no-chart") {
 		t.Error("the index was not read again after indexRecheck")
 	}
+}
+
+// serveAs serves method u through d in this goroutine with the Host header host (and
+// headers), and returns the status.
+func serveAs(d http.Handler, method, u, host string, form url.Values, headers map[string]string) (int, string) {
+	var r *http.Request
+	if form != nil {
+		r = httptest.NewRequest(method, u, strings.NewReader(form.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	} else {
+		r = httptest.NewRequest(method, u, nil)
+	}
+	r.Host = host
+	for k, v := range headers {
+		r.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	d.ServeHTTP(rec, r)
+	return rec.Code, rec.Body.String()
+}
+
+// Under AllowHosts a request for another host name (a DNS-rebinding page's) is refused,
+// pages and actions alike, even with a valid token: the row stays. Its own names,
+// localhost names and IP addresses are served, whatever the port.
+func TestAllowHostsRefusesOtherHosts(t *testing.T) {
+	f := newFixture(t, databases[0])
+	tb := f.jobsTable("dash_host_")
+	id := f.publish(tb, "emails", `{"secret":"payload"}`)
+	d, err := New(f.b, []Table{{Table: tb}}, AllowHosts("queues.example.com"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nonce := strings.Repeat("0f", 16)
+	cancel := url.Values{"op": {"cancel"}, "table": {tb.Name}, "id": {strconv.FormatInt(id, 10)}, "csrf": {d.sign(nonce)}, "confirm": {"1"}}
+	cookie := map[string]string{"Cookie": csrfCookie + "=" + nonce}
+	job := fmt.Sprintf("/job?table=%s&id=%d", tb.Name, id)
+	for _, host := range []string{"rebind.attacker.example:8080", "rebind.attacker.example", "queues.example.com.attacker.example"} {
+		for _, page := range []string{"/", job, "/jobs?table=" + tb.Name} {
+			if status, body := serveAs(d, http.MethodGet, page, host, nil, nil); status != http.StatusForbidden || strings.Contains(body, "secret") {
+				t.Errorf("GET %s for host %s: %d, want 403", page, host, status)
+			}
+		}
+		if status, _ := serveAs(d, http.MethodPost, "/action", host, cancel, cookie); status != http.StatusForbidden {
+			t.Errorf("POST cancel for host %s: %d, want 403", host, status)
+		}
+	}
+	if n := f.count("SELECT count(*) FROM "+f.q(tb.Name)+" WHERE id = ? AND processed_at IS NULL", id); n != 1 {
+		t.Fatal("a request for another host cancelled the row")
+	}
+	for _, host := range []string{"queues.example.com", "Queues.Example.com.:443", "localhost:8080", "ops.localhost", "127.0.0.1:8080", "[::1]:8080", "10.1.2.3"} {
+		if status, _ := serveAs(d, http.MethodGet, job, host, nil, nil); status != http.StatusOK {
+			t.Errorf("GET for host %s: %d, want 200", host, status)
+		}
+	}
+	// A POST whose Origin names another host is refused though its Host is allowed.
+	if status, _ := serveAs(d, http.MethodPost, "/action", "localhost:8080", cancel, map[string]string{"Cookie": cookie["Cookie"], "Origin": "http://rebind.attacker.example:8080"}); status != http.StatusForbidden {
+		t.Errorf("POST from origin rebind.attacker.example: %d, want 403", status)
+	}
+	if n := f.count("SELECT count(*) FROM "+f.q(tb.Name)+" WHERE id = ? AND processed_at IS NULL", id); n != 1 {
+		t.Fatal("a POST from another origin cancelled the row")
+	}
+	// Without AllowHosts, any host is served (the service mounting it checks hosts).
+	open, err := New(f.b, []Table{{Table: tb}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := serveAs(open, http.MethodGet, job, "queues.internal.example", nil, nil); status != http.StatusOK {
+		t.Errorf("without AllowHosts: %d, want 200", status)
+	}
+}
+
+// A POST a browser says comes from another site (Sec-Fetch-Site, or Origin against Host)
+// is refused before its token is looked at, and changes nothing.
+func TestActionRefusesCrossOriginPost(t *testing.T) {
+	eachDB(t, func(t *testing.T, f *fixture) {
+		tb := f.jobsTable("dash_origin_")
+		id := f.publish(tb, "emails", "{}", rowactor.After(time.Hour))
+		d, err := New(f.b, []Table{{Table: tb}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nonce := strings.Repeat("0f", 16)
+		retry := url.Values{"op": {"retry"}, "table": {tb.Name}, "id": {strconv.FormatInt(id, 10)}, "csrf": {d.sign(nonce)}}
+		cookie := csrfCookie + "=" + nonce
+		for _, h := range []map[string]string{
+			{"Sec-Fetch-Site": "cross-site"},
+			{"Sec-Fetch-Site": "same-site"},
+			{"Origin": "http://evil.example"},
+		} {
+			h["Cookie"] = cookie
+			if status, body := serveAs(d, http.MethodPost, "/action", "127.0.0.1:8080", retry, h); status != http.StatusForbidden {
+				t.Errorf("POST with %v: %d, want 403\n%s", h, status, body)
+			}
+		}
+		if n := f.count("SELECT count(*) FROM "+f.q(tb.Name)+" WHERE id = ? AND retry_after IS NOT NULL", id); n != 1 {
+			t.Fatal("a cross-origin POST made the row due")
+		}
+		// The dashboard's own page's POST passes.
+		status, _ := serveAs(d, http.MethodPost, "/action", "127.0.0.1:8080", retry, map[string]string{"Cookie": cookie, "Sec-Fetch-Site": "same-origin", "Origin": "http://127.0.0.1:8080"})
+		if status != http.StatusOK && status != http.StatusSeeOther {
+			t.Errorf("a same-origin POST: %d", status)
+		}
+		if n := f.count("SELECT count(*) FROM "+f.q(tb.Name)+" WHERE id = ? AND retry_after IS NULL", id); n != 1 {
+			t.Error("a same-origin POST did not make the row due")
+		}
+	})
+}
+
+// A table described in a form its database cannot serve (SQLite has no row locks) is
+// refused by New with the *ConfigError Subscribe returns for it, rather than shown with
+// buttons that all fail; the databases that serve the form accept it.
+func TestNewRefusesAFormTheDatabaseCannotServe(t *testing.T) {
+	eachDB(t, func(t *testing.T, f *fixture) {
+		tb := rowactor.Table{Name: "dash_rowlock", ID: "id", Payload: "payload", Group: "queue", Attempt: "attempt",
+			ProcessedAt: "processed_at", Error: "error"} // no LockedUntil, no AdvisoryKey: the row lock form
+		_, subErr := f.b.Subscribe(ctx, tb, "g", func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() })
+		var subCE *dialects.ConfigError
+		served := !errors.As(subErr, &subCE) || subCE.Option != "Table.LockedUntil"
+		_, err := New(f.b, []Table{{Table: tb}})
+		var ce *dialects.ConfigError
+		switch {
+		case served && err != nil:
+			t.Errorf("%s serves the row lock form, and New refused it: %v", f.db.name, err)
+		case !served && (!errors.As(err, &ce) || ce.Option != subCE.Option || ce.Reason != subCE.Reason):
+			t.Errorf("New: %v; want the *ConfigError Subscribe returns: %v", err, subErr)
+		}
+		if f.db.name == "sqlite" && served {
+			t.Errorf("SQLite's Subscribe accepted the row lock form: %v", subErr)
+		}
+	})
 }

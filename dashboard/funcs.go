@@ -9,8 +9,11 @@ import (
 
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
-	"age":   roundAge,
-	"ms":    func(d time.Duration) string { return d.Round(time.Millisecond).String() },
+	"age": roundAge,
+	"ms":  func(d time.Duration) string { return d.Round(time.Millisecond).String() },
+	// query escapes a value for a URL built as text (printf "/job?table=%s"), such as a
+	// form's "back" field. Never in an href: html/template escapes a value there itself,
+	// and a value escaped twice names another queue (emails:high as emails%3Ahigh).
 	"query": url.QueryEscape,
 	"utc":   func(t time.Time) string { return t.UTC().Format(time.DateTime) + " UTC" },
 	// dict builds the argument of a sub-template from key, value pairs.

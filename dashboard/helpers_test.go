@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -354,4 +355,43 @@ func link(body, id string) string {
 		return ""
 	}
 	return strings.ReplaceAll(m[1], "&amp;", "&")
+}
+
+var inputRE = regexp.MustCompile(`<input type="hidden" name="([a-z_]+)" value="([^"]*)">`)
+
+func htmlUnescape(s string) string { return html.UnescapeString(s) }
+
+// deadLetter publishes a row into queue of tb and lets a subscription whose handler fails
+// past MaxAttempts(1) move it into dead, as a service's would; it returns the row's id
+// once it moved. The subscription is paused by then, so rows published afterwards stay
+// where they are.
+func (f *fixture) deadLetter(tb rowactor.Table, queue, dead string) int64 {
+	f.t.Helper()
+	sub, err := f.b.Subscribe(ctx, tb, queue, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Retry() },
+		rowactor.MaxAttempts(1), rowactor.DeadLetterGroup(dead), rowactor.PollInterval(20*time.Millisecond))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	id := f.publish(tb, queue, `{"dies":true}`)
+	deadline := time.Now().Add(30 * time.Second)
+	for f.count("SELECT count(*) FROM "+f.q(tb.Name)+" WHERE id = ? AND queue = ? AND dead_at IS NOT NULL", id, dead) != 1 {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("row %d did not move into %s", id, dead)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := sub.Pause(ctx); err != nil {
+		f.t.Fatal(err)
+	}
+	return id
+}
+
+// jobLine is the job list's line of row id, or "" when the page lists no such row.
+func jobLine(body string, id int64) string {
+	i := strings.Index(body, `<tr data-id="`+strconv.FormatInt(id, 10)+`"`)
+	if i < 0 {
+		return ""
+	}
+	line := body[i:]
+	return line[:strings.Index(line, "</tr>")]
 }

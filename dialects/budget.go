@@ -2,26 +2,30 @@ package dialects
 
 import "sync"
 
-// Budget is the connections a pool can spare for rowactor's claims and for deliveries that
-// hold a connection (row lock claims, advisory sessions, transactional deliveries), shared
-// by every subscription on the pool. Each subscription used to budget the pool's size less
-// one for itself, so two subscriptions on one pool could ask for twice what it has, and two
-// advisory claims each holding some sessions while waiting for more deadlocked the pool.
+// Budget is the connections a pool can spare for rowactor's claims and for deliveries
+// that hold a connection: row lock claims, advisory sessions and transactional
+// deliveries. Every subscription on the pool shares it.
 //
-// A subscription takes connections before it claims and gives them back as its claims and
-// deliveries end, never waiting: one that finds none queues, and connections given back go
-// to the queue first, in order, so every subscription on the pool makes progress.
+// It exists because each subscription used to budget the pool's size less one for
+// itself. Two subscriptions on one pool could then ask for twice what it has, and two
+// advisory claims, each holding some sessions while waiting for more, deadlocked the
+// pool.
+//
+// A subscription takes connections before it claims, and gives them back as its claims
+// and deliveries end. It never waits: one that finds none queues, and connections given
+// back go to the queue first, in order, so every subscription on the pool makes
+// progress.
 type Budget struct {
 	mu    sync.Mutex
 	limit int
-	// size, when set, reads the limit again at each Take: a pool resized while running
-	// (database/sql's SetMaxOpenConns) is followed at once.
+	// size, when set, reads the limit again at each Take, so a pool resized while it
+	// runs, by database/sql's SetMaxOpenConns, is followed at once.
 	size  func() int
 	used  int
 	queue []*BudgetShare
 }
 
-// NewBudget returns a budget of limit connections (at least one).
+// NewBudget returns a budget of limit connections, at least one.
 func NewBudget(limit int) *Budget { return &Budget{limit: max(limit, 1)} }
 
 var (
@@ -29,8 +33,9 @@ var (
 	budgets   = map[any]*Budget{}
 )
 
-// BudgetFor returns the budget of pool, shared by every dialect made on it (two brokers on
-// one pool share it too), with its limit set to limit: a pool resized since is followed.
+// BudgetFor returns the budget of pool, with its limit set to limit, so a pool resized
+// since is followed. Every dialect made on the pool shares it; two brokers on one pool
+// share it too.
 func BudgetFor(pool any, limit int) *Budget {
 	budgetsMu.Lock()
 	b := budgets[pool]
@@ -69,8 +74,8 @@ func ForgetBudget(pool any) {
 // BudgetShare is one subscription's part of a budget.
 type BudgetShare struct {
 	b *Budget
-	// wake is called (on the releasing goroutine, never under the budget's lock) when
-	// connections were handed to the share while it waited.
+	// wake is called when connections were handed to the share while it waited. It is
+	// called on the releasing goroutine, never under the budget's lock.
 	wake    func()
 	granted int // handed over while queued, not yet taken
 	queued  bool
@@ -131,8 +136,8 @@ func (s *BudgetShare) Give(n int) {
 	}
 }
 
-// Unused gives back what was handed to the share while it waited and was not taken (its
-// subscription found nothing to claim).
+// Unused gives back what was handed to the share while it waited and was not taken,
+// because its subscription found nothing to claim.
 func (s *BudgetShare) Unused() {
 	b := s.b
 	b.mu.Lock()
@@ -145,8 +150,9 @@ func (s *BudgetShare) Unused() {
 	}
 }
 
-// Close gives back everything the share holds and leaves the queue (its subscription
-// stopped; the connections of its claims and deliveries are closed or back in the pool).
+// Close gives back everything the share holds and leaves the queue, when its
+// subscription stopped. The connections of its claims and deliveries are then closed or
+// back in the pool.
 func (s *BudgetShare) Close() {
 	b := s.b
 	b.mu.Lock()

@@ -7,13 +7,16 @@ import (
 	"time"
 )
 
-// RowsBusyError reports leases a batched statement (an extension round, a batch of acks
-// or releases) left alone because another session held their rows' locks while the rows
-// still held their tokens. Waiting for such a lock inside the batch would hold the locks
-// the batch already took on every other row in it, so the batch skips the row instead and
-// settles the rest. The leases named are still their holders': an extension round keeps
-// their tokens and comes back for them, a batch settles them one by one, where waiting
-// for the lock costs only that row. A dialect returns it beside the ids it did settle.
+// RowsBusyError reports leases a batched statement left alone because another session
+// held their rows' locks while the rows still held their tokens. The batch is an
+// extension round, or a batch of acks or releases. A dialect returns it beside the ids it
+// did settle.
+//
+// Waiting for such a lock inside the batch would hold the locks the batch already took
+// on every other row in it. So the batch skips the row and settles the rest. The leases
+// named are still their holders': an extension round keeps their tokens and comes back
+// for them, and a batch settles them one by one, where waiting for the lock costs only
+// that row.
 type RowsBusyError struct {
 	IDs []int64
 }
@@ -53,12 +56,13 @@ func IDs(leases []Lease) []int64 {
 	return out
 }
 
-// WaitingExtender is a lease queue that can also extend leases by waiting for the locks
-// other sessions hold on their rows (bounded by ctx), where ExtendLeases skips such rows.
-// The renewer uses it for leases it found busy, one statement at a time: a lock held a
-// moment (another claim's read of the row, say) is waited out before the lease runs out,
-// and at most the renewer's one connection waits. An extension cut short by ctx moves
-// nothing, then or later (see LeaseBatchQueue.SettleLeaseWaiting).
+// WaitingExtender is a lease queue that can also extend leases by waiting, up to ctx,
+// for the locks other sessions hold on their rows, where ExtendLeases skips such rows.
+//
+// The renewer uses it for leases it found busy, one statement at a time. A lock held a
+// moment, such as another claim's read of the row, is then waited out before the lease
+// runs out, and at most the renewer's one connection waits. An extension cut short by
+// ctx moves nothing, then or later, as for LeaseBatchQueue.SettleLeaseWaiting.
 type WaitingExtender interface {
 	ExtendLeasesWaiting(ctx context.Context, until time.Time, held []Lease) ([]int64, error)
 }

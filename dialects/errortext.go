@@ -5,13 +5,15 @@ import (
 	"unicode/utf8"
 )
 
-// MaxErrorBytes is how much of a handler's error text the error column (Table.Error)
-// keeps: longer text is cut on a UTF-8 character boundary at or below this many bytes.
+// MaxErrorBytes is how much of a handler's error text the error column, Table.Error,
+// keeps. Longer text is cut on a UTF-8 character boundary at or below this many bytes.
 const MaxErrorBytes = 2000
 
-// ErrorText returns s as the error column stores it: invalid UTF-8 replaced by U+FFFD
-// and NUL bytes dropped (PostgreSQL's text refuses both, and the settlement must not
-// fail on a handler's message), cut to at most MaxErrorBytes on a character boundary.
+// ErrorText returns s as the error column stores it:
+//
+//   - invalid UTF-8 replaced by U+FFFD, and NUL bytes dropped. PostgreSQL's text refuses
+//     both, and the settlement must not fail on a handler's message;
+//   - cut to at most MaxErrorBytes on a character boundary.
 func ErrorText(s string) string {
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, "\uFFFD")
@@ -29,10 +31,12 @@ func ErrorText(s string) string {
 	return s[:cut]
 }
 
-// ErrorValue is what a step binds to the error column: nil (NULL) when the outcome
-// carried no error, ErrorText of its text otherwise. The statements that return a row
-// (retry, retry_after, snooze, dead letter) write COALESCE(value, column), so a retry
-// without an error keeps the last one; ack writes the value as is, so an Ack clears it.
+// ErrorValue is what a step binds to the error column: nil, for NULL, when the outcome
+// carried no error, and ErrorText of its text otherwise.
+//
+// The statements that return a row, retry, retry_after, snooze and dead letter, write
+// COALESCE(value, column), so a retry without an error keeps the last one. Ack writes
+// the value as is, so an Ack clears it.
 func (s *Step) ErrorValue() any {
 	if s.Error == "" {
 		return nil
@@ -40,18 +44,11 @@ func (s *Step) ErrorValue() any {
 	return ErrorText(s.Error)
 }
 
-// UncountAttempt renders the count a snooze gives back (col qualified as the statement
-// needs): col - 1 above zero, col unchanged at zero and below (and NULL stays NULL), so
-// it never goes below zero. A row whose count saturated at its column's maximum
-// (CountAttempt) was not counted by its claim, and loses one here: at 32767 attempts
-// and more, nobody counts.
-func UncountAttempt(col string) string {
-	return "CASE WHEN " + col + " > 0 THEN " + col + " - 1 ELSE " + col + " END"
-}
+// CancelledPrefix starts the error column of every row a cancellation ended: the outcome
+// Cancel and Broker.Cancel both write CancelledError(reason). A row kept with processed_at
+// whose error starts with it reads as JobCancelled, and Stats' most frequent errors leave
+// it out: a cancellation's reason is no failure.
+const CancelledPrefix = "cancelled: "
 
-// KeepError renders the assignment of a statement that returns or moves a row: the
-// outcome's error when it has one (param is its placeholder), the column's own value
-// otherwise.
-func KeepError(col, param string) string {
-	return "COALESCE(" + param + ", " + col + ")"
-}
+// CancelledError is the error column's text of a row cancelled for reason.
+func CancelledError(reason string) string { return CancelledPrefix + reason }

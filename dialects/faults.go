@@ -29,9 +29,10 @@ const (
 	// an operator can fix it, so the restart starts slow and the log says what is wrong.
 	FaultSchema
 	// FaultData is a value one row holds that a statement cannot take or a claim cannot
-	// read: out of range, of the wrong type, violating a constraint (SQLSTATE classes 22
-	// and 23, their MySQL numbers, SQLite's mismatch and constraint codes, ErrRowData).
-	// It is the row's fault, not the queue's: the runtime sets the row aside.
+	// read: out of range, of the wrong type, or violating a constraint. It covers
+	// SQLSTATE classes 22 and 23, their MySQL numbers, SQLite's mismatch and constraint
+	// codes, and ErrRowData. It is the row's fault, not the queue's: the runtime sets the
+	// row aside.
 	FaultData
 )
 
@@ -49,16 +50,16 @@ func (f Fault) String() string {
 	return "unknown"
 }
 
-// FaultClassifier is a dialect that can tell its driver's error classes apart (SQLSTATE
-// codes, server error numbers, the driver's sentinel errors).
+// FaultClassifier is a dialect that can tell its driver's error classes apart: SQLSTATE
+// codes, server error numbers, the driver's sentinel errors.
 type FaultClassifier interface {
 	// Classify names the fault of err, which may wrap the driver's error.
 	Classify(err error) Fault
 }
 
-// Classify asks d to classify err when it can, and otherwise recognizes what every Go
+// Classify asks d to classify err when it can. Otherwise it recognizes what every Go
 // database driver shares: a dropped or refused network connection, database/sql's
-// driver.ErrBadConn, an EOF from a closed socket. A row that cannot be read (ErrRowData)
+// driver.ErrBadConn, an EOF from a closed socket. A row that cannot be read, ErrRowData,
 // is FaultData whatever the dialect.
 func Classify(d Dialect, err error) Fault {
 	if err == nil {

@@ -2,24 +2,24 @@ package dialects
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"time"
 )
 
-// The transactional outbox (package outbox) keeps its records in a table of the service's
-// own, written in the service's transaction, and a relay sends them on. A dialect that can
-// keep one implements OutboxDialect; package outbox finds it by type assertion on the
-// Dialect and never switches on the database's name. Every statement is built, and
-// prepared against the live table, once per outbox (or dedupe table), never per record.
+// The transactional outbox of package outbox keeps its records in a table of the
+// service's own, written in the service's transaction, and a relay sends them on.
+//
+// A dialect that can keep one implements OutboxDialect. Package outbox finds it by type
+// assertion on the Dialect, and never switches on the database's name. Every statement
+// is built, and prepared against the live table, once per outbox or dedupe table, never
+// per record.
 
 // OutboxDialect is a dialect that can keep transactional outboxes and dedupe tables.
 type OutboxDialect interface {
 	// OutboxSchema renders the CREATE TABLE of an outbox table and its indexes.
 	OutboxSchema(t OutboxTable) (string, error)
-	// OpenOutbox checks an outbox table against the live database (every named column
-	// exists, with a type the dialect can bind) and builds and prepares its statements.
-	// A description that cannot work is refused with a *ConfigError.
+	// OpenOutbox checks an outbox table against the live database, and builds and
+	// prepares its statements. Every named column must exist, with a type the dialect can
+	// bind. A description that cannot work is refused with a *ConfigError.
 	OpenOutbox(ctx context.Context, t OutboxTable) (OutboxStore, error)
 	// DedupeSchema renders the CREATE TABLE of a dedupe table.
 	DedupeSchema(t DedupeTable) (string, error)
@@ -30,14 +30,14 @@ type OutboxDialect interface {
 // OutboxTable describes an outbox table. Column names are the table's own; every field
 // but Headers is required.
 type OutboxTable struct {
-	// Name is the table's name (one identifier, no dot).
+	// Name is the table's name: one identifier, without a dot.
 	Name string
-	// ID is the record's integer primary key, assigned by the database in increasing
-	// order and never reused (an identity, AUTO_INCREMENT, or SQLite AUTOINCREMENT
-	// column): consumers recognise a record sent twice by its id.
+	// ID is the record's integer primary key. The database assigns it in increasing
+	// order and never reuses it: an identity, AUTO_INCREMENT, or SQLite AUTOINCREMENT
+	// column. Consumers recognise a record sent twice by its id.
 	ID string
-	// Topic is what the record is about, e.g. "order.created"; a sink routes by it (the
-	// queue sink publishes into the queue of that name).
+	// Topic is what the record is about, e.g. "order.created". A sink routes by it: the
+	// queue sink publishes into the queue of that name.
 	Topic string
 	// Payload holds the record's bytes.
 	Payload string
@@ -45,7 +45,7 @@ type OutboxTable struct {
 	Headers string
 	// SentAt is set when the relay handed the record to its sink.
 	SentAt string
-	// ProcessedAt is set when the consumer's handler acked or dropped the record; until
+	// ProcessedAt is set when the consumer's handler acked or dropped the record. Until
 	// then the record is sent again at each relay start.
 	ProcessedAt string
 }
@@ -68,33 +68,11 @@ func (t OutboxTable) Columns() []NamedColumn {
 	return cols
 }
 
-// CheckOutboxDescription refuses an outbox description no database can serve: a missing
-// name or required column, a dotted name, a column named twice.
-func CheckOutboxDescription(t OutboxTable) error {
-	if t.Name == "" {
-		return &ConfigError{Option: "outbox.Table.Name", Reason: "the outbox table has no name", Fix: "set Table.Name"}
-	}
-	if strings.Contains(t.Name, ".") {
-		return &ConfigError{Table: t.Name, Option: "outbox.Table.Name", Reason: "a table name is one identifier without a dot",
-			Fix: "name the table alone"}
-	}
-	for _, req := range []struct{ role, name string }{
-		{"ID", t.ID}, {"Topic", t.Topic}, {"Payload", t.Payload}, {"SentAt", t.SentAt}, {"ProcessedAt", t.ProcessedAt},
-	} {
-		if req.name == "" {
-			return &ConfigError{Table: t.Name, Option: "outbox.Table." + req.role,
-				Reason: "the " + req.role + " column is required in an outbox table",
-				Fix:    "set Table." + req.role + " (outbox.Schema renders a table with every column)"}
-		}
-	}
-	return checkDistinct(t.Name, "outbox.Table.", t.Columns())
-}
-
 // DedupeTable describes a consumer's dedupe table: one row per outbox record whose effect
 // happened, keyed by the record's id. Record ids are unique within one outbox table, so a
 // consumer keeps one dedupe table per outbox it reads from.
 type DedupeTable struct {
-	// Name is the table's name (one identifier, no dot).
+	// Name is the table's name: one identifier, without a dot.
 	Name string
 	// ID is the primary key holding the record's id.
 	ID string
@@ -112,66 +90,12 @@ func (t DedupeTable) Columns() []NamedColumn {
 	return cols
 }
 
-// CheckDedupeDescription refuses a dedupe description no database can serve.
-func CheckDedupeDescription(t DedupeTable) error {
-	if t.Name == "" {
-		return &ConfigError{Option: "outbox.DedupeTable.Name", Reason: "the dedupe table has no name", Fix: "set DedupeTable.Name"}
-	}
-	if strings.Contains(t.Name, ".") {
-		return &ConfigError{Table: t.Name, Option: "outbox.DedupeTable.Name", Reason: "a table name is one identifier without a dot",
-			Fix: "name the table alone"}
-	}
-	if t.ID == "" {
-		return &ConfigError{Table: t.Name, Option: "outbox.DedupeTable.ID", Reason: "the id column is required",
-			Fix: "set DedupeTable.ID"}
-	}
-	return checkDistinct(t.Name, "outbox.DedupeTable.", t.Columns())
-}
-
-func checkDistinct(table, prefix string, cols []NamedColumn) error {
-	seen := map[string]string{}
-	for _, c := range cols {
-		if prev, ok := seen[c.Name]; ok {
-			return &ConfigError{Table: table, Column: c.Name, Option: prefix + c.Role,
-				Reason: "the column already plays the role " + prev, Fix: "give each role its own column"}
-		}
-		seen[c.Name] = c.Role
-	}
-	return nil
-}
-
-// CheckNamedColumns refuses a description (of an outbox or dedupe table) that names a
-// column the live table lacks, naming the table, the column and the fix. have holds the
-// table's columns as the database reports them; fold says whether names compare without
-// case. schemaFunc names the function that renders the table ("outbox.Schema").
-func CheckNamedColumns(table, prefix, schemaFunc string, cols []NamedColumn, have []string, fold bool) error {
-	if len(have) == 0 {
-		return &ConfigError{Table: table, Reason: "the table does not exist",
-			Fix: "create it first (" + schemaFunc + " renders its CREATE TABLE)"}
-	}
-	for _, c := range cols {
-		found := false
-		for _, h := range have {
-			if h == c.Name || (fold && strings.EqualFold(h, c.Name)) {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return &ConfigError{Table: table, Column: c.Name, Option: prefix + c.Role,
-				Reason: fmt.Sprintf("the table has no such column (it has %s)", strings.Join(have, ", ")),
-				Fix:    "add the column to the table (" + schemaFunc + " renders it), or correct " + strings.TrimPrefix(prefix, "outbox.") + c.Role}
-		}
-	}
-	return nil
-}
-
 // OutboxRecord is one outbox record as stored.
 type OutboxRecord struct {
 	ID      int64
 	Topic   string
 	Payload []byte
-	// Headers is the raw headers column (a JSON object), nil when absent or NULL.
+	// Headers is the raw headers column, a JSON object; nil when absent or NULL.
 	Headers []byte
 }
 
@@ -185,22 +109,22 @@ type OutboxState struct {
 
 // OutboxStore is one outbox table's prepared statements.
 type OutboxStore interface {
-	// Record inserts a record inside the caller's transaction (pgx.Tx on PostgreSQL,
-	// *sql.Tx on MySQL and SQLite) and returns its id: the record exists only if the
-	// caller commits.
+	// Record inserts a record inside the caller's transaction and returns its id. The
+	// transaction is a pgx.Tx on PostgreSQL and a *sql.Tx on MySQL and SQLite. The record
+	// exists only if the caller commits.
 	Record(ctx context.Context, tx any, r OutboxRecord) (int64, error)
 	// Unsent returns up to limit records neither sent nor processed, in id order. It
 	// always reads from the start: a transaction that took a lower id may commit after a
 	// higher one, so a cursor could pass over it.
 	Unsent(ctx context.Context, limit int) ([]OutboxRecord, error)
-	// Unprocessed returns up to limit unprocessed records (sent or not) with an id above
+	// Unprocessed returns up to limit unprocessed records, sent or not, with an id above
 	// after, in id order: the relay's start-up pass.
 	Unprocessed(ctx context.Context, after int64, limit int) ([]OutboxRecord, error)
 	// MarkSent stamps the record's sent_at with now.
 	MarkSent(ctx context.Context, id int64, now time.Time) error
-	// MarkProcessed stamps processed_at with now unless it is set already, and sent_at
-	// with now if it is not set (the relay died between its send and its stamp); it
-	// reports whether it changed the row.
+	// MarkProcessed stamps processed_at with now unless it is set already, and reports
+	// whether it changed the row. It also stamps sent_at with now if it is not set: the
+	// relay died between its send and its stamp.
 	MarkProcessed(ctx context.Context, id int64, now time.Time) (bool, error)
 	// State reads the record's sent_at and processed_at.
 	State(ctx context.Context, id int64) (OutboxState, error)
@@ -210,9 +134,9 @@ type OutboxStore interface {
 
 // DedupeStore is one dedupe table's prepared insert.
 type DedupeStore interface {
-	// Once inserts id inside the caller's transaction unless a row holds it already
-	// (INSERT … ON CONFLICT DO NOTHING or the database's equivalent), and reports whether
-	// it inserted: true the first time, false for a record seen before. A concurrent
+	// Once inserts id inside the caller's transaction unless a row holds it already, and
+	// reports whether it inserted: true the first time, false for a record seen before.
+	// It runs INSERT … ON CONFLICT DO NOTHING, or the database's equivalent. A concurrent
 	// transaction inserting the same id makes it wait for that one's end.
 	Once(ctx context.Context, tx any, id int64, now time.Time) (bool, error)
 	// Close releases what the store prepared.

@@ -6,9 +6,9 @@ import (
 	"sync"
 )
 
-// Opener opens a dialect on an address: a SQLite file path, a PostgreSQL URL, a MySQL DSN
-// (what follows the URL's scheme, as rowactor.Open reads it). The dialect owns what it
-// opened: its Close closes the pool.
+// Opener opens a dialect on an address, what follows the URL's scheme as rowactor.Open
+// reads it: a SQLite file path, a PostgreSQL URL or a MySQL DSN. The dialect owns what
+// it opened: its Close closes the pool.
 type Opener func(ctx context.Context, addr string) (Dialect, error)
 
 var (
@@ -16,9 +16,11 @@ var (
 	openers   = map[string]Opener{}
 )
 
-// Register makes a dialect reachable by rowactor.Open under kind ("sqlite", "postgres",
-// "mysql"), the way database/sql drivers register: a dialect package calls it from its
-// init, so a program links a database's driver only when it imports that dialect. A kind
+// Register makes a dialect reachable by rowactor.Open under kind: "sqlite", "postgres"
+// or "mysql".
+//
+// A dialect package calls it from its init, the way database/sql drivers register, so a
+// program links a database's driver only when it imports that dialect. A kind
 // registered twice panics, as database/sql.Register does: it is a programming error.
 func Register(kind string, open Opener) {
 	openersMu.Lock()

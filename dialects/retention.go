@@ -7,15 +7,19 @@ import (
 
 // Retainer is a dialect that deletes a table's finished rows, one process at a time.
 type Retainer interface {
-	// RetainRound takes lock without waiting (a session lock: PostgreSQL's advisory
-	// lock, MySQL's GET_LOCK; SQLite's is the file's registry in this process) on a pool
-	// connection of its own, deletes t's rows whose processed_at is before before on that
-	// same connection, lowest ids first and up to limit a statement, until a statement
-	// deletes fewer, then releases the lock and gives the connection back. led is false,
-	// and nothing is deleted, when another session holds the lock. No statement waits for
-	// a row lock, and a round whose session ends (killed, a dead process) deletes no more:
-	// the lock and the deletes share the session. A limit of 0 checks the description
-	// against the live table and takes no lock.
+	// RetainRound deletes t's rows whose processed_at is before before, one round at a
+	// time across processes. led is false, and nothing is deleted, when another session
+	// holds lock.
+	//
+	// It takes lock without waiting, on a pool connection of its own. The lock is a
+	// session lock: PostgreSQL's advisory lock or MySQL's GET_LOCK; SQLite's is the
+	// file's registry in this process. On that same connection it deletes the rows,
+	// lowest ids first and up to limit a statement, until a statement deletes fewer. Then
+	// it releases the lock and gives the connection back.
+	//
+	// No statement waits for a row lock. The lock and the deletes share the session, so
+	// a round whose session ends, killed or with its process dead, deletes no more. A
+	// limit of 0 checks the description against the live table and takes no lock.
 	RetainRound(ctx context.Context, t Table, lock string, before time.Time, limit int) (deleted int64, led bool, err error)
 }
 
@@ -23,7 +27,7 @@ type Retainer interface {
 // advisory form's rows.
 func LockKey(lock string) string { return "rowactor.lock:" + lock }
 
-// CheckRetain refuses a retention of a table without processed_at: such a table deletes
+// CheckRetain refuses a retention of a table without processed_at. Such a table deletes
 // its rows at their ack, and keeps none to retain.
 func CheckRetain(t Table) error {
 	if t.ProcessedAt == "" {
@@ -38,18 +42,25 @@ func CheckRetain(t Table) error {
 // process at a time.
 type DeadLetterRetainer interface {
 	// RetainDeadLetters is RetainRound for the rows of group whose DeadAt is before
-	// before (rows whose DeadAt is NULL stay), oldest deaths first. In the lease form it
-	// also leaves the rows whose lease runs past before (a subscription of the group holds
-	// them), in the row lock form the rows another transaction locks, and in the advisory
-	// form the rows whose key a session holds (on SQLite, a delivery of this process). A
-	// limit of 0 checks the description and the group (CheckRetainDeadLetters) against
-	// the live table and takes no lock.
+	// before, oldest deaths first. Rows whose DeadAt is NULL stay. It also leaves alone:
+	//
+	//   - in the lease form, the rows whose lease runs past before, which a subscription
+	//     of the group holds;
+	//   - in the row lock form, the rows another transaction locks;
+	//   - in the advisory form, the rows whose key a session holds; on SQLite, a delivery
+	//     of this process.
+	//
+	// A limit of 0 checks the description and the group against the live table, as
+	// CheckRetainDeadLetters does, and takes no lock.
 	RetainDeadLetters(ctx context.Context, t Table, group, lock string, before time.Time, limit int) (deleted int64, led bool, err error)
 }
 
 // CheckRetainDeadLetters refuses a retention of dead-letter group group that no table
-// could serve: a table without a DeadAt column (nothing tells when its rows died) or
-// without a group column, or no group named.
+// could serve:
+//
+//   - a table without a DeadAt column, since nothing tells when its rows died;
+//   - a table without a group column;
+//   - no group named.
 func CheckRetainDeadLetters(t Table, group string) error {
 	switch {
 	case t.DeadAt == "":

@@ -5,11 +5,13 @@ import (
 	"strings"
 )
 
-// Table describes a queue table to rowactor. Column names are the table's own; only Name,
-// ID and Payload are required. Which optional columns are named decides what the table can
-// do, and LockedUntil or AdvisoryKey select the claim form.
+// Table describes a queue table to rowactor.
+//
+// Column names are the table's own; only Name, ID and Payload are required. Which
+// optional columns are named decides what the table can do. LockedUntil or AdvisoryKey
+// selects the claim form.
 type Table struct {
-	// Name is the table's name (one identifier, no dot).
+	// Name is the table's name: one identifier, without a dot.
 	Name string
 	// ID is the integer primary key. Claim order is by id.
 	ID string
@@ -18,7 +20,7 @@ type Table struct {
 	// Group, when set, holds several queues in one table: a subscription reads one group,
 	// and dead letters move to another group by an UPDATE.
 	Group string
-	// Attempt counts deliveries (the first delivery reads 1); needed by MaxAttempts.
+	// Attempt counts deliveries; the first delivery reads 1. MaxAttempts needs it.
 	Attempt string
 	// RetryAfter is the "not before" time: a row is due when it is NULL or in the past.
 	// Without it RetryAfter(d) behaves as Retry, with a warning.
@@ -29,69 +31,86 @@ type Table struct {
 	// LockedUntil selects the lease form: the lease expiry, which is also the delivery's
 	// ownership token.
 	LockedUntil string
-	// Headers holds message metadata as a JSON object (including W3C traceparent).
+	// Headers holds message metadata as a JSON object, W3C traceparent included.
 	Headers string
-	// Error, when set, keeps the text of the last error a handler settled its row with
-	// (Fail(err), or an outcome's WithError(err)): a nullable text column (PostgreSQL
-	// text, MySQL TEXT, SQLite TEXT; a varchar must hold MaxErrorBytes), written by the
-	// settlement statement itself and moved with the row to a dead letter. The text is
-	// cut to MaxErrorBytes (ErrorText). A retry without an error leaves the column as it
-	// was; Ack and Drop write the outcome's error, or clear the column when it carries
-	// none (a row kept with processed_at after it succeeded shows no stale error). A
-	// requeue keeps it.
+	// Error, when set, keeps the text of the last error a handler settled its row with,
+	// by Fail(err) or an outcome's WithError(err).
+	//
+	// It is a nullable text column: text on PostgreSQL, TEXT on MySQL and SQLite, or a
+	// varchar that holds MaxErrorBytes. The settlement statement itself writes it, and it
+	// moves with the row to a dead letter. The text is cut to MaxErrorBytes by ErrorText.
+	//
+	//   - A retry without an error leaves the column as it was.
+	//   - Ack and Drop write the outcome's error, or clear the column when it carries
+	//     none, so a row kept with processed_at after it succeeded shows no stale error.
+	//   - A requeue keeps it.
 	Error string
-	// UniqueKey, when set, names a nullable text column under a unique index (Schema
-	// renders both) that rowactor.Unique(key) publishes with: a publish of a key a row of
-	// the table holds inserts nothing and returns that row's id. A row holds its key
-	// while it is in the table: queued, in work, moved to a dead-letter group, or kept
-	// finished with ProcessedAt (unless ClearUniqueKeyAtAck); an Ack that deletes it, or a
-	// move to a dead-letter table (which receives the column as NULL), frees the key.
-	// Rows published without a key leave the column NULL and never conflict.
+	// UniqueKey, when set, names a nullable text column under a unique index; Schema
+	// renders both. rowactor.Unique(key) publishes with it: a publish of a key a row of
+	// the table holds inserts nothing, and returns that row's id.
+	//
+	// A row holds its key while it is in the table: queued, in work, moved to a
+	// dead-letter group, or kept finished with ProcessedAt, unless ClearUniqueKeyAtAck.
+	// An Ack that deletes the row frees the key, and so does a move to a dead-letter
+	// table, which receives the column as NULL. Rows published without a key leave the
+	// column NULL and never conflict.
 	UniqueKey string
 	// ClearUniqueKeyAtAck makes Ack and Drop of a row kept with ProcessedAt clear its
-	// UniqueKey, so that the key can be published again at once; without it a finished
+	// UniqueKey, so that the key can be published again at once. Without it a finished
 	// row holds its key until it is deleted.
 	ClearUniqueKeyAtAck bool
-	// Priority, when set, names an integer column (Schema renders it NOT NULL DEFAULT 0)
-	// that orders claims before the id: a claim takes the due rows of the lowest priority
-	// number first, and rows of one priority in id order, as River's priorities run (1
-	// before 4). rowactor.Priority(n) publishes with it; a publish without writes 0. FIFO
-	// groups refuse it: their order is the id's.
+	// Priority, when set, names an integer column that orders claims before the id;
+	// Schema renders it NOT NULL DEFAULT 0.
+	//
+	// A claim takes the due rows of the lowest priority number first, and rows of one
+	// priority in id order: 1 before 4, as River's priorities run. rowactor.Priority(n)
+	// publishes with it; a publish without it writes 0. FIFO groups refuse it: their
+	// order is the id's.
 	Priority string
 	// AdvisoryKey selects the advisory lock form: a template such as "jobs-{id}" whose
 	// {placeholders} name columns; rows with equal keys are worked one at a time. Keys are
 	// database-wide, so prefix them with something unique to the table.
 	AdvisoryKey string
 	// Isolation is the level of the row lock claim transaction and of transactional
-	// deliveries (PostgreSQL, MySQL/MariaDB). Empty means the database's default.
+	// deliveries, on PostgreSQL and MySQL/MariaDB. Empty means the database's default.
 	Isolation Isolation
-	// Mode is how SQLite opens those transactions (deferred, immediate, exclusive). Empty
-	// means BEGIN DEFERRED.
+	// Mode is how SQLite opens those transactions: deferred, immediate or exclusive.
+	// Empty means BEGIN DEFERRED.
 	Mode Mode
 	// DatabaseClock makes "now" the database's clock instead of the host's. The lease
 	// form refuses it: its tokens are computed on the host.
 	DatabaseClock bool
-	// DeadAt, when set, names a nullable time column (Schema renders it, and with Group an
-	// index on (group, dead_at) for the dead rows) that a dead-letter move writes: the
-	// move into a dead-letter group sets it to the settlement's now, as does a move into
-	// a dead-letter table (whose row arrives with it); a requeue clears it. It tells when
-	// a row died, which Broker.RetainDeadLetters deletes by. Rows of a dead-letter group
-	// whose column is NULL (moved before the column was described, or by a statement of
-	// the service's own) are never deleted by retention. An event of the service's own
-	// that replaces the dead-letter step writes what it writes.
+	// DeadAt, when set, names a nullable time column that tells when a row died.
+	// Broker.RetainDeadLetters deletes by it. Schema renders the column, and with Group
+	// an index on (group, dead_at) for the dead rows.
+	//
+	//   - A move into a dead-letter group sets it to the settlement's now.
+	//   - A move into a dead-letter table does too: the row arrives with it.
+	//   - A requeue clears it.
+	//   - An event of the service's own that replaces the dead-letter step writes what
+	//     it writes.
+	//
+	// Retention never deletes a row of a dead-letter group whose column is NULL: one
+	// moved before the column was described, or by a statement of the service's own.
 	DeadAt string
-	// FIFO declares each group ordered (row lock and lease forms; needs Group), as an SQS
-	// FIFO message group is: a group's rows are handled one at a time in id order across
-	// every process, and the order holds across retries. The group's head is its
-	// unfinished row (not deleted, ProcessedAt NULL, not moved to a dead letter) with the
-	// lowest id, whatever its RetryAfter. A head in work or not yet due (RetryAfter, or
-	// published with a delay) holds its whole group and nothing else; Retry redelivers the
-	// head first; a head moved to its dead letter (MaxAttempts) makes the next row the head.
+	// FIFO declares each group ordered, as an SQS FIFO message group is. It needs Group,
+	// and the row lock or lease form.
+	//
+	// A group's rows are handled one at a time in id order across every process, and the
+	// order holds across retries. The group's head is its unfinished row with the lowest
+	// id, whatever its RetryAfter; unfinished means not deleted, ProcessedAt NULL, and
+	// not moved to a dead letter.
+	//
+	//   - A head in work, or not yet due, holds its whole group and nothing else.
+	//   - Retry redelivers the head first.
+	//   - A head moved to its dead letter, by MaxAttempts say, makes the next row the
+	//     head.
 	FIFO bool
 }
 
-// ClearUniqueKey is what an Ack's SET list adds to clear the row's unique key (", k =
-// NULL", quoted with quote), or "" when the table keeps it (see ClearUniqueKeyAtAck).
+// ClearUniqueKey is what an Ack's SET list adds to clear the row's unique key: ", k =
+// NULL", quoted with quote. It is "" when the table keeps the key, as
+// ClearUniqueKeyAtAck tells.
 func (t Table) ClearUniqueKey(quote func(string) string) string {
 	if t.UniqueKey == "" || !t.ClearUniqueKeyAtAck {
 		return ""
@@ -99,8 +118,9 @@ func (t Table) ClearUniqueKey(quote func(string) string) string {
 	return ", " + quote(t.UniqueKey) + " = NULL"
 }
 
-// ClaimOrder is the ORDER BY list of a claim: the priority column (when the table has
-// one), then the id, each qualified by alias (which may be empty) and quoted with quote.
+// ClaimOrder is the ORDER BY list of a claim: the priority column when the table has
+// one, then the id. Each is quoted with quote, and qualified by alias unless it is
+// empty.
 func (t Table) ClaimOrder(quote func(string) string, alias string) string {
 	col := func(name string) string {
 		if alias == "" {
@@ -119,7 +139,7 @@ type Form uint8
 
 const (
 	// FormRowLock holds each claimed row under FOR UPDATE SKIP LOCKED in an open
-	// transaction (no LockedUntil, no AdvisoryKey).
+	// transaction. A table selects it by naming neither LockedUntil nor AdvisoryKey.
 	FormRowLock Form = iota + 1
 	// FormLease stamps a lease expiry into LockedUntil.
 	FormLease
@@ -172,8 +192,8 @@ const (
 	Exclusive Mode = "exclusive"
 )
 
-// Columns returns every column the description names (the advisory key's placeholders
-// included), each with the role that names it, in a fixed order.
+// Columns returns every column the description names, each with the role that names it,
+// in a fixed order. The advisory key's placeholders are included.
 func (t Table) Columns() []NamedColumn {
 	var cols []NamedColumn
 	add := func(role, name string) {
@@ -248,38 +268,4 @@ func ParseKey(template string) ([]KeyPart, error) {
 		rest = rest[end+1:]
 	}
 	return parts, nil
-}
-
-// CheckFIFO refuses FIFO groups a description cannot have: a group needs a group column
-// to be a group, and the advisory lock form orders rows by key, not by group. Dialects
-// call it from Open, whatever else they serve.
-func CheckFIFO(t Table) error {
-	if !t.FIFO {
-		return nil
-	}
-	if t.Form() == FormAdvisory {
-		key := "{" + t.Group + "}"
-		if t.Group == "" {
-			key = "{<group column>}"
-		}
-		return &ConfigError{Table: t.Name, Option: "Table.FIFO",
-			Reason: "the advisory lock form works the rows of one key one at a time; it has no FIFO groups",
-			Fix:    "put the group into the advisory key (e.g. AdvisoryKey: \"" + t.Name + "-" + key + "\") and drop FIFO, or use the row lock or lease form"}
-	}
-	if t.Group == "" {
-		return &ConfigError{Table: t.Name, Option: "Table.FIFO", Reason: "FIFO orders each group, and the description names no group column",
-			Fix: "set Table.Group to the table's group column, or drop FIFO"}
-	}
-	return nil
-}
-
-// CheckPriorityFits refuses a priority the priority column cannot hold: lo and hi are the
-// column's range, typ its type as the catalog names it. A database would clamp the value
-// (MySQL without strict mode) or fail with an error that names neither (pgx's encoder).
-func CheckPriorityFits(n int, lo, hi int64, typ string) error {
-	if int64(n) < lo || int64(n) > hi {
-		return fmt.Errorf("priority %d does not fit the priority column (%s: %d to %d); publish a priority in that range, "+
-			"or widen the column to a bigint", n, typ, lo, hi)
-	}
-	return nil
 }

@@ -1,15 +1,3 @@
-// Package leaserenewer keeps the leases of a lease-form subscription alive.
-//
-// The Book records each lease in work: one Held per claim, identified by its row and the
-// token its claim wrote, never by the row alone. A renewer actor extends every live lease
-// in the book each half lease, in one statement, and moves each token forward; a delivery
-// pins its lease to settle, waiting for an extension of it that is in flight, so a
-// settlement never races the renewer with a stale token.
-//
-// A row can be claimed again while a delivery of it still runs (its lease ran out: the
-// renewer lagged, the database was slow, the process paused). The new claim's lease
-// replaces the old one as the row's current lease, and the old one is lost for good: its
-// delivery settles with its own token, finds the row under another, and changes nothing.
 package leaserenewer
 
 import (
@@ -137,8 +125,8 @@ func (h *Held) Done() {
 	b.mu.Unlock()
 }
 
-// Len is the number of rows in work under a lease.
-func (b *Book) Len() int {
+// len is the number of rows in work under a lease.
+func (b *Book) len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.rows)

@@ -50,7 +50,7 @@ func TestPinWaitsForAnExtensionInFlight(t *testing.T) {
 		t.Fatal("a pinned lease is still extended")
 	}
 	h.Done()
-	if b.Len() != 0 {
+	if b.len() != 0 {
 		t.Fatal("lease still in the book after its settlement")
 	}
 	if _, _, ok := h.Pin(); ok {
@@ -103,7 +103,7 @@ func TestALaterClaimOfARowLosesTheEarlierLease(t *testing.T) {
 		t.Fatalf("stale lease: token %v lost %v ok %v; want its own token, lost", l.Token, lost, ok)
 	}
 	stale.Done()
-	if b.Len() != 1 {
+	if b.len() != 1 {
 		t.Fatal("the stale delivery's settlement took the later lease out of the book")
 	}
 	held = b.begin()

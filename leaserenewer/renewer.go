@@ -21,6 +21,11 @@ type Config struct {
 	Log   *slog.Logger
 	// Ctx bounds every statement; it ends when the subscription is torn down.
 	Ctx context.Context
+	// Waits, when set, bounds the retries that wait for rows other sessions hold
+	// (WaitingExtender) in place of Ctx, and must end when Ctx does: it ends as the
+	// subscription begins to stop, which need not wait for them (a wait cut short moves
+	// nothing).
+	Waits context.Context
 	// OnRound, if set, is told of each round's size and the leases it found lost.
 	OnRound func(extended, lost int, err error)
 	// Dispatcher runs the renewer's mailbox; nil means Proto.Actor's default.
@@ -149,7 +154,11 @@ func (r *renewer) roundOf(c actor.Context, only map[int64]struct{}) {
 		// A retry of leases found busy waits for their rows' locks, an eighth of a lease
 		// at most: a lock held a moment (another claim reading the row) is waited out
 		// before the lease runs out; one held longer leaves them busy for the next try.
-		ctx, cancel := context.WithTimeout(r.cfg.Ctx, r.cfg.Lease/8)
+		base := r.cfg.Ctx
+		if r.cfg.Waits != nil {
+			base = r.cfg.Waits
+		}
+		ctx, cancel := context.WithTimeout(base, r.cfg.Lease/8)
 		moved, err = w.ExtendLeasesWaiting(ctx, until, leases(held))
 		timedOut := ctx.Err() != nil && r.cfg.Ctx.Err() == nil
 		cancel()

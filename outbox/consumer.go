@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rowactor/rowactor"
@@ -30,6 +32,49 @@ func RecordID(d *rowactor.Delivery) (int64, bool) {
 	return id, true
 }
 
+// Consumer is an outbox's consumer side on one consumer broker: its Handler settles the
+// outbox's records by a handler's outcome, and its Settled, the broker's WithOnSettled
+// hook, stamps the records of transactional deliveries once their settlement committed.
+//
+// A transactional delivery's stamp waits for its settlement, which is matched by broker,
+// queue table and row id (rows of two databases can share a table name and an id). A
+// Consumer per consumer broker keeps each broker's waiting stamps apart, and a settlement
+// reported to another Consumer never touches them:
+//
+//	c := ob.Consumer()
+//	b, err := rowactor.New(shippingDialect, rowactor.WithOnSettled(c.Settled))
+//	sub, err := b.Subscribe(ctx, jobs, "order.created", c.Handler(handle), rowactor.Transactional())
+//
+// Outbox.Handler and Outbox.Settled are the outbox's own Consumer; several brokers may
+// share them too. It is safe for concurrent use.
+type Consumer struct {
+	o *Outbox
+
+	// Transactional deliveries whose stamp awaits their settlement, by queue table and
+	// row: unique within the one broker's database.
+	mu       sync.Mutex
+	pending  map[pendingKey]int64
+	hooked   atomic.Bool // Settled was called at least once
+	warnHook sync.Once
+}
+
+// Consumer returns a new consumer side of the outbox, for one consumer broker: give that
+// broker its Settled (rowactor.WithOnSettled) and its subscriptions its Handler. Every
+// consumer broker needs its own; see Consumer.
+func (o *Outbox) Consumer() *Consumer {
+	return &Consumer{o: o, pending: make(map[pendingKey]int64)}
+}
+
+// Handler wraps h with the outbox's own Consumer's Handler, whose stamps Outbox.Settled
+// reports: give every consumer broker using it Outbox.Settled as its WithOnSettled hook.
+// Brokers on several databases may share the pair: stamps are matched by broker, table
+// and row id.
+func (o *Outbox) Handler(h rowactor.Handler) rowactor.Handler { return o.own.Handler(h) }
+
+// Settled is the outbox's own Consumer's Settled: the WithOnSettled hook of the consumer
+// brokers whose subscriptions use Outbox.Handler.
+func (o *Outbox) Settled(s rowactor.Settlement) { o.own.Settled(s) }
+
 // Handler wraps h so that each delivery of a record of this outbox settles the record by
 // h's outcome:
 //
@@ -47,7 +92,7 @@ func RecordID(d *rowactor.Delivery) (int64, bool) {
 // own writes before it returns, and the stamp follows at once. In a Transactional
 // subscription h's writes commit with the queue's settlement, after h returns: the stamp
 // then waits for Settled, which the broker must be given with
-// rowactor.WithOnSettled(ob.Settled) (or called from the service's own hook). Without it
+// rowactor.WithOnSettled(c.Settled) (or called from the service's own hook). Without it
 // transactional deliveries are never stamped (a warning says so), and their records are
 // sent again at every relay start.
 //
@@ -63,7 +108,8 @@ func RecordID(d *rowactor.Delivery) (int64, bool) {
 // the outbox's pool taken for the statement. On SQLite, keep the outbox in another file
 // than a transactional consumer's queue: a stamp through the pool would wait for the
 // write lock of the delivery's own transaction.
-func (o *Outbox) Handler(h rowactor.Handler) rowactor.Handler {
+func (c *Consumer) Handler(h rowactor.Handler) rowactor.Handler {
+	o := c.o
 	return func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
 		id, ok := RecordID(d)
 		if !ok {
@@ -92,7 +138,7 @@ func (o *Outbox) Handler(h rowactor.Handler) rowactor.Handler {
 			return out
 		}
 		if d.Tx() != nil {
-			o.await(d.Table(), d.ID(), id)
+			c.await(d.Broker(), d.Table(), d.ID(), id)
 			return out
 		}
 		// ctx may have ended with the handler (Shutdown gave up waiting); the stamp is
@@ -102,48 +148,52 @@ func (o *Outbox) Handler(h rowactor.Handler) rowactor.Handler {
 	}
 }
 
-// pendingKey names a queue row whose transactional delivery awaits its settlement.
+// pendingKey names a queue row whose transactional delivery awaits its settlement: its
+// broker, table and id (rows of two databases can share a table name and an id).
 type pendingKey struct {
-	table string
-	row   int64
+	broker *rowactor.Broker
+	table  string
+	row    int64
 }
 
 // await keeps a transactional delivery's record until Settled reports its settlement.
-func (o *Outbox) await(table string, row, record int64) {
-	o.pmu.Lock()
-	defer o.pmu.Unlock()
-	if len(o.pending) >= maxPending {
-		if !o.hooked.Load() {
-			o.warnHook.Do(func() {
-				o.cfg.log.Warn("rowactor/outbox: transactional deliveries wait for Settled, which is never called: "+
-					"their records stay unprocessed; pass rowactor.WithOnSettled(ob.Settled) to the broker",
-					slog.String("outbox", o.t.Name))
+func (c *Consumer) await(broker *rowactor.Broker, table string, row, record int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pending) >= maxPending {
+		if !c.hooked.Load() {
+			c.warnHook.Do(func() {
+				c.o.cfg.log.Warn("rowactor/outbox: transactional deliveries wait for Settled, which is never called: "+
+					"their records stay unprocessed; give the broker the Settled of the Consumer whose Handler its subscriptions use "+
+					"(rowactor.WithOnSettled(c.Settled), or ob.Settled with ob.Handler)",
+					slog.String("outbox", c.o.t.Name))
 			})
 		}
 		return
 	}
-	o.pending[pendingKey{table, row}] = record
+	c.pending[pendingKey{broker, table, row}] = record
 }
 
-// Settled stamps the record of a transactional delivery processed once its settlement
-// committed the handler's effect (an Ack or Drop settled without error); any other
-// settlement leaves the record unprocessed. Give it to the consumer's broker with
-// rowactor.WithOnSettled(ob.Settled), or call it from the service's own hook. It runs one
-// UPDATE on the outbox's pool, on the delivery's actor, for the deliveries that await it,
-// and returns at once for every other settlement.
-func (o *Outbox) Settled(s rowactor.Settlement) {
-	o.hooked.Store(true)
-	o.pmu.Lock()
-	key := pendingKey{s.Table, s.ID}
-	record, ok := o.pending[key]
+// Settled stamps the record of a transactional delivery of this Consumer's Handler
+// processed once its settlement committed the handler's effect (an Ack or Drop settled
+// without error); any other settlement leaves the record unprocessed. Give it to the
+// consumer broker with rowactor.WithOnSettled(c.Settled), or call it from the service's
+// own hook with that broker's settlements only. It runs one UPDATE on the outbox's pool,
+// on the delivery's actor, for the deliveries that await it, and returns at once for
+// every other settlement.
+func (c *Consumer) Settled(s rowactor.Settlement) {
+	c.hooked.Store(true)
+	c.mu.Lock()
+	key := pendingKey{s.Broker, s.Table, s.ID}
+	record, ok := c.pending[key]
 	if ok {
-		delete(o.pending, key)
+		delete(c.pending, key)
 	}
-	o.pmu.Unlock()
+	c.mu.Unlock()
 	if !ok || s.Err != nil || s.Step != "ack" {
 		return
 	}
-	o.stamp(context.Background(), record)
+	c.o.stamp(context.Background(), record)
 }
 
 func (o *Outbox) stamp(ctx context.Context, id int64) {

@@ -25,8 +25,10 @@
 // record already processed is acked without running the handler. A record is stamped only
 // once the handler's effect committed: at once outside transactional mode, after the
 // queue's settlement in a Transactional subscription, whose broker must then be given
-// rowactor.WithOnSettled(ob.Settled). NewQueueSink delivers records into a rowactor queue
-// table (on any database) through a *rowactor.Broker.
+// rowactor.WithOnSettled(ob.Settled). Several consumer brokers may share ob.Handler and
+// ob.Settled (stamps are matched by broker, table and row), or each take a Consumer of its
+// own (ob.Consumer()). NewQueueSink delivers records into a rowactor queue table
+// (on any database) through a *rowactor.Broker.
 //
 //	ob, err := outbox.New(ctx, ordersDialect, events)            // the outbox's database
 //	id, err := ob.Record(ctx, tx, "order.created", payload, nil)  // in the business tx
@@ -34,6 +36,21 @@
 //	relay, err := ob.StartRelay(sink)                            // one per outbox
 //	b, err := rowactor.New(shippingDialect, rowactor.WithOnSettled(ob.Settled))
 //	sub, err := b.Subscribe(ctx, jobs, "order.created", ob.Handler(handle), rowactor.Transactional())
+//
+// # Record ids
+//
+// Consumers recognise a record by its id, so the database must never hand an id out
+// again, even after processed records are purged: New refuses a table whose ids can be
+// reused (SQLite without AUTOINCREMENT, a PostgreSQL id without a sequence or with a
+// cycling one, a MySQL/MariaDB id without AUTO_INCREMENT or outside InnoDB), naming the
+// table, the column and the fix. Schema renders a table New accepts.
+//
+// # Tracing
+//
+// Record keeps the trace context of its ctx's span in the record's traceparent header
+// (unless the record's headers carry one of their own), and the relay hands its sink a
+// context whose parent is the record's trace context: a QueueSink's publish, and the
+// consumer's span after it, join the trace of the request that recorded the record.
 //
 // # Delivery guarantee
 //

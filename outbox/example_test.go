@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -229,4 +230,105 @@ func ExampleSinkFunc() {
 	// Output:
 	// order.created book id=1
 	// order.created pen id=2
+}
+
+// Records routed to two consumer services on two databases: each consumer broker takes a
+// Consumer of its own, whose Handler wraps its subscriptions and whose Settled is its
+// broker's hook, so a settlement on one database never stamps a record the other awaits.
+func ExampleOutbox_Consumer() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "outbox-example-")
+	defer os.RemoveAll(dir)
+	open := func(file string) *sqlite.Dialect {
+		d, err := sqlite.Open(ctx, filepath.Join(dir, file))
+		if err != nil {
+			panic(err)
+		}
+		return d
+	}
+	orders, shipping, billing := open("orders.db"), open("shipping.db"), open("billing.db")
+	defer orders.Close()
+	defer shipping.Close()
+	defer billing.Close()
+	events := outbox.Table{Name: "order_outbox", ID: "id", Topic: "topic", Payload: "payload",
+		Headers: "headers", SentAt: "sent_at", ProcessedAt: "processed_at"}
+	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
+		LockedUntil: "locked_until", Headers: "headers"}
+	obDDL, _ := outbox.Schema(orders, events)
+	jobsDDL, _ := rowactor.Schema(shipping, jobs)
+	for db, ddl := range map[*sql.DB]string{orders.DB(): obDDL, shipping.DB(): jobsDDL, billing.DB(): jobsDDL} {
+		if err := execAll(db, ddl); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	ob, err := outbox.New(ctx, orders, events)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ob.Close()
+
+	// snippet consumers: begin
+	handled := make(chan string, 2)
+	consume := func(d *sqlite.Dialect, topic string) *rowactor.Broker {
+		c := ob.Consumer() // one per consumer broker
+		b, _ := rowactor.New(d, rowactor.WithOnSettled(c.Settled))
+		_, err := b.Subscribe(ctx, jobs, topic, c.Handler(func(ctx context.Context, dl *rowactor.Delivery) rowactor.Outcome {
+			// ... the effect, written through dl.Tx(), commits with the Ack
+			handled <- fmt.Sprintf("%s: record %s", topic, dl.Header(outbox.IDHeader))
+			return rowactor.Ack()
+		}), rowactor.Transactional(), rowactor.Lease(time.Minute))
+		if err != nil {
+			panic(err)
+		}
+		return b
+	}
+	toShipping, toBilling := consume(shipping, "order.created"), consume(billing, "invoice.due")
+	defer toShipping.Shutdown(ctx)
+	defer toBilling.Shutdown(ctx)
+	// The relay routes each record by its topic to its consumer's database.
+	shipSink, _ := outbox.NewQueueSink(toShipping, jobs, "")
+	billSink, _ := outbox.NewQueueSink(toBilling, jobs, "")
+	relay, err := ob.StartRelay(outbox.SinkFunc(func(ctx context.Context, r outbox.Record) error {
+		if r.Topic == "invoice.due" {
+			return billSink.Send(ctx, r)
+		}
+		return shipSink.Send(ctx, r)
+	}))
+	// snippet consumers: end
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer relay.Stop(ctx)
+
+	tx, _ := orders.DB().BeginTx(ctx, nil)
+	_, _ = ob.Record(ctx, tx, "order.created", []byte(`{"order":1}`), nil)
+	_, _ = ob.Record(ctx, tx, "invoice.due", []byte(`{"order":1}`), nil)
+	_ = tx.Commit()
+	ob.Wake()
+	got := []string{<-handled, <-handled}
+	sort.Strings(got)
+	fmt.Println(got[0])
+	fmt.Println(got[1])
+	for id := int64(1); id <= 2; id++ {
+		for {
+			st, err := ob.Status(ctx, id)
+			if err != nil {
+				fmt.Println(err)
+				return
+			}
+			if st.Processed() {
+				fmt.Println("record", id, "processed")
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// Output:
+	// invoice.due: record 2
+	// order.created: record 1
+	// record 1 processed
+	// record 2 processed
 }

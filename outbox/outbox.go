@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/rowactor/rowactor/dialects"
 )
@@ -93,11 +96,8 @@ type Outbox struct {
 	mu     sync.Mutex
 	relays map[*Relay]struct{}
 
-	// Transactional deliveries whose stamp awaits their settlement (consumer.go).
-	pmu      sync.Mutex
-	pending  map[pendingKey]int64
-	hooked   atomic.Bool // Settled was called at least once
-	warnHook sync.Once
+	// own is the consumer side behind Outbox.Handler and Outbox.Settled (consumer.go).
+	own *Consumer
 }
 
 // New checks the outbox table against the live database (every described column exists,
@@ -124,7 +124,9 @@ func New(ctx context.Context, d dialects.Dialect, t Table, opts ...Option) (*Out
 	if err != nil {
 		return nil, err
 	}
-	return &Outbox{d: d, t: t, store: store, cfg: cfg, relays: make(map[*Relay]struct{}), pending: make(map[pendingKey]int64)}, nil
+	o := &Outbox{d: d, t: t, store: store, cfg: cfg, relays: make(map[*Relay]struct{})}
+	o.own = o.Consumer()
+	return o, nil
 }
 
 // Table is the outbox's table description.
@@ -135,6 +137,11 @@ func (o *Outbox) Table() Table { return o.t }
 // commits, and no relay sees it before: call Wake after the commit to have it sent at
 // once rather than at the relay's next poll. headers may be nil; they need the table's
 // Headers column.
+//
+// With a headers column, Record also keeps the trace context of ctx's span (the W3C
+// traceparent and tracestate headers) unless headers carry a traceparent of their own:
+// the relay sends the record in that trace, so the consumer's span joins the trace of the
+// request that recorded it.
 func (o *Outbox) Record(ctx context.Context, tx any, topic string, payload []byte, headers map[string]string) (int64, error) {
 	if tx == nil {
 		return 0, fmt.Errorf("rowactor/outbox: record in %s needs the caller's transaction: the record must commit with the business change", o.t.Name)
@@ -143,6 +150,7 @@ func (o *Outbox) Record(ctx context.Context, tx any, topic string, payload []byt
 		return 0, fmt.Errorf("rowactor/outbox: record in %s: the topic is empty", o.t.Name)
 	}
 	r := dialects.OutboxRecord{Topic: topic, Payload: payload}
+	headers = withTraceContext(ctx, o.t, headers)
 	if len(headers) > 0 {
 		if o.t.Headers == "" {
 			return 0, &dialects.ConfigError{Table: o.t.Name, Option: "outbox.Table.Headers",
@@ -165,6 +173,27 @@ func (o *Outbox) Record(ctx context.Context, tx any, topic string, payload []byt
 		return 0, fmt.Errorf("rowactor/outbox: record in %s: %w", o.t.Name, err)
 	}
 	return id, nil
+}
+
+// traceparentHeader is the W3C trace context header a record carries its trace in.
+const traceparentHeader = "traceparent"
+
+// withTraceContext adds the trace context of ctx's span (W3C traceparent and tracestate)
+// to a record's headers, so the consumer's span joins the trace of the request that
+// recorded it; headers that carry a traceparent of their own keep it, and a table without
+// a headers column records none (as rowactor's publish skips its own headers there). It
+// returns a new map and never changes the caller's.
+func withTraceContext(ctx context.Context, t Table, headers map[string]string) map[string]string {
+	if t.Headers == "" || !trace.SpanContextFromContext(ctx).IsValid() {
+		return headers
+	}
+	if _, own := headers[traceparentHeader]; own {
+		return headers
+	}
+	out := make(map[string]string, len(headers)+2)
+	propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(out))
+	maps.Copy(out, headers)
+	return out
 }
 
 // Status is what a record's row says of it.

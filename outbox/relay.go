@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/rowactor/rowactor/actors"
 	"github.com/rowactor/rowactor/dialects"
@@ -383,7 +384,12 @@ func (w *worker) send(rec dialects.OutboxRecord) error {
 	}
 	headers[IDHeader] = strconv.FormatInt(rec.ID, 10)
 	headers[TableHeader] = r.o.t.Name
-	if err := r.sink.Send(r.ctx, Record{ID: rec.ID, Topic: rec.Topic, Payload: rec.Payload, Headers: headers}); err != nil {
+	// The record's own trace context (its traceparent, from the request that recorded it)
+	// is the parent of what the sink does: a QueueSink's publish span is its child, and
+	// the publish writes its own traceparent, of that trace, for the consumer. Without it
+	// the publish would start a trace of its own and write it over the record's.
+	ctx := propagation.TraceContext{}.Extract(r.ctx, propagation.MapCarrier(headers))
+	if err := r.sink.Send(ctx, Record{ID: rec.ID, Topic: rec.Topic, Payload: rec.Payload, Headers: headers}); err != nil {
 		return fmt.Errorf("send record %d of %s: %w", rec.ID, r.o.t.Name, err)
 	}
 	r.sent.Add(1)

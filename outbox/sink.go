@@ -23,7 +23,9 @@ type Record struct {
 // the first record still unsent, so records leave in id order. A record the sink can
 // never take blocks those after it: handle it (e.g. dead-letter it) and return nil.
 //
-// Send must return when ctx ends: the relay's Stop cancels it.
+// Send must return when ctx ends: the relay's Stop cancels it. ctx carries the record's
+// trace context (from its traceparent header) as its remote parent span, so that what
+// Send traces (a rowactor publish) joins the trace of the request that recorded it.
 type Sink interface {
 	Send(ctx context.Context, r Record) error
 }

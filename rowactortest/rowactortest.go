@@ -1,17 +1,31 @@
 // Package rowactortest helps a service test the code around its queues: a broker on a
-// temporary SQLite file in one line, assertions on what was published, and a handler run
-// on one delivery, synchronously, with what its outcome settled.
+// temporary SQLite file in one line, assertions on what was published, and a service's
+// handler run on one row, synchronously, with what became of the row.
 //
 // Everything runs on the real library and a real database (SQLite, embedded): a test
 // sees the statements the service will run, not a stand-in. A Clock the test moves
 // forward (NewWithClock) makes a RetryAfter, a Snooze, a delayed publish or a periodic
 // job's next run due without waiting for it.
+//
+// A Worker runs a handler as the service subscribes it: on the service's own table and
+// queue, with its own subscription options (dead letters, MaxAttempts, Transactional,
+// Timeout…). Its Result is the library's Settlement (the outcome, and the statement that
+// ran in WithOnSettled's words) and the row as it ended:
+//
+//	w := rowactortest.Worker{Broker: b, Table: emails, Queue: "welcome", Handler: sendWelcome,
+//		Options: []rowactor.SubscribeOption{rowactor.MaxAttempts(2), rowactor.DeadLetterGroup("welcome-dead")}}
+//	r := w.Work(ctx, t, payload)
+//	if r.Step != "retry_after" || r.Row.Error != "bounced" { t.Fatalf("%v", r) }
+//
+// The library's warnings go to t's log (shown with a failing test, or with -v) unless
+// Config.Logger or Worker.Logger names another logger. ExampleWorker is a whole test.
 package rowactortest
 
 import (
 	"bytes"
 	"context"
 	"database/sql"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,10 +37,11 @@ import (
 )
 
 // New returns a broker on a SQLite file in t's temporary directory, with each of tables
-// created as rowactor.Schema renders it. The broker is shut down when t ends.
+// created as rowactor.Schema renders it. The broker is shut down when t ends. It logs
+// warnings and errors to t's log (NewWithConfig takes another logger).
 func New(t testing.TB, tables ...rowactor.Table) *rowactor.Broker {
 	t.Helper()
-	return newBroker(t, nil, tables)
+	return NewWithConfig(t, Config{}, tables...)
 }
 
 // NewWithClock is New with a broker that goes by c (rowactor.WithClock): c.Advance makes
@@ -37,24 +52,65 @@ func NewWithClock(t testing.TB, c *Clock, tables ...rowactor.Table) *rowactor.Br
 	if c == nil {
 		t.Fatal("rowactortest: NewWithClock needs a clock: rowactortest.NewClock()")
 	}
-	return newBroker(t, []rowactor.Option{rowactor.WithClock(c)}, tables)
+	return NewWithConfig(t, Config{Clock: c}, tables...)
 }
 
-func newBroker(t testing.TB, opts []rowactor.Option, tables []rowactor.Table) *rowactor.Broker {
+// Config is what NewWithConfig makes a broker with. The zero Config makes New's.
+type Config struct {
+	// Clock is the broker's clock (rowactor.WithClock), which the test moves forward.
+	// Defaults to the machine's time.
+	Clock *Clock
+	// Logger receives rowactor's logs. Defaults to warnings and errors written to t's
+	// log, where go test shows them with a failing test, or with -v, beside the test
+	// that caused them; slog.New(slog.DiscardHandler) silences them.
+	Logger *slog.Logger
+}
+
+// NewWithConfig is New with a broker made as c says.
+func NewWithConfig(t testing.TB, c Config, tables ...rowactor.Table) *rowactor.Broker {
 	t.Helper()
-	b, err := rowactor.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "rowactortest.db"), opts...)
-	if err != nil {
-		t.Fatalf("rowactortest: open a SQLite broker: %v", err)
+	if c.Logger == nil {
+		c.Logger = testLogger(t) // before the Shutdown cleanup below, so it ends after it
 	}
+	url := "sqlite:" + filepath.Join(t.TempDir(), "rowactortest.db")
+	b := openBroker(context.Background(), t, url, c, nil)
+	made.Store(b, madeBroker{url: url, config: c})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if _, err := b.Shutdown(ctx); err != nil {
 			t.Errorf("rowactortest: Shutdown: %v", err)
 		}
+		made.Delete(b)
 	})
 	for _, tb := range tables {
 		create(t, b, tb)
+	}
+	return b
+}
+
+// made holds how the kit made each broker of New's, until it is shut down: a Worker
+// given one opens a broker of its own on the same database, by the same clock.
+var made sync.Map // *rowactor.Broker → madeBroker
+
+type madeBroker struct {
+	url    string
+	config Config
+}
+
+// openBroker opens a broker on url as c says, telling its settlements to onSettled.
+func openBroker(ctx context.Context, t testing.TB, url string, c Config, onSettled func(rowactor.Settlement)) *rowactor.Broker {
+	t.Helper()
+	opts := []rowactor.Option{rowactor.WithLogger(c.Logger)}
+	if onSettled != nil {
+		opts = append(opts, rowactor.WithOnSettled(onSettled))
+	}
+	if c.Clock != nil {
+		opts = append(opts, rowactor.WithClock(c.Clock))
+	}
+	b, err := rowactor.Open(ctx, url, opts...)
+	if err != nil {
+		t.Fatalf("rowactortest: open a SQLite broker: %v", err)
 	}
 	return b
 }
@@ -79,11 +135,17 @@ func create(t testing.TB, b *rowactor.Broker, tb rowactor.Table) {
 // db is the SQLite database of a broker New made.
 func db(t testing.TB, b *rowactor.Broker) *sql.DB {
 	t.Helper()
+	return dialectOf(t, b).DB()
+}
+
+// dialectOf is the SQLite dialect of a broker New made.
+func dialectOf(t testing.TB, b *rowactor.Broker) *sqlite.Dialect {
+	t.Helper()
 	d, ok := b.Dialect().(*sqlite.Dialect)
 	if !ok {
 		t.Fatalf("rowactortest: the broker is on %s; the kit reads brokers New made (SQLite)", b.Dialect().Name())
 	}
-	return d.DB()
+	return d
 }
 
 // Published lists the ids of the rows of table queued for queue (its group, in a table
@@ -91,16 +153,8 @@ func db(t testing.TB, b *rowactor.Broker) *sql.DB {
 // match accepts every row.
 func Published(t testing.TB, b *rowactor.Broker, table rowactor.Table, queue string, match func(payload []byte) bool) []int64 {
 	t.Helper()
-	q := "SELECT " + quote(table.ID) + ", " + quote(table.Payload) + " FROM " + quote(table.Name) + " WHERE 1 = 1"
-	var args []any
-	if table.Group != "" {
-		q += " AND " + quote(table.Group) + " = ?"
-		args = append(args, queue)
-	}
-	if table.ProcessedAt != "" {
-		q += " AND " + quote(table.ProcessedAt) + " IS NULL"
-	}
-	rows, err := db(t, b).Query(q+" ORDER BY "+quote(table.ID), args...)
+	text, args := dialectOf(t, b).QueuedStatement(table, queue)
+	rows, err := db(t, b).Query(text, args...)
 	if err != nil {
 		t.Fatalf("rowactortest: read table %s: %v", table.Name, err)
 	}
@@ -148,42 +202,16 @@ func RequireNotPublished(t testing.TB, b *rowactor.Broker, table rowactor.Table,
 func Payload(p []byte) func([]byte) bool { return func(got []byte) bool { return bytes.Equal(got, p) } }
 
 // Work runs handler on one delivery of payload, as a subscription would in the lease form,
-// on a table of its own in a SQLite file of its own, and returns what became of it once
-// it settled: the outcome the handler returned, the statement that ran (Step) and its
+// on WorkTable in a SQLite file of its own, and returns what became of it once it
+// settled: the outcome the handler returned, the statement that ran (Step) and its
 // error. opts are the subscription's (Timeout, MaxAttempts…); Workers is 1. It fails t if
 // no settlement comes before ctx ends.
+//
+// To run the handler on the service's own table, queue and options, and read the row as
+// it ended, use a Worker.
 func Work(ctx context.Context, t testing.TB, handler rowactor.Handler, payload []byte, opts ...rowactor.SubscribeOption) rowactor.Settlement {
 	t.Helper()
-	settled := make(chan rowactor.Settlement, 1)
-	b, err := rowactor.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "work.db"), rowactor.WithOnSettled(func(s rowactor.Settlement) {
-		select {
-		case settled <- s:
-		default:
-		}
-	}))
-	if err != nil {
-		t.Fatalf("rowactortest: open a SQLite broker: %v", err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_, _ = b.Shutdown(sctx)
-	}()
-	tb := WorkTable
-	create(t, b, tb)
-	if _, err := b.Publish(ctx, tb, "", payload); err != nil {
-		t.Fatalf("rowactortest: publish: %v", err)
-	}
-	if _, err := b.Subscribe(ctx, tb, "", handler, append(opts, rowactor.Workers(1))...); err != nil {
-		t.Fatalf("rowactortest: subscribe: %v", err)
-	}
-	select {
-	case s := <-settled:
-		return s
-	case <-ctx.Done():
-		t.Fatalf("rowactortest: no settlement before the context ended: %v", ctx.Err())
-	}
-	return rowactor.Settlement{}
+	return Worker{Table: WorkTable, Handler: handler, Options: opts}.Work(ctx, t, payload).Settlement
 }
 
 // WorkTable is the table Work runs a delivery from: the lease form with every column a
@@ -231,6 +259,3 @@ func (c *Clock) Advanced() <-chan struct{} {
 	}
 	return c.jumped
 }
-
-// quote quotes a SQLite identifier.
-func quote(ident string) string { return `"` + strings.ReplaceAll(ident, `"`, `""`) + `"` }

@@ -12,12 +12,12 @@
 #   - Chromium is installed, for the dashboard's browser tests (package dashboard,
 #     TestBrowser), which fail without it;
 # installing (apt-get) and starting either server when needed, and then runs
-#   go test -race -count=1 -timeout 20m -parallel 4 ./... "$@"
-# from the repository root, and then (without extra args) the server restart test, which
-# stops and starts both servers and so runs alone: -tags serverrestart -run TestServerRestart,
-# and the Galera tests on a three-node cluster that scripts/galera.sh starts (and installs
-# when missing): -tags galera -run TestGalera; they are skipped, saying so, only when the
-# cluster's packages cannot be installed.
+#   go test -race -count=1 -timeout 20m -parallel 8 ./... "$@"
+# from the repository root, and then (without extra args) the tests that run alone: the
+# Galera tests (-tags galera -run TestGalera) on a three-node cluster that scripts/galera.sh
+# starts after the suite (and installs when missing; they are skipped, saying so, only when
+# the cluster's packages cannot be installed), and the server restart test, which stops and
+# starts both servers (-tags serverrestart -run TestServerRestart).
 #
 # Environment:
 #   ROWACTOR_POSTGRES_URL  default postgres://postgres@127.0.0.1:5432/test?sslmode=disable
@@ -30,7 +30,8 @@
 #   ROWACTOR_CHROMIUM      the browser's binary, when not chromium on PATH
 set -euo pipefail
 
-log() { printf 'test.sh: %s\n' "$*" >&2; }
+test_start=$(date +%s)
+log() { printf 'test.sh: [%ds] %s\n' "$(($(date +%s) - test_start))" "$*" >&2; }
 die() { printf 'test.sh: ERROR: %s\n' "$*" >&2; exit 1; }
 
 export PATH="/usr/local/go/bin:$PATH:/usr/sbin:/sbin"
@@ -274,41 +275,59 @@ if [ -z "${CC:-}" ] && ! command -v gcc >/dev/null 2>&1; then
 fi
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# -parallel 4: most of the root package's ~900 parallel scenarios wait on a database, a
-# lease or a poll, not on the CPU; with go test's default (GOMAXPROCS, 2 here) their waits
-# ran two at a time, and the package took 12-13 minutes under -race in CI. With 4 it took
-# 7.5 minutes on this machine (2026-12-02, another agent's tests beside it). The timeout
-# leaves room; a hung test still fails.
-log "go test -race -count=1 -timeout 20m -parallel 4 ./... $*"
-go test -race -count=1 -timeout 20m -parallel 4 ./... "$@"
-
-# The server restart test stops PostgreSQL and MariaDB under running subscriptions, so it
-# runs alone, after the suite, and only when the whole suite was asked for on the local
-# servers this script manages.
+# -parallel 8: the root package's tests wait on databases, leases and polls more than
+# they use the CPU (under -race the test binary used 0.3 of a core at -parallel 4). Every
+# top-level test is parallel (but the serial few), so they and the matrix's cells share
+# one budget of 8. On this 2-core machine (2026-12-05) the root package took 253 s alone
+# (0.84 of a core for the test binary; the database servers take most of the rest) and
+# 342 s in CI beside the other packages, against 500-770 s at -parallel 4 with serial
+# top-level tests. At 12 it was no faster in CI and PostgreSQL ran out of connections at
+# 24. The timeout leaves room; a hung test still fails.
+# The whole suite on the local servers also runs, after it, the tests that must run alone:
+# the Galera tests on a three-node cluster of their own (scripts/galera.sh), and the server
+# restart test, which stops and starts PostgreSQL and MariaDB under running subscriptions.
+# The cluster starts after the suite, never beside it: its nodes share nothing with the
+# suite's MariaDB but the machine, and one CI run that started them in the background saw
+# the suite's MariaDB lose a temporary table's file in /tmp. It stops before the restart
+# test: scripts/server.sh would take its nodes for the MariaDB it restarts. One test
+# binary serves both (-tags 'galera serverrestart').
+alone=0
 if [ $# -eq 0 ] && [ "${ROWACTOR_SKIP_DB:-}" != 1 ]; then
-  log "go test -race -count=1 -tags serverrestart -run '^TestServerRestart\$' ."
-  go test -race -count=1 -timeout 5m -tags serverrestart -run '^TestServerRestart$' .
+  alone=1
 fi
+log "go test -race -count=1 -timeout 20m -parallel 8 ./... $*"
+set +e
+go test -race -count=1 -timeout 20m -parallel 8 ./... "$@"
+rc=$?
+set -e
+[ "$rc" -eq 0 ] || die "go test failed (exit $rc)"
+[ "$alone" = 1 ] || exit 0
 
-# The Galera tests start a three-node cluster on ports of its own (scripts/galera.sh) and
-# kill one of its nodes, so they too run alone, after the suite. They are skipped, with
-# the reason, only when the cluster's packages cannot be installed (galera.sh exits 3).
-if [ $# -eq 0 ] && [ "${ROWACTOR_SKIP_DB:-}" != 1 ]; then
+alone_bin=$(mktemp -d -t rowactor-alone.XXXXXX)/rowactor.test
+log "go test -c -race -tags 'galera serverrestart' (the tests that run alone)"
+go test -c -race -tags 'galera serverrestart' -o "$alone_bin" .
+
+# The Galera tests are skipped, with the reason, only when the cluster's packages cannot be
+# installed (galera.sh exits 3).
+set +e
+bash scripts/galera.sh start
+rc=$?
+set -e
+if [ "$rc" -eq 3 ]; then
+  log "SKIP the Galera tests: galera-4 or mariadb-server cannot be installed on this machine (see above)"
+elif [ "$rc" -ne 0 ]; then
+  bash scripts/galera.sh stop >/dev/null 2>&1 || true
+  die "scripts/galera.sh start failed (exit $rc); its nodes' logs are under ${GALERA_DIR:-/tmp/rowactor-galera}"
+else
+  log "the Galera tests: -tags galera -run '^TestGalera'"
   set +e
-  bash scripts/galera.sh start
+  "$alone_bin" -test.count=1 -test.timeout 10m -test.run '^TestGalera'
   rc=$?
   set -e
-  if [ "$rc" -eq 3 ]; then
-    log "SKIP the Galera tests: galera-4 or mariadb-server cannot be installed on this machine (see above)"
-  elif [ "$rc" -ne 0 ]; then
-    die "scripts/galera.sh start failed (exit $rc); its nodes' logs are under ${GALERA_DIR:-/tmp/rowactor-galera}"
-  else
-    log "go test -race -count=1 -tags galera -run '^TestGalera' ."
-    set +e
-    go test -race -count=1 -timeout 10m -tags galera -run '^TestGalera' .
-    rc=$?
-    set -e
-    bash scripts/galera.sh stop
-    [ "$rc" -eq 0 ] || die "the Galera tests failed"
-  fi
+  bash scripts/galera.sh stop
+  [ "$rc" -eq 0 ] || die "the Galera tests failed"
 fi
+
+log "the server restart test: -tags serverrestart -run '^TestServerRestart\$'"
+"$alone_bin" -test.count=1 -test.timeout 5m -test.run '^TestServerRestart$' || die "the server restart test failed"
+log "all tests passed"

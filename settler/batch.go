@@ -23,6 +23,8 @@ type Batcher struct {
 	q       dialects.LeaseBatchQueue
 	timeout time.Duration
 	max     int
+	// waits ends the waits for rows other sessions hold (see NewBatcher).
+	waits context.Context
 
 	mu      sync.Mutex
 	pending []*batchReq
@@ -52,9 +54,11 @@ type batchReq struct {
 
 // Batchable says whether a step can join a batch: acks, retries and releases (one
 // statement shape for every row). RetryAfter and snoozes carry a time per row, a step
-// with an error its text; they, dead-letter moves and the service's own events run alone.
+// with an error its text; they, dead-letter moves and the service's own events run alone,
+// and so do the ack and release of a row whose handler never started (Step.Unstarted),
+// which also give back the attempt its claim counted.
 func Batchable(step dialects.Step) bool {
-	if step.Event != "" || step.Error != "" {
+	if step.Event != "" || step.Error != "" || step.Unstarted {
 		return false
 	}
 	switch step.Kind {
@@ -65,16 +69,24 @@ func Batchable(step dialects.Step) bool {
 }
 
 // NewBatcher returns a batcher whose batches hold at most max rows, each statement
-// bounded by timeout.
-func NewBatcher(q dialects.LeaseBatchQueue, max int, timeout time.Duration) *Batcher {
-	return &Batcher{q: q, timeout: timeout, max: max}
+// bounded by timeout. When waits ends (its subscription stops: Shutdown's context ended)
+// no settlement waits any longer for a row another session holds: the busy lane's waiting
+// statement is cut short, which changes nothing (SettleLeaseWaiting), and every request
+// whose row is held, queued or to come, is answered ErrClosed at once, its lease left to
+// run out (its token fences it). Batched statements, which wait for no row lock on
+// PostgreSQL and MariaDB, get stopGrace to end (statementCtx).
+func NewBatcher(waits context.Context, q dialects.LeaseBatchQueue, max int, timeout time.Duration) *Batcher {
+	b := &Batcher{q: q, timeout: timeout, max: max, waits: waits}
+	context.AfterFunc(waits, b.endWaits)
+	return b
 }
 
 // Settle runs a batchable step for lease with the next batch, and returns when that batch
 // ran: nil, ErrLeaseLost when the row held another token, or the batch's error. The
 // lease stays in its book, renewed, while the step waits: its token is pinned only when
-// the batch that runs it is built. The batch's own timeout bounds its statement; ctx is
-// not consulted once the step queued.
+// the batch that runs it is built. The batch's own timeout bounds its statement, and a
+// wait for a row another session holds ends with the batcher's waits (NewBatcher),
+// reported ErrClosed; ctx is not consulted once the step queued.
 func (b *Batcher) Settle(_ context.Context, step dialects.Step, lease HeldLease) error {
 	kind := step.Kind
 	if kind == dialects.StepRetry {
@@ -255,7 +267,7 @@ func (b *Batcher) settle(batch []*batchReq) {
 		if len(held) == 0 {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+		ctx, cancel := b.statementCtx()
 		settled, err := b.run(ctx, kind, now, held)
 		cancel()
 		var busy *dialects.RowsBusyError
@@ -294,6 +306,11 @@ func (b *Batcher) queueBusy(r *batchReq) {
 	r.busySince = time.Now()
 	r.lease.Unpin()
 	b.mu.Lock()
+	if b.waits.Err() != nil {
+		b.mu.Unlock()
+		b.closeBusy(r)
+		return
+	}
 	b.busy = append(b.busy, r)
 	start := !b.laneRunning
 	b.laneRunning = true
@@ -305,6 +322,31 @@ func (b *Batcher) queueBusy(r *batchReq) {
 
 // busyPoll is how often the lane tries the busy requests that are not its waiter.
 const busyPoll = 100 * time.Millisecond
+
+// errWaitEnded is why a busy request was answered ErrClosed: its subscription stopped
+// while another session held its row.
+var errWaitEnded = errors.New("the subscription stopped while another session held the row; its lease runs out unsettled")
+
+// endWaits answers the busy requests queued in the lane (waits ended; see NewBatcher).
+// The lane's waiter ends with its statement, whose context ended too. Requests that a
+// tryBusy round holds meanwhile are answered as it puts them back (lane).
+func (b *Batcher) endWaits() {
+	b.mu.Lock()
+	busy := b.busy
+	b.busy = nil
+	b.mu.Unlock()
+	for _, r := range busy {
+		b.closeBusy(r)
+	}
+}
+
+// closeBusy answers a busy request, whose lease is unpinned, ErrClosed: its settlement did
+// not happen, and its lease leaves the book so that it runs out.
+func (b *Batcher) closeBusy(r *batchReq) {
+	r.err = fmt.Errorf("%w: %w", ErrClosed, errWaitEnded)
+	r.lease.Done()
+	close(r.done)
+}
 
 // lane runs the busy requests until none is left (see queueBusy).
 func (b *Batcher) lane() {
@@ -327,9 +369,25 @@ func (b *Batcher) lane() {
 
 		still := b.tryBusy(rest)
 		b.mu.Lock()
+		if b.waits.Err() != nil {
+			// The waits ended: endWaits answers what is queued (queueBusy answers what
+			// comes later at once), this round what it held, and the waiter its own, as
+			// its statement is cut short. Nothing is left for the lane to do.
+			b.laneRunning = false
+			b.mu.Unlock()
+			for _, r := range still {
+				b.closeBusy(r)
+			}
+			return
+		}
 		b.busy = append(still, b.busy...)
 		b.mu.Unlock()
-		time.Sleep(busyPoll)
+		t := time.NewTimer(busyPoll)
+		select {
+		case <-t.C:
+		case <-b.waits.Done():
+			t.Stop()
+		}
 	}
 }
 
@@ -345,19 +403,34 @@ func (b *Batcher) wait(r *batchReq) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	if b.waits.Err() != nil {
+		r.lease.Unpin()
+		b.closeBusy(r)
+		return
+	}
+	ctx, cancel := b.statementCtx()
 	defer cancel()
 	settled, err := b.q.SettleLeases(ctx, r.kind, r.now, []dialects.Lease{held})
 	var busy *dialects.RowsBusyError
 	if errors.As(err, &busy) {
 		// The wait ends when the request has been busy for the timeout, as in tryBusy:
 		// a request that became the waiter late in the lane waits no longer than that.
+		// It ends at once when the batcher's waits end (NewBatcher), without
+		// StatementCtx's grace: a wait cut short changes nothing, and the request is
+		// answered ErrClosed.
 		wctx, wcancel := context.WithDeadline(ctx, r.busySince.Add(b.timeout))
+		stop := context.AfterFunc(b.waits, wcancel)
 		var done bool
 		done, err = b.q.SettleLeaseWaiting(wctx, dialects.Step{Kind: r.kind, Now: r.now}, held)
+		stop()
 		wcancel()
 		if done {
-			settled = []int64{held.ID}
+			settled, err = []int64{held.ID}, nil
+		} else if err != nil && b.waits.Err() != nil {
+			r.err = fmt.Errorf("%w: %w (%w)", ErrClosed, errWaitEnded, err)
+			r.lease.Done()
+			close(r.done)
+			return
 		} else if errors.As(err, &busy) || errors.Is(err, context.DeadlineExceeded) && wctx.Err() != nil {
 			err = fmt.Errorf("%w: the row stayed locked by another session for %v",
 				context.DeadlineExceeded, b.timeout)
@@ -386,7 +459,7 @@ func (b *Batcher) tryBusy(rs []*batchReq) (still []*batchReq) {
 		if len(held) == 0 {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+		ctx, cancel := b.statementCtx()
 		settled, err := b.q.SettleLeases(ctx, kind, now, held)
 		cancel()
 		slices.Sort(settled)
@@ -433,11 +506,25 @@ func (b *Batcher) repin(r *batchReq) (dialects.Lease, bool) {
 	return dialects.Lease{}, false
 }
 
+// statementCtx bounds a statement of the batcher's (StatementCtx). A batched statement
+// waits for no row lock on PostgreSQL and MariaDB, but it may wait for SQLite's write lock
+// (another process's transaction, up to busy_timeout), for a pool connection or for a
+// slow server: none of that may hold up a stop for long (see answer), while the releases
+// a stop runs, which wait for nothing, still go through.
+func (b *Batcher) statementCtx() (context.Context, context.CancelFunc) {
+	return StatementCtx(context.Background(), b.waits, b.timeout)
+}
+
 // answer answers a request from its statement's result: settled sorted, the ids its
-// statement settled; err, the statement's error.
+// statement settled; err, the statement's error. A statement cut short once the waits
+// ended (NewBatcher, StatementCtx) reports an error that matches ErrClosed. Its row was not
+// reported settled, and its lease runs out; a statement cut while its commit was under
+// way may still have taken effect, which the error's database part says.
 func (b *Batcher) answer(r *batchReq, settled []int64, err error) {
 	_, found := slices.BinarySearch(settled, r.held.ID)
 	switch {
+	case err != nil && CutByStop(b.waits, err):
+		r.err = fmt.Errorf("%w: the subscription stopped while the settlement ran: %w", ErrClosed, err)
 	case err != nil:
 		r.err = err
 	case !found:

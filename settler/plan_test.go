@@ -47,6 +47,36 @@ func TestPlanNamesTheEventsThatReplaceSettlements(t *testing.T) {
 	}
 }
 
+// Cancel ends the row as Broker.Cancel does, whatever the dead letter and the events:
+// the ack step, its reason after CancelledPrefix. DeadLetter moves the row at once where
+// there is a dead letter, and drops it where there is none.
+func TestPlanCancelAndDeadLetter(t *testing.T) {
+	now := time.Now()
+	dead := Rules{MaxAttempts: 10, Events: map[string]bool{"drop": true, "dead_letter": true}}
+	for _, c := range []struct {
+		name  string
+		rules Rules
+		o     Outcome
+		kind  dialects.StepKind
+		event string
+		err   string
+		note  Note
+	}{
+		{"cancel with a dead letter", dead, Outcome{Verdict: Cancel, Error: "unwanted"}, dialects.StepAck, "", "cancelled: unwanted", NoteCancelled},
+		{"cancel without one", Rules{}, Outcome{Verdict: Cancel, Error: "unwanted"}, dialects.StepAck, "", "cancelled: unwanted", NoteCancelled},
+		{"dead letter at the first attempt", dead, Outcome{Verdict: DeadLetter, Error: "bad"}, dialects.StepDeadLetter, "dead_letter", "bad", NoteDeadLettered},
+		{"dead letter without one drops", Rules{}, Outcome{Verdict: DeadLetter, Error: "bad"}, dialects.StepAck, "", "bad", NoteDeadLettered},
+	} {
+		step, note := c.rules.Plan(c.o, 1, now)
+		if step.Kind != c.kind || step.Event != c.event || step.Error != c.err || note != c.note {
+			t.Errorf("%s: step %v event %q error %q note %v, want %v %q %q %v", c.name, step.Kind, step.Event, step.Error, note, c.kind, c.event, c.err, c.note)
+		}
+	}
+	if Cancel.String() != "cancel" || DeadLetter.String() != "dead_letter" {
+		t.Errorf("verdicts read %q and %q", Cancel, DeadLetter)
+	}
+}
+
 func TestPlanFailAndSnooze(t *testing.T) {
 	now := time.Now()
 	boom := errors.New("boom")
@@ -72,15 +102,15 @@ func TestPlanFailAndSnooze(t *testing.T) {
 		at      time.Time // zero: not checked
 		note    Note
 	}{
-		{"fail waits the policy's delay", table, fail, 2, dialects.StepRetryAfter, now.Add(2 * time.Minute), NoNote},
+		{"fail waits the policy's delay", table, fail, 2, dialects.StepRetryAfter, now.Add(2 * time.Minute), noNote},
 		{"fail at the cap moves the row", table, fail, 3, dialects.StepDeadLetter, time.Time{}, NoteAttemptsSpent},
-		{"fail waits in the lease without retry_after", lease, fail, 1, dialects.StepRetryAfter, now.Add(time.Minute), NoNote},
+		{"fail waits in the lease without retry_after", lease, fail, 1, dialects.StepRetryAfter, now.Add(time.Minute), noNote},
 		{"fail retries at once without retry_after outside the lease form", bare, fail, 1, dialects.StepRetry, time.Time{}, NoteFailNoRetryAfter},
-		{"a negative delay is none", Rules{HasRetryAfter: true, Backoff: func(int, error) time.Duration { return -time.Hour }}, fail, 1, dialects.StepRetryAfter, now, NoNote},
-		{"no policy returns the row at once", Rules{HasRetryAfter: true}, fail, 1, dialects.StepRetryAfter, now, NoNote},
-		{"snooze waits its delay", table, snooze, 1, dialects.StepSnooze, now.Add(time.Hour), NoNote},
-		{"snooze at the cap is no dead letter", table, snooze, 7, dialects.StepSnooze, now.Add(time.Hour), NoNote},
-		{"snooze waits in the lease without retry_after", lease, snooze, 1, dialects.StepSnooze, now.Add(time.Hour), NoNote},
+		{"a negative delay is none", Rules{HasRetryAfter: true, Backoff: func(int, error) time.Duration { return -time.Hour }}, fail, 1, dialects.StepRetryAfter, now, noNote},
+		{"no policy returns the row at once", Rules{HasRetryAfter: true}, fail, 1, dialects.StepRetryAfter, now, noNote},
+		{"snooze waits its delay", table, snooze, 1, dialects.StepSnooze, now.Add(time.Hour), noNote},
+		{"snooze at the cap is no dead letter", table, snooze, 7, dialects.StepSnooze, now.Add(time.Hour), noNote},
+		{"snooze waits in the lease without retry_after", lease, snooze, 1, dialects.StepSnooze, now.Add(time.Hour), noNote},
 		{"snooze is refused without retry_after outside the lease form", bare, snooze, 1, dialects.StepRelease, time.Time{}, NoteSnoozeNoRetryAfter},
 		{"a retry after without retry_after keeps its rule in the lease form", lease, Outcome{Verdict: RetryAfter, Delay: time.Hour}, 1, dialects.StepRetry, time.Time{}, NoteNoRetryAfter},
 	} {

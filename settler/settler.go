@@ -1,9 +1,3 @@
-// Package settler turns a handler's outcome into the settlement statement the claim form
-// calls for, and runs it where the form says: with the lease token (lease form) or on the
-// session that holds the key (advisory form).
-//
-// The backoff of a failed delivery (Fail) is the subscription's policy (Rules.Backoff);
-// Retry and RetryAfter keep the handler's own choice. Delays never leave the database.
 package settler
 
 import (
@@ -22,7 +16,7 @@ var (
 	// ErrClosed reports work refused because the broker was shut down (and, for a
 	// delivery, that its row was released without its outcome).
 	ErrClosed = errors.New("rowactor: broker closed")
-	// ErrUnknownEvent reports a Custom outcome naming an event the subscription does not
+	// ErrUnknownEvent reports an Event outcome naming an event the subscription does not
 	// have; the row was released unsettled.
 	ErrUnknownEvent = errors.New("rowactor: unknown event")
 	// ErrAbandoned reports a delivery whose handler ran past its deadline and its grace:
@@ -35,9 +29,9 @@ var (
 type Verdict uint8
 
 const (
-	// Unsettled is a delivery that ended without an outcome: a handler panic, a shutdown,
+	// unsettled is a delivery that ended without an outcome: a handler panic, a shutdown,
 	// a lost context. Its row is released at once.
-	Unsettled Verdict = iota
+	unsettled Verdict = iota
 	Ack
 	Drop
 	Retry
@@ -50,9 +44,12 @@ const (
 	Fail
 	// Snooze returns the row after Outcome.Delay without spending an attempt.
 	Snooze
-	// Cancel ends a row that can never succeed: it moves to its dead letter at once when
-	// the subscription has one (MaxAttempts above zero), else it is dropped, with its error.
+	// Cancel ends a row as Broker.Cancel does: the ack step (deleted, or processed), its
+	// reason written as dialects.CancelledError. No event of the subscription's replaces it.
 	Cancel
+	// DeadLetter moves the row to its dead letter at once, whatever its attempts, when the
+	// subscription has one (MaxAttempts above zero); else it is dropped, with its error.
+	DeadLetter
 )
 
 func (v Verdict) String() string {
@@ -66,13 +63,15 @@ func (v Verdict) String() string {
 	case RetryAfter:
 		return "retry_after"
 	case Custom:
-		return "custom"
+		return "event"
 	case Fail:
 		return "fail"
 	case Snooze:
 		return "snooze"
 	case Cancel:
 		return "cancel"
+	case DeadLetter:
+		return "dead_letter"
 	}
 	return "unsettled"
 }
@@ -81,7 +80,7 @@ func (v Verdict) String() string {
 type Outcome struct {
 	Verdict Verdict
 	Delay   time.Duration
-	// Event names a Custom outcome's event; Args are its {arg1}, {arg2}, ... values.
+	// Event names an Event outcome's event; Args are its {arg1}, {arg2}, ... values.
 	Event string
 	Args  []any
 	// Error is the handler's reason, for an event's {error} and the error column.
@@ -115,7 +114,7 @@ type Rules struct {
 type Note uint8
 
 const (
-	NoNote Note = iota
+	noNote Note = iota
 	// NoteAttemptsSpent: a retry became a dead-letter move.
 	NoteAttemptsSpent
 	// NoteNoRetryAfter: RetryAfter ran as Retry because the table has no retry_after column.
@@ -126,8 +125,11 @@ const (
 	// NoteSnoozeNoRetryAfter: a Snooze was refused (the step releases the row unsettled)
 	// because the table has no retry_after column and is not in the lease form.
 	NoteSnoozeNoRetryAfter
-	// NoteCancelled: a Cancel ends the row (dead letter, or dropped without one).
+	// NoteCancelled: a Cancel ends the row as cancelled.
 	NoteCancelled
+	// NoteDeadLettered: a DeadLetter outcome moves the row to its dead letter, or drops it
+	// without one (the step tells which).
+	NoteDeadLettered
 )
 
 // Plan returns the step for an outcome of a delivery that reported attempt, as of now.
@@ -135,6 +137,9 @@ const (
 func (r Rules) Plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note) {
 	step, note := r.plan(o, attempt, now)
 	step.Error, step.Attempt = o.Error, attempt
+	if o.Verdict == Cancel {
+		step.Error = dialects.CancelledError(o.Error)
+	}
 	if name := builtinEvent(o.Verdict, step.Kind); name != "" && r.Events[name] {
 		step.Event = name
 	}
@@ -146,14 +151,17 @@ func (r Rules) plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note)
 	switch o.Verdict {
 	case Ack, Drop:
 		step.Kind = dialects.StepAck
-		return step, NoNote
+		return step, noNote
 	case Cancel:
-		if r.MaxAttempts > 0 { // a dead letter is configured (it caps the attempts)
-			step.Kind = dialects.StepDeadLetter
-			return step, NoteCancelled
-		}
 		step.Kind = dialects.StepAck
 		return step, NoteCancelled
+	case DeadLetter:
+		if r.MaxAttempts > 0 { // a dead letter is configured (it caps the attempts)
+			step.Kind = dialects.StepDeadLetter
+			return step, NoteDeadLettered
+		}
+		step.Kind = dialects.StepAck
+		return step, NoteDeadLettered
 	case Retry, RetryAfter, Fail:
 		if r.MaxAttempts > 0 && attempt >= r.MaxAttempts {
 			step.Kind = dialects.StepDeadLetter
@@ -162,7 +170,7 @@ func (r Rules) plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note)
 		switch o.Verdict {
 		case Retry:
 			step.Kind = dialects.StepRetry
-			return step, NoNote
+			return step, noNote
 		case Fail:
 			step.At = now.Add(r.backoff(attempt, o.Err))
 			if !r.HasRetryAfter && !r.LeaseDelays && !r.Events[dialects.EventRetryAfter] {
@@ -170,7 +178,7 @@ func (r Rules) plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note)
 				return step, NoteFailNoRetryAfter
 			}
 			step.Kind = dialects.StepRetryAfter
-			return step, NoNote
+			return step, noNote
 		}
 		step.At = now.Add(max(o.Delay, 0))
 		if !r.HasRetryAfter && !r.Events[dialects.EventRetryAfter] {
@@ -178,7 +186,7 @@ func (r Rules) plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note)
 			return step, NoteNoRetryAfter
 		}
 		step.Kind = dialects.StepRetryAfter
-		return step, NoNote
+		return step, noNote
 	case Snooze:
 		// Never a dead letter: a snooze spends no attempt.
 		step.At = now.Add(max(o.Delay, 0))
@@ -187,13 +195,13 @@ func (r Rules) plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note)
 			return step, NoteSnoozeNoRetryAfter
 		}
 		step.Kind = dialects.StepSnooze
-		return step, NoNote
+		return step, noNote
 	case Custom:
 		step.Kind, step.Event, step.Args = dialects.StepCustom, o.Event, o.Args
-		return step, NoNote
+		return step, noNote
 	default:
 		step.Kind = dialects.StepRelease
-		return step, NoNote
+		return step, noNote
 	}
 }
 
@@ -206,11 +214,15 @@ func (r Rules) backoff(attempt int, err error) time.Duration {
 }
 
 // builtinEvent names the built-in settlement a step runs, as events replace them. A
-// snooze has no event of its own: it always runs its built-in statement.
+// snooze has no event of its own: it always runs its built-in statement. Nor has a
+// Cancel: it ends the row as Broker.Cancel does, which runs no event.
 func builtinEvent(v Verdict, k dialects.StepKind) string {
+	if v == Cancel {
+		return ""
+	}
 	switch k {
 	case dialects.StepAck:
-		if v == Drop || v == Cancel {
+		if v == Drop || v == DeadLetter {
 			return dialects.EventDrop
 		}
 		return dialects.EventAck
@@ -240,6 +252,32 @@ type HeldLease interface {
 	Done()
 }
 
+// stopGrace is how long a settlement statement may still run once its subscription's
+// waits ended (Stop: Shutdown's context is over): enough for one that waits for nothing
+// (a release at the stop, a settlement whose handler returned as the stop came) to
+// finish, while one that waits for a lock another session holds gives up soon.
+const stopGrace = 500 * time.Millisecond
+
+// StatementCtx is a settlement statement's context: base's, bounded by timeout, and, once
+// waits ended, by stopGrace from then or from its start, whichever is later. The dialects
+// make a statement cut short while it waits for a lock change nothing, then or later: the
+// server ends it (PostgreSQL's cancel request, MariaDB's KILL, SQLite's busy handler).
+func StatementCtx(base, waits context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(base, timeout)
+	stop := context.AfterFunc(waits, func() { time.AfterFunc(stopGrace, cancel) })
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// CutByStop says whether err, a statement's failure, is its context's end after waits
+// ended (StatementCtx): the caller reports it as ErrClosed, with err.
+func CutByStop(waits context.Context, err error) bool {
+	return err != nil && waits.Err() != nil && !errors.Is(err, ErrClosed) &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}
+
 // Lease runs a lease-form step fenced by the delivery's token. It returns ErrLeaseLost,
 // having changed nothing, when the row holds another token.
 func Lease(ctx context.Context, q dialects.LeaseQueue, step dialects.Step, held dialects.Lease) error {
@@ -255,12 +293,14 @@ func Lease(ctx context.Context, q dialects.LeaseQueue, step dialects.Step, held 
 
 // Advisory runs an advisory-form step on the session that holds the row's key, then
 // unlocks the key, never before the statement returned. A failed statement still
-// unlocks: the row returns as it was. closed reports that the session's connection was
+// unlocks: the row returns as it was. A release runs no statement (the unlock returns
+// the row), unless its handler never started: it then gives back the attempt the take
+// counted (Step.Unstarted). closed reports that the session's connection was
 // closed because the database did not confirm the unlock. err is the settlement's own
 // error only: an unlock that fails after the statement took effect does not undo it (the
 // connection is closed, which ends the lock), so it comes back as unlockErr.
 func Advisory(ctx context.Context, s dialects.Session, step dialects.Step, id int64) (closed bool, err, unlockErr error) {
-	if step.Kind != dialects.StepRelease {
+	if step.Kind != dialects.StepRelease || step.Unstarted {
 		if serr := s.Settle(ctx, step, id); serr != nil {
 			err = fmt.Errorf("settle %s of row %d: %w", step.Kind, id, serr)
 		}

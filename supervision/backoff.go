@@ -1,9 +1,3 @@
-// Package supervision decides what happens to a rowactor actor that fails, and when.
-//
-// Proto.Actor restarts a failed child at once, and its "exponential" strategy is linear
-// and uncapped. A claimer whose database is down must not spin: Backoff restarts it after
-// a delay that doubles with each failure in a window, capped and jittered so that many
-// subscriptions that lost one database do not come back in step.
 package supervision
 
 import (
@@ -28,9 +22,9 @@ type Policy struct {
 // starts over.
 var DefaultPolicy = Policy{Initial: 100 * time.Millisecond, Max: 30 * time.Second, Window: time.Minute}
 
-// Delay returns the restart delay after the n-th consecutive failure (n >= 1), before
+// delay returns the restart delay after the n-th consecutive failure (n >= 1), before
 // jitter.
-func (p Policy) Delay(n int) time.Duration {
+func (p Policy) delay(n int) time.Duration {
 	if n < 1 {
 		n = 1
 	}
@@ -59,8 +53,8 @@ func (p Policy) ForFault(f dialects.Fault) Policy {
 	return p
 }
 
-// Jittered returns a delay drawn uniformly from [d/2, d].
-func Jittered(d time.Duration) time.Duration {
+// jittered returns a delay drawn uniformly from [d/2, d].
+func jittered(d time.Duration) time.Duration {
 	if d <= 1 {
 		return d
 	}
@@ -168,7 +162,7 @@ func (b *Backoff) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, chil
 	}
 	rs.Fail()
 	n := b.failure(child, p)
-	d := Jittered(p.Delay(n))
+	d := jittered(p.delay(n))
 	if b.OnRestart != nil {
 		b.OnRestart(child, reason, n, d)
 	}

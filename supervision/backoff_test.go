@@ -15,12 +15,12 @@ func TestPolicyDoublesUpToItsCap(t *testing.T) {
 	p := Policy{Initial: 100 * time.Millisecond, Max: time.Second}
 	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
 	for i, w := range want {
-		if got := p.Delay(i + 1); got != w*time.Millisecond {
-			t.Fatalf("Delay(%d) = %v, want %v", i+1, got, w*time.Millisecond)
+		if got := p.delay(i + 1); got != w*time.Millisecond {
+			t.Fatalf("delay(%d) = %v, want %v", i+1, got, w*time.Millisecond)
 		}
 	}
-	if got := p.Delay(1000); got != time.Second {
-		t.Fatalf("Delay(1000) = %v, want the cap", got)
+	if got := p.delay(1000); got != time.Second {
+		t.Fatalf("delay(1000) = %v, want the cap", got)
 	}
 }
 
@@ -28,9 +28,9 @@ func TestJitterStaysInTheUpperHalf(t *testing.T) {
 	d := 800 * time.Millisecond
 	seen := map[time.Duration]bool{}
 	for range 1000 {
-		j := Jittered(d)
+		j := jittered(d)
 		if j < d/2 || j > d {
-			t.Fatalf("Jittered(%v) = %v, outside [%v, %v]", d, j, d/2, d)
+			t.Fatalf("jittered(%v) = %v, outside [%v, %v]", d, j, d/2, d)
 		}
 		seen[j] = true
 	}
@@ -43,7 +43,7 @@ func TestPolicyForFault(t *testing.T) {
 	p := DefaultPolicy
 	cases := []struct {
 		fault dialects.Fault
-		want  []time.Duration // Delay(1), Delay(2), Delay(10)
+		want  []time.Duration // delay(1), delay(2), delay(10)
 	}{
 		{dialects.FaultConnection, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 30 * time.Second}},
 		{dialects.FaultUnknown, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 30 * time.Second}},
@@ -53,8 +53,8 @@ func TestPolicyForFault(t *testing.T) {
 	for _, c := range cases {
 		fp := p.ForFault(c.fault)
 		for i, n := range []int{1, 2, 10} {
-			if got := fp.Delay(n); got != c.want[i] {
-				t.Errorf("%v: Delay(%d) = %v, want %v", c.fault, n, got, c.want[i])
+			if got := fp.delay(n); got != c.want[i] {
+				t.Errorf("%v: delay(%d) = %v, want %v", c.fault, n, got, c.want[i])
 			}
 		}
 	}
@@ -172,7 +172,7 @@ func TestBackoffAlternatingKindsStillGrow(t *testing.T) {
 		b.HandleFailure(nil, sup, nil, rs, lost, nil)
 		b.HandleFailure(nil, sup, nil, rs, contention, nil)
 	}
-	// The tenth lost connection: Delay(10) = the 30 s cap, jittered into [15 s, 30 s].
+	// The tenth lost connection: delay(10) = the 30 s cap, jittered into [15 s, 30 s].
 	if d := delays[18]; d < DefaultPolicy.Max/2 {
 		t.Fatalf("the tenth lost connection, each after a deadlock, waits %v, want at least %v; lost-connection delays: %v",
 			d, DefaultPolicy.Max/2, []time.Duration{delays[0], delays[2], delays[4], delays[6], delays[8], delays[18]})

@@ -288,6 +288,12 @@ func checkC(h *history, an *analysis) cTally {
 			t.deadLettered++
 		}
 		switch {
+		case an.kinds[k] == kindKeyPanic:
+			// Its key function panics before a worker is chosen: no handler may run it,
+			// nothing may settle it, and it stays queued (set aside or released again).
+			if len(ds) > 0 || len(ok) > 0 || !queued {
+				t.add(an.examples, "row %s, whose key function panics: %d handler runs, %d successful terminal settlements, in the queue %v (want 0, 0, true)", k, len(ds), len(ok), queued)
+			}
 		case len(ok) > 1:
 			var who []string
 			for _, d := range ok {
@@ -512,8 +518,8 @@ func checkE(h *history, an *analysis) (c check, st eStats) {
 		return keys[i].id < keys[j].id
 	})
 	for _, k := range keys {
-		if k.sub >= nsubs {
-			continue
+		if k.sub >= nsubs || an.kinds[k] == kindKeyPanic {
+			continue // a row whose key function panics is never work a worker could take
 		}
 		due := an.published[k]
 		for _, d := range h.rows[k] {

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,7 @@ type subSpec struct {
 	MaxAttempts   int           // with DeadGroup: poison rows end dead-lettered
 	DeadGroup     string
 	Transactional bool
+	KeyPanic      bool // WorkersByKey, with a key function that panics on keypanic rows
 }
 
 type consumerSpec struct {
@@ -53,6 +55,9 @@ type consumerSpec struct {
 	Slow    time.Duration // a "slow" row's handler sleeps this (plus up to 10%)
 	// Deadlock fault: the transactional handler's side tables.
 	Hot, SideLog string
+	// Stuck fault: a stuck row's handler ignores its context and runs StuckFor; SIGUSR2
+	// shuts down with a context of ShutdownWithin.
+	StuckFor, ShutdownWithin time.Duration
 }
 
 // Payload kinds: the parent marks rows by their payload, "chaos-<n>" plus a suffix.
@@ -61,13 +66,17 @@ const (
 	kindSlow   = "slow"   // the handler runs Slow, longer than the lease
 	kindPoison = "poison" // the handler always fails: Fail(errPoison)
 	kindHot    = "hot"    // the transactional handler locks the two hot rows, in an order by id parity
+	kindStuck  = "stuck"  // the handler ignores its context and runs StuckFor
+	// The key function of a WorkersByKey subscription panics on the row: its handler must
+	// never run, and the row stays queued.
+	kindKeyPanic = "keypanic"
 )
 
 func payloadKind(p []byte) string {
 	s := string(p)
 	if i := strings.LastIndexByte(s, '-'); i >= 0 {
 		switch k := s[i+1:]; k {
-		case kindSlow, kindPoison, kindHot:
+		case kindSlow, kindPoison, kindHot, kindStuck, kindKeyPanic:
 			return k
 		}
 	}
@@ -111,7 +120,7 @@ const sideWritesPerRow = 2
 //	d <seq> <sub> <id> <attempt> <ns>                            a handler started
 //	h <seq> <ns> <outcome> <error or ->                          that handler returned
 //	S <sub> <id> <attempt> <ns> <step> <released> <class> <err>  WithOnSettled: a settlement
-//	q <ns> <term|cancelled>                                      Shutdown called
+//	q <ns> <term|cancelled|bounded> stuck=<n>                    Shutdown called (n: stuck handlers in work)
 //	x <ns> drained=<b> released=<n> connections_closed=<n> err=<e> drain=<e>  Shutdown returned
 //	s <message>                                                  a start-up retry
 //	p <ns> <ns>                                                  the process did not run (a late heartbeat)
@@ -146,13 +155,13 @@ func oneLine(s string) string {
 }
 
 // runConsumer is a consumer process: it subscribes and handles rows until the parent sends
-// SIGTERM (Shutdown with a 15 s context) or SIGUSR1 (Shutdown with a context cancelled
-// beforehand). After Shutdown it writes its report, prints "x" on stdout, and waits for
+// SIGTERM (Shutdown with a 15 s context), SIGUSR1 (Shutdown with a context cancelled
+// beforehand) or SIGUSR2 (Shutdown with a context of ShutdownWithin). After Shutdown it writes its report, prints "x" on stdout, and waits for
 // its stdin to close before it exits, so the parent can look for what it left behind
 // while the process still lives.
 func runConsumer(specText string) int {
 	stop := make(chan os.Signal, 2)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGUSR1, os.Interrupt)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2, os.Interrupt)
 	var spec consumerSpec
 	if err := json.Unmarshal([]byte(specText), &spec); err != nil {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
@@ -207,7 +216,7 @@ func runConsumer(specText string) int {
 		w.printf("S %d %d %d %d %s %v %s %s", subIndex[s.Table], s.ID, s.Attempt, now(), s.Step, s.Released, class, text)
 	}
 
-	var seq atomic.Int64
+	var seq, stuckInWork atomic.Int64
 	errPoison := errors.New("chaos: a poison row fails at every attempt")
 	handler := func(sub int, ss subSpec) rowactor.Handler {
 		return func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
@@ -222,10 +231,15 @@ func runConsumer(specText string) int {
 				out = rowactor.Fail(errPoison)
 			case kindSlow:
 				sleepCtx(ctx, spec.Slow+rand.N(spec.Slow/10+1))
+			case kindStuck:
+				// A handler that ignores its context: Shutdown must not wait for it.
+				stuckInWork.Add(1)
+				time.Sleep(spec.StuckFor)
+				stuckInWork.Add(-1)
 			default:
 				sleepCtx(ctx, rand.N(spec.Work+1))
 			}
-			if ss.Transactional && kind != kindPoison {
+			if ss.Transactional && spec.SideLog != "" && kind != kindPoison {
 				if herr = sideWrites(ctx, spec, d, kind == kindHot); herr != nil {
 					// A statement failed (a deadlock, say): the transaction is spoiled;
 					// return the error rather than go on (see dialects/mysql).
@@ -253,6 +267,14 @@ func runConsumer(specText string) int {
 		if err == nil {
 			for i, s := range spec.Subs {
 				opts := []rowactor.SubscribeOption{rowactor.Workers(s.Workers), rowactor.PollInterval(spec.Poll)}
+				if s.KeyPanic {
+					opts[0] = rowactor.WorkersByKey(s.Workers, func(d *rowactor.Delivery) string {
+						if payloadKind(d.Payload()) == kindKeyPanic {
+							panic(fmt.Sprintf("chaos: the key function panics on row %d", d.ID()))
+						}
+						return strconv.FormatInt(d.ID()%16, 10)
+					})
+				}
 				if s.Lease > 0 {
 					opts = append(opts, rowactor.Lease(s.Lease))
 				}
@@ -301,15 +323,19 @@ func runConsumer(specText string) int {
 		cancel context.CancelFunc
 	)
 	kind := "term"
-	if sig == syscall.SIGUSR1 {
+	switch sig {
+	case syscall.SIGUSR1:
 		kind = "cancelled"
 		sctx, cancel = context.WithCancel(ctx)
 		cancel() // already cancelled when Shutdown is called
-	} else {
+	case syscall.SIGUSR2:
+		kind = "bounded"
+		sctx, cancel = context.WithTimeout(ctx, spec.ShutdownWithin)
+	default:
 		sctx, cancel = context.WithTimeout(ctx, 15*time.Second)
 	}
 	defer cancel()
-	w.printf("q %d %s", now(), kind)
+	w.printf("q %d %s stuck=%d", now(), kind, stuckInWork.Load())
 	rep, serr := b.Shutdown(sctx)
 	cut, err := splitNotDrained(serr)
 	if closer != nil {

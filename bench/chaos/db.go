@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects"
 	"github.com/rowactor/rowactor/dialects/mysql"
 	"github.com/rowactor/rowactor/dialects/postgres"
 	"github.com/rowactor/rowactor/dialects/sqlite"
@@ -26,6 +27,9 @@ type leftRow struct {
 	id     int64
 	group  string
 	leased bool // locked_until later than now (lease form)
+	// setAside: the lease is dialects.SetAsideUntil, a row the runtime set aside because its
+	// data cannot be worked (a poison row, or one whose key function panics): no leak.
+	setAside bool
 }
 
 // session is a consumer's database session.
@@ -217,6 +221,7 @@ func (p *pgBackend) left(ctx context.Context, t rowactor.Table) ([]leftRow, erro
 			return nil, err
 		}
 		r.leased = lu != nil && lu.After(nowT)
+		r.setAside = lu != nil && !lu.Before(dialects.SetAsideUntil)
 		out = append(out, r)
 	}
 	return out, rows.Err()
@@ -712,6 +717,7 @@ func sqlLeft(ctx context.Context, db *sql.DB, q func(string) string, t rowactor.
 		r.group = g.String
 		if tm, ok := parse(lu); ok {
 			r.leased = tm.After(nowT)
+			r.setAside = !tm.Before(dialects.SetAsideUntil)
 		}
 		out = append(out, r)
 	}

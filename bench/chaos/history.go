@@ -51,6 +51,7 @@ type consHist struct {
 	ready        int64 // "r": subscribed
 	shutdownAt   int64 // "q": Shutdown called
 	shutdownKind string
+	stuckAtStop  int   // "q" stuck=<n>: stuck handlers in work when Shutdown was called
 	xAt          int64 // "x": Shutdown returned
 	xLine        string
 	last         int64 // the latest time in the file
@@ -124,6 +125,11 @@ func parseConsumer(path string, n int) (*consHist, error) {
 				continue
 			}
 			h.shutdownAt, h.shutdownKind = atoi64(f[1]), f[2]
+			for _, kv := range f[3:] {
+				if v, ok := strings.CutPrefix(kv, "stuck="); ok {
+					h.stuckAtStop = atoi(v)
+				}
+			}
 			seen(h.shutdownAt)
 		case "x":
 			if len(f) < 2 {

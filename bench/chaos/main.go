@@ -27,6 +27,12 @@
 //     a side session locks the hot rows in the opposite order.
 //   - poison: -poison rows whose handler always fails (Fail: the default backoff), with MaxAttempts and a
 //     dead-letter group; poison-nodlq: the same without, so they retry forever.
+//   - stuck: Transactional() subscriptions with -stuck rows whose handler ignores its
+//     context and runs -stuck-for; every -shutdown-every every consumer shuts down with a
+//     -stuck-shutdown context, which must return within it plus 2 s and leave nothing held
+//     while the stuck handlers still run; their late settlements must change nothing.
+//   - keypanic: WorkersByKey subscriptions whose key function panics on -key-panic rows;
+//     those rows stay queued, unsettled, and every other row is handled once.
 //
 // Each consumer writes its history to a file (consumer.go); the parent merges them and
 // checks (a) successful settlements only by the row's current holder, (b) no overlapping
@@ -62,6 +68,10 @@ type config struct {
 	publishFor         time.Duration
 	shutdownWork       time.Duration
 	shutdownRounds     int
+	stuck              int           // stuck fault: rows whose handler ignores its context
+	stuckFor           time.Duration // stuck fault: how long such a handler runs
+	stuckShutdown      time.Duration // stuck fault: Shutdown's context
+	keyPanic           int           // keypanic fault: rows whose partition key function panics
 	seed               uint64
 	dsn                string
 	workers            int
@@ -86,7 +96,7 @@ type config struct {
 var (
 	allDBs    = []string{"sqlite", "postgres", "mysql"}
 	allForms  = []string{"rowlock", "lease", "advisory", "mixed"}
-	allFaults = []string{"kill", "shutdown", "extend", "shared", "deadlock", "poison", "poison-nodlq"}
+	allFaults = []string{"kill", "shutdown", "extend", "shared", "deadlock", "poison", "poison-nodlq", "stuck", "keypanic"}
 	// Asked for by name only, never by "all": a cluster of scripts/galera.sh, and the
 	// fault that kills one of its nodes.
 	galeraDB      = "galera"
@@ -115,7 +125,7 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	db := fs.String("db", "all", "database: sqlite, postgres, mysql, galera (a cluster of scripts/galera.sh; not in all) or all (comma-separated list allowed)")
 	form := fs.String("form", "all", "claim form: rowlock, lease, advisory, mixed (the shared fault's several forms) or all (comma-separated list allowed)")
-	fault := fs.String("fault", "all", "fault: kill, shutdown, extend, shared, deadlock, poison, poison-nodlq, nodekill (galera: SIGKILL node 2 and start it again; not in all) or all (comma-separated list allowed)")
+	fault := fs.String("fault", "all", "fault: kill, shutdown, extend, shared, deadlock, poison, poison-nodlq, stuck, keypanic, nodekill (galera: SIGKILL node 2 and start it again; not in all) or all (comma-separated list allowed)")
 	quick := fs.Bool("quick", false, "a quick run: 1,000 rows (unless -rows is given), -publish-for 3s, -slow 0.01, -stall 15s, -timeout 1m")
 	fs.IntVar(&cfg.rows, "rows", 10000, "rows to publish per scenario")
 	fs.IntVar(&cfg.procs, "procs", 3, "consumer processes draining at once (SQLite's advisory form and the shared fault on SQLite always run 1)")
@@ -123,6 +133,10 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.shutdownEvery, "shutdown-every", 1500*time.Millisecond, "shutdown fault: interval between rounds of cancelled Shutdowns")
 	fs.IntVar(&cfg.shutdownRounds, "shutdown-rounds", 4, "shutdown fault: rounds at most (then the last consumers drain the rest)")
 	fs.DurationVar(&cfg.shutdownWork, "shutdown-work", 40*time.Millisecond, "shutdown fault: each handler sleeps a random time up to this (rows in work when Shutdown comes)")
+	fs.IntVar(&cfg.stuck, "stuck", 6, "stuck fault: rows whose (transactional) handler ignores its context and runs -stuck-for")
+	fs.DurationVar(&cfg.stuckFor, "stuck-for", 6*time.Second, "stuck fault: how long a stuck handler runs")
+	fs.DurationVar(&cfg.stuckShutdown, "stuck-shutdown", time.Second, "stuck fault: the context of each round's Shutdown, which must return within it plus 2 s")
+	fs.IntVar(&cfg.keyPanic, "key-panic", 5, "keypanic fault: rows whose WorkersByKey key function panics")
 	seed := fs.Int64("seed", 0, "seed of the fault schedule (0: from the clock; printed, so a run can be repeated)")
 	fs.StringVar(&cfg.dsn, "dsn", "", "database URL/DSN when -db names one database (default: $ROWACTOR_POSTGRES_URL / $ROWACTOR_MYSQL_DSN or the local servers; SQLite: a temporary file)")
 	fs.IntVar(&cfg.workers, "workers", 8, "Workers(n) of each consumer's subscription (the shared fault: the pool's size less one)")
@@ -185,6 +199,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-kill-every and -work must not be negative; -poll, -lease, -timeout, -stall and -shutdown-every must be positive")
 	case cfg.maxAttempts < 1 || cfg.poison < 0 || cfg.shutdownRounds < 0 || cfg.slowFrac < 0 || cfg.hotFrac < 0:
 		return cfg, errors.New("-max-attempts must be at least 1; -poison, -slow and -hot must not be negative")
+	case cfg.stuck < 0 || cfg.keyPanic < 0 || cfg.stuckFor <= 0 || cfg.stuckShutdown <= 0:
+		return cfg, errors.New("-stuck and -key-panic must not be negative; -stuck-for and -stuck-shutdown must be positive")
 	case cfg.dsn != "" && len(cfg.dbs) != 1:
 		return cfg, errors.New("-dsn needs -db to name one database")
 	}

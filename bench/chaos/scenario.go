@@ -73,8 +73,9 @@ type result struct {
 	NodeKillInWork    int   `json:"nodekill_in_work,omitempty"`
 	NodeKillTwice     int   `json:"nodekill_twice,omitempty"`
 	NodeKillTakenOver int   `json:"nodekill_taken_over,omitempty"`
-	// Runs elsewhere whose lease ran out while the cluster waited to evict the dead node.
-	NodeKillStallLost int `json:"nodekill_stall_lease_lost,omitempty"`
+	// Runs elsewhere whose settlement was reported failed (a lost lease, an error) while
+	// the cluster was not whole.
+	NodeKillOutageFailed int `json:"nodekill_outage_failed,omitempty"`
 	// Seconds from the kill until the other nodes evicted the dead one (their commits
 	// wait meanwhile), and until it was synced again.
 	NodeKillStallSeconds float64 `json:"nodekill_stall_seconds,omitempty"`
@@ -165,7 +166,7 @@ func (r result) line() string {
 		s += " (timed out)"
 	}
 	if r.Fault == nodeKillFault {
-		s += fmt.Sprintf(" | nodekill: nk=%s in_work=%d stall_lease_lost=%d twice=%d taken_over=%d stall=%.1fs down=%.1fs", r.NK, r.NodeKillInWork, r.NodeKillStallLost, r.NodeKillTwice, r.NodeKillTakenOver, r.NodeKillStallSeconds, r.NodeKillDownSeconds)
+		s += fmt.Sprintf(" | nodekill: nk=%s in_work=%d outage_failed=%d twice=%d taken_over=%d stall=%.1fs down=%.1fs", r.NK, r.NodeKillInWork, r.NodeKillOutageFailed, r.NodeKillTwice, r.NodeKillTakenOver, r.NodeKillStallSeconds, r.NodeKillDownSeconds)
 	}
 	if r.Stalled {
 		s += " (stalled)"
@@ -378,6 +379,7 @@ func runScenario(ctx context.Context, cfg config, s scenario, seed uint64, dir s
 	if s.fault == "shutdown" {
 		spec.Work = cfg.shutdownWork
 	}
+	spec.StuckFor, spec.ShutdownWithin = cfg.stuckFor, cfg.stuckShutdown
 	var params []string
 	if s.fault == "deadlock" && s.db == "postgres" {
 		// Deadlocks are found after deadlock_timeout (1 s by default): shorten it for the
@@ -425,7 +427,7 @@ func runScenario(ctx context.Context, cfg config, s scenario, seed uint64, dir s
 	if s.fault == "kill" && cfg.killEvery > 0 {
 		killTick = time.After(cfg.killEvery)
 	}
-	if s.fault == "shutdown" && cfg.shutdownRounds > 0 {
+	if (s.fault == "shutdown" || s.fault == "stuck") && cfg.shutdownRounds > 0 {
 		shutTick = time.After(cfg.shutdownEvery)
 	}
 	expectLeft := 0
@@ -436,6 +438,11 @@ func runScenario(ctx context.Context, cfg config, s scenario, seed uint64, dir s
 	case "poison":
 		r.fault("poison_rows", sc.poisonCount())
 		r.fault("max_attempts", cfg.maxAttempts)
+	case "keypanic":
+		expectLeft = min(cfg.keyPanic, cfg.rows)
+		r.fault("key_panic_rows", expectLeft)
+	case "stuck":
+		r.fault("stuck_rows", min(cfg.stuck, cfg.rows))
 	case "shared":
 		r.fault("pool", sc.poolMax)
 		r.fault("subscriptions", len(sc.tables))
@@ -471,10 +478,15 @@ loop:
 			}
 			killTick = time.After(cfg.killEvery)
 		case <-shutTick:
-			if err := sc.shutdownRound(ctx); err != nil {
+			round, rounds := sc.shutdownRound, "cancelled_shutdown_rounds"
+			if s.fault == "stuck" {
+				round, rounds = sc.stuckRound, "bounded_shutdown_rounds"
+			}
+			if err := round(ctx); err != nil {
 				r.problem("shutdown round: %v", err)
 			}
-			if r.Faults["cancelled_shutdown_rounds"] < cfg.shutdownRounds {
+			lastChange = time.Now() // a round holds the drain up by design: not a stall
+			if r.Faults[rounds] < cfg.shutdownRounds {
 				shutTick = time.After(cfg.shutdownEvery)
 			}
 		case <-check.C:
@@ -612,6 +624,11 @@ func (sc *scen) makeTables() []qtable {
 			}
 		case "deadlock":
 			sub.Transactional = true
+		case "stuck":
+			// The case of the issue: a transactional handler that ignores its context.
+			sub.Transactional = true
+		case "keypanic":
+			sub.KeyPanic = true
 		}
 		sub.Table = t
 		return qtable{t: t, form: form, sub: sub}
@@ -638,16 +655,29 @@ func (sc *scen) makeTables() []qtable {
 
 func (sc *scen) poisonCount() int { return min(sc.cfg.poison, sc.cfg.rows) }
 
+// specialRows picks n distinct positions among the first half of the rows (so the faults
+// meet them while rows are still published), for the rows of one kind.
+func specialRows(rng *rand.Rand, n, rows int) map[int]bool {
+	out := map[int]bool{}
+	for len(out) < min(n, rows) {
+		out[rng.IntN(max(1, min(rows, rows/2+1)))] = true
+	}
+	return out
+}
+
 // publish inserts the rows, a batch per transaction, round robin over the tables, and
 // notes each id's commit time and kind.
 func (sc *scen) publish(ctx context.Context) error {
 	cfg := sc.cfg
 	rng := rand.New(rand.NewPCG(sc.r.Seed+1, 7))
-	poison := map[int]bool{}
-	if sc.s.fault == "poison" || sc.s.fault == "poison-nodlq" {
-		for len(poison) < sc.poisonCount() {
-			poison[rng.IntN(max(1, min(cfg.rows, cfg.rows/2+1)))] = true
-		}
+	special, specialKind := map[int]bool{}, ""
+	switch sc.s.fault {
+	case "poison", "poison-nodlq":
+		special, specialKind = specialRows(rng, sc.poisonCount(), cfg.rows), kindPoison
+	case "stuck":
+		special, specialKind = specialRows(rng, cfg.stuck, cfg.rows), kindStuck
+	case "keypanic":
+		special, specialKind = specialRows(rng, cfg.keyPanic, cfg.rows), kindKeyPanic
 	}
 	batches := (cfg.rows + cfg.batch - 1) / cfg.batch
 	began := time.Now()
@@ -661,8 +691,8 @@ func (sc *scen) publish(ctx context.Context) error {
 		for i := range payloads {
 			kind := kindPlain
 			switch {
-			case poison[sent+i]:
-				kind = kindPoison
+			case special[sent+i]:
+				kind = specialKind
 			case (sc.s.fault == "extend" || sc.s.fault == nodeKillFault) && rng.Float64() < cfg.slowFrac:
 				kind = kindSlow
 			case sc.s.fault == "deadlock" && rng.Float64() < cfg.hotFrac:
@@ -804,6 +834,39 @@ func (sc *scen) shutdownRound(ctx context.Context) error {
 	return nil
 }
 
+// stuckLabel names the stuck fault's check (d) after its Shutdowns.
+const stuckLabel = "Shutdown with stuck handlers in work"
+
+// stuckRound shuts every consumer down at once with a context of -stuck-shutdown while
+// stuck handlers (which ignore their context) run: each Shutdown must return within that
+// context plus 2 s (a consumer slower than that plus the slack counts as hung; the history
+// measures each one exactly), and nothing may be held afterwards although the stuck
+// handlers still run. The consumers then live until those handlers returned and tried to
+// settle, which must change nothing (checks (a)-(c)), before new ones take over.
+func (sc *scen) stuckRound(ctx context.Context) error {
+	fl := sc.fl
+	live := append([]*consumer(nil), fl.live...)
+	if len(live) == 0 {
+		return nil
+	}
+	began := time.Now()
+	sc.addFault(faultEvent{ns: now(), kind: "shutdown-all", consumers: numbers(live)})
+	sc.r.fault("bounded_shutdown_rounds", 1)
+	sc.r.fault("consumers_shut_down", len(live))
+	fl.shutdown(live, syscall.SIGUSR2, sc.cfg.stuckShutdown+2*time.Second+sc.cfg.slack)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	sc.leftovers(cctx, live, true, stuckLabel)
+	cancel()
+	sleepCtx(ctx, time.Until(began.Add(sc.cfg.stuckFor+500*time.Millisecond)))
+	fl.release(live)
+	for range live {
+		if err := fl.start(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // holdLoop is the extension fault: a session of the parent's repeatedly locks slow rows
 // in work (FOR UPDATE, PostgreSQL and MySQL) or the whole database (BEGIN IMMEDIATE,
 // SQLite) for 1.5 leases, so the renewer's UPDATE (and the claims and settlements on
@@ -930,7 +993,13 @@ func (sc *scen) leftovers(ctx context.Context, who []*consumer, all bool, label 
 			h   *consHist
 			err error
 		)
-		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		wait := 2 * time.Second
+		if sc.s.fault == "stuck" && label == stuckLabel {
+			// A stuck handler ignores its context: it returns, and is reported, up to
+			// -stuck-for after Shutdown did (docs/operations.md).
+			wait = sc.cfg.stuckFor + time.Second
+		}
+		for deadline := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
 			h, err = parseConsumer(c.out, c.n)
 			if err != nil || h.xAt == 0 || allReported(h) || time.Now().After(deadline) {
 				break
@@ -988,7 +1057,7 @@ func (sc *scen) leftovers(ctx context.Context, who []*consumer, all bool, label 
 			}
 			for _, lr := range rows {
 				k := rowKey{ti, lr.id}
-				if !lr.leased {
+				if !lr.leased || lr.setAside {
 					continue
 				}
 				switch {
@@ -1066,6 +1135,20 @@ func (sc *scen) analyse(ctx context.Context, left map[rowKey]leftRow, endNS int6
 		cons[c.n] = h
 		if c.killed {
 			killedAt[c.n] = c.killedAt
+		}
+		if h.shutdownKind == "bounded" {
+			// The stuck fault: Shutdown must return within its context plus 2 s, even
+			// with handlers in work that ignore their context.
+			r.fault("stuck_handlers_at_shutdown", h.stuckAtStop)
+			if h.xAt > 0 {
+				took := time.Duration(h.xAt - h.shutdownAt)
+				if ms := int(took.Milliseconds()); ms > r.Faults["max_bounded_shutdown_ms"] {
+					r.fault("max_bounded_shutdown_ms", ms-r.Faults["max_bounded_shutdown_ms"])
+				}
+				if took > sc.cfg.stuckShutdown+2*time.Second {
+					r.dAdd("slow_shutdown", sc.cfg.examples, "consumer %d: Shutdown with a %v context returned after %v (%d stuck handlers in work)", c.n, sc.cfg.stuckShutdown, took.Round(time.Millisecond), h.stuckAtStop)
+				}
+			}
 		}
 		if h.xAt > 0 {
 			r.Shutdowns++

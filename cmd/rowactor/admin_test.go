@@ -369,7 +369,7 @@ func TestStatsMinimalTable(t *testing.T) {
 			first := f.publish(tb, "", "a")
 			f.publish(tb, "", "b")
 			code, out, errOut := cli(append([]string{"stats", "-json", "-dsn", f.dsn}, append(columnFlags(tb), tb.Name)...)...)
-			want := fmt.Sprintf(`{"table":"%s","group":null,"due":2,"delayed":null,"in_work":null,"processed":null,"oldest_due_id":%d,"oldest_due_age_seconds":null}`+"\n", tb.Name, first)
+			want := fmt.Sprintf(`{"table":"%s","group":null,"due":2,"delayed":null,"dead":null,"in_work":null,"processed":null,"cancelled":null,"oldest_due_id":%d,"oldest_due_age_seconds":null}`+"\n", tb.Name, first)
 			if code != exitOK || out != want {
 				t.Errorf("stats: exit %d, stderr %q\ngot  %s\nwant %s", code, errOut, out, want)
 			}
@@ -395,8 +395,8 @@ func TestStatsNullGroup(t *testing.T) {
 			f.exec("INSERT INTO "+db.quote(tb.Name)+" (payload, grp) VALUES (?, NULL), (?, NULL), (?, '')", []byte("a"), []byte("b"), []byte("c"))
 			args := append(columnFlags(tb), tb.Name)
 			code, out, errOut := cli(append([]string{"stats", "-json", "-dsn", f.dsn}, args...)...)
-			nullLine := fmt.Sprintf(`{"table":"%s","group":null,"null_group":true,"due":2,"delayed":null,"in_work":0,"processed":null,"oldest_due_id":1,"oldest_due_age_seconds":null}`, tb.Name)
-			emptyLine := fmt.Sprintf(`{"table":"%s","group":"","due":1,"delayed":null,"in_work":0,"processed":null,"oldest_due_id":3,"oldest_due_age_seconds":null}`, tb.Name)
+			nullLine := fmt.Sprintf(`{"table":"%s","group":null,"null_group":true,"due":2,"delayed":null,"dead":null,"in_work":0,"processed":null,"cancelled":null,"oldest_due_id":1,"oldest_due_age_seconds":null}`, tb.Name)
+			emptyLine := fmt.Sprintf(`{"table":"%s","group":"","due":1,"delayed":null,"dead":null,"in_work":0,"processed":null,"cancelled":null,"oldest_due_id":3,"oldest_due_age_seconds":null}`, tb.Name)
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			if code != exitOK || len(lines) != 2 || !slices.Contains(lines, nullLine) || !slices.Contains(lines, emptyLine) {
 				t.Errorf("stats: exit %d, stderr %q\ngot\n%s\nwant\n%s\n%s", code, errOut, out, nullLine, emptyLine)

@@ -119,7 +119,7 @@ func TestSQLiteDSNForms(t *testing.T) {
 
 	t.Setenv("DATABASE_URL", f.dsn)
 	code, out, errOut := cli(append([]string{"stats", "-json"}, args...)...)
-	if want := `{"table":"` + tb.Name + `","group":null,"due":0,"delayed":null,"in_work":0,"processed":null,"oldest_due_id":null,"oldest_due_age_seconds":null}` + "\n"; code != exitOK || out != want {
+	if want := `{"table":"` + tb.Name + `","group":null,"due":0,"delayed":null,"dead":null,"in_work":0,"processed":null,"cancelled":null,"oldest_due_id":null,"oldest_due_age_seconds":null}` + "\n"; code != exitOK || out != want {
 		t.Errorf("stats of an empty table from DATABASE_URL: exit %d, stderr %q\ngot  %s\nwant %s", code, errOut, out, want)
 	}
 	t.Setenv("DATABASE_URL", "")

@@ -1,16 +1,19 @@
 package main
 
 import (
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"github.com/rowactor/rowactor"
 )
 
 // TestDSNFormsAgreeWithOpen: the command takes every name rowactor.Open takes (a bare
-// MySQL DSN, a bare SQLite path, a file: URI) and refuses what Open refuses, with Open's
+// MySQL DSN, a mysql:// URL, a bare SQLite path, a file: URI) and refuses what Open refuses, with Open's
 // words; a SQLite file must exist for the command, never created by it.
 func TestDSNFormsAgreeWithOpen(t *testing.T) {
 	t.Setenv("DATABASE_URL", "")
@@ -31,7 +34,8 @@ func TestDSNFormsAgreeWithOpen(t *testing.T) {
 		name string
 		f    *fixture
 	}{
-		{mysqlDSN(), my}, // root@tcp(127.0.0.1:3306)/test?parseTime=true
+		{mysqlDSN(), my},  // root@tcp(127.0.0.1:3306)/test?parseTime=true
+		{mysqlURL(t), my}, // mysql://root@127.0.0.1:3306/test
 		{path, lite},
 		{"./" + filepath.Base(path), lite},
 		{"file:" + path, lite},
@@ -72,4 +76,18 @@ func TestDSNFormsAgreeWithOpen(t *testing.T) {
 			t.Fatalf("stats -dsn %s created the file: %v", name, err)
 		}
 	}
+}
+
+// mysqlURL is the test's MySQL server as a URL, mysql://user:pass@host:port/db.
+func mysqlURL(t *testing.T) string {
+	t.Helper()
+	cfg, err := gomysql.ParseDSN(mysqlDSN())
+	if err != nil || cfg.Net != "tcp" {
+		t.Fatalf("ROWACTOR_MYSQL_DSN is no tcp DSN to make a URL of (%v)", err)
+	}
+	user := url.User(cfg.User)
+	if cfg.Passwd != "" {
+		user = url.UserPassword(cfg.User, cfg.Passwd)
+	}
+	return (&url.URL{Scheme: "mysql", User: user, Host: cfg.Addr, Path: "/" + cfg.DBName}).String()
 }

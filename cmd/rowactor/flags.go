@@ -127,7 +127,7 @@ func describe(err error) string {
 // dsnFlag adds -dsn.
 func dsnFlag(fs *flag.FlagSet) *string {
 	return fs.String("dsn", "", "the database, as rowactor.Open takes it: sqlite:PATH (or a PATH ending in .db/.sqlite/.sqlite3), "+
-		"postgres://..., or mysql://DSN (or a bare user@tcp(host:port)/db DSN) (default $DATABASE_URL)")
+		"postgres://..., mysql://user:pass@host:3306/db, or mysql://DSN (or a bare user@tcp(host:port)/db DSN) (default $DATABASE_URL)")
 }
 
 // resolveDSN picks -dsn or DATABASE_URL. It reads it as rowactor.Open does (internal/dsn,
@@ -141,7 +141,7 @@ func resolveDSN(e *env, flagValue string) (string, error) {
 		name = e.getenv("DATABASE_URL")
 	}
 	if name == "" {
-		return "", usagef("no database: give -dsn URL or set DATABASE_URL (sqlite:PATH, postgres://..., mysql://DSN)")
+		return "", usagef("no database: give -dsn URL or set DATABASE_URL (sqlite:PATH, postgres://..., mysql://user@host:3306/db or mysql://DSN)")
 	}
 	if t, err := dsn.Parse(name); err == nil && t.Kind == dsn.SQLite {
 		if _, err := os.Stat(t.Addr); err != nil {

@@ -23,6 +23,8 @@ Reads row ID of the table, in one statement that writes nothing, and prints its 
   in work     a lease not yet expired (lease form), or an advisory key a session holds
               (PostgreSQL and MySQL). The row lock form, and SQLite's advisory keys, cannot
               tell: a row in work reads as due, and the output says so
+  dead        dead_at is set: a dead letter, waiting for a requeue (DEAD AT tells when
+              it died; without -dead-at a dead letter reads as due or delayed)
   delayed     retry_after is in the future
   due         claimable now
 The payload is printed as text when it is valid UTF-8, else as its length. -json prints
@@ -77,6 +79,7 @@ type inspectLine struct {
 	RetryAfter   *time.Time `json:"retry_after"`
 	LockedUntil  *time.Time `json:"locked_until"`
 	ProcessedAt  *time.Time `json:"processed_at"`
+	DeadAt       *time.Time `json:"dead_at"`
 	Error        *string    `json:"error"`
 }
 
@@ -101,7 +104,8 @@ func newInspectLine(t rowactor.Table, j rowactor.Job) inspectLine {
 		col string
 		at  time.Time
 		to  **time.Time
-	}{{t.RetryAfter, j.RetryAfter, &l.RetryAfter}, {t.LockedUntil, j.LockedUntil, &l.LockedUntil}, {t.ProcessedAt, j.ProcessedAt, &l.ProcessedAt}} {
+	}{{t.RetryAfter, j.RetryAfter, &l.RetryAfter}, {t.LockedUntil, j.LockedUntil, &l.LockedUntil}, {t.ProcessedAt, j.ProcessedAt, &l.ProcessedAt},
+		{t.DeadAt, j.DeadAt, &l.DeadAt}} {
 		if c.col != "" && !c.at.IsZero() {
 			at := c.at.UTC()
 			*c.to = &at
@@ -141,7 +145,7 @@ func printInspect(w io.Writer, l inspectLine) error {
 	for _, f := range []struct {
 		name string
 		at   *time.Time
-	}{{"RETRY AFTER", l.RetryAfter}, {"LOCKED UNTIL", l.LockedUntil}, {"PROCESSED AT", l.ProcessedAt}} {
+	}{{"RETRY AFTER", l.RetryAfter}, {"LOCKED UNTIL", l.LockedUntil}, {"PROCESSED AT", l.ProcessedAt}, {"DEAD AT", l.DeadAt}} {
 		if f.at != nil {
 			fmt.Fprintf(tw, "%s\t%s\n", f.name, f.at.Format(time.RFC3339Nano))
 		}

@@ -32,11 +32,12 @@ Examples:
 
 var cancelCommand = &command{
 	name:    "cancel",
-	summary: "take a queued row out of its queue, as Drop would",
+	summary: "take a queued row out of its queue, as Cancel would",
 	help: `Usage: rowactor cancel [-dsn URL] [-reason TEXT] [column flags] TABLE ID
 
-Ends row ID as a handler's Drop would, in one statement: it is deleted or, with
--processed-at, marked processed now, with -reason in the -error column when there is one.
+Ends row ID as a handler's Cancel would, in one statement: it is deleted or, with
+-processed-at, marked processed now, with "cancelled: " and -reason in the -error column
+when there is one; stats and inspect then read it as cancelled.
 A row in work is refused and left to its delivery, as is a processed row (see retry).
 Exit status 1 for a refusal.
 
@@ -64,9 +65,9 @@ func init() {
 func runJobControl(ctx context.Context, e *env, c *command, args []string) error {
 	fs := newFlags(c)
 	dsnValue := dsnFlag(fs)
-	reason := "cancelled"
+	reason := "by rowactor cancel"
 	if c == cancelCommand {
-		fs.StringVar(&reason, "reason", reason, "the text written in the error column")
+		fs.StringVar(&reason, "reason", reason, `the text written in the error column, after "cancelled: "`)
 	}
 	var t rowactor.Table
 	addTableFlags(fs, &t)

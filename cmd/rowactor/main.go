@@ -180,6 +180,8 @@ the forms rowactor.Open takes:
   sqlite:PATH                                  (or a bare PATH ending in .db, .sqlite or
                                                .sqlite3, or file:PATH)
   postgres://user@host:5432/db?sslmode=disable
+  mysql://user:pass@host:3306/db               (or mariadb://; %%-encode the password's
+                                               '/', '?', '#' and '%%')
   mysql://user:pass@tcp(host:3306)/db          (or the bare DSN: user:pass@tcp(host:3306)/db)
 
 The table is described by one flag per field of rowactor.Table; a flag left out names no

@@ -18,29 +18,36 @@ import (
 
 var statsCommand = &command{
 	name:    "stats",
-	summary: "count a queue table's rows by group: due, delayed, in work, processed",
+	summary: "count a queue table's rows by group: due, delayed, dead, in work, processed, cancelled",
 	help: `Usage: rowactor stats [-dsn URL] [-json] [column flags] TABLE
 
 Counts the table's rows, one line per group (one line for a table without groups). Each
 row is counted once, in the first of:
+  CANCELLED   processed_at is set and the error starts with "cancelled: ": the outcome
+              Cancel or Broker.Cancel ended it (n/a without -processed-at and -error)
   PROCESSED   processed_at is set (n/a without -processed-at)
   IN WORK     a delivery holds it: a lease not yet expired (lease form), or an advisory
               key held by a session (advisory form, PostgreSQL and MySQL; rows waiting
               behind the held key count too). n/a where the database cannot tell: the row
               lock form, and SQLite's advisory keys, which live in the consuming process;
               rows in work then count as due
+  DEAD        dead_at is set: a dead letter, waiting for a requeue, whatever its
+              retry_after (n/a without -dead-at; without it dead letters count as
+              due or delayed)
   DELAYED     retry_after is in the future (n/a without -retry-after)
   DUE         the rest: claimable now
 OLDEST DUE is how long the due row the next claim takes (the lowest id) has waited: since
 the latest of its retry_after, its expired lease and its publish time (the
 rowactor-published-at header that Publish writes); "unknown" when the table keeps none.
+With -error, each group's most frequent errors follow, leaving out the reasons of
+cancelled rows: a cancellation is no failure.
 
 It reads the whole table in one statement and writes nothing. -json prints one JSON
 object per line instead, with null for what the table cannot tell.
 
 Examples:
   rowactor stats -dsn sqlite:jobs.db -group queue -attempt attempt -retry-after retry_after \
-      -processed-at processed_at -locked-until locked_until -headers headers jobs
+      -processed-at processed_at -locked-until locked_until -dead-at dead_at -headers headers jobs
   DATABASE_URL=postgres://app@db/app rowactor stats -group queue jobs
   rowactor stats -dsn 'mysql://app:secret@tcp(db:3306)/app' -json -group queue jobs | jq .
 `,
@@ -100,8 +107,13 @@ type statsLine struct {
 	NullGroup bool    `json:"null_group,omitempty"`
 	Due       int64   `json:"due"`
 	Delayed   *int64  `json:"delayed"`
-	InWork    *int64  `json:"in_work"`
-	Processed *int64  `json:"processed"`
+	// Dead counts the dead letters (dead_at set); nil without -dead-at.
+	Dead      *int64 `json:"dead"`
+	InWork    *int64 `json:"in_work"`
+	Processed *int64 `json:"processed"`
+	// Cancelled counts the rows a cancellation ended and kept, apart from Processed; nil
+	// without -processed-at and -error.
+	Cancelled *int64 `json:"cancelled"`
 	// OldestDueID is the due row the next claim takes; nil when none is due.
 	OldestDueID *int64 `json:"oldest_due_id"`
 	// OldestDueAge is how long it has waited, in seconds; nil when unknown.
@@ -129,11 +141,17 @@ func newStatsLine(t rowactor.Table, g dialects.GroupStats, now time.Time) statsL
 	if t.RetryAfter != "" {
 		l.Delayed = &g.Delayed
 	}
+	if t.DeadAt != "" {
+		l.Dead = &g.Dead
+	}
 	if g.InWorkCounted {
 		l.InWork = &g.InWork
 	}
 	if t.ProcessedAt != "" {
 		l.Processed = &g.Processed
+		if t.Error != "" {
+			l.Cancelled = &g.Cancelled
+		}
 	}
 	if g.Oldest.ID != 0 {
 		l.OldestDueID = &g.Oldest.ID
@@ -165,7 +183,7 @@ func printStats(w io.Writer, t rowactor.Table, lines []statsLine) error {
 	if t.Group != "" {
 		fmt.Fprint(tw, "GROUP\t")
 	}
-	fmt.Fprintln(tw, "DUE\tDELAYED\tIN WORK\tPROCESSED\tOLDEST DUE")
+	fmt.Fprintln(tw, "DUE\tDELAYED\tDEAD\tIN WORK\tPROCESSED\tCANCELLED\tOLDEST DUE")
 	for _, l := range lines {
 		switch {
 		case l.NullGroup:
@@ -175,7 +193,7 @@ func printStats(w io.Writer, t rowactor.Table, lines []statsLine) error {
 		case l.Group != nil:
 			fmt.Fprint(tw, *l.Group+"\t")
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", l.Due, count(l.Delayed), count(l.InWork), count(l.Processed), oldest(l))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Due, count(l.Delayed), count(l.Dead), count(l.InWork), count(l.Processed), count(l.Cancelled), oldest(l))
 	}
 	if len(lines) == 0 {
 		fmt.Fprintln(tw, "(no rows)")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -44,6 +45,40 @@ func TestStatsShowsTheMostFrequentErrors(t *testing.T) {
 				if !strings.Contains(out, line) {
 					t.Fatalf("stats printed\n%s\nwant a line with %q", out, line)
 				}
+			}
+		})
+	}
+}
+
+// TestStatsAndInspectShowCancelledRows: a row `rowactor cancel` ended reads as cancelled,
+// stats counts it apart from the processed rows, and its reason is not among the most
+// frequent errors; a failure's error is.
+func TestStatsAndInspectShowCancelledRows(t *testing.T) {
+	for _, db := range databases {
+		t.Run(db.name, func(t *testing.T) {
+			f := newFixture(t, db)
+			tb := queueTable(f.tableName("ra_cli_cancelled_"), db.forms[0])
+			tb.Error = "last_error"
+			f.create(tb)
+			cancelled := f.publish(tb, "jobs", "c")
+			f.set(tb, f.publish(tb, "jobs", "f"), tb.Error, "smtp: 451 try later")
+			if code, out, errOut := cli(append([]string{"cancel", "-dsn", f.dsn, "-reason", "customer left"}, append(columnFlags(tb), tb.Name, strconv.FormatInt(cancelled, 10))...)...); code != exitOK {
+				t.Fatalf("cancel: exit %d: %s%s", code, out, errOut)
+			}
+			l := f.stats(tb)["jobs"]
+			if l.Cancelled == nil || *l.Cancelled != 1 || l.Processed == nil || *l.Processed != 0 || l.Due != 1 {
+				t.Fatalf("stats %+v: want 1 cancelled, 0 processed, 1 due", l)
+			}
+			if want := []errorLine{{"smtp: 451 try later", 1}}; !slices.Equal(l.Errors, want) {
+				t.Fatalf("stats' errors %+v, want %+v: no cancellation's reason", l.Errors, want)
+			}
+			code, out, errOut := cli(append([]string{"inspect", "-dsn", f.dsn, "-json"}, append(columnFlags(tb), tb.Name, strconv.FormatInt(cancelled, 10))...)...)
+			if code != exitOK || !strings.Contains(out, `"state":"cancelled"`) || !strings.Contains(out, `"error":"cancelled: customer left"`) {
+				t.Fatalf("inspect: exit %d: %s%s", code, out, errOut)
+			}
+			code, out, errOut = cli(append([]string{"stats", "-dsn", f.dsn}, append(columnFlags(tb), tb.Name)...)...)
+			if code != exitOK || !strings.Contains(out, "PROCESSED  CANCELLED") || strings.Contains(out, "customer left") {
+				t.Fatalf("stats: exit %d: %s%s", code, out, errOut)
 			}
 		})
 	}

@@ -98,8 +98,15 @@ func testAdvisoryTake(t *testing.T, h Harness) {
 	})
 	e.exec("INSERT INTO " + e.q(tbl.Name) + " (payload, account, headers) VALUES ('a', 'x', '{}'), ('b', 'y', NULL)")
 	a := e.firstID(tbl.Name)
-	b := a + 1
 	q := e.openAdvisory(dialects.QueueSpec{Table: tbl})
+	advisoryTakeCountsAndAcks(t, e, tbl, q, a)
+	advisoryTakeRetryAndDelay(t, e, tbl, q, a+1)
+}
+
+// advisoryTakeCountsAndAcks: the take of row a (key "x") counts its attempt and reads
+// it; once acked, or missing, a row is not taken and nothing is counted.
+func advisoryTakeCountsAndAcks(t *testing.T, e *env, tbl dialects.Table, q dialects.AdvisoryQueue, a int64) {
+	t.Helper()
 	s := e.session(q)
 	if !tryLock(t, s, keyOf(tbl.Name, "x")) {
 		t.Fatal("lock refused")
@@ -127,8 +134,13 @@ func testAdvisoryTake(t *testing.T, h Harness) {
 		t.Errorf("a refused take counted: attempt %d", st.Attempt)
 	}
 	unlock(t, s)
+}
 
-	s = e.session(q)
+// advisoryTakeRetryAndDelay: on row b (key "y", no headers) retry and release write
+// nothing, retry_after delays the row, and an unstarted release gives back the count.
+func advisoryTakeRetryAndDelay(t *testing.T, e *env, tbl dialects.Table, q dialects.AdvisoryQueue, b int64) {
+	t.Helper()
+	s := e.session(q)
 	if !tryLock(t, s, keyOf(tbl.Name, "y")) {
 		t.Fatal("lock refused")
 	}
@@ -155,6 +167,14 @@ func testAdvisoryTake(t *testing.T, h Harness) {
 	}
 	if _, ok, _ := s.Take(ctx, b, t0.Add(time.Hour)); !ok {
 		t.Fatal("a due row was refused")
+	}
+	// A release of a row whose handler never started gives back the attempt the take
+	// counted; the unlock then returns the row.
+	if err := s.Settle(ctx, dialects.Step{Kind: dialects.StepRelease, Unstarted: true}, b); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := e.state(tbl, b); st.Attempt != 2 || st.RetryAfter == nil || st.ProcessedAt != nil {
+		t.Errorf("a release of a row never started left %+v, want attempt 2 (as before the take)", st)
 	}
 }
 

@@ -96,72 +96,82 @@ func testSettleLeases(t *testing.T, h Harness) {
 		if processed {
 			name = "ack marks processed"
 		}
-		t.Run(name, func(t *testing.T) {
-			f := newBatchFixture(t, h, 8, processed)
-			held := f.held
-			// Row 2's lease went to another claim; row 5 was deleted by someone else.
-			other := f.until.Add(time.Hour)
-			f.moveToken(held[2].ID, other)
-			f.exec("DELETE FROM "+f.env.q(f.tbl.Name)+" WHERE id = ?", held[5].ID)
+		t.Run(name, func(t *testing.T) { settleLeases(t, h, processed) })
+	}
+}
 
-			now := t0.Add(time.Second)
-			acked, err := f.q.SettleLeases(ctx, dialects.StepAck, now, held[:3])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := []int64{held[0].ID, held[1].ID}; !slices.Equal(sorted(acked), want) {
-				t.Fatalf("acked %v, want %v", acked, want)
-			}
-			released, err := f.q.SettleLeases(ctx, dialects.StepRelease, now, held[3:6])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := []int64{held[3].ID, held[4].ID}; !slices.Equal(sorted(released), want) {
-				t.Fatalf("released %v, want %v", released, want)
-			}
-			// A retry clears the lease like a release (the claim counted the attempt).
-			retried, err := f.q.SettleLeases(ctx, dialects.StepRetry, now, held[6:])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := leaseIDs(held[6:]); !slices.Equal(sorted(retried), want) {
-				t.Fatalf("retried %v, want %v", retried, want)
-			}
-			for i, l := range held {
-				s, exists := f.state(f.tbl, l.ID)
-				switch {
-				case i < 2 && processed:
-					if !exists || s.LockedUntil != nil || s.Attempt != 2 {
-						t.Errorf("acked row %d: %+v (exists %v)", l.ID, s, exists)
-					} else {
-						sameTime(t, "processed_at", s.ProcessedAt, now)
-					}
-				case i < 2:
-					if exists {
-						t.Errorf("acked row %d still exists: %+v", l.ID, s)
-					}
-				case i == 2:
-					if !exists || s.ProcessedAt != nil || s.Attempt != 2 {
-						t.Errorf("the row another claim holds changed: %+v (exists %v)", s, exists)
-					} else {
-						sameTime(t, "the other claim's token", s.LockedUntil, other)
-					}
-				case i == 5:
-					if exists {
-						t.Errorf("the deleted row is back: %+v", s)
-					}
-				default:
-					if !exists || s.LockedUntil != nil || s.ProcessedAt != nil || s.Attempt != 2 {
-						t.Errorf("released row %d: %+v (exists %v)", l.ID, s, exists)
-					}
-				}
-			}
-			// Settled once, the rows hold no token: a second settlement finds none of them.
-			again, err := f.q.SettleLeases(ctx, dialects.StepAck, now, held)
-			if err != nil || len(again) != 0 {
-				t.Errorf("settling again: %v, %v; want none", again, err)
-			}
-		})
+// settleLeases is testSettleLeases on a table with or without processed_at.
+func settleLeases(t *testing.T, h Harness, processed bool) {
+	f := newBatchFixture(t, h, 8, processed)
+	held := f.held
+	// Row 2's lease went to another claim; row 5 was deleted by someone else.
+	other := f.until.Add(time.Hour)
+	f.moveToken(held[2].ID, other)
+	f.exec("DELETE FROM "+f.env.q(f.tbl.Name)+" WHERE id = ?", held[5].ID)
+
+	now := t0.Add(time.Second)
+	acked, err := f.q.SettleLeases(ctx, dialects.StepAck, now, held[:3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{held[0].ID, held[1].ID}; !slices.Equal(sorted(acked), want) {
+		t.Fatalf("acked %v, want %v", acked, want)
+	}
+	released, err := f.q.SettleLeases(ctx, dialects.StepRelease, now, held[3:6])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{held[3].ID, held[4].ID}; !slices.Equal(sorted(released), want) {
+		t.Fatalf("released %v, want %v", released, want)
+	}
+	// A retry clears the lease like a release (the claim counted the attempt).
+	retried, err := f.q.SettleLeases(ctx, dialects.StepRetry, now, held[6:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := leaseIDs(held[6:]); !slices.Equal(sorted(retried), want) {
+		t.Fatalf("retried %v, want %v", retried, want)
+	}
+	for i, l := range held {
+		s, exists := f.state(f.tbl, l.ID)
+		checkSettledLease(t, i, l.ID, s, exists, processed, now, other)
+	}
+	// Settled once, the rows hold no token: a second settlement finds none of them.
+	again, err := f.q.SettleLeases(ctx, dialects.StepAck, now, held)
+	if err != nil || len(again) != 0 {
+		t.Errorf("settling again: %v, %v; want none", again, err)
+	}
+}
+
+// checkSettledLease checks row i of settleLeases: rows 0 and 1 acked at now, row 2 still
+// held by the other claim's token, row 5 deleted, the others released or retried.
+func checkSettledLease(t *testing.T, i int, id int64, s RowState, exists, processed bool, now, other time.Time) {
+	t.Helper()
+	switch {
+	case i < 2 && processed:
+		if !exists || s.LockedUntil != nil || s.Attempt != 2 {
+			t.Errorf("acked row %d: %+v (exists %v)", id, s, exists)
+		} else {
+			sameTime(t, "processed_at", s.ProcessedAt, now)
+		}
+	case i < 2:
+		if exists {
+			t.Errorf("acked row %d still exists: %+v", id, s)
+		}
+	case i == 2:
+		if !exists || s.ProcessedAt != nil || s.Attempt != 2 {
+			t.Errorf("the row another claim holds changed: %+v (exists %v)", s, exists)
+		} else {
+			sameTime(t, "the other claim's token", s.LockedUntil, other)
+		}
+	case i == 5:
+		if exists {
+			t.Errorf("the deleted row is back: %+v", s)
+		}
+	default:
+		if !exists || s.LockedUntil != nil || s.ProcessedAt != nil || s.Attempt != 2 {
+			t.Errorf("released row %d: %+v (exists %v)", id, s, exists)
+		}
 	}
 }
 

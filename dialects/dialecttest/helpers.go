@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
 )
 
 // The helpers below serve the dialects' own tests as well as the suite.
@@ -253,7 +254,7 @@ func CreateTable(t *testing.T, d dialects.Dialect, tbl dialects.Table, exec func
 
 // CatalogColumns checks a dialect's reading of its catalog (its unexported catalogOf):
 // table's columns print as want (fmt.Sprint), and a missing table has none.
-func CatalogColumns(t *testing.T, catalog func(context.Context, string) ([]dialects.CatalogColumn, error), table, want string) {
+func CatalogColumns(t *testing.T, catalog func(context.Context, string) ([]adminsql.CatalogColumn, error), table, want string) {
 	t.Helper()
 	cols, err := catalog(ctx, table)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
 )
 
 // jobListScenarios are ListJobs' and FinishedPerMinute's (dialects.JobLister,
@@ -18,6 +19,110 @@ var jobListScenarios = []scenario{
 	{name: "FinishedPerMinute", run: testFinishedPerMinute},
 	{name: "HasFinishedIndex", run: testHasFinishedIndex},
 	{name: "QueueStatsLeavesFinishedOut", run: testQueueStats},
+	{name: "FinishedGroups", run: testFinishedGroups},
+	{name: "CancelledRowsReadAsCancelled", run: testCancelledState},
+}
+
+// A row a cancellation ended and kept reads as cancelled, in Inspect, ListJobs and Stats,
+// and its reason is left out of Stats' most frequent errors; a row dropped with an error
+// that only looks alike (another case, no prefix) stays processed, and its error counts.
+func testCancelledState(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_cancelstate", func(name string) dialects.Table {
+		tb := leaseTable(name)
+		tb.ProcessedAt, tb.Error = "processed_at", "error"
+		return tb
+	})
+	tq := e.q(tbl.Name)
+	cancelled := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("c")})
+	if err := controller(t, e.d).Cancel(ctx, tbl, cancelled, t0, "not wanted"); err != nil {
+		t.Fatal(err)
+	}
+	// As the outcome Cancel leaves a row: the ack step with the prefixed reason.
+	e.exec("UPDATE "+tq+" SET processed_at = ? , error = ? WHERE id = ?", h.TimeArg(t0), dialects.CancelledError("not wanted"),
+		e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("c2")}))
+	processed := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("p")})
+	e.exec("UPDATE "+tq+" SET processed_at = ?, error = ? WHERE id = ?", h.TimeArg(t0), "Cancelled: boom", processed)
+	failing := e.publish(tbl, dialects.Message{Group: "g", Payload: []byte("f")})
+	e.exec("UPDATE "+tq+" SET error = ? WHERE id = ?", "boom", failing)
+
+	in := inspector(t, e.d)
+	if j := inspectRow(t, in, tbl, cancelled); j.State != dialects.JobCancelled || j.Error != "cancelled: not wanted" {
+		t.Errorf("the cancelled row reads %v, error %q; want cancelled, %q", j.State, j.Error, "cancelled: not wanted")
+	}
+	if j := inspectRow(t, in, tbl, processed); j.State != dialects.JobProcessed {
+		t.Errorf("a dropped row whose error only looks alike reads %v, want processed", j.State)
+	}
+	jobs, err := e.d.(dialects.JobLister).ListJobs(ctx, tbl, dialects.JobFilter{States: []dialects.JobState{dialects.JobCancelled}}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 2 || jobs[0].ID != cancelled || jobs[0].State != dialects.JobCancelled {
+		t.Errorf("ListJobs of the cancelled state: %+v, want the two cancelled rows", jobs)
+	}
+	all, err := e.d.(dialects.Admin).Stats(ctx, tbl, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 1 || all[0].Cancelled != 2 || all[0].Processed != 1 || all[0].Due != 1 {
+		t.Fatalf("Stats %+v, want 2 cancelled, 1 processed, 1 due", all)
+	}
+	var texts []string
+	for _, c := range all[0].Errors {
+		texts = append(texts, c.Error)
+	}
+	if slices.Sort(texts); !slices.Equal(texts, []string{"Cancelled: boom", "boom"}) {
+		t.Errorf("Stats' most frequent errors %q, want the failures only, no cancellation's reason", texts)
+	}
+}
+
+// FinishedGroups lists each group that holds a finished row once, in group order, up to
+// its limit, whatever else the group holds; a group without one is left out. It refuses a
+// description without groups or processed_at, and a limit that is not positive.
+func testFinishedGroups(t *testing.T, h Harness) {
+	e := setup(t, h)
+	tbl := e.table("ra_fgroups", leaseTableWithProcessed)
+	for _, g := range []string{"b", "a", "b", "c", "queued only"} {
+		e.publish(tbl, dialects.Message{Group: g, Payload: []byte("p")})
+	}
+	e.exec("UPDATE "+e.q(tbl.Name)+" SET processed_at = ? WHERE grp <> 'queued only'", h.TimeArg(t0))
+	e.publish(tbl, dialects.Message{Group: "a", Payload: []byte("unfinished")})
+	gl, ok := e.d.(dialects.GroupLister)
+	if !ok {
+		t.Fatalf("%T is not a dialects.GroupLister", e.d)
+	}
+	names := func(limit int) []string {
+		t.Helper()
+		got, err := gl.FinishedGroups(ctx, tbl, limit)
+		if err != nil {
+			t.Fatalf("FinishedGroups(%d): %v", limit, err)
+		}
+		var out []string
+		for _, g := range got {
+			if g.NullGroup {
+				t.Fatalf("FinishedGroups(%d): a NULL group in %+v", limit, got)
+			}
+			out = append(out, g.Group)
+		}
+		return out
+	}
+	if got := names(10); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("FinishedGroups: %q, want a, b and c", got)
+	}
+	if got := names(2); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("FinishedGroups at limit 2: %q, want a and b", got)
+	}
+	noGroup, noProcessed := tbl, tbl
+	noGroup.Group, noProcessed.ProcessedAt = "", ""
+	for what, c := range map[string]struct {
+		tbl   dialects.Table
+		limit int
+	}{"no group": {noGroup, 10}, "no processed_at": {noProcessed, 10}, "limit 0": {tbl, 0}} {
+		var ce *dialects.ConfigError
+		if _, err := gl.FinishedGroups(ctx, c.tbl, c.limit); !errors.As(err, &ce) {
+			t.Errorf("FinishedGroups with %s: %v, want a *ConfigError", what, err)
+		}
+	}
 }
 
 // QueueStats counts what Stats counts of the unfinished rows, and nothing of the finished:
@@ -85,13 +190,14 @@ func testListJobsFiltersAndPages(t *testing.T, h Harness) {
 	other = append(other, e.publish(tbl, dialects.Message{Group: "other", Payload: []byte("o")}))
 	later := t0.Add(time.Hour)
 	tq := e.q(tbl.Name)
-	// all[1], all[4]: delayed; all[2]: in work; all[3]: processed; all[4], all[5]: attempt 3
-	// with an error; all[6]: attempt 2 with another error.
+	// all[1], all[4]: delayed; all[2]: in work; all[3]: processed; all[4], all[5]: three
+	// calls made (the lease form's column runs one ahead: 4) with an error; all[6]: two
+	// calls made with another error.
 	e.exec("UPDATE "+tq+" SET retry_after = ? WHERE id IN (?, ?)", h.TimeArg(later), all[1], all[4])
 	e.exec("UPDATE "+tq+" SET locked_until = ? WHERE id = ?", h.TimeArg(later), all[2])
 	e.exec("UPDATE "+tq+" SET processed_at = ? WHERE id = ?", h.TimeArg(t0.Add(-time.Minute)), all[3])
-	e.exec("UPDATE "+tq+" SET attempt = 3, error = ? WHERE id IN (?, ?)", "smtp: Connection refused", all[4], all[5])
-	e.exec("UPDATE "+tq+" SET attempt = 2, error = ? WHERE id = ?", "template missing", all[6])
+	e.exec("UPDATE "+tq+" SET attempt = 4, error = ? WHERE id IN (?, ?)", "smtp: Connection refused", all[4], all[5])
+	e.exec("UPDATE "+tq+" SET attempt = 3, error = ? WHERE id = ?", "template missing", all[6])
 
 	l, ok := e.d.(dialects.JobLister)
 	if !ok {
@@ -161,16 +267,29 @@ func testListJobsFiltersAndPages(t *testing.T, h Harness) {
 	if got := idsOf(list(f)); !slices.Equal(got, pages[1]) {
 		t.Errorf("the page before %d: %v, want %v", pages[2][0], got, pages[1])
 	}
-	// Each listed row reads as Inspect reads it.
+	// Each listed row reads as Inspect reads it, but for its payload and headers, which
+	// a list does not read (dialects.JobLister).
 	in := inspector(t, e.d)
 	for _, j := range list(g) {
 		want, err := in.Inspect(ctx, tbl, j.ID, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if j.Payload != nil || j.Headers != nil {
+			t.Errorf("listed row %d holds its payload %q and headers %q: a list reads neither", j.ID, j.Payload, j.Headers)
+		}
+		want.Payload, want.Headers = nil, nil
 		if fmt.Sprint(j) != fmt.Sprint(want) {
 			t.Errorf("listed row %d: %+v, Inspect reads %+v", j.ID, j, want)
 		}
+	}
+	// A long error is read cut to ListErrorChars characters (not bytes).
+	long := strings.Repeat("é", adminsql.ListErrorChars+50)
+	e.exec("UPDATE "+tq+" SET error = ? WHERE id = ?", long, all[6])
+	lf := g
+	lf.MinAttempt, lf.ErrorContains = 2, "éé"
+	if got := list(lf); len(got) != 1 || got[0].Error != strings.Repeat("é", adminsql.ListErrorChars) {
+		t.Errorf("a listed row's long error: %+v, want its first %d characters", got, adminsql.ListErrorChars)
 	}
 }
 

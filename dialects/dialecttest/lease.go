@@ -277,29 +277,56 @@ func (e *env) claimOne(q dialects.LeaseQueue, tbl dialects.Table) dialects.Lease
 func testSettleLease(t *testing.T, h Harness) {
 	now := t0.Add(time.Second)
 	at := now.Add(time.Hour)
-	withProcessed := func(name string) dialects.Table {
-		tbl := leaseTable(name)
-		tbl.ProcessedAt = "processed_at"
-		return tbl
+	cases := append(settleLeaseFinishCases(now), settleLeaseReturnCases(now, at)...)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { runSettleLeaseCase(t, h, c) })
 	}
-	cases := []struct {
-		name  string
-		shape func(string) dialects.Table
-		step  dialects.Step
-		check func(t *testing.T, s RowState, exists bool)
-	}{
+}
+
+// settleLeaseCase is one step of testSettleLease, on a table of shape, and what the row
+// must be after it.
+type settleLeaseCase struct {
+	name  string
+	shape func(string) dialects.Table
+	step  dialects.Step
+	check func(t *testing.T, s RowState, exists bool)
+}
+
+// leaseTableWithProcessed is leaseTable with a processed_at column.
+func leaseTableWithProcessed(name string) dialects.Table {
+	tbl := leaseTable(name)
+	tbl.ProcessedAt = "processed_at"
+	return tbl
+}
+
+// settleLeaseFinishCases are the acks: the row is deleted, or marked processed.
+func settleLeaseFinishCases(now time.Time) []settleLeaseCase {
+	return []settleLeaseCase{
 		{"ack deletes", leaseTable, dialects.Step{Kind: dialects.StepAck, Now: now}, func(t *testing.T, s RowState, exists bool) {
 			if exists {
 				t.Error("row still there")
 			}
 		}},
-		{"ack marks processed", withProcessed, dialects.Step{Kind: dialects.StepAck, Now: now}, func(t *testing.T, s RowState, exists bool) {
+		{"ack marks processed", leaseTableWithProcessed, dialects.Step{Kind: dialects.StepAck, Now: now}, func(t *testing.T, s RowState, exists bool) {
 			if !exists || s.LockedUntil != nil || s.Attempt != 2 {
 				t.Errorf("row %+v (exists %v)", s, exists)
 			}
 			sameTime(t, "processed_at", s.ProcessedAt, now)
 		}},
-		{"retry", withProcessed, dialects.Step{Kind: dialects.StepRetry, Now: now}, func(t *testing.T, s RowState, exists bool) {
+		{"ack of a row never started gives back its attempt", leaseTableWithProcessed, dialects.Step{Kind: dialects.StepAck, Now: now, Unstarted: true}, func(t *testing.T, s RowState, exists bool) {
+			if !exists || s.LockedUntil != nil || s.Attempt != 1 {
+				t.Errorf("row %+v (exists %v), want processed at attempt 1 (as before the claim)", s, exists)
+			}
+			sameTime(t, "processed_at", s.ProcessedAt, now)
+		}},
+	}
+}
+
+// settleLeaseReturnCases are the steps that return the row: unleased, delayed, or moved to
+// the dead-letter group.
+func settleLeaseReturnCases(now, at time.Time) []settleLeaseCase {
+	return []settleLeaseCase{
+		{"retry", leaseTableWithProcessed, dialects.Step{Kind: dialects.StepRetry, Now: now}, func(t *testing.T, s RowState, exists bool) {
 			if !exists || s.LockedUntil != nil || s.ProcessedAt != nil || s.Attempt != 2 {
 				t.Errorf("row %+v (exists %v)", s, exists)
 			}
@@ -307,6 +334,11 @@ func testSettleLease(t *testing.T, h Harness) {
 		{"release", leaseTable, dialects.Step{Kind: dialects.StepRelease, Now: now}, func(t *testing.T, s RowState, exists bool) {
 			if !exists || s.LockedUntil != nil || s.Attempt != 2 {
 				t.Errorf("row %+v (exists %v)", s, exists)
+			}
+		}},
+		{"release of a row never started gives back its attempt", leaseTable, dialects.Step{Kind: dialects.StepRelease, Now: now, Unstarted: true}, func(t *testing.T, s RowState, exists bool) {
+			if !exists || s.LockedUntil != nil || s.Attempt != 1 {
+				t.Errorf("row %+v (exists %v), want unleased at attempt 1 (as before the claim)", s, exists)
 			}
 		}},
 		{"retry after", leaseTable, dialects.Step{Kind: dialects.StepRetryAfter, Now: now, At: at}, func(t *testing.T, s RowState, exists bool) {
@@ -321,34 +353,35 @@ func testSettleLease(t *testing.T, h Harness) {
 			}
 		}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			e := setup(t, h)
-			tbl := e.table("ra_settle", c.shape)
-			q := e.openLease(dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
-			held := e.claimOne(q, tbl)
-			before, _ := e.state(tbl, held.ID)
+}
 
-			for _, off := range []time.Duration{-time.Second, -time.Microsecond, time.Second} {
-				stale := dialects.Lease{ID: held.ID, Token: held.Token.Add(off)}
-				if ok, err := q.SettleLease(ctx, c.step, stale); ok || err != nil {
-					t.Fatalf("a token %v off: %v %v", off, ok, err)
-				}
-				if after, ok := e.state(tbl, held.ID); !ok || !sameState(before, after) {
-					t.Fatalf("a token %v off changed the row: %+v -> %+v", off, before, after)
-				}
-			}
+// runSettleLeaseCase settles c's step with stale tokens, which change nothing, with the
+// held one, and with it again once spent.
+func runSettleLeaseCase(t *testing.T, h Harness, c settleLeaseCase) {
+	e := setup(t, h)
+	tbl := e.table("ra_settle", c.shape)
+	q := e.openLease(dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead"})
+	held := e.claimOne(q, tbl)
+	before, _ := e.state(tbl, held.ID)
 
-			if ok, err := q.SettleLease(ctx, c.step, held); !ok || err != nil {
-				t.Fatalf("settle: %v %v", ok, err)
-			}
-			s, exists := e.state(tbl, held.ID)
-			c.check(t, s, exists)
-			// The token is spent: settling again finds no lease.
-			if ok, _ := q.SettleLease(ctx, c.step, held); ok {
-				t.Error("a spent token settled again")
-			}
-		})
+	for _, off := range []time.Duration{-time.Second, -time.Microsecond, time.Second} {
+		stale := dialects.Lease{ID: held.ID, Token: held.Token.Add(off)}
+		if ok, err := q.SettleLease(ctx, c.step, stale); ok || err != nil {
+			t.Fatalf("a token %v off: %v %v", off, ok, err)
+		}
+		if after, ok := e.state(tbl, held.ID); !ok || !sameState(before, after) {
+			t.Fatalf("a token %v off changed the row: %+v -> %+v", off, before, after)
+		}
+	}
+
+	if ok, err := q.SettleLease(ctx, c.step, held); !ok || err != nil {
+		t.Fatalf("settle: %v %v", ok, err)
+	}
+	s, exists := e.state(tbl, held.ID)
+	c.check(t, s, exists)
+	// The token is spent: settling again finds no lease.
+	if ok, _ := q.SettleLease(ctx, c.step, held); ok {
+		t.Error("a spent token settled again")
 	}
 }
 
@@ -413,68 +446,81 @@ func testSettleLeaseWithoutColumns(t *testing.T, h Harness) {
 func testSettleLeaseDeadLetterTable(t *testing.T, h Harness) {
 	for _, grouped := range []bool{false, true} {
 		t.Run(map[bool]string{false: "no group", true: "group"}[grouped], func(t *testing.T) {
-			e := setup(t, h)
-			shape := func(name string) dialects.Table {
-				tbl := leaseTable(name)
-				if !grouped {
-					tbl.Group = ""
-				}
-				return tbl
-			}
-			tbl := e.table("ra_dlq", shape)
-			dead := e.table("ra_dlq_dead", shape)
-			spec := dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name}
-			if grouped {
-				spec.Group = "g"
-			}
-			q := e.openLease(spec)
-			id := e.publish(tbl, dialects.Message{Group: spec.Group, Payload: []byte("poison"), Headers: []byte(`{"a":"b"}`)})
-			rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
-			if err != nil || len(rows) != 1 || rows[0].ID != id {
-				t.Fatalf("claim %v %v", ids(rows), err)
-			}
-			held := dialects.Lease{ID: id, Token: rows[0].Token}
-			step := dialects.Step{Kind: dialects.StepDeadLetter, Now: t0}
-
-			// A wrong token moves nothing: the copy is not committed.
-			if ok, err := q.SettleLease(ctx, step, dialects.Lease{ID: id, Token: held.Token.Add(time.Second)}); ok || err != nil {
-				t.Fatalf("stale move: %v %v", ok, err)
-			}
-			if _, ok := e.state(tbl, id); !ok {
-				t.Fatal("a stale move deleted the row")
-			}
-			if n := e.count("SELECT COUNT(*) FROM " + e.q(dead.Name)); n != 0 {
-				t.Fatalf("a stale move copied %d rows", n)
-			}
-
-			if ok, err := q.SettleLease(ctx, step, held); !ok || err != nil {
-				t.Fatalf("move: %v %v", ok, err)
-			}
-			if _, ok := e.state(tbl, id); ok {
-				t.Fatal("the row stayed in the queue table")
-			}
-			s, ok := e.state(dead, id)
-			if !ok || s.LockedUntil != nil || s.Attempt != 2 || s.Group != spec.Group {
-				t.Fatalf("dead-letter row %+v (exists %v)", s, ok)
-			}
-			var payload, headers []byte
-			if !e.h.QueryRow(t, e.d, "SELECT payload, headers FROM "+e.q(dead.Name)+" WHERE id = ?", []any{id}, &payload, &headers) {
-				t.Fatal("no dead-letter row")
-			}
-			var hdr map[string]string
-			if err := json.Unmarshal(headers, &hdr); err != nil || string(payload) != "poison" || hdr["a"] != "b" {
-				t.Fatalf("payload %q headers %q not copied: %v", payload, headers, err)
-			}
-			if n := e.count("SELECT COUNT(*) FROM " + e.q(dead.Name)); n != 1 {
-				t.Fatalf("the dead-letter table holds %d rows", n)
-			}
-			if ok, err := q.SettleLease(ctx, step, held); ok || err != nil {
-				t.Fatalf("a spent token moved again: %v %v", ok, err)
-			}
-			// The pool is usable afterwards: no transaction was left open on a connection.
-			for range 3 {
-				e.exec("INSERT INTO "+e.q(tbl.Name)+" (payload) VALUES (?)", []byte("q"))
-			}
+			settleLeaseDeadLetterTable(t, h, grouped)
 		})
+	}
+}
+
+// settleLeaseDeadLetterTable is testSettleLeaseDeadLetterTable on a table with or
+// without a group column.
+func settleLeaseDeadLetterTable(t *testing.T, h Harness, grouped bool) {
+	e := setup(t, h)
+	shape := func(name string) dialects.Table {
+		tbl := leaseTable(name)
+		if !grouped {
+			tbl.Group = ""
+		}
+		return tbl
+	}
+	tbl := e.table("ra_dlq", shape)
+	dead := e.table("ra_dlq_dead", shape)
+	spec := dialects.QueueSpec{Table: tbl, DeadLetterTable: dead.Name}
+	if grouped {
+		spec.Group = "g"
+	}
+	q := e.openLease(spec)
+	id := e.publish(tbl, dialects.Message{Group: spec.Group, Payload: []byte("poison"), Headers: []byte(`{"a":"b"}`)})
+	rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
+	if err != nil || len(rows) != 1 || rows[0].ID != id {
+		t.Fatalf("claim %v %v", ids(rows), err)
+	}
+	held := dialects.Lease{ID: id, Token: rows[0].Token}
+	step := dialects.Step{Kind: dialects.StepDeadLetter, Now: t0}
+
+	// A wrong token moves nothing: the copy is not committed.
+	if ok, err := q.SettleLease(ctx, step, dialects.Lease{ID: id, Token: held.Token.Add(time.Second)}); ok || err != nil {
+		t.Fatalf("stale move: %v %v", ok, err)
+	}
+	if _, ok := e.state(tbl, id); !ok {
+		t.Fatal("a stale move deleted the row")
+	}
+	if n := e.count("SELECT COUNT(*) FROM " + e.q(dead.Name)); n != 0 {
+		t.Fatalf("a stale move copied %d rows", n)
+	}
+
+	if ok, err := q.SettleLease(ctx, step, held); !ok || err != nil {
+		t.Fatalf("move: %v %v", ok, err)
+	}
+	checkMovedToDeadLetterTable(t, e, tbl, dead, id, spec.Group)
+	if ok, err := q.SettleLease(ctx, step, held); ok || err != nil {
+		t.Fatalf("a spent token moved again: %v %v", ok, err)
+	}
+	// The pool is usable afterwards: no transaction was left open on a connection.
+	for range 3 {
+		e.exec("INSERT INTO "+e.q(tbl.Name)+" (payload) VALUES (?)", []byte("q"))
+	}
+}
+
+// checkMovedToDeadLetterTable checks that row id left tbl and is the one row of dead,
+// in group, unleased, with its attempt, payload and headers.
+func checkMovedToDeadLetterTable(t *testing.T, e *env, tbl, dead dialects.Table, id int64, group string) {
+	t.Helper()
+	if _, ok := e.state(tbl, id); ok {
+		t.Fatal("the row stayed in the queue table")
+	}
+	s, ok := e.state(dead, id)
+	if !ok || s.LockedUntil != nil || s.Attempt != 2 || s.Group != group {
+		t.Fatalf("dead-letter row %+v (exists %v)", s, ok)
+	}
+	var payload, headers []byte
+	if !e.h.QueryRow(t, e.d, "SELECT payload, headers FROM "+e.q(dead.Name)+" WHERE id = ?", []any{id}, &payload, &headers) {
+		t.Fatal("no dead-letter row")
+	}
+	var hdr map[string]string
+	if err := json.Unmarshal(headers, &hdr); err != nil || string(payload) != "poison" || hdr["a"] != "b" {
+		t.Fatalf("payload %q headers %q not copied: %v", payload, headers, err)
+	}
+	if n := e.count("SELECT COUNT(*) FROM " + e.q(dead.Name)); n != 1 {
+		t.Fatalf("the dead-letter table holds %d rows", n)
 	}
 }

@@ -14,97 +14,132 @@ import (
 func testTxLeaseSettle(t *testing.T, h Harness) {
 	e := setup(t, h)
 	tbl := e.table("ra_txle", leaseTable)
-	fx := e.effects()
-	q := e.openLease(dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
-	held := e.claimOne(q, tbl)
-	before, _ := e.state(tbl, held.ID)
-	ack := dialects.Step{Kind: dialects.StepAck, Now: t0}
-	ended := func(what string, err error) {
-		t.Helper()
-		if err == nil {
-			t.Errorf("%s: no error", what)
-		} else if c, ok := h.(TxEndedChecker); ok && !c.IsTxEnded(err) {
-			t.Errorf("%s: %v, want the dialect's ended-transaction error", what, err)
-		}
-	}
+	f := txLeaseFixture{e: e, h: h, tbl: tbl, fx: e.effects(), ack: dialects.Step{Kind: dialects.StepAck, Now: t0}}
+	f.q = e.openLease(dialects.QueueSpec{Table: tbl, Group: "g", Transactional: true})
+	f.held = e.claimOne(f.q, tbl)
+	f.before, _ = e.state(tbl, f.held.ID)
 
-	// A wrong token: everything rolls back, the handler's write included.
-	tx := e.beginDelivery(q)
-	e.handlerWrite(tx, fx, 1)
-	stale := held
-	stale.Token = held.Token.Add(-time.Second)
-	if ok, err := tx.SettleLease(ctx, ack, stale); ok || err != nil {
+	f.staleTokenRollsBack(t)
+	f.rollbackDiscards(t)
+	f.rightTokenCommits(t)
+	f.rolledBackSettlesOnThePool(t)
+}
+
+// txLeaseFixture is testTxLeaseSettle's queue, its effects table fx, the lease it holds
+// and the row as it was when claimed.
+type txLeaseFixture struct {
+	e      *env
+	h      Harness
+	tbl    dialects.Table
+	fx     string
+	q      dialects.LeaseQueue
+	held   dialects.Lease
+	before RowState
+	ack    dialects.Step
+}
+
+// ended checks that err is the dialect's ended-transaction error, where the harness
+// can tell.
+func (f *txLeaseFixture) ended(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: no error", what)
+	} else if c, ok := f.h.(TxEndedChecker); ok && !c.IsTxEnded(err) {
+		t.Errorf("%s: %v, want the dialect's ended-transaction error", what, err)
+	}
+}
+
+// staleTokenRollsBack: with a wrong token everything rolls back, the handler's write
+// included.
+func (f *txLeaseFixture) staleTokenRollsBack(t *testing.T) {
+	e := f.e
+	tx := e.beginDelivery(f.q)
+	e.handlerWrite(tx, f.fx, 1)
+	stale := f.held
+	stale.Token = f.held.Token.Add(-time.Second)
+	if ok, err := tx.SettleLease(ctx, f.ack, stale); ok || err != nil {
 		t.Fatalf("stale settlement: %v %v", ok, err)
 	}
-	if e.committed(fx, 1) {
+	if e.committed(f.fx, 1) {
 		t.Error("a lost lease committed the handler's write")
 	}
-	if after, ok := e.state(tbl, held.ID); !ok || !sameState(before, after) {
-		t.Fatalf("a stale settlement changed the row: %+v, was %+v", after, before)
+	if after, ok := e.state(f.tbl, f.held.ID); !ok || !sameState(f.before, after) {
+		t.Fatalf("a stale settlement changed the row: %+v, was %+v", after, f.before)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Errorf("rollback of an ended transaction: %v", err)
 	}
-	_, err := tx.SettleLease(ctx, ack, held)
-	ended("a settlement of an ended transaction", err)
+	_, err := tx.SettleLease(ctx, f.ack, f.held)
+	f.ended(t, "a settlement of an ended transaction", err)
+}
 
-	// Rollback discards the handler's write and leaves the lease.
-	tx = e.beginDelivery(q)
-	e.handlerWrite(tx, fx, 2)
+// rollbackDiscards: Rollback discards the handler's write and leaves the lease.
+func (f *txLeaseFixture) rollbackDiscards(t *testing.T) {
+	e := f.e
+	tx := e.beginDelivery(f.q)
+	e.handlerWrite(tx, f.fx, 2)
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Errorf("a second rollback: %v", err)
 	}
-	if e.committed(fx, 2) {
+	if e.committed(f.fx, 2) {
 		t.Error("a rolled back write was committed")
 	}
-	if after, ok := e.state(tbl, held.ID); !ok || !sameState(before, after) {
-		t.Fatalf("a rollback changed the row: %+v, was %+v", after, before)
+	if after, ok := e.state(f.tbl, f.held.ID); !ok || !sameState(f.before, after) {
+		t.Fatalf("a rollback changed the row: %+v, was %+v", after, f.before)
 	}
+}
 
-	// The right token: the Ack and the handler's write commit together, and only then.
-	tx = e.beginDelivery(q)
-	e.handlerWrite(tx, fx, 3)
-	if e.committed(fx, 3) {
+// rightTokenCommits: with the right token the Ack and the handler's write commit
+// together, and only then.
+func (f *txLeaseFixture) rightTokenCommits(t *testing.T) {
+	e := f.e
+	tx := e.beginDelivery(f.q)
+	e.handlerWrite(tx, f.fx, 3)
+	if e.committed(f.fx, 3) {
 		t.Fatal("the handler's write is visible before the commit")
 	}
-	if ok, err := tx.SettleLease(ctx, ack, held); !ok || err != nil {
+	if ok, err := tx.SettleLease(ctx, f.ack, f.held); !ok || err != nil {
 		t.Fatalf("settle: %v %v", ok, err)
 	}
-	if !e.committed(fx, 3) {
+	if !e.committed(f.fx, 3) {
 		t.Error("the handler's write was not committed with the ack")
 	}
-	if _, ok := e.state(tbl, held.ID); ok {
+	if _, ok := e.state(f.tbl, f.held.ID); ok {
 		t.Error("the acked row is still queued")
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Errorf("rollback after the commit: %v", err)
 	}
-	if err := h.LentTry(tx.Tx(), "SELECT 1"); err == nil {
+	if err := f.h.LentTry(tx.Tx(), "SELECT 1"); err == nil {
 		t.Error("the lent transaction still runs after the settlement")
 	}
-	ok, err := tx.SettleLease(ctx, ack, held)
+	ok, err := tx.SettleLease(ctx, f.ack, f.held)
 	if ok {
 		t.Error("a second settlement settled")
 	}
-	ended("a second settlement", err)
+	f.ended(t, "a second settlement", err)
+}
 
-	// Rolled back, a delivery settles on the pool, as outside transactional mode.
-	held = e.claimOne(q, tbl)
-	tx = e.beginDelivery(q)
-	e.handlerWrite(tx, fx, 4)
+// rolledBackSettlesOnThePool: rolled back, a delivery settles on the pool, as outside
+// transactional mode.
+func (f *txLeaseFixture) rolledBackSettlesOnThePool(t *testing.T) {
+	e := f.e
+	held := e.claimOne(f.q, f.tbl)
+	tx := e.beginDelivery(f.q)
+	e.handlerWrite(tx, f.fx, 4)
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepRetry}, held); err != nil || !ok {
+	if ok, err := f.q.SettleLease(ctx, dialects.Step{Kind: dialects.StepRetry}, held); err != nil || !ok {
 		t.Fatalf("retry after the rollback: %v %v", ok, err)
 	}
-	if s, _ := e.state(tbl, held.ID); s.LockedUntil != nil {
+	if s, _ := e.state(f.tbl, held.ID); s.LockedUntil != nil {
 		t.Errorf("the row kept its lease: %+v", s)
 	}
-	if e.committed(fx, 4) {
+	if e.committed(f.fx, 4) {
 		t.Error("the handler's write survived the rollback")
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
 )
 
 // The operator's commands (dialects.Admin). Schema needs no database: cmd/rowactor renders
@@ -18,9 +20,9 @@ var (
 	_ dialects.QueueCounter = (*Dialect)(nil)
 )
 
-// statsState classifies a row for Stats, by precedence: processed, in work (a lease not
+// statsState classifies a row for Stats, by precedence: cancelled (JobCancelled), processed, in work (a lease not
 // yet expired, or an advisory key some session holds, by IS_USED_LOCK on the name the
-// advisory form locks), delayed, due. Each test is false on NULL, so a NULL column never
+// advisory form locks), dead (dead_at set), delayed, due. Each test is false on NULL, so a NULL column never
 // hides a row. It returns how many times it binds now. The row lock form's locks are not
 // listed (performance_schema.data_locks needs privileges and differs between MySQL and
 // MariaDB), so its rows in work read as due.
@@ -28,6 +30,7 @@ func statsState(t dialects.Table) (string, int, error) {
 	var b strings.Builder
 	nows := 0
 	b.WriteString("CASE")
+	b.WriteString(adminsql.CancelledState(t, quote, cancelledTest))
 	if t.ProcessedAt != "" {
 		b.WriteString(" WHEN " + quote(t.ProcessedAt) + " IS NOT NULL THEN 0")
 	}
@@ -42,6 +45,10 @@ func statsState(t dialects.Table) (string, int, error) {
 			return "", 0, err
 		}
 		b.WriteString(" WHEN IS_USED_LOCK(" + lockNameExpr(key) + ") IS NOT NULL THEN 1")
+	}
+	if t.DeadAt != "" {
+		// A dead letter waits for a requeue, whatever its retry_after.
+		b.WriteString(" WHEN " + quote(t.DeadAt) + " IS NOT NULL THEN 4")
 	}
 	if t.RetryAfter != "" {
 		ra := quote(t.RetryAfter)
@@ -70,16 +77,17 @@ func statsText(t dialects.Table, unfinished bool) (string, int, error) {
 	if t.Group != "" {
 		inner, g, groupBy = quote(t.Group)+" AS g, "+inner, "g", " GROUP BY g"
 	}
-	s := "SELECT s.g, s.n_processed, s.n_in_work, s.n_delayed, s.n_due, s.oldest"
+	s := "SELECT s.g, s.n_processed, s.n_in_work, s.n_delayed, s.n_due, s.n_dead, s.n_cancelled, s.oldest"
 	for _, c := range []string{t.RetryAfter, t.LockedUntil, t.Headers} {
 		if c != "" {
 			s += ", r." + quote(c)
 		}
 	}
 	return s + " FROM (SELECT " + g + ", COUNT(CASE WHEN st = 0 THEN 1 END) AS n_processed, COUNT(CASE WHEN st = 1 THEN 1 END) AS n_in_work," +
-		" COUNT(CASE WHEN st = 2 THEN 1 END) AS n_delayed, COUNT(CASE WHEN st = 3 THEN 1 END) AS n_due," +
+		" COUNT(CASE WHEN st = 2 THEN 1 END) AS n_delayed, COUNT(CASE WHEN st = 3 THEN 1 END) AS n_due, COUNT(CASE WHEN st = 4 THEN 1 END) AS n_dead," +
+		" COUNT(CASE WHEN st = 5 THEN 1 END) AS n_cancelled," +
 		" MIN(CASE WHEN st = 3 THEN i END) AS oldest" +
-		" FROM (SELECT " + inner + " FROM " + tq + dialects.UnfinishedWhere(t, quote, unfinished) + ") AS c" + groupBy + ") AS s" +
+		" FROM (SELECT " + inner + " FROM " + tq + adminsql.UnfinishedWhere(t, quote, unfinished) + ") AS c" + groupBy + ") AS s" +
 		" LEFT JOIN " + tq + " AS r ON r." + id + " = s.oldest ORDER BY s.g", nows, nil
 }
 
@@ -122,7 +130,7 @@ func (d *Dialect) stats(ctx context.Context, t dialects.Table, now time.Time, un
 			oldest        sql.NullInt64
 			retry, locked sql.NullTime
 		)
-		dest := []any{&group, &g.Processed, &g.InWork, &g.Delayed, &g.Due, &oldest}
+		dest := []any{&group, &g.Processed, &g.InWork, &g.Delayed, &g.Due, &g.Dead, &g.Cancelled, &oldest}
 		if t.RetryAfter != "" {
 			dest = append(dest, &retry)
 		}
@@ -154,7 +162,7 @@ func (d *Dialect) stats(ctx context.Context, t dialects.Table, now time.Time, un
 		return nil, adminErr("stats", t.Name, err)
 	}
 	defer erows.Close()
-	if err := dialects.FileTopErrors(erows, t, out); err != nil {
+	if err := adminsql.FileTopErrors(erows, t, out); err != nil {
 		return nil, adminErr("stats", t.Name, err)
 	}
 	return out, nil
@@ -175,14 +183,14 @@ type requeueSQL struct {
 // place; a table move copies the rows into the queue table with their ids, every column
 // the two tables share (cols), and deletes them from the dead-letter table. Both reset
 // the attempt to 1 and clear retry_after, locked_until, processed_at and dead_at.
-func buildRequeue(spec dialects.RequeueSpec, cols []dialects.MoveColumn) requeueSQL {
+func buildRequeue(spec dialects.RequeueSpec, cols []adminsql.MoveColumn) requeueSQL {
 	t := spec.Table
 	id := quote(t.ID)
 	if spec.FromGroup != "" {
 		tq, gq := quote(t.Name), quote(t.Group)
 		set := gq + " = ?"
 		for _, c := range copyColumns(t) {
-			if v := dialects.RequeueValue(c.Role); v != "" {
+			if v := adminsql.RequeueValue(c.Role); v != "" {
 				set += ", " + quote(c.Name) + " = " + v
 			}
 		}
@@ -194,7 +202,7 @@ func buildRequeue(spec dialects.RequeueSpec, cols []dialects.MoveColumn) requeue
 		}
 	}
 	from := quote(spec.FromTable)
-	into, sel := dialects.MoveLists(cols, true, quote, func(c dialects.MoveColumn) string { return dialects.RequeueValue(c.Role) })
+	into, sel := adminsql.MoveLists(cols, true, quote, func(c adminsql.MoveColumn) string { return adminsql.RequeueValue(c.Role) })
 	return requeueSQL{
 		ids:        "SELECT " + id + " FROM " + from + " ORDER BY " + id + " FOR UPDATE",
 		count:      "SELECT COUNT(*) FROM " + from,
@@ -209,7 +217,7 @@ func buildRequeue(spec dialects.RequeueSpec, cols []dialects.MoveColumn) requeue
 // lock claim makes it wait), moves them in chunks, and commits; a failure or the end of
 // ctx rolls everything back. It checks the table (and the dead-letter table) first.
 func (d *Dialect) Requeue(ctx context.Context, spec dialects.RequeueSpec, progress func(done, total int)) (int, error) {
-	fromArgs, cols, err := dialects.StartRequeue(ctx, spec, d.checkTable, d.deadLetterColumns)
+	fromArgs, cols, err := adminsql.StartRequeue(ctx, spec, d.checkTable, d.deadLetterColumns)
 	if err != nil {
 		return 0, err
 	}
@@ -257,10 +265,10 @@ func (d *Dialect) requeue(ctx context.Context, tx *sql.Tx, spec dialects.Requeue
 	if err := rows.Err(); err != nil {
 		return 0, err
 	}
-	if ids, err = dialects.PickRequeue(spec, ids); err != nil || spec.DryRun {
+	if ids, err = adminsql.PickRequeue(spec, ids); err != nil || spec.DryRun {
 		return len(ids), err
 	}
-	return dialects.RequeueChunks(ctx, ids, spec.Chunk, func(ctx context.Context, ids []int64) (int64, error) {
+	return adminsql.RequeueChunks(ctx, ids, spec.Chunk, func(ctx context.Context, ids []int64) (int64, error) {
 		var args []any
 		if spec.FromGroup != "" {
 			args = append(args, spec.ToGroup)
@@ -284,10 +292,17 @@ func adminErr(op, table string, err error) error {
 	return (&queue{name: table}).errorf(op, err)
 }
 
+// cancelledTest is adminsql.CancelledTest compared as binary strings: MySQL's collations
+// ignore case and trailing spaces.
+func cancelledTest(col string) string {
+	n := strconv.Itoa(len(dialects.CancelledPrefix))
+	return "CAST(substr(" + col + ", 1, " + n + ") AS BINARY) = '" + dialects.CancelledPrefix + "'"
+}
+
 // errorsText is the statement of the most frequent errors, of all rows or the unfinished.
 func errorsText(t dialects.Table, unfinished bool) string {
 	if unfinished {
-		return dialects.TopUnfinishedErrorsText(t, quote)
+		return adminsql.TopUnfinishedErrorsText(t, quote)
 	}
-	return dialects.TopErrorsText(t, quote)
+	return adminsql.TopErrorsText(t, quote, cancelledTest)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/sqlpart"
 )
 
 // advisoryQueue serves the advisory lock form with GET_LOCK, each key on a dedicated pool
@@ -29,7 +30,7 @@ type advisoryQueue struct {
 	// locked: id, claimable args, key.
 	read string
 	// count counts the attempt (saturating at the column type's maximum, see
-	// dialects.CountAttempt) if the row is still claimable, its key the one locked, and
+	// sqlpart.CountAttempt) if the row is still claimable, its key the one locked, and
 	// its attempt the one read: id, claimable args, key, attempt. Empty without an
 	// attempt column.
 	count string
@@ -64,11 +65,12 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 	q.read = "SELECT " + rowColumns(t, false) + " FROM " + tq + " WHERE " + id + " = ? AND " + cl.where + " AND " + sameKey
 	if t.Attempt != "" {
 		at := quote(t.Attempt)
-		q.count = "UPDATE " + tq + " SET " + at + " = " + dialects.CountAttempt(at, base.attemptMax) +
+		q.count = "UPDATE " + tq + " SET " + at + " = " + sqlpart.CountAttempt(at, base.attemptMax) +
 			" WHERE " + id + " = ? AND " + cl.where + " AND " + sameKey + " AND " + at + " <=> ?"
 	}
 	name := lockNameExpr(utf8mb4("?"))
-	q.lock = "SELECT GET_LOCK(" + name + ", 0)"
+	// The connection's id comes with the lock, for killCut.
+	q.lock = "SELECT GET_LOCK(" + name + ", 0), CONNECTION_ID()"
 	q.unlock = "SELECT RELEASE_LOCK(" + name + ")"
 	q.lockArgs = strings.Count(name, "?")
 	return q, nil
@@ -132,6 +134,10 @@ type session struct {
 	conn *sql.Conn // nil once ended
 	key  string
 	held bool
+	// id is the connection's server session, read with its lock: a settlement cut short
+	// while it waits for a row another session holds kills it (killCut), which ends the
+	// statement, the transaction and the key on the server.
+	id int64
 	// dirty says the connection may hold state the pool must not get back: a lock whose
 	// GET_LOCK failed midway, or a transaction whose end failed.
 	dirty bool
@@ -178,7 +184,7 @@ func (s *session) TryLock(ctx context.Context, key string) (bool, error) {
 	}
 	s.key = key
 	var got sql.NullInt64
-	if err := s.conn.QueryRowContext(ctx, q.lock, s.lockArgs()...).Scan(&got); err != nil {
+	if err := s.conn.QueryRowContext(ctx, q.lock, s.lockArgs()...).Scan(&got, &s.id); err != nil {
 		// The lock may have been taken before the failure.
 		s.dirty = true
 		return false, q.errorf("lock", err)
@@ -249,7 +255,7 @@ func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.R
 // transaction is open, the statement runs inside it instead (see settleTx). A step naming
 // an event of the subscription's runs the event in place of its statement, the same way
 // (a retry included, which otherwise writes nothing).
-func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) error {
+func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.q
@@ -261,6 +267,7 @@ func (s *session) Settle(ctx context.Context, step dialects.Step, id int64) erro
 	if err != nil {
 		return q.errorf(op, err)
 	}
+	defer func() { q.d.killCut(ctx, s.id, err) }()
 	if s.tx != nil {
 		return s.settleTx(ctx, op, id, text, args, move)
 	}

@@ -38,7 +38,7 @@ func TestCulprit(t *testing.T) {
 		{4025, "CONSTRAINT `jobs_dead_refuses` failed for `test`.`jobs_dead`", dialects.Culprit{Constraint: "jobs_dead_refuses"}},
 		{3819, "Check constraint 'jobs_dead_refuses' is violated.", dialects.Culprit{Constraint: "jobs_dead_refuses"}},
 		{1048, "Column 'customer' cannot be null", dialects.Culprit{Column: "customer"}},
-		{1364, "Field 'reviewer' doesn't have a default value", dialects.Culprit{Column: "reviewer"}},
+		{1364, "Field 'approver' doesn't have a default value", dialects.Culprit{Column: "approver"}},
 		{1406, "Data too long for column 'customer' at row 1", dialects.Culprit{Column: "customer"}},
 		{1366, "Incorrect integer value: 'x' for column `test`.`jobs_dead`.`attempt` at row 1", dialects.Culprit{Column: "attempt"}},
 		{1644, "dead letters are closed", dialects.Culprit{}},

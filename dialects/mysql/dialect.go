@@ -132,6 +132,9 @@ const OpenPoolSize = 20
 // DB returns the pool.
 func (d *Dialect) DB() *sql.DB { return d.db }
 
+// SQLDB is DB: the pool the dialect runs on, for dialects.SQLDB.
+func (d *Dialect) SQLDB() *sql.DB { return d.db }
+
 // Name is "mysql" (for MariaDB too).
 func (d *Dialect) Name() string { return "mysql" }
 

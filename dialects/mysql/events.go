@@ -12,9 +12,10 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/sqlpart"
 )
 
-// Events of the service's own (dialects.CompileEvent): each is compiled at Open into ?
+// Events of the service's own (sqlpart.CompileEvent): each is compiled at Open into ?
 // placeholders, one per occurrence, and prepared against the live server like the
 // dialect's own statements, so a typo or a missing column is refused at Subscribe. A
 // settlement whose step names an event runs it in place of the built-in statement, where
@@ -29,7 +30,7 @@ func (d *Dialect) compileEvents(ctx context.Context, spec dialects.QueueSpec) (m
 	question := func(int) string { return "?" }
 	events := make(map[string]dialects.Event, len(spec.Events))
 	for _, name := range slices.Sorted(maps.Keys(spec.Events)) {
-		ev, err := dialects.CompileEvent(t.Name, name, spec.Events[name], t.Form(), question)
+		ev, err := sqlpart.CompileEvent(t.Name, name, spec.Events[name], t.Form(), question)
 		if err != nil {
 			return nil, err
 		}
@@ -163,18 +164,20 @@ func (q *leaseQueue) confirmByWrites(ctx context.Context, tx *sql.Tx, held diale
 // retried whole after a deadlock or a lock wait timeout, like the dead-letter move.
 func (q *leaseQueue) settleEvent(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
 	ok, err := withRetry(ctx, func() (bool, error) {
-		x, err := q.d.begin(ctx, sql.LevelReadCommitted)
-		if err != nil {
-			return false, err
+		// inTx: an event waiting for a row another session holds, cut short, is killed
+		// on the server (see SettleLease).
+		var ok bool
+		err := q.inTx(ctx, true, func(x *txn) error {
+			var err error
+			if ok, err = q.leaseEvent(ctx, x.tx, step, held); err == nil && !ok {
+				return errUnchanged
+			}
+			return err
+		})
+		if errors.Is(err, errUnchanged) {
+			return false, nil
 		}
-		ok, err := q.leaseEvent(ctx, x.tx, step, held)
-		if err != nil || !ok {
-			return false, errors.Join(err, x.rollback())
-		}
-		if err := x.commit(); err != nil {
-			return false, fmt.Errorf("commit: %w", err)
-		}
-		return true, nil
+		return ok, err
 	})
 	if err != nil {
 		return false, q.errorf("event "+step.Event, err)

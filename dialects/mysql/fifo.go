@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
 // FIFO groups (Table.FIFO), in the row lock and lease forms.
@@ -273,11 +274,11 @@ func (f *fifoLease) claimOnce(ctx context.Context, now, until time.Time) ([]dial
 	return []dialects.Row{r}, nil
 }
 
-// checkFIFO refuses FIFO groups MySQL cannot serve: those dialects.CheckFIFO refuses, and
+// checkFIFO refuses FIFO groups MySQL cannot serve: those tablecheck.CheckFIFO refuses, and
 // the row lock form at SERIALIZABLE, where the guard's plain count would be a locking read
 // that waits for the group's row in work.
 func checkFIFO(t dialects.Table) error {
-	if err := dialects.CheckFIFO(t); err != nil {
+	if err := tablecheck.CheckFIFO(t); err != nil {
 		return err
 	}
 	if t.FIFO && t.Form() == dialects.FormRowLock && t.Isolation == dialects.Serializable {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
 )
 
 var _ dialects.Inspector = (*Dialect)(nil)
@@ -23,12 +24,12 @@ func (d *Dialect) Inspect(ctx context.Context, t dialects.Table, id int64, now t
 	for i := range args {
 		args[i] = dbTime(now)
 	}
-	rows, err := d.db.QueryContext(ctx, dialects.InspectText(t, quote, state, "?"), append(args, id)...)
+	rows, err := d.db.QueryContext(ctx, adminsql.InspectText(t, quote, state, "?"), append(args, id)...)
 	if err != nil {
 		return dialects.Job{}, adminErr("inspect", t.Name, err)
 	}
 	defer rows.Close()
-	j, err := dialects.ScanJob(rows, t, id, t.Form() != dialects.FormRowLock, func() (any, func() (time.Time, error)) {
+	j, err := adminsql.ScanJob(rows, t, id, t.Form() != dialects.FormRowLock, func() (any, func() (time.Time, error)) {
 		var v sql.NullTime
 		return &v, func() (time.Time, error) { return v.Time, nil }
 	})

@@ -7,11 +7,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
 var (
 	_ dialects.JobLister       = (*Dialect)(nil)
 	_ dialects.FinishedCounter = (*Dialect)(nil)
+	_ dialects.GroupLister     = (*Dialect)(nil)
 )
 
 // ListJobs reads one keyset page of rows in one statement (dialects.JobLister): the
@@ -30,13 +33,13 @@ func (d *Dialect) ListJobs(ctx context.Context, t dialects.Table, f dialects.Job
 	}
 	bind := func(v any) string { args = append(args, v); return "?" }
 	contains := func(col, p string) string { return "INSTR(" + col + ", " + p + ") > 0" }
-	text := dialects.ListJobsText(t, quote, state, bind, contains, f) // binds args: build it first
+	text := adminsql.ListJobsText(t, quote, state, bind, contains, f) // binds args: build it first
 	rows, err := d.db.QueryContext(ctx, text, args...)
 	if err != nil {
 		return nil, adminErr("list jobs", t.Name, err)
 	}
 	defer rows.Close()
-	jobs, err := dialects.ScanJobs(rows, t, f, t.Form() != dialects.FormRowLock, func() (any, func() (time.Time, error)) {
+	jobs, err := adminsql.ScanJobs(rows, t, f, t.Form() != dialects.FormRowLock, func() (any, func() (time.Time, error)) {
 		var v sql.NullTime
 		return &v, func() (time.Time, error) { return v.Time, nil }
 	})
@@ -53,19 +56,19 @@ const minuteLayout = "2006-01-02 15:04"
 // FinishedPerMinute counts finished rows per group and minute of processed_at, in one
 // statement (dialects.FinishedCounter).
 func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, since time.Time) ([]dialects.MinuteCount, error) {
-	if err := dialects.CheckFinished(t); err != nil {
+	if err := tablecheck.CheckFinished(t); err != nil {
 		return nil, err
 	}
 	if err := d.checkTable(ctx, t); err != nil {
 		return nil, err
 	}
 	minute := func(col string) string { return "DATE_FORMAT(" + col + ", '%Y-%m-%d %H:%i')" }
-	rows, err := d.db.QueryContext(ctx, dialects.FinishedText(t, quote, minute, "?"), dbTime(since))
+	rows, err := d.db.QueryContext(ctx, adminsql.FinishedText(t, quote, minute, "?"), dbTime(since))
 	if err != nil {
 		return nil, adminErr("finished per minute", t.Name, err)
 	}
 	defer rows.Close()
-	out, err := dialects.ScanFinished(rows, t, func() (any, func() (time.Time, error)) {
+	out, err := adminsql.ScanFinished(rows, t, func() (any, func() (time.Time, error)) {
 		var txt string
 		return &txt, func() (time.Time, error) { return time.ParseInLocation(minuteLayout, txt, time.UTC) }
 	})
@@ -79,7 +82,7 @@ func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, since
 // in the current database, whose first column is processed_at, whole (no prefix)
 // (dialects.FinishedCounter).
 func (d *Dialect) HasFinishedIndex(ctx context.Context, t dialects.Table) (bool, error) {
-	if err := dialects.CheckFinished(t); err != nil {
+	if err := tablecheck.CheckFinished(t); err != nil {
 		return false, err
 	}
 	var n int
@@ -99,4 +102,25 @@ func (d *Dialect) FinishedIndexStatement(t dialects.Table) string {
 		name = "rowactor_finished" // index names are per table
 	}
 	return "CREATE INDEX " + quote(name) + " ON " + quote(t.Name) + " (" + quote(t.ProcessedAt) + ")"
+}
+
+// FinishedGroups lists the groups of the finished rows, in one statement
+// (dialects.GroupLister) that reads the claim index, which leads with the group.
+func (d *Dialect) FinishedGroups(ctx context.Context, t dialects.Table, limit int) ([]dialects.GroupName, error) {
+	if err := tablecheck.CheckFinishedGroups(t, limit); err != nil {
+		return nil, err
+	}
+	if err := d.checkTable(ctx, t); err != nil {
+		return nil, err
+	}
+	rows, err := d.db.QueryContext(ctx, adminsql.FinishedGroupsText(t, quote, quote(t.Group), "?"), limit)
+	if err != nil {
+		return nil, adminErr("finished groups", t.Name, err)
+	}
+	defer rows.Close()
+	out, err := adminsql.ScanGroupNames(rows)
+	if err != nil {
+		return nil, adminErr("finished groups", t.Name, err)
+	}
+	return out, nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/sqlpart"
 )
 
 // listSlots bounds the id lists one statement names: 1<<(listSlots-1) = 4096 ids (8193
@@ -108,7 +109,7 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 	cl := newClaimable(t, true)
 	set := lu + " = ?"
 	if t.Attempt != "" {
-		set += ", " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), base.attemptMax)
+		set += ", " + quote(t.Attempt) + " = " + sqlpart.CountAttempt(quote(t.Attempt), base.attemptMax)
 	}
 	return &leaseQueue{
 		queue: base,
@@ -334,7 +335,7 @@ func (q *leaseQueue) extendOnce(ctx context.Context, until time.Time, held []dia
 // the driver close its socket, but the server does not notice while the statement waits
 // in a lock's queue, and its transaction keeps the rows it locked already (up to
 // innodb_lock_wait_timeout). It never commits (nothing else will be read from the socket),
-// and its session is killed (killWaiting) so that its locks go at once.
+// and its session is killed (killCut) so that its locks go at once.
 func (q *leaseQueue) inTx(ctx context.Context, wait bool, fn func(x *txn) error) error {
 	x, err := q.d.begin(ctx, sql.LevelReadCommitted)
 	if err != nil {
@@ -348,10 +349,8 @@ func (q *leaseQueue) inTx(ctx context.Context, wait bool, fn func(x *txn) error)
 		}
 	}
 	if err := fn(x); err != nil {
+		q.d.cutTx(ctx, x, connID, err)
 		_ = x.rollback()
-		if connID != 0 && ctx.Err() != nil {
-			q.killWaiting(connID)
-		}
 		return err
 	}
 	if err := x.commit(); err != nil {
@@ -360,15 +359,8 @@ func (q *leaseQueue) inTx(ctx context.Context, wait bool, fn func(x *txn) error)
 	return nil
 }
 
-// killWaiting ends the server session id, whose waiting statement its caller gave up on
-// (its connection is closed already): its transaction rolls back and its locks go at once.
-func (q *leaseQueue) killWaiting(id int64) {
-	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	// Best effort: a session that ended already (ER_NO_SUCH_THREAD) needs nothing, and
-	// one that cannot be killed ends at its lock wait timeout, as before.
-	_, _ = q.d.db.ExecContext(c, fmt.Sprintf("KILL CONNECTION %d", id))
-}
+// errUnchanged rolls back an inTx whose statement found nothing to change.
+var errUnchanged = errors.New("nothing changed")
 
 // SettleLease runs the step's statement fenced by the token; false when the row holds
 // another token (or is gone), with nothing changed. A step naming an event runs it in a
@@ -388,11 +380,19 @@ func (q *leaseQueue) SettleLease(ctx context.Context, step dialects.Step, held d
 	if text == "" {
 		return false, q.errorf(op, fmt.Errorf("no statement for step %v", step.Kind))
 	}
-	s, err := q.d.stmt(ctx, text)
-	if err != nil {
-		return false, q.errorf(op, err)
-	}
-	n, err := affected(s.ExecContext(ctx, args...))
+	// The statement waits for a row another session holds: in a transaction of its own
+	// whose server session is killed when ctx ends the wait (inTx), so that a settlement
+	// cut short (a Shutdown whose context ended) changes nothing later and leaves nothing
+	// waiting on the server. Run in autocommit, the orphan would commit once the other
+	// session let the row go.
+	var n int64
+	err = q.inTx(ctx, true, func(x *txn) error {
+		s, err := x.stmt(ctx, text)
+		if err == nil {
+			n, err = affected(s.ExecContext(ctx, args...))
+		}
+		return err
+	})
 	if err != nil {
 		return false, q.errorf(op, err)
 	}
@@ -431,19 +431,20 @@ func (q *leaseQueue) SettleLeaseWaiting(ctx context.Context, step dialects.Step,
 func (q *leaseQueue) moveLeased(ctx context.Context, args []any) (bool, error) {
 	const op = "dead-letter move"
 	moved, err := withRetry(ctx, func() (bool, error) {
-		x, err := q.d.begin(ctx, sql.LevelReadCommitted)
-		if err != nil {
-			return false, err
+		// inTx: a move waiting for a row another session holds, cut short, is killed on
+		// the server (see SettleLease).
+		var ok bool
+		err := q.inTx(ctx, true, func(x *txn) error {
+			var err error
+			if ok, err = q.move(ctx, x.tx, args); err == nil && !ok {
+				return errUnchanged
+			}
+			return err
+		})
+		if errors.Is(err, errUnchanged) {
+			return false, nil
 		}
-		ok, err := q.move(ctx, x.tx, args)
-		if err != nil || !ok {
-			_ = x.rollback()
-			return false, err
-		}
-		if err := x.commit(); err != nil {
-			return false, fmt.Errorf("commit: %w", err)
-		}
-		return true, nil
+		return ok, err
 	})
 	if err != nil {
 		return false, q.errorf(op, err)
@@ -505,7 +506,7 @@ func (t *leaseTx) Tx() any { return t.x.tx }
 // delete matched no row) it rolls everything back and reports false; a failed statement
 // rolls back too, and returns its error. Either way the transaction is over, and a
 // connection whose COMMIT or ROLLBACK failed is closed rather than pooled.
-func (t *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
+func (t *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dialects.Lease) (_ bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	q := t.q
@@ -520,6 +521,13 @@ func (t *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 	}
 	// A transaction the server ended must not commit what ran since (nor the settlement).
 	if err := alive(ctx, t.x.tx); err != nil {
+		return false, q.errorf(op, errors.Join(err, t.x.rollback()))
+	}
+	// The settlement may wait for a row another session holds: when ctx ends the wait,
+	// the server session is killed (killCut), its transaction (the handler's writes) rolled
+	// back and its locks gone at once.
+	session, err := t.x.sessionID(ctx)
+	if err != nil {
 		return false, q.errorf(op, errors.Join(err, t.x.rollback()))
 	}
 	var changed bool
@@ -544,6 +552,7 @@ func (t *leaseTx) SettleLease(ctx context.Context, step dialects.Step, held dial
 		}
 	}
 	if err != nil {
+		q.d.cutTx(ctx, t.x, session, err)
 		return false, q.errorf(op, errors.Join(ended(err), t.x.rollback()))
 	}
 	if !changed {

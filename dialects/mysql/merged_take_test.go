@@ -24,8 +24,15 @@ func TestAdvisoryTakeAtTheCapIsFencedByTheRead(t *testing.T) {
 	id := dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")})
 	mustExec(t, d.DB(), "UPDATE "+quote(tbl.Name)+" SET account = 'alice', attempt = 32767 WHERE id = ?", id)
 	key := keyOf(t, d, tbl, id)
+	takeAtTheCapRekeyed(t, d, tbl, q, id, key)
+	takeAtTheCapDelayedThenDue(t, d, tbl, q, id, key)
+	takeOneBelowTheCap(t, d, tbl, q, id, key)
+}
 
-	// Re-keyed after the candidates were read: not taken, at the cap as below it.
+// takeAtTheCapRekeyed: a row re-keyed after the candidates were read is not taken, at
+// the cap as below it.
+func takeAtTheCapRekeyed(t *testing.T, d *Dialect, tbl dialects.Table, q dialects.AdvisoryQueue, id int64, key string) {
+	t.Helper()
 	mustExec(t, d.DB(), "UPDATE "+quote(tbl.Name)+" SET account = 'ALICE' WHERE id = ?", id)
 	s := dialecttest.NewSession(t, q)
 	if !dialecttest.TryLock(t, s, key) {
@@ -38,10 +45,14 @@ func TestAdvisoryTakeAtTheCapIsFencedByTheRead(t *testing.T) {
 		t.Fatalf("unlock %v %v", closed, err)
 	}
 	mustExec(t, d.DB(), "UPDATE "+quote(tbl.Name)+" SET account = 'alice' WHERE id = ?", id)
+}
 
-	// Delayed: not taken.
+// takeAtTheCapDelayedThenDue: a delayed row at the cap is not taken; due again, it is
+// taken, reporting the attempt read, which stays at the cap.
+func takeAtTheCapDelayedThenDue(t *testing.T, d *Dialect, tbl dialects.Table, q dialects.AdvisoryQueue, id int64, key string) {
+	t.Helper()
 	mustExec(t, d.DB(), "UPDATE "+quote(tbl.Name)+" SET retry_after = ? WHERE id = ?", dbTime(t0.Add(time.Hour)), id)
-	s = dialecttest.NewSession(t, q)
+	s := dialecttest.NewSession(t, q)
 	if !dialecttest.TryLock(t, s, key) {
 		t.Fatal("lock refused")
 	}
@@ -60,10 +71,13 @@ func TestAdvisoryTakeAtTheCapIsFencedByTheRead(t *testing.T) {
 	if closed, err := s.Unlock(ctx); closed || err != nil {
 		t.Fatalf("unlock %v %v", closed, err)
 	}
+}
 
-	// One below the cap: counted to the cap, fenced as usual.
+// takeOneBelowTheCap: one below the cap, the take counts to the cap, fenced as usual.
+func takeOneBelowTheCap(t *testing.T, d *Dialect, tbl dialects.Table, q dialects.AdvisoryQueue, id int64, key string) {
+	t.Helper()
 	setAttempt(t, d, tbl, id, 32766)
-	s = dialecttest.NewSession(t, q)
+	s := dialecttest.NewSession(t, q)
 	if !dialecttest.TryLock(t, s, key+"x") {
 		t.Fatal("lock refused")
 	}
@@ -77,7 +91,7 @@ func TestAdvisoryTakeAtTheCapIsFencedByTheRead(t *testing.T) {
 	if !dialecttest.TryLock(t, s2, key) {
 		t.Fatal("lock refused")
 	}
-	r, ok, err = s2.Take(ctx, id, t0.Add(time.Hour))
+	r, ok, err := s2.Take(ctx, id, t0.Add(time.Hour))
 	if !ok || err != nil || r.Attempt != 32766 {
 		t.Fatalf("take below the cap: %+v %v %v", r, ok, err)
 	}

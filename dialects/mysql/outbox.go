@@ -10,18 +10,19 @@ import (
 	"unicode/utf8"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 	"github.com/rowactor/rowactor/dialects/sqlstmt"
 )
 
 var _ dialects.OutboxDialect = (*Dialect)(nil)
 
 // OutboxSchema renders an outbox table. Its AUTO_INCREMENT id is never handed out twice
-// by MySQL 8.0+ and MariaDB 10.6+, which keep the counter across restarts (consumers
-// dedupe by id). MySQL has no partial indexes: the relay's poll (unsent records in id
+// by InnoDB on MySQL 8.0+ and MariaDB 10.6+, which keep the counter across restarts
+// (consumers dedupe by id; OpenOutbox refuses a table that could reuse ids). MySQL has no partial indexes: the relay's poll (unsent records in id
 // order) and its start-up pass (unprocessed ones) each seek an index led by their time
 // column, whose NULLs are the records in flight.
 func (d *Dialect) OutboxSchema(t dialects.OutboxTable) (string, error) {
-	if err := dialects.CheckOutboxDescription(t); err != nil {
+	if err := tablecheck.CheckOutboxDescription(t); err != nil {
 		return "", err
 	}
 	if err := checkOutboxNames(t.Name, "outbox.Table.", t.Columns()); err != nil {
@@ -54,7 +55,7 @@ func indexNameFor(table, suffix string) string {
 
 // DedupeSchema renders a dedupe table: the record id is the primary key.
 func (d *Dialect) DedupeSchema(t dialects.DedupeTable) (string, error) {
-	if err := dialects.CheckDedupeDescription(t); err != nil {
+	if err := tablecheck.CheckDedupeDescription(t); err != nil {
 		return "", err
 	}
 	if err := checkOutboxNames(t.Name, "outbox.DedupeTable.", t.Columns()); err != nil {
@@ -99,15 +100,18 @@ func (d *Dialect) checkLive(ctx context.Context, table, prefix, schemaFunc strin
 		return err
 	}
 	// MySQL compares column names without case.
-	return dialects.CheckNamedColumns(table, prefix, schemaFunc, cols, have, true)
+	return tablecheck.CheckNamedColumns(table, prefix, schemaFunc, cols, have, true)
 }
 
 // OpenOutbox checks the outbox table and prepares its statements.
 func (d *Dialect) OpenOutbox(ctx context.Context, t dialects.OutboxTable) (dialects.OutboxStore, error) {
-	if err := dialects.CheckOutboxDescription(t); err != nil {
+	if err := tablecheck.CheckOutboxDescription(t); err != nil {
 		return nil, err
 	}
 	if err := d.checkLive(ctx, t.Name, "outbox.Table.", "outbox.Schema", t.Columns()); err != nil {
+		return nil, err
+	}
+	if err := d.checkOutboxIDs(ctx, t); err != nil {
 		return nil, err
 	}
 	q := sqlstmt.NewOutboxSQL(t, quote)
@@ -263,7 +267,7 @@ func (s *outboxStore) Close() error { return nil }
 
 // OpenDedupe checks the dedupe table and prepares its insert.
 func (d *Dialect) OpenDedupe(ctx context.Context, t dialects.DedupeTable) (dialects.DedupeStore, error) {
-	if err := dialects.CheckDedupeDescription(t); err != nil {
+	if err := tablecheck.CheckDedupeDescription(t); err != nil {
 		return nil, err
 	}
 	if err := d.checkLive(ctx, t.Name, "outbox.DedupeTable.", "outbox.DedupeSchema", t.Columns()); err != nil {

@@ -11,9 +11,10 @@ import (
 	"sync"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
-// Poison rows (see dialects.CountAttempt): the attempt counter stops at its column type's
+// Poison rows (see sqlpart.CountAttempt): the attempt counter stops at its column type's
 // largest value, a row whose values do not scan is returned flagged beside the rows the
 // same claim read, and the row lock form's claims pass over rows set aside in memory.
 
@@ -22,7 +23,7 @@ import (
 // it) stops at a 32-bit integer's largest value.
 func (d *Dialect) attemptMax(ctx context.Context, t dialects.Table) (int64, error) {
 	if t.Attempt == "" {
-		return dialects.MaxInteger, nil
+		return tablecheck.MaxInteger, nil
 	}
 	var dataType, columnType string
 	err := d.db.QueryRowContext(ctx, "SELECT DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS "+
@@ -45,11 +46,11 @@ func integerMax(dataType string, unsigned bool) int64 {
 		"mediumint": {8388607, 16777215},
 		"int":       {2147483647, 4294967295},
 		"integer":   {2147483647, 4294967295},
-		"bigint":    {dialects.MaxBigint, dialects.MaxBigint},
+		"bigint":    {tablecheck.MaxBigint, tablecheck.MaxBigint},
 	}
 	m, ok := maxima[strings.ToLower(dataType)]
 	if !ok {
-		return dialects.MaxInteger
+		return tablecheck.MaxInteger
 	}
 	if unsigned {
 		return m[1]

@@ -12,6 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
 // Publisher checks t for publishing and builds its INSERT. Any form may be published to.
@@ -116,7 +117,7 @@ type publisher struct {
 	insertHeaders string
 	// lookup reads the id of the row holding a unique key, without locking (a consistent
 	// read: it waits for no lock); lookupLocked reads the latest committed row, for a
-	// caller's transaction whose snapshot predates it.
+	// caller's transaction, whose snapshot may predate it (holder).
 	lookup, lookupLocked string
 	maxPacket            int64 // the server's max_allowed_packet when the publisher was built
 }
@@ -124,37 +125,78 @@ type publisher struct {
 // Publish inserts m and returns its id (LAST_INSERT_ID). tx is nil for the dialect's pool,
 // or a *sql.Tx on the same server: the row then exists only if the caller commits.
 func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (int64, error) {
-	if m.Group != "" && !p.hasGroup {
-		return 0, p.errorf(fmt.Errorf("the table has no group column for Message.Group %q", m.Group))
-	}
-	if m.UniqueKey != "" && !p.hasUnique {
-		return 0, p.errorf(fmt.Errorf("Message.UniqueKey %q needs a unique key column, and the table has none", m.UniqueKey))
-	}
-	if m.Priority != 0 && !p.hasPriority {
-		return 0, p.errorf(fmt.Errorf("Message.Priority %d needs a priority column, and the table has none", m.Priority))
-	}
-	if !m.NotBefore.IsZero() && !p.hasRetryAfter {
-		return 0, p.errorf(errors.New("Message.NotBefore needs a retry_after column, and the table has none"))
-	}
-	if p.hasPriority {
-		if err := dialects.CheckPriorityFits(m.Priority, p.prioMin, p.prioMax, p.prioType); err != nil {
-			return 0, p.errorf(err)
-		}
-	}
-	if m.UniqueKey != "" && p.keyMax > 0 {
-		n := int64(utf8.RuneCountInString(m.UniqueKey))
-		unit := "characters"
-		if p.keyBytes {
-			n, unit = int64(len(m.UniqueKey)), "bytes"
-		}
-		if n > p.keyMax {
-			return 0, p.errorf(fmt.Errorf("the unique key is %d %s and the unique key column (%s) holds %d; publish a shorter key "+
-				"(a hash of a long one), or widen the column", n, unit, p.keyType, p.keyMax))
-		}
-	}
-	if err := p.checkSize(m); err != nil {
+	if err := p.check(m); err != nil {
 		return 0, err
 	}
+	if x, ok := tx.(*sql.Tx); ok && x == nil {
+		tx = nil
+	}
+	text, args := p.statement(m)
+	exec := p.execer(ctx, tx, text, args)
+	res, err := p.insertNew(ctx, tx == nil, exec)
+	if err != nil && m.UniqueKey != "" && isDuplicate(err) {
+		var id int64
+		var done bool
+		id, done, res, err = p.keyHolder(ctx, tx, m.UniqueKey, exec, err)
+		if done {
+			return id, err
+		}
+	}
+	if err != nil {
+		return 0, p.errorf(err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, p.errorf(err)
+	}
+	return id, nil
+}
+
+// check refuses a message the table cannot hold, before anything is sent.
+func (p *publisher) check(m dialects.Message) error {
+	if err := p.checkColumns(m); err != nil {
+		return err
+	}
+	if p.hasPriority {
+		if err := tablecheck.CheckPriorityFits(m.Priority, p.prioMin, p.prioMax, p.prioType); err != nil {
+			return p.errorf(err)
+		}
+	}
+	if err := p.checkKeyLength(m.UniqueKey); err != nil {
+		return err
+	}
+	return p.checkSize(m)
+}
+
+// checkColumns refuses a message that sets a field the table has no column for.
+func (p *publisher) checkColumns(m dialects.Message) error {
+	has := tablecheck.Columns{Group: p.hasGroup, UniqueKey: p.hasUnique, Priority: p.hasPriority, RetryAfter: p.hasRetryAfter}
+	if err := tablecheck.MessageFits(m, has); err != nil {
+		return p.errorf(err)
+	}
+	return nil
+}
+
+// checkKeyLength refuses a unique key longer than its column holds: a session without
+// strict mode would store it cut.
+func (p *publisher) checkKeyLength(key string) error {
+	if key == "" || p.keyMax <= 0 {
+		return nil
+	}
+	n := int64(utf8.RuneCountInString(key))
+	unit := "characters"
+	if p.keyBytes {
+		n, unit = int64(len(key)), "bytes"
+	}
+	if n > p.keyMax {
+		return p.errorf(fmt.Errorf("the unique key is %d %s and the unique key column (%s) holds %d; publish a shorter key "+
+			"(a hash of a long one), or widen the column", n, unit, p.keyType, p.keyMax))
+	}
+	return nil
+}
+
+// statement returns the insert m needs and its arguments, in the columns' order.
+func (p *publisher) statement(m dialects.Message) (string, []any) {
 	payload := m.Payload
 	if payload == nil {
 		payload = []byte{} // the driver binds a nil slice as NULL
@@ -180,16 +222,17 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 		}
 		args = append(args, key)
 	}
-	text := p.insert
 	if m.Headers != nil && p.insertHeaders != p.insert {
-		text = p.insertHeaders
 		// As text: MySQL refuses to read JSON from a binary string.
-		args = append(args, string(m.Headers))
+		return p.insertHeaders, append(args, string(m.Headers))
 	}
-	if x, ok := tx.(*sql.Tx); ok && x == nil {
-		tx = nil
-	}
-	exec := func() (sql.Result, error) {
+	return p.insert, args
+}
+
+// execer returns the function that runs the insert once: through the dialect's prepared
+// statement for the pool (tx nil), as text in a caller's *sql.Tx.
+func (p *publisher) execer(ctx context.Context, tx any, text string, args []any) func() (sql.Result, error) {
+	return func() (sql.Result, error) {
 		switch x := tx.(type) {
 		case nil:
 			s, err := p.d.stmt(ctx, text)
@@ -204,50 +247,58 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 		}
 		return nil, fmt.Errorf("mysql: PublishTx on table %s needs a *sql.Tx, got %T", p.name, tx)
 	}
-	res, err := insert(ctx, tx == nil, exec)
-	// A duplicate of the primary key, which rowactor never sets: the id the server drew
-	// is taken. A Galera node draws ids with an offset it changes when nodes leave and
-	// join, and may draw one that a row from another node already has. InnoDB undid the
-	// statement alone; the next try draws a new id.
+}
+
+// insertNew runs the insert, again when it failed on a duplicate of the primary key,
+// which rowactor never sets: the id the server drew is taken. A Galera node draws ids
+// with an offset it changes when nodes leave and join, and may draw one that a row from
+// another node already has. InnoDB undid the statement alone; the next try draws a new
+// id.
+func (p *publisher) insertNew(ctx context.Context, pool bool, exec func() (sql.Result, error)) (sql.Result, error) {
+	res, err := insert(ctx, pool, exec)
 	for try := 0; err != nil && isDuplicatePrimary(err) && try < 3; try++ {
-		res, err = insert(ctx, tx == nil, exec)
+		res, err = insert(ctx, pool, exec)
 	}
-	// A duplicate of the key: the key's row (another unique index's conflict stays the
-	// error it is; InnoDB undoes the statement alone, and a caller's transaction goes on).
-	// A row gone between the two (acked, say) frees the key: the insert runs once more.
-	for try := 0; err != nil && m.UniqueKey != "" && isDuplicate(err) && try < 2; try++ {
-		id, ok, lerr := p.holder(ctx, tx, m.UniqueKey)
+	return res, err
+}
+
+// keyHolder answers an insert that failed with dupErr, a duplicate of the unique key.
+// When the key's row is found, or reading it failed, done is set and Publish returns id
+// and err as they are. Otherwise res and err are those of the insert, which ran once
+// more: a row gone between the two (acked, say) frees the key. Another unique index's
+// conflict stays the error it is; InnoDB undoes the statement alone, and a caller's
+// transaction goes on.
+func (p *publisher) keyHolder(ctx context.Context, tx any, key string, exec func() (sql.Result, error), dupErr error) (id int64, done bool, res sql.Result, err error) {
+	err = dupErr
+	for try := 0; err != nil && isDuplicate(err) && try < 2; try++ {
+		id, ok, lerr := p.holder(ctx, tx, key)
 		switch {
 		case lerr != nil:
-			return 0, p.errorf(fmt.Errorf("look up the row holding unique key %q: %w", m.UniqueKey, lerr))
+			return 0, true, nil, p.errorf(fmt.Errorf("look up the row holding unique key %q: %w", key, lerr))
 		case ok:
-			return id, nil
+			return id, true, nil, p.errorf(dialects.Duplicate(key, id))
 		case try == 0:
 			res, err = insert(ctx, tx == nil, exec)
 		}
 	}
-	if err != nil {
-		return 0, p.errorf(err)
-	}
-	id, err := res.LastInsertId()
-	if err != nil {
-		return 0, p.errorf(err)
-	}
-	return id, nil
+	return 0, false, res, err
 }
 
-// holder returns the id of the row holding key: a consistent read first, which waits for
-// no lock; in a caller's transaction whose snapshot predates that row, a locking read of
-// the latest committed one.
+// holder returns the id of the row holding key. Through the pool it is a consistent read,
+// which waits for no lock, in a snapshot taken after the insert failed. In a caller's
+// transaction it is a locking read, which reads the latest committed row: at REPEATABLE
+// READ a consistent read answers from the transaction's snapshot, which may still show a
+// row deleted since (the key's former holder) and not the row whose key failed the
+// insert. LOCK IN SHARE MODE through the key's unique index, which holds the id, locks
+// that index's entry alone, never the row (a row lock claim holds the row with FOR UPDATE
+// while its handler runs, and FOR UPDATE would wait for it); the failed insert's
+// duplicate check holds that entry's shared lock in the transaction already, so the read
+// waits for nothing more.
 func (p *publisher) holder(ctx context.Context, tx any, key string) (int64, bool, error) {
 	var id int64
-	x, inTx := tx.(*sql.Tx)
 	var err error
-	if inTx {
-		err = x.QueryRowContext(ctx, p.lookup, key).Scan(&id)
-		if errors.Is(err, sql.ErrNoRows) {
-			err = x.QueryRowContext(ctx, p.lookupLocked, key).Scan(&id)
-		}
+	if x, ok := tx.(*sql.Tx); ok {
+		err = x.QueryRowContext(ctx, p.lookupLocked, key).Scan(&id)
 	} else {
 		err = p.d.db.QueryRowContext(ctx, p.lookup, key).Scan(&id)
 	}
@@ -363,7 +414,7 @@ func (d *Dialect) checkUniqueIndex(ctx context.Context, t dialects.Table) error 
 		return adminErr("read the unique key's index", t.Name, err)
 	}
 	if n == 0 {
-		return dialects.NoUniqueIndex(t, "ALTER TABLE "+quote(t.Name)+" ADD UNIQUE INDEX ("+quote(t.UniqueKey)+")")
+		return tablecheck.NoUniqueIndex(t, "ALTER TABLE "+quote(t.Name)+" ADD UNIQUE INDEX ("+quote(t.UniqueKey)+")")
 	}
 	return nil
 }

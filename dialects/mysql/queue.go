@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
+	"github.com/rowactor/rowactor/dialects/internal/sqlpart"
 	"github.com/rowactor/rowactor/dialects/sqlstmt"
 )
 
@@ -144,11 +147,18 @@ type settleSQL struct {
 	// retryNeedsError: the advisory form's retry writes only the error (the take counted
 	// the attempt, the unlock returns the row), so it runs only for a step with one.
 	retryNeedsError bool
+	// ackUnstarted and giveBack are the ack and the release of a delivery whose handler
+	// never started (Step.Unstarted): they also give back the attempt the lease and
+	// advisory forms' claim counted. ackUnstarted binds as ack; giveBack binds id[,
+	// token], and is empty where nothing needs writing (the row lock form, an advisory
+	// table without an attempt column).
+	ackUnstarted string
+	giveBack     string
 }
 
 // buildSettle builds the settlements; attemptMax is where the row lock form's count stops,
 // moveCols the columns a move into the dead-letter table copies (deadLetterColumns).
-func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, moveCols []dialects.MoveColumn) settleSQL {
+func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, moveCols []adminsql.MoveColumn) settleSQL {
 	t := spec.Table
 	lease := form == dialects.FormLease
 	tq := quote(t.Name)
@@ -160,17 +170,18 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 	}
 	keepErr := ""
 	if t.Error != "" {
-		keepErr = ", " + quote(t.Error) + " = " + dialects.KeepError(quote(t.Error), "?")
+		keepErr = ", " + quote(t.Error) + " = " + sqlpart.KeepError(quote(t.Error), "?")
 	}
 	count := ""
 	if form == dialects.FormRowLock && t.Attempt != "" {
 		// The row lock form counts the attempt when a retry returns the row.
-		count = ", " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), attemptMax)
+		count = ", " + quote(t.Attempt) + " = " + sqlpart.CountAttempt(quote(t.Attempt), attemptMax)
 	}
 	uncount := ""
 	if form != dialects.FormRowLock && t.Attempt != "" {
-		// The claim counted the attempt; a snooze gives it back.
-		uncount = ", " + quote(t.Attempt) + " = " + dialects.UncountAttempt(quote(t.Attempt))
+		// The claim counted the attempt; a snooze, and a row given back unstarted, give it
+		// back.
+		uncount = ", " + quote(t.Attempt) + " = " + sqlpart.UncountAttempt(quote(t.Attempt))
 	}
 	delay, delayUnlease := t.RetryAfter, unlease
 	s := settleSQL{hasErr: t.Error != ""}
@@ -184,16 +195,23 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 			ackErr = ", " + quote(t.Error) + " = ?"
 		}
 		s.ack = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?" + unlease + t.ClearUniqueKey(quote) + ackErr + where
+		s.ackUnstarted = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = ?" + unlease + t.ClearUniqueKey(quote) + uncount + ackErr + where
 		s.ackNow = true
 	} else {
 		s.ack = "DELETE FROM " + tq + where
+		s.ackUnstarted = s.ack // the row is gone: no count to give back
 	}
 	if lease {
 		s.release = "UPDATE " + tq + " SET " + quote(t.LockedUntil) + " = NULL" + where
+		s.giveBack = "UPDATE " + tq + " SET " + quote(t.LockedUntil) + " = NULL" + uncount + where
 		s.retry = "UPDATE " + tq + " SET " + quote(t.LockedUntil) + " = NULL" + keepErr + where
 	} else if set := count + keepErr; set != "" {
 		s.retry = "UPDATE " + tq + " SET" + strings.TrimPrefix(set, ",") + where
 		s.retryNeedsError = form == dialects.FormAdvisory
+	}
+	if form == dialects.FormAdvisory && uncount != "" {
+		// The take counted; the unlock that follows returns the row.
+		s.giveBack = "UPDATE " + tq + " SET" + strings.TrimPrefix(uncount, ",") + where
 	}
 	if delay != "" {
 		s.retryAfter = "UPDATE " + tq + " SET " + quote(delay) + " = ?" + delayUnlease + count + keepErr + where
@@ -210,7 +228,7 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 		// The whole row: every column both tables share, read from the catalog at Open.
 		// The error's and dead_at's ? come before the WHERE's, in column order: each role
 		// is copied once.
-		into, sel := dialects.MoveLists(moveCols, false, quote, func(c dialects.MoveColumn) string {
+		into, sel := adminsql.MoveLists(moveCols, false, quote, func(c adminsql.MoveColumn) string {
 			switch {
 			case c.Role == "UniqueKey":
 				return "NULL" // the key is free again: the queue table no longer holds the row
@@ -218,7 +236,7 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 				return "NULL" // the moved row arrives without a lease
 			case c.Role == "Error":
 				s.moveVals = append(s.moveVals, c.Role)
-				return dialects.KeepError(quote(c.Name), "?")
+				return sqlpart.KeepError(quote(c.Name), "?")
 			case c.Role == "DeadAt":
 				s.moveVals = append(s.moveVals, c.Role)
 				return "?" // the row died now
@@ -234,7 +252,7 @@ func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, 
 // texts lists the statements to prepare: the move's too, which checks it against the live
 // schema although it runs inside a transaction.
 func (s *settleSQL) texts() []string {
-	return []string{s.ack, s.release, s.retry, s.retryAfter, s.snooze, s.deadGroup, s.moveInsert, s.moveDelete}
+	return []string{s.ack, s.release, s.ackUnstarted, s.giveBack, s.retry, s.retryAfter, s.snooze, s.deadGroup, s.moveInsert, s.moveDelete}
 }
 
 var (
@@ -257,18 +275,26 @@ func (s *settleSQL) statement(step dialects.Step, id int64, fence ...any) (text 
 	}
 	switch step.Kind {
 	case dialects.StepAck:
-		if s.ackNow {
-			return s.ack, with(dbTime(step.Now)), false, nil
+		text := s.ack
+		if step.Unstarted {
+			text = s.ackUnstarted
 		}
-		return s.ack, key, false, nil
+		if s.ackNow {
+			return text, with(dbTime(step.Now)), false, nil
+		}
+		return text, key, false, nil
 	case dialects.StepRetry:
 		if s.retry == "" || (s.retryNeedsError && step.Error == "") {
 			return "", nil, false, nil
 		}
 		return s.retry, with(), false, nil
 	case dialects.StepRelease:
-		if s.release != "" {
-			return s.release, key, false, nil
+		text := s.release
+		if step.Unstarted {
+			text = s.giveBack
+		}
+		if text != "" {
+			return text, key, false, nil
 		}
 		return "", nil, false, nil
 	case dialects.StepRetryAfter, dialects.StepSnooze:
@@ -373,9 +399,14 @@ type txn struct {
 	// lent says the transaction is lent to a handler (lend): its connection runs with
 	// autocommit off until the transaction ends, and end turns it back on.
 	lent bool
+	// killed says cutTx killed the transaction's server session: its connection is
+	// discarded at the end, never returned to the pool.
+	killed atomic.Bool
 	// d prepares the texts the transaction ran unprepared (stmt) once it has ended.
 	d          *Dialect
 	unprepared []string
+	// session is the connection's server session id, once read (sessionID).
+	session int64
 }
 
 // prepareWait bounds how long prepareLater waits for a pool connection.
@@ -478,7 +509,7 @@ func (x *txn) end(err error) {
 		if err == nil && x.lent {
 			err = restoreAutocommit(x.conn)
 		}
-		if err != nil {
+		if err != nil || x.killed.Load() {
 			discard(x.conn)
 		} else {
 			_ = x.conn.Close()
@@ -511,6 +542,54 @@ const savepoint = "rowactor_claim"
 // errNoSavepoint is ER_SP_DOES_NOT_EXIST: the savepoint named is not in the current
 // transaction, which the server ended since it was set.
 const errNoSavepoint = 1305
+
+// sessionID is the server session (CONNECTION_ID) of the transaction's connection, read
+// once, for killCut.
+func (x *txn) sessionID(ctx context.Context) (int64, error) {
+	if x.session == 0 {
+		if err := x.tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&x.session); err != nil {
+			return 0, fmt.Errorf("read the connection's id: %w", err)
+		}
+	}
+	return x.session, nil
+}
+
+// cutTx kills the server session of x (id) when err is the failure of a statement whose
+// context ended, while x still holds its connection: the caller then rolls x back, and its
+// end discards the connection. Killed after the connection went back to the pool, the
+// session could be another caller's by then.
+func (d *Dialect) cutTx(ctx context.Context, x *txn, id int64, err error) {
+	if id != 0 && ctx.Err() != nil && err != nil {
+		x.killed.Store(true)
+		d.killSession(id)
+	}
+}
+
+// killCut kills server session id when err is the failure of a statement whose context
+// ended. The driver gives up on such a statement by closing its socket, but the server
+// does not notice while the statement waits in a row lock's queue: it would run the
+// statement when the lock comes (and commit it, in autocommit) and hold the session's
+// locks, transaction and GET_LOCK keys meanwhile. Killed, the session ends at once.
+//
+// Only a statement that failed because ctx ended is killed: the driver then closed its
+// connection, which never returns to the pool. A statement that failed otherwise (a
+// deadlock, say) as ctx ended may have left a healthy connection that the pool has lent
+// to someone else by now: killing its session would end another caller's work.
+func (d *Dialect) killCut(ctx context.Context, id int64, err error) {
+	if id != 0 && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		d.killSession(id)
+	}
+}
+
+// killSession ends server session id, whose statement its caller gave up on (its
+// connection is closed already): its transaction rolls back and its locks go at once.
+func (d *Dialect) killSession(id int64) {
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Best effort: a session that ended already (ER_NO_SUCH_THREAD) needs nothing, and
+	// one that cannot be killed ends at its lock wait timeout, as before.
+	_, _ = d.db.ExecContext(c, fmt.Sprintf("KILL CONNECTION %d", id))
+}
 
 // lend readies tx, just begun (or just claimed), for a handler: autocommit off on its
 // connection, then the savepoint. The caller marks its txn lent before, so that the end

@@ -153,13 +153,18 @@ func (d *Dialect) round(ctx context.Context, t dialects.Table, lock string, limi
 }
 
 // deleteLocked locks the rows pick selects (their ids), skipping rows others hold, and
-// deletes them.
+// deletes them, one statement a row by its id. A DELETE naming the ids in one IN list
+// is planned by cost: over a small table, or most of a large one's rows, the optimizer
+// scans the whole table, and a DELETE (unlike an UPDATE, which reads the latest committed
+// version of a row it does not match) waits for the lock on every row it reads, a row
+// lock form claim's among them, for as long as that row's handler runs. A lookup of one
+// primary key reads that row alone.
 func deleteLocked(ctx context.Context, tx *sql.Tx, t dialects.Table, pick string, args []any) (int64, error) {
 	rows, err := tx.QueryContext(ctx, pick, args...)
 	if err != nil {
 		return 0, err
 	}
-	var ids []any
+	var ids []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
@@ -175,6 +180,18 @@ func deleteLocked(ctx context.Context, tx *sql.Tx, t dialects.Table, pick string
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	return affected(tx.ExecContext(ctx, "DELETE FROM "+quote(t.Name)+" WHERE "+quote(t.ID)+" IN (?"+
-		strings.Repeat(", ?", len(ids)-1)+")", ids...))
+	del, err := tx.PrepareContext(ctx, "DELETE FROM "+quote(t.Name)+" WHERE "+quote(t.ID)+" = ?")
+	if err != nil {
+		return 0, err
+	}
+	defer del.Close()
+	var deleted int64
+	for _, id := range ids {
+		n, err := affected(del.ExecContext(ctx, id))
+		if err != nil {
+			return 0, err // the caller rolls the batch back
+		}
+		deleted += n
+	}
+	return deleted, nil
 }

@@ -6,6 +6,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
 // columnsOf lists a table's columns in the pool's current database; none when the table
@@ -84,12 +86,12 @@ func (d *Dialect) checkTable(ctx context.Context, t dialects.Table) error {
 		return err
 	}
 	// MySQL compares column names without case.
-	return dialects.CheckColumns(t, have, true)
+	return tablecheck.CheckColumns(t, have, true)
 }
 
 // checkSpec refuses a subscription MySQL cannot serve, before anything is claimed. It
 // returns the columns a dead-letter move copies, when the dead letter is a table.
-func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]dialects.MoveColumn, error) {
+func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]adminsql.MoveColumn, error) {
 	t := spec.Table
 	if err := checkDescription(t); err != nil {
 		return nil, err
@@ -120,7 +122,7 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]dia
 	if err != nil {
 		return nil, err
 	}
-	if err := dialects.CheckColumns(t, have, true); err != nil {
+	if err := tablecheck.CheckColumns(t, have, true); err != nil {
 		return nil, err
 	}
 	if spec.DeadLetterTable != "" {

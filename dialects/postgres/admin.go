@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
 )
 
 // The operator's commands (dialects.Admin). Schema needs no database: cmd/rowactor renders
@@ -28,14 +29,15 @@ const heldKeys = "SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_loc
 	" WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.mode = 'ExclusiveLock'" +
 	" AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 
-// statsState classifies a row for Stats, by precedence: processed, in work (a lease not
-// yet expired, or an advisory key some session holds), delayed, due. Each test is false on
-// NULL, so a NULL column never hides a row. The row lock form's locks cannot be listed
+// statsState classifies a row for Stats, by precedence: cancelled (JobCancelled), processed, in work (a lease not
+// yet expired, or an advisory key some session holds), dead (dead_at set), delayed, due.
+// Each test is false on NULL, so a NULL column never hides a row. The row lock form's locks cannot be listed
 // without the pgrowlocks extension, so its rows in work read as due. usesNow says the
 // text binds now as $1.
 func statsState(t dialects.Table) (text string, usesNow bool, err error) {
 	var b strings.Builder
 	b.WriteString("CASE")
+	b.WriteString(adminsql.CancelledState(t, quote, adminsql.CancelledTest))
 	if t.ProcessedAt != "" {
 		b.WriteString(" WHEN " + quote(t.ProcessedAt) + " IS NOT NULL THEN 0")
 	}
@@ -51,6 +53,10 @@ func statsState(t dialects.Table) (text string, usesNow bool, err error) {
 		}
 		// A hashed subplan: pg_locks is read once per statement.
 		b.WriteString(" WHEN hashtextextended(" + key + ", 0) IN (" + heldKeys + ") THEN 1")
+	}
+	if t.DeadAt != "" {
+		// A dead letter waits for a requeue, whatever its retry_after.
+		b.WriteString(" WHEN " + quote(t.DeadAt) + " IS NOT NULL THEN 4")
 	}
 	if t.RetryAfter != "" {
 		ra := quote(t.RetryAfter)
@@ -79,16 +85,17 @@ func statsText(t dialects.Table, unfinished bool) (text string, usesNow bool, er
 	if t.Group != "" {
 		inner, g, groupBy = quote(t.Group)+"::text AS g, "+inner, "g", " GROUP BY g"
 	}
-	s := "SELECT s.g, s.n_processed, s.n_in_work, s.n_delayed, s.n_due, s.oldest"
+	s := "SELECT s.g, s.n_processed, s.n_in_work, s.n_delayed, s.n_due, s.n_dead, s.n_cancelled, s.oldest"
 	for _, c := range []string{t.RetryAfter, t.LockedUntil, t.Headers} {
 		if c != "" {
 			s += ", r." + quote(c)
 		}
 	}
 	return s + " FROM (SELECT " + g + ", count(*) FILTER (WHERE st = 0) AS n_processed, count(*) FILTER (WHERE st = 1) AS n_in_work," +
-		" count(*) FILTER (WHERE st = 2) AS n_delayed, count(*) FILTER (WHERE st = 3) AS n_due," +
+		" count(*) FILTER (WHERE st = 2) AS n_delayed, count(*) FILTER (WHERE st = 3) AS n_due, count(*) FILTER (WHERE st = 4) AS n_dead," +
+		" count(*) FILTER (WHERE st = 5) AS n_cancelled," +
 		" min(i) FILTER (WHERE st = 3) AS oldest" +
-		" FROM (SELECT " + inner + " FROM " + tq + dialects.UnfinishedWhere(t, quote, unfinished) + ") AS c" + groupBy + ") AS s" +
+		" FROM (SELECT " + inner + " FROM " + tq + adminsql.UnfinishedWhere(t, quote, unfinished) + ") AS c" + groupBy + ") AS s" +
 		" LEFT JOIN " + tq + " AS r ON r." + id + " = s.oldest ORDER BY s.g", usesNow, nil
 }
 
@@ -132,7 +139,7 @@ func (d *Dialect) stats(ctx context.Context, t dialects.Table, now time.Time, un
 			retry, locked *time.Time
 			headers       []byte
 		)
-		dest := []any{&group, &g.Processed, &g.InWork, &g.Delayed, &g.Due, &oldest}
+		dest := []any{&group, &g.Processed, &g.InWork, &g.Delayed, &g.Due, &g.Dead, &g.Cancelled, &oldest}
 		if t.RetryAfter != "" {
 			dest = append(dest, &retry)
 		}
@@ -175,7 +182,7 @@ func (d *Dialect) stats(ctx context.Context, t dialects.Table, now time.Time, un
 		return nil, adminErr("stats", t.Name, err)
 	}
 	defer erows.Close()
-	if err := dialects.FileTopErrors(erows, t, out); err != nil {
+	if err := adminsql.FileTopErrors(erows, t, out); err != nil {
 		return nil, adminErr("stats", t.Name, err)
 	}
 	return out, nil
@@ -195,14 +202,14 @@ type requeueSQL struct {
 // statement (OVERRIDING SYSTEM VALUE keeps the ids even where the id is GENERATED
 // ALWAYS). Both reset the attempt to 1 and clear retry_after, locked_until, processed_at
 // and dead_at.
-func buildRequeue(spec dialects.RequeueSpec, cols []dialects.MoveColumn) requeueSQL {
+func buildRequeue(spec dialects.RequeueSpec, cols []adminsql.MoveColumn) requeueSQL {
 	t := spec.Table
 	id := quote(t.ID)
 	if spec.FromGroup != "" {
 		tq, gq := quote(t.Name), quote(t.Group)
 		set := gq + " = $1"
 		for _, c := range copyColumns(t) {
-			if v := dialects.RequeueValue(c.Role); v != "" {
+			if v := adminsql.RequeueValue(c.Role); v != "" {
 				set += ", " + quote(c.Name) + " = " + v
 			}
 		}
@@ -213,7 +220,7 @@ func buildRequeue(spec dialects.RequeueSpec, cols []dialects.MoveColumn) requeue
 		}
 	}
 	from := quote(spec.FromTable)
-	into, sel := dialects.MoveLists(cols, true, quote, func(c dialects.MoveColumn) string { return dialects.RequeueValue(c.Role) })
+	into, sel := adminsql.MoveLists(cols, true, quote, func(c adminsql.MoveColumn) string { return adminsql.RequeueValue(c.Role) })
 	returning := make([]string, len(cols))
 	for i, c := range cols {
 		returning[i] = quote(c.DeadName)
@@ -231,7 +238,7 @@ func buildRequeue(spec dialects.RequeueSpec, cols []dialects.MoveColumn) requeue
 // lock claim makes it wait), moves them in chunks, and commits; a failure or the end of
 // ctx rolls everything back. It checks the table (and the dead-letter table) first.
 func (d *Dialect) Requeue(ctx context.Context, spec dialects.RequeueSpec, progress func(done, total int)) (int, error) {
-	fromArgs, cols, err := dialects.StartRequeue(ctx, spec, d.checkTable, d.deadLetterColumns)
+	fromArgs, cols, err := adminsql.StartRequeue(ctx, spec, d.checkTable, d.deadLetterColumns)
 	if err != nil {
 		return 0, err
 	}
@@ -275,10 +282,10 @@ func requeue(ctx context.Context, tx pgx.Tx, spec dialects.RequeueSpec, s requeu
 	if err != nil {
 		return 0, err
 	}
-	if ids, err = dialects.PickRequeue(spec, ids); err != nil || spec.DryRun {
+	if ids, err = adminsql.PickRequeue(spec, ids); err != nil || spec.DryRun {
 		return len(ids), err
 	}
-	return dialects.RequeueChunks(ctx, ids, spec.Chunk, func(ctx context.Context, ids []int64) (int64, error) {
+	return adminsql.RequeueChunks(ctx, ids, spec.Chunk, func(ctx context.Context, ids []int64) (int64, error) {
 		args := []any{ids}
 		if spec.FromGroup != "" {
 			args = []any{spec.ToGroup, ids, spec.FromGroup}
@@ -295,7 +302,7 @@ func adminErr(op, table string, err error) error {
 // errorsText is the statement of the most frequent errors, of all rows or the unfinished.
 func errorsText(t dialects.Table, unfinished bool) string {
 	if unfinished {
-		return dialects.TopUnfinishedErrorsText(t, quote)
+		return adminsql.TopUnfinishedErrorsText(t, quote)
 	}
-	return dialects.TopErrorsText(t, quote)
+	return adminsql.TopErrorsText(t, quote, adminsql.CancelledTest)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/sqlpart"
 )
 
 // lockText and unlockText lock and unlock a key's 64-bit hash on the session. Each runs
@@ -56,7 +57,7 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 	var w builder
 	if t.Attempt != "" {
 		a := quote(t.Attempt)
-		w.w("UPDATE ", tq, " SET ", a, " = ", dialects.CountAttempt(a, base.attemptMax), " WHERE ", id, " = ", w.p(pID),
+		w.w("UPDATE ", tq, " SET ", a, " = ", sqlpart.CountAttempt(a, base.attemptMax), " WHERE ", id, " = ", w.p(pID),
 			" AND ", claimable(&w, t, "", false), " AND ", key, " = ", w.p(pKey), "::text COLLATE \"C\"",
 			" RETURNING ", rowColumns(t, "", a+" - 1"), ", ", key)
 	} else {

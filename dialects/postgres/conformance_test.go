@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -28,8 +27,8 @@ func (harness) Caps() dialecttest.Caps {
 		AttemptTypes: []dialecttest.AttemptType{{Name: "smallint", Type: "smallint", Max: 32767}, {Name: "integer", Type: "integer", Max: 2147483647},
 			{Name: "bigint", Type: "bigint", Max: 9223372036854775807}},
 		Concat:  concat,
-		TxType:  "pgx.Tx",
-		WrongTx: &sql.Tx{},
+		TxType:  "*sql.Tx or a pgx.Tx",
+		WrongTx: &pgxpool.Pool{}, // the pool, not a transaction on it
 		// Close of a dialect on the caller's pool releases nothing.
 		ClosedStillServes: true,
 		RowLock:           true,

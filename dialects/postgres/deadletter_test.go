@@ -6,6 +6,8 @@ import (
 
 	"github.com/rowactor/rowactor/dialects"
 	"github.com/rowactor/rowactor/dialects/dialecttest"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
 // TestCatalogColumns: the catalog tells a column an INSERT must give a value (NOT NULL
@@ -63,13 +65,13 @@ func TestDeadLetterIdentityAlways(t *testing.T) {
 // included, quoted with their case, and leaves out what the dead-letter table computes.
 func TestDeadLetterMoveText(t *testing.T) {
 	tbl := dialects.Table{Name: "jobs", ID: "id", Payload: "payload", LockedUntil: "locked_until"}
-	cols, err := dialects.MoveColumns(tbl, "jobs_dead",
-		[]dialects.CatalogColumn{{Name: "id"}, {Name: "payload"}, {Name: "locked_until"}, {Name: "Customer", Required: true}, {Name: "key"}},
-		[]dialects.CatalogColumn{{Name: "id"}, {Name: "payload"}, {Name: "locked_until"}, {Name: "Customer"}, {Name: "key", Generated: true}}, false, false)
+	cols, err := adminsql.MoveColumns(tbl, "jobs_dead",
+		[]adminsql.CatalogColumn{{Name: "id"}, {Name: "payload"}, {Name: "locked_until"}, {Name: "Customer", Required: true}, {Name: "key"}},
+		[]adminsql.CatalogColumn{{Name: "id"}, {Name: "payload"}, {Name: "locked_until"}, {Name: "Customer"}, {Name: "key", Generated: true}}, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := buildSettle(dialects.QueueSpec{Table: tbl, DeadLetterTable: "jobs_dead"}, dialects.FormLease, dialects.MaxInteger, cols)
+	s := buildSettle(dialects.QueueSpec{Table: tbl, DeadLetterTable: "jobs_dead"}, dialects.FormLease, tablecheck.MaxInteger, cols)
 	want := `WITH moved AS (DELETE FROM "jobs" WHERE "id" = $1 AND "locked_until" = $2 RETURNING "id", "payload", "locked_until", "Customer")` +
 		` INSERT INTO "jobs_dead" ("id", "payload", "locked_until", "Customer") OVERRIDING SYSTEM VALUE SELECT "id", "payload", NULL, "Customer" FROM moved`
 	if s.move.text != want {

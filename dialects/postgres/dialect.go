@@ -74,9 +74,12 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/rowactor/rowactor/dialects"
 )
@@ -90,11 +93,16 @@ const Channel = "rowactor"
 type Dialect struct {
 	pool  *pgxpool.Pool
 	owned bool
+
+	// sqlOnce makes sqlDB, the pool as a database/sql handle, on first use.
+	sqlOnce sync.Once
+	sqlDB   *sql.DB
 }
 
 var (
 	_ dialects.Dialect  = (*Dialect)(nil)
 	_ dialects.Notifier = (*Dialect)(nil)
+	_ dialects.SQLDB    = (*Dialect)(nil)
 )
 
 // New wraps a pool. The caller keeps owning it: Close does not close it.
@@ -124,6 +132,14 @@ func Open(ctx context.Context, url string) (*Dialect, error) {
 // Pool returns the pool.
 func (d *Dialect) Pool() *pgxpool.Pool { return d.pool }
 
+// SQLDB returns the pool as a *sql.DB (pgx's stdlib over the pool), made on first use:
+// its connections come from the pool and go back to it after each use. A *sql.Tx begun
+// on it can be given to PublishTx. Close closes it; closing it does not close the pool.
+func (d *Dialect) SQLDB() *sql.DB {
+	d.sqlOnce.Do(func() { d.sqlDB = stdlib.OpenDBFromPool(d.pool) })
+	return d.sqlDB
+}
+
 // Name is "postgres".
 func (d *Dialect) Name() string { return "postgres" }
 
@@ -141,9 +157,14 @@ func (d *Dialect) Limits() dialects.Limits {
 // Close closes the pool if Open made it. Closing waits for every acquired connection to
 // be released, so shut every broker on the dialect down first.
 func (d *Dialect) Close() error {
+	var err error
+	d.sqlOnce.Do(func() {}) // no handle is made once Close has begun
+	if d.sqlDB != nil {
+		err = d.sqlDB.Close()
+	}
 	if d.owned {
 		d.pool.Close()
 		dialects.ForgetBudget(d.pool)
 	}
-	return nil
+	return err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
 var (
@@ -92,7 +93,7 @@ func (d *Dialect) NewestUniqueKey(ctx context.Context, tx any, t dialects.Table,
 			return "", false, err
 		}
 	}
-	if err := dialects.CheckKeyRange(t, low, high); err != nil {
+	if err := tablecheck.CheckKeyRange(t, low, high); err != nil {
 		return "", false, err
 	}
 	k := quote(t.UniqueKey) + ` COLLATE "C"`

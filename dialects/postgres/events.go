@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/sqlpart"
 )
 
 // compileEvents turns the subscription's own events into $n statements and prepares each
@@ -27,7 +28,7 @@ func (d *Dialect) compileEvents(ctx context.Context, spec dialects.QueueSpec) (m
 	}
 	defer conn.Release()
 	for name, sql := range spec.Events {
-		ev, err := dialects.CompileEvent(spec.Table.Name, name, sql, spec.Table.Form(), dollar)
+		ev, err := sqlpart.CompileEvent(spec.Table.Name, name, sql, spec.Table.Form(), dollar)
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/sqlpart"
 )
 
 // FIFO groups (Table.FIFO), in the row lock and lease forms.
@@ -136,7 +137,7 @@ func fifoLeaseClaim(t dialects.Table, attemptMax int64) stmt {
 	}
 	w.w(") FOR UPDATE SKIP LOCKED), s AS (UPDATE ", tq, " AS u SET ", lu, " = ", w.p(pUntil))
 	if t.Attempt != "" {
-		w.w(", ", quote(t.Attempt), " = ", dialects.CountAttempt("u."+quote(t.Attempt), attemptMax))
+		w.w(", ", quote(t.Attempt), " = ", sqlpart.CountAttempt("u."+quote(t.Attempt), attemptMax))
 	}
 	w.w(" FROM c WHERE u.", id, " = c.", id, ") SELECT ", rowColumns(t, "c", "c."+quote(t.Attempt)), " FROM c")
 	return w.stmt()

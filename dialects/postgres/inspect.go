@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
 )
 
 var _ dialects.Inspector = (*Dialect)(nil)
@@ -23,12 +24,12 @@ func (d *Dialect) Inspect(ctx context.Context, t dialects.Table, id int64, now t
 	if !usesNow {
 		args, idParam = nil, "$1"
 	}
-	rows, err := d.pool.Query(ctx, dialects.InspectText(t, quote, state, idParam), append(args, id)...)
+	rows, err := d.pool.Query(ctx, adminsql.InspectText(t, quote, state, idParam), append(args, id)...)
 	if err != nil {
 		return dialects.Job{}, adminErr("inspect", t.Name, err)
 	}
 	defer rows.Close()
-	j, err := dialects.ScanJob(rows, t, id, t.Form() != dialects.FormRowLock, func() (any, func() (time.Time, error)) {
+	j, err := adminsql.ScanJob(rows, t, id, t.Form() != dialects.FormRowLock, func() (any, func() (time.Time, error)) {
 		var v *time.Time
 		return &v, func() (time.Time, error) {
 			if v == nil {

@@ -6,11 +6,14 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
 var (
 	_ dialects.JobLister       = (*Dialect)(nil)
 	_ dialects.FinishedCounter = (*Dialect)(nil)
+	_ dialects.GroupLister     = (*Dialect)(nil)
 )
 
 // ListJobs reads one keyset page of rows in one statement (dialects.JobLister): the
@@ -29,13 +32,13 @@ func (d *Dialect) ListJobs(ctx context.Context, t dialects.Table, f dialects.Job
 	}
 	bind := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
 	contains := func(col, p string) string { return "strpos(" + col + ", " + p + ") > 0" }
-	text := dialects.ListJobsText(t, quote, state, bind, contains, f) // binds args: build it first
+	text := adminsql.ListJobsText(t, quote, state, bind, contains, f) // binds args: build it first
 	rows, err := d.pool.Query(ctx, text, args...)
 	if err != nil {
 		return nil, adminErr("list jobs", t.Name, err)
 	}
 	defer rows.Close()
-	jobs, err := dialects.ScanJobs(rows, t, f, t.Form() != dialects.FormRowLock, func() (any, func() (time.Time, error)) {
+	jobs, err := adminsql.ScanJobs(rows, t, f, t.Form() != dialects.FormRowLock, func() (any, func() (time.Time, error)) {
 		var v *time.Time
 		return &v, func() (time.Time, error) {
 			if v == nil {
@@ -53,7 +56,7 @@ func (d *Dialect) ListJobs(ctx context.Context, t dialects.Table, f dialects.Job
 // FinishedPerMinute counts finished rows per group and minute of processed_at, in one
 // statement (dialects.FinishedCounter).
 func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, since time.Time) ([]dialects.MinuteCount, error) {
-	if err := dialects.CheckFinished(t); err != nil {
+	if err := tablecheck.CheckFinished(t); err != nil {
 		return nil, err
 	}
 	if err := d.checkTable(ctx, t); err != nil {
@@ -64,7 +67,7 @@ func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, since
 		return nil, adminErr("finished per minute", t.Name, err)
 	}
 	defer rows.Close()
-	out, err := dialects.ScanFinished(rows, t, func() (any, func() (time.Time, error)) {
+	out, err := adminsql.ScanFinished(rows, t, func() (any, func() (time.Time, error)) {
 		var m time.Time
 		return &m, func() (time.Time, error) { return m, nil }
 	})
@@ -76,7 +79,7 @@ func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, since
 
 // finishedText is FinishedPerMinute's statement, since bound as $1.
 func finishedText(t dialects.Table) string {
-	return dialects.FinishedText(t, quote, func(col string) string { return "date_trunc('minute', " + col + ")" }, "$1")
+	return adminsql.FinishedText(t, quote, func(col string) string { return "date_trunc('minute', " + col + ")" }, "$1")
 }
 
 // finishedIndexQuery says whether a valid B-tree index of the table ($1, quoted, resolved
@@ -92,7 +95,7 @@ const finishedIndexQuery = `SELECT EXISTS (SELECT 1 FROM pg_index i
 // HasFinishedIndex reads pg_index for an index leading with processed_at
 // (dialects.FinishedCounter).
 func (d *Dialect) HasFinishedIndex(ctx context.Context, t dialects.Table) (bool, error) {
-	if err := dialects.CheckFinished(t); err != nil {
+	if err := tablecheck.CheckFinished(t); err != nil {
 		return false, err
 	}
 	var ok bool
@@ -108,4 +111,25 @@ func (d *Dialect) FinishedIndexStatement(t dialects.Table) string {
 	p := quote(t.ProcessedAt)
 	return "CREATE INDEX CONCURRENTLY IF NOT EXISTS " + quote(indexNameWith(t.Name, "_finished")) + " ON " + quote(t.Name) +
 		" (" + p + ") WHERE " + p + " IS NOT NULL"
+}
+
+// FinishedGroups lists the groups of the finished rows, in one statement that reads them
+// (dialects.GroupLister): the claim index leaves them out, so it reads the whole table.
+func (d *Dialect) FinishedGroups(ctx context.Context, t dialects.Table, limit int) ([]dialects.GroupName, error) {
+	if err := tablecheck.CheckFinishedGroups(t, limit); err != nil {
+		return nil, err
+	}
+	if err := d.checkTable(ctx, t); err != nil {
+		return nil, err
+	}
+	rows, err := d.pool.Query(ctx, adminsql.FinishedGroupsText(t, quote, quote(t.Group)+"::text", "$1"), limit)
+	if err != nil {
+		return nil, adminErr("finished groups", t.Name, err)
+	}
+	defer rows.Close()
+	out, err := adminsql.ScanGroupNames(rows)
+	if err != nil {
+		return nil, adminErr("finished groups", t.Name, err)
+	}
+	return out, nil
 }

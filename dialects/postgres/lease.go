@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/sqlpart"
 )
 
 type leaseQueue struct {
@@ -44,7 +45,7 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 		" ORDER BY ", t.ClaimOrder(quote, ""), " LIMIT ", w.p(pLimit), " FOR UPDATE SKIP LOCKED), s AS (UPDATE ", tq,
 		" AS u SET ", lu, " = ", w.p(pUntil))
 	if t.Attempt != "" {
-		w.w(", ", quote(t.Attempt), " = ", dialects.CountAttempt("u."+quote(t.Attempt), base.attemptMax))
+		w.w(", ", quote(t.Attempt), " = ", sqlpart.CountAttempt("u."+quote(t.Attempt), base.attemptMax))
 	}
 	w.w(" FROM c WHERE u.", id, " = c.", id, ") SELECT ", rowColumns(t, "c", "c."+quote(t.Attempt)),
 		" FROM c ORDER BY ", t.ClaimOrder(quote, "c"))

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
 var _ dialects.OutboxDialect = (*Dialect)(nil)
@@ -40,7 +41,7 @@ func (d *Dialect) OutboxSchema(t dialects.OutboxTable) (string, error) {
 	if err := checkOutboxNames(t.Name, "outbox.Table.", t.Columns()); err != nil {
 		return "", err
 	}
-	if err := dialects.CheckOutboxDescription(t); err != nil {
+	if err := tablecheck.CheckOutboxDescription(t); err != nil {
 		return "", err
 	}
 	var b strings.Builder
@@ -65,7 +66,7 @@ func (d *Dialect) DedupeSchema(t dialects.DedupeTable) (string, error) {
 	if err := checkOutboxNames(t.Name, "outbox.DedupeTable.", t.Columns()); err != nil {
 		return "", err
 	}
-	if err := dialects.CheckDedupeDescription(t); err != nil {
+	if err := tablecheck.CheckDedupeDescription(t); err != nil {
 		return "", err
 	}
 	s := "CREATE TABLE IF NOT EXISTS " + quote(t.Name) + " (\n  " + quote(t.ID) + " bigint PRIMARY KEY"
@@ -120,7 +121,7 @@ func (d *Dialect) checkLive(ctx context.Context, table, prefix, schemaFunc strin
 	if err != nil {
 		return err
 	}
-	if err := dialects.CheckNamedColumns(table, prefix, schemaFunc, cols, names(have), false); err != nil {
+	if err := tablecheck.CheckNamedColumns(table, prefix, schemaFunc, cols, names(have), false); err != nil {
 		return err
 	}
 	for _, c := range cols {
@@ -146,10 +147,13 @@ func (d *Dialect) checkLive(ctx context.Context, table, prefix, schemaFunc strin
 
 // OpenOutbox checks the outbox table and prepares its statements.
 func (d *Dialect) OpenOutbox(ctx context.Context, t dialects.OutboxTable) (dialects.OutboxStore, error) {
-	if err := dialects.CheckOutboxDescription(t); err != nil {
+	if err := tablecheck.CheckOutboxDescription(t); err != nil {
 		return nil, err
 	}
 	if err := d.checkLive(ctx, t.Name, "outbox.Table.", "outbox.Schema", t.Columns(), outboxTypes); err != nil {
+		return nil, err
+	}
+	if err := d.checkOutboxIDs(ctx, t); err != nil {
 		return nil, err
 	}
 	tb, id := quote(t.Name), quote(t.ID)
@@ -296,7 +300,7 @@ func (s *outboxStore) Close() error { return nil }
 
 // OpenDedupe checks the dedupe table and prepares its insert.
 func (d *Dialect) OpenDedupe(ctx context.Context, t dialects.DedupeTable) (dialects.DedupeStore, error) {
-	if err := dialects.CheckDedupeDescription(t); err != nil {
+	if err := tablecheck.CheckDedupeDescription(t); err != nil {
 		return nil, err
 	}
 	if err := d.checkLive(ctx, t.Name, "outbox.DedupeTable.", "outbox.DedupeSchema", t.Columns(), dedupeTypes); err != nil {

@@ -9,9 +9,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
-// Poison rows (see dialects.CountAttempt): the attempt counter stops at its column type's
+// Poison rows (see sqlpart.CountAttempt): the attempt counter stops at its column type's
 // largest value, a row whose values do not scan is returned flagged beside the rows the
 // same claim read, and the row lock form's claims pass over rows set aside in memory.
 
@@ -19,7 +20,7 @@ import (
 // base type) and returns its largest value; checkColumns has refused other types.
 func (d *Dialect) attemptMax(ctx context.Context, t dialects.Table) (int64, error) {
 	if t.Attempt == "" {
-		return dialects.MaxInteger, nil
+		return tablecheck.MaxInteger, nil
 	}
 	cols, err := d.columnsOf(ctx, t.Name)
 	if err != nil {
@@ -31,11 +32,11 @@ func (d *Dialect) attemptMax(ctx context.Context, t dialects.Table) (int64, erro
 		}
 		switch c.typ {
 		case "smallint":
-			return dialects.MaxSmallint, nil
+			return tablecheck.MaxSmallint, nil
 		case "integer":
-			return dialects.MaxInteger, nil
+			return tablecheck.MaxInteger, nil
 		case "bigint":
-			return dialects.MaxBigint, nil
+			return tablecheck.MaxBigint, nil
 		}
 		return 0, fmt.Errorf("postgres: table %s: the attempt column %s is %s", t.Name, t.Attempt, c.typ)
 	}

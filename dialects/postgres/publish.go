@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
 // Publisher checks t for publishing and builds its INSERT once. Any form may be published
@@ -108,27 +110,104 @@ type publisher struct {
 	insertHeaders    string
 }
 
-// Publish inserts m. tx is nil for the dialect's pool, or a pgx.Tx (from any pool or
-// connection on the same database): the row then exists, and the notification is sent,
-// only if the caller commits.
+// Publish inserts m. tx is nil for the dialect's pool, or the caller's transaction on the
+// same database: a pgx.Tx (from any pool or connection), or a *sql.Tx (from SQLDB or
+// any database/sql handle on pgx's stdlib driver). The row then exists, and the
+// notification is sent, only if the caller commits.
 func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (int64, error) {
-	if m.Group != "" && !p.hasGroup {
-		return 0, p.errorf(fmt.Errorf("the table has no group column for Message.Group %q", m.Group))
+	if err := p.check(m); err != nil {
+		return 0, err
 	}
-	if m.UniqueKey != "" && !p.hasUnique {
-		return 0, p.errorf(fmt.Errorf("Message.UniqueKey %q needs a unique key column, and the table has none", m.UniqueKey))
+	text, args := p.statement(m)
+	var q firstID
+	switch x := tx.(type) {
+	case nil:
+		q = pgxFirstID(p.d.pool)
+	case pgx.Tx:
+		q = pgxFirstID(x)
+	case *sql.Tx:
+		q = sqlFirstID(x)
+	default:
+		return 0, fmt.Errorf("postgres: PublishTx needs a *sql.Tx or a pgx.Tx, got %T", tx)
 	}
-	if m.Priority != 0 && !p.hasPriority {
-		return 0, p.errorf(fmt.Errorf("Message.Priority %d needs a priority column, and the table has none", m.Priority))
+	return p.insertOrFind(ctx, q, text, args, m.UniqueKey)
+}
+
+// firstID runs a statement and reads its first row's first column as an id; found is
+// false when it returned no row. The columns after the first are read and dropped.
+type firstID func(ctx context.Context, text string, args []any) (id int64, found bool, err error)
+
+// pgxFirstID is firstID on a pgx pool or transaction.
+func pgxFirstID(db querier) firstID {
+	return func(ctx context.Context, text string, args []any) (int64, bool, error) {
+		rows, err := db.Query(ctx, text, args...)
+		if err != nil {
+			return 0, false, err
+		}
+		defer rows.Close()
+		if !rows.Next() {
+			return 0, false, rows.Err()
+		}
+		var id int64
+		dst := make([]any, len(rows.FieldDescriptions())) // pgx skips a nil destination
+		dst[0] = &id
+		if err := rows.Scan(dst...); err != nil {
+			return 0, false, err
+		}
+		rows.Close()
+		return id, true, rows.Err()
 	}
-	if !m.NotBefore.IsZero() && !p.hasRetryAfter {
-		return 0, p.errorf(errors.New("Message.NotBefore needs a retry_after column, and the table has none"))
+}
+
+// sqlFirstID is firstID on a database/sql transaction.
+func sqlFirstID(tx *sql.Tx) firstID {
+	return func(ctx context.Context, text string, args []any) (int64, bool, error) {
+		rows, err := tx.QueryContext(ctx, text, args...)
+		if err != nil {
+			return 0, false, err
+		}
+		defer rows.Close()
+		if !rows.Next() {
+			return 0, false, rows.Err()
+		}
+		cols, err := rows.Columns()
+		if err != nil {
+			return 0, false, err
+		}
+		var id int64
+		dst := make([]any, len(cols))
+		dst[0] = &id
+		for i := 1; i < len(dst); i++ {
+			dst[i] = new(any)
+		}
+		if err := rows.Scan(dst...); err != nil {
+			return 0, false, err
+		}
+		return id, true, rows.Close()
 	}
+}
+
+// check refuses a message the table cannot hold, before anything is sent.
+func (p *publisher) check(m dialects.Message) error {
+	has := tablecheck.Columns{Group: p.hasGroup, UniqueKey: p.hasUnique, Priority: p.hasPriority, RetryAfter: p.hasRetryAfter}
+	if err := tablecheck.MessageFits(m, has); err != nil {
+		return p.errorf(err)
+	}
+	if p.hasPriority {
+		if err := tablecheck.CheckPriorityFits(m.Priority, p.prioMin, p.prioMax, p.prioType); err != nil {
+			return p.errorf(err)
+		}
+	}
+	return nil
+}
+
+// statement returns the insert m needs and its arguments, in the columns' order; the
+// second is the notification's payload, the table and the group.
+func (p *publisher) statement(m dialects.Message) (string, []any) {
 	payload := m.Payload
 	if payload == nil {
 		payload = []byte{} // pgx binds a nil slice as NULL
 	}
-	text := p.insert
 	args := []any{payload, p.name + "\t" + m.Group}
 	if p.hasGroup {
 		args = append(args, m.Group)
@@ -141,9 +220,6 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 		}
 	}
 	if p.hasPriority {
-		if err := dialects.CheckPriorityFits(m.Priority, p.prioMin, p.prioMax, p.prioType); err != nil {
-			return 0, p.errorf(err)
-		}
 		args = append(args, m.Priority)
 	}
 	if p.hasUnique {
@@ -154,85 +230,38 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 		args = append(args, key)
 	}
 	if m.Headers != nil && p.insertHeaders != p.insert {
-		text = p.insertHeaders
 		// As text: jsonb and json parse it, a text column keeps it.
-		args = append(args, string(m.Headers))
+		return p.insertHeaders, append(args, string(m.Headers))
 	}
-	var db querier
-	switch x := tx.(type) {
-	case nil:
-		db = p.d.pool
-	case pgx.Tx:
-		db = x
-	default:
-		return 0, fmt.Errorf("postgres: PublishTx needs a pgx.Tx, got %T", tx)
-	}
+	return p.insert, args
+}
+
+// insertOrFind runs the insert and returns the new row's id. When the unique key is held,
+// the row holding it is the answer; a row deleted between the insert and the lookup frees
+// the key, and the insert is tried again, three times at most.
+func (p *publisher) insertOrFind(ctx context.Context, q firstID, text string, args []any, key string) (int64, error) {
 	for try := 0; ; try++ {
-		id, inserted, err := p.insertOnce(ctx, db, text, args)
-		if err != nil || inserted {
-			return id, err
+		id, inserted, err := q(ctx, text, args)
+		if err != nil {
+			return 0, p.errorf(err)
 		}
-		if m.UniqueKey == "" {
-			return 0, p.errorf(errors.New("the insert returned no id"))
-		}
-		// The key is held: the row holding it is the answer. A row deleted between the
-		// insert and the lookup frees the key, and the insert is tried again.
-		err = lookup(ctx, db, p.lookup, m.UniqueKey, &id)
-		if err == nil {
+		if inserted {
 			return id, nil
 		}
-		if !errors.Is(err, pgx.ErrNoRows) || try == 2 {
-			return 0, p.errorf(fmt.Errorf("look up the row holding unique key %q: %w", m.UniqueKey, err))
+		if !p.hasUnique || key == "" {
+			return 0, p.errorf(errors.New("the insert returned no id"))
+		}
+		id, found, err := q(ctx, p.lookup, []any{key})
+		if err == nil && found {
+			return id, p.errorf(dialects.Duplicate(key, id))
+		}
+		if err != nil || try == 2 {
+			if err == nil {
+				err = errors.New("no row holds it, three times over")
+			}
+			return 0, p.errorf(fmt.Errorf("look up the row holding unique key %q: %w", key, err))
 		}
 	}
-}
-
-// lookup reads one id by text, pgx.ErrNoRows when none.
-func lookup(ctx context.Context, db querier, text string, arg any, id *int64) error {
-	rows, err := db.Query(ctx, text, arg)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return pgx.ErrNoRows
-	}
-	if err := rows.Scan(id); err != nil {
-		return err
-	}
-	rows.Close()
-	return rows.Err()
-}
-
-// insertOnce runs the insert; inserted is false when a unique key conflict made it insert
-// nothing.
-func (p *publisher) insertOnce(ctx context.Context, db querier, text string, args []any) (id int64, inserted bool, err error) {
-	rows, err := db.Query(ctx, text, args...)
-	if err != nil {
-		return 0, false, p.errorf(err)
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return 0, false, p.errorf(err)
-		}
-		if p.hasUnique {
-			return 0, false, nil
-		}
-		return 0, false, p.errorf(errors.New("the insert returned no id"))
-	}
-	// The second column is pg_notify's (empty) result.
-	if err := rows.Scan(&id, nil); err != nil {
-		return 0, false, p.errorf(err)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, false, p.errorf(err)
-	}
-	return id, true, nil
 }
 
 func (p *publisher) errorf(err error) error {
@@ -265,7 +294,7 @@ func (d *Dialect) checkUniqueIndex(ctx context.Context, t dialects.Table) error 
 		return adminErr("read the unique key's index", t.Name, err)
 	}
 	if !ok {
-		return dialects.NoUniqueIndex(t, "CREATE UNIQUE INDEX ON "+quote(t.Name)+" ("+quote(t.UniqueKey)+")")
+		return tablecheck.NoUniqueIndex(t, "CREATE UNIQUE INDEX ON "+quote(t.Name)+" ("+quote(t.UniqueKey)+")")
 	}
 	return nil
 }

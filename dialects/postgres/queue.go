@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
+	"github.com/rowactor/rowactor/dialects/internal/sqlpart"
 )
 
 // Open checks the subscription against the live database, builds its statements once and
@@ -137,6 +139,12 @@ func (q *queue) exec(ctx context.Context, db querier, op string, s stmt, b *bind
 type settleSQL struct {
 	ack     stmt
 	release stmt // lease form: clear the lease
+	// ackUnstarted and giveBack are the ack and the release of a delivery whose handler
+	// never started (Step.Unstarted): they also give back the attempt the lease and
+	// advisory forms' claim counted. giveBack is empty where nothing needs writing (the
+	// row lock form, an advisory table without an attempt column).
+	ackUnstarted stmt
+	giveBack     stmt
 	// retry returns the row at once: the row lock form counts the attempt, the lease form
 	// clears the lease; either writes the outcome's error into the error column. The
 	// advisory form writes only the error (the take counted; the unlock returns the row),
@@ -150,7 +158,7 @@ type settleSQL struct {
 }
 
 func (s *settleSQL) all() []stmt {
-	return []stmt{s.ack, s.release, s.retry, s.retryAfter, s.snooze, s.deadGroup, s.move}
+	return []stmt{s.ack, s.release, s.ackUnstarted, s.giveBack, s.retry, s.retryAfter, s.snooze, s.deadGroup, s.move}
 }
 
 // buildSettle builds the settlements; attemptMax is where the row lock form's count stops,
@@ -158,130 +166,195 @@ func (s *settleSQL) all() []stmt {
 //
 // A lease table without a retry_after column delays a row (retry_after, snooze) by
 // leaving it leased until then: locked_until = at (see dialects.StepRetryAfter).
-func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, moveCols []dialects.MoveColumn) settleSQL {
-	t := spec.Table
-	tq := quote(t.Name)
-	lease := form == dialects.FormLease
-	// where writes the fence: the id, and the token in the lease form.
-	where := func(w *builder) {
-		w.w(" WHERE ", quote(t.ID), " = ", w.p(pID))
-		if lease {
-			w.w(" AND ", quote(t.LockedUntil), " = ", w.p(pToken))
-		}
-	}
-	unlease := ""
-	if lease {
-		unlease = ", " + quote(t.LockedUntil) + " = NULL"
-	}
-	// keepErr writes the outcome's error, or keeps the column's, in a statement that
-	// returns or moves the row.
-	keepErr := func(w *builder) string {
-		if t.Error == "" {
-			return ""
-		}
-		return ", " + quote(t.Error) + " = " + dialects.KeepError(quote(t.Error), w.p(pErr))
-	}
-	count := ""
-	if form == dialects.FormRowLock && t.Attempt != "" {
-		// The row lock form counts the attempt when a retry returns the row.
-		count = ", " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), attemptMax)
-	}
-	uncount := ""
-	if form != dialects.FormRowLock && t.Attempt != "" {
-		// The claim counted the attempt; a snooze gives it back.
-		uncount = ", " + quote(t.Attempt) + " = " + dialects.UncountAttempt(quote(t.Attempt))
-	}
-	// delay is the column a delayed row waits in, and what else its statement sets.
-	delay, delayUnlease := t.RetryAfter, unlease
-	if lease && delay == "" {
-		delay, delayUnlease = t.LockedUntil, ""
-	}
+func buildSettle(spec dialects.QueueSpec, form dialects.Form, attemptMax int64, moveCols []adminsql.MoveColumn) settleSQL {
+	p := newSettleParts(spec.Table, form, attemptMax)
 	var s settleSQL
+	s.ack, s.ackUnstarted = p.ack(""), p.ack(p.uncount)
+	s.release, s.giveBack = p.returns()
+	s.retry, s.retryNeedsError = p.retry()
+	if p.delay != "" {
+		s.retryAfter, s.snooze = p.delayed()
+	}
+	switch {
+	case spec.DeadLetterGroup != "":
+		s.deadGroup = p.deadGroup()
+	case spec.DeadLetterTable != "":
+		s.move = p.move(spec.DeadLetterTable, moveCols)
+	}
+	return s
+}
+
+// settleParts is what buildSettle's statements share: the table, the form, and the
+// assignments a settlement adds to its SET list.
+type settleParts struct {
+	t     dialects.Table
+	tq    string
+	form  dialects.Form
+	lease bool
+	// unlease clears the lease (lease form only).
+	unlease string
+	// count counts the attempt: the row lock form counts it when a retry returns the row.
+	count string
+	// uncount gives back the attempt the claim counted (lease and advisory forms): a
+	// snooze, and a row given back unstarted.
+	uncount string
+	// delay is the column a delayed row waits in, and delayUnlease what else its
+	// statement sets.
+	delay, delayUnlease string
+}
+
+func newSettleParts(t dialects.Table, form dialects.Form, attemptMax int64) settleParts {
+	p := settleParts{t: t, tq: quote(t.Name), form: form, lease: form == dialects.FormLease}
+	if p.lease {
+		p.unlease = ", " + quote(t.LockedUntil) + " = NULL"
+	}
+	if form == dialects.FormRowLock && t.Attempt != "" {
+		p.count = ", " + quote(t.Attempt) + " = " + sqlpart.CountAttempt(quote(t.Attempt), attemptMax)
+	}
+	if form != dialects.FormRowLock && t.Attempt != "" {
+		p.uncount = ", " + quote(t.Attempt) + " = " + sqlpart.UncountAttempt(quote(t.Attempt))
+	}
+	p.delay, p.delayUnlease = t.RetryAfter, p.unlease
+	if p.lease && p.delay == "" {
+		p.delay, p.delayUnlease = t.LockedUntil, ""
+	}
+	return p
+}
+
+// where writes the fence: the id, and the token in the lease form.
+func (p *settleParts) where(w *builder) {
+	w.w(" WHERE ", quote(p.t.ID), " = ", w.p(pID))
+	if p.lease {
+		w.w(" AND ", quote(p.t.LockedUntil), " = ", w.p(pToken))
+	}
+}
+
+// keepErr writes the outcome's error, or keeps the column's, in a statement that
+// returns or moves the row.
+func (p *settleParts) keepErr(w *builder) string {
+	if p.t.Error == "" {
+		return ""
+	}
+	return ", " + quote(p.t.Error) + " = " + sqlpart.KeepError(quote(p.t.Error), w.p(pErr))
+}
+
+// ack writes the ack; extra is what else it sets (the unstarted ack's uncount).
+func (p *settleParts) ack(extra string) stmt {
+	t := p.t
 	var w builder
 	if t.ProcessedAt != "" {
-		w.w("UPDATE ", tq, " SET ", quote(t.ProcessedAt), " = ", w.p(pNow), unlease, t.ClearUniqueKey(quote))
+		w.w("UPDATE ", p.tq, " SET ", quote(t.ProcessedAt), " = ", w.p(pNow), p.unlease, t.ClearUniqueKey(quote), extra)
 		if t.Error != "" {
 			// An ack writes the outcome's error as is: NULL clears a failed attempt's.
 			w.w(", ", quote(t.Error), " = ", w.p(pErr))
 		}
 	} else {
-		w.w("DELETE FROM ", tq)
+		w.w("DELETE FROM ", p.tq) // the row is gone: no count to give back
 	}
-	where(&w)
-	s.ack = w.stmt()
-	if lease {
+	p.where(&w)
+	return w.stmt()
+}
+
+// returns builds the statements that return a row unsettled: release (lease form) and
+// giveBack, which also gives back the attempt the claim counted. In the advisory form
+// giveBack only uncounts: the unlock that follows returns the row.
+func (p *settleParts) returns() (release, giveBack stmt) {
+	var w builder
+	if p.lease {
+		w.w("UPDATE ", p.tq, " SET ", quote(p.t.LockedUntil), " = NULL")
+		p.where(&w)
+		release = w.stmt()
 		w = builder{}
-		w.w("UPDATE ", tq, " SET ", quote(t.LockedUntil), " = NULL")
-		where(&w)
-		s.release = w.stmt()
+		w.w("UPDATE ", p.tq, " SET ", quote(p.t.LockedUntil), " = NULL", p.uncount)
+		p.where(&w)
+		return release, w.stmt()
 	}
+	if p.uncount != "" {
+		w.w("UPDATE ", p.tq, " SET ", p.uncount[2:])
+		p.where(&w)
+		giveBack = w.stmt()
+	}
+	return release, giveBack
+}
+
+// retry builds the retry: the lease form ends the lease and records the error, the row
+// lock form counts the attempt and records the error, the advisory form records the
+// error only, and needsError says it runs only for a step that carries one.
+func (p *settleParts) retry() (retry stmt, needsError bool) {
+	t := p.t
+	var w builder
 	switch {
-	case lease:
-		w = builder{}
-		w.w("UPDATE ", tq, " SET ", quote(t.LockedUntil), " = NULL", keepErr(&w))
-		where(&w)
-		s.retry = w.stmt()
-	case form == dialects.FormRowLock && (t.Attempt != "" || t.Error != ""):
-		w = builder{}
-		set := count + keepErr(&w)
-		w.w("UPDATE ", tq, " SET ", set[2:])
-		where(&w)
-		s.retry = w.stmt()
-	case form == dialects.FormAdvisory && t.Error != "":
-		w = builder{}
-		w.w("UPDATE ", tq, " SET ", keepErr(&w)[2:])
-		where(&w)
-		s.retry, s.retryNeedsError = w.stmt(), true
+	case p.lease:
+		w.w("UPDATE ", p.tq, " SET ", quote(t.LockedUntil), " = NULL", p.keepErr(&w))
+		p.where(&w)
+		return w.stmt(), false
+	case p.form == dialects.FormRowLock && (t.Attempt != "" || t.Error != ""):
+		set := p.count + p.keepErr(&w)
+		w.w("UPDATE ", p.tq, " SET ", set[2:])
+		p.where(&w)
+		return w.stmt(), false
+	case p.form == dialects.FormAdvisory && t.Error != "":
+		w.w("UPDATE ", p.tq, " SET ", p.keepErr(&w)[2:])
+		p.where(&w)
+		return w.stmt(), true
 	}
-	if delay != "" {
-		w = builder{}
-		w.w("UPDATE ", tq, " SET ", quote(delay), " = ", w.p(pAt), delayUnlease, count, keepErr(&w))
-		where(&w)
-		s.retryAfter = w.stmt()
-		w = builder{}
-		w.w("UPDATE ", tq, " SET ", quote(delay), " = ", w.p(pAt), delayUnlease, uncount, keepErr(&w))
-		where(&w)
-		s.snooze = w.stmt()
+	return stmt{}, false
+}
+
+// delayed builds retry_after, which counts as a retry does, and snooze, which gives the
+// claim's count back; both make the row due at the step's time.
+func (p *settleParts) delayed() (retryAfter, snooze stmt) {
+	var w builder
+	w.w("UPDATE ", p.tq, " SET ", quote(p.delay), " = ", w.p(pAt), p.delayUnlease, p.count, p.keepErr(&w))
+	p.where(&w)
+	retryAfter = w.stmt()
+	w = builder{}
+	w.w("UPDATE ", p.tq, " SET ", quote(p.delay), " = ", w.p(pAt), p.delayUnlease, p.uncount, p.keepErr(&w))
+	p.where(&w)
+	return retryAfter, w.stmt()
+}
+
+// deadGroup builds the move to the dead-letter group: the row changes group.
+func (p *settleParts) deadGroup() stmt {
+	t := p.t
+	var w builder
+	w.w("UPDATE ", p.tq, " SET ", quote(t.Group), " = ", w.p(pDest))
+	if t.DeadAt != "" {
+		w.w(", ", quote(t.DeadAt), " = ", w.p(pNow)) // the row died now
 	}
-	switch {
-	case spec.DeadLetterGroup != "":
-		w = builder{}
-		w.w("UPDATE ", tq, " SET ", quote(t.Group), " = ", w.p(pDest))
-		if t.DeadAt != "" {
-			w.w(", ", quote(t.DeadAt), " = ", w.p(pNow)) // the row died now
+	w.w(p.unlease, p.keepErr(&w))
+	p.where(&w)
+	return w.stmt()
+}
+
+// move builds the move into the dead-letter table dest: the whole row, every column both
+// tables share (moveCols, read from the catalog at Open), in one statement.
+func (p *settleParts) move(dest string, moveCols []adminsql.MoveColumn) stmt {
+	var w builder
+	into, sel := adminsql.MoveLists(moveCols, false, quote, func(c adminsql.MoveColumn) string {
+		switch {
+		case c.Role == "UniqueKey":
+			return "NULL" // the key is free again: the queue table no longer holds the row
+		case p.lease && c.Role == "LockedUntil":
+			return "NULL" // the moved row arrives without a lease
+		case c.Role == "Error":
+			return sqlpart.KeepError(quote(c.Name), w.p(pErr))
+		case c.Role == "DeadAt":
+			return w.p(pNow) // the row died now
 		}
-		w.w(unlease, keepErr(&w))
-		where(&w)
-		s.deadGroup = w.stmt()
-	case spec.DeadLetterTable != "":
-		w = builder{}
-		// The whole row: every column both tables share, read from the catalog at Open.
-		into, sel := dialects.MoveLists(moveCols, false, quote, func(c dialects.MoveColumn) string {
-			switch {
-			case c.Role == "UniqueKey":
-				return "NULL" // the key is free again: the queue table no longer holds the row
-			case lease && c.Role == "LockedUntil":
-				return "NULL" // the moved row arrives without a lease
-			case c.Role == "Error":
-				return dialects.KeepError(quote(c.Name), w.p(pErr))
-			case c.Role == "DeadAt":
-				return w.p(pNow) // the row died now
-			}
-			return ""
-		})
-		returning := make([]string, len(moveCols))
-		for i, c := range moveCols {
-			returning[i] = quote(c.Name)
-		}
-		w.w("WITH moved AS (DELETE FROM ", tq)
-		where(&w)
-		// OVERRIDING SYSTEM VALUE keeps the row's id even when the dead-letter table's id
-		// is GENERATED ALWAYS; it changes nothing for other tables.
-		w.w(" RETURNING ", strings.Join(returning, ", "), ") INSERT INTO ", quote(spec.DeadLetterTable), " (", into,
-			") OVERRIDING SYSTEM VALUE SELECT ", sel, " FROM moved")
-		s.move = w.stmt()
+		return ""
+	})
+	returning := make([]string, len(moveCols))
+	for i, c := range moveCols {
+		returning[i] = quote(c.Name)
 	}
-	return s
+	w.w("WITH moved AS (DELETE FROM ", p.tq)
+	p.where(&w)
+	// OVERRIDING SYSTEM VALUE keeps the row's id even when the dead-letter table's id
+	// is GENERATED ALWAYS; it changes nothing for other tables.
+	w.w(" RETURNING ", strings.Join(returning, ", "), ") INSERT INTO ", quote(dest), " (", into,
+		") OVERRIDING SYSTEM VALUE SELECT ", sel, " FROM moved")
+	return w.stmt()
 }
 
 var (
@@ -306,6 +379,9 @@ func (s *settleSQL) deadLetter() (stmt, error) {
 func (s *settleSQL) pick(step dialects.Step) (stmt, error) {
 	switch step.Kind {
 	case dialects.StepAck:
+		if step.Unstarted {
+			return s.ackUnstarted, nil
+		}
 		return s.ack, nil
 	case dialects.StepRetry:
 		if s.retryNeedsError && step.Error == "" {
@@ -313,6 +389,9 @@ func (s *settleSQL) pick(step dialects.Step) (stmt, error) {
 		}
 		return s.retry, nil
 	case dialects.StepRelease:
+		if step.Unstarted {
+			return s.giveBack, nil
+		}
 		return s.release, nil
 	case dialects.StepRetryAfter:
 		if s.retryAfter.text == "" {

@@ -52,8 +52,10 @@ func (d *Dialect) Schema(t dialects.Table) (string, error) {
 	}
 	if t.Group != "" && t.DeadAt != "" {
 		// Retention of a dead-letter group reads its rows in dead_at order; live rows
-		// (dead_at NULL) stay out, so the index costs a claim nothing.
-		b.WriteString("CREATE INDEX IF NOT EXISTS " + quote(indexNameWith(t.Name, "_dead")) + " ON " + quote(t.Name) +
+		// (dead_at NULL) stay out, so the index costs a claim nothing. Not "<table>_dead":
+		// indexes share the tables' namespace, and that is the dead-letter table's name
+		// docs/forms.md suggests.
+		b.WriteString("CREATE INDEX IF NOT EXISTS " + quote(deadIndexName(t.Name)) + " ON " + quote(t.Name) +
 			" (" + quote(t.Group) + ", " + quote(t.DeadAt) + ") WHERE " + quote(t.DeadAt) + " IS NOT NULL;\n")
 	}
 	if t.UniqueKey != "" {
@@ -68,6 +70,10 @@ func (d *Dialect) Schema(t dialects.Table) (string, error) {
 // would pass PostgreSQL's identifier limit (the server would truncate it, and two long
 // table names could then collide on one index name).
 func indexName(table string) string { return indexNameWith(table, "_claim") }
+
+// deadIndexName is "<table>_dead_at_idx", the index of dead letters by their time of
+// death, shortened as indexName says.
+func deadIndexName(table string) string { return indexNameWith(table, "_dead_at_idx") }
 
 // indexNameWith is "<table><suffix>", shortened as indexName says.
 func indexNameWith(table, suffix string) string {

@@ -29,22 +29,26 @@ func TestSchemaText(t *testing.T) {
 	}
 }
 
-// The rendered schema runs, and a table near the identifier limit gets an index name
-// within it.
+// The rendered schema runs, and a table near the identifier limit gets index names
+// within it: the claim's, the dead letters', the unique key's.
 func TestSchemaRuns(t *testing.T) {
 	d := newDialect(t)
 	base := tableName(t, d)
 	long := base + "_" + strings.Repeat("é", (maxIdent-len(base)-1)/2)
 	t.Cleanup(func() { mustExec(t, d, "DROP TABLE IF EXISTS "+quote(long)) })
-	if n := len(indexName(long)); n > maxIdent {
-		t.Fatalf("index name of %d bytes", n)
-	}
 	tbl := leaseTable(long)
 	tbl.ProcessedAt = "processed_at"
+	tbl.DeadAt = "dead_at"
+	tbl.UniqueKey = "unique_key"
 	createTable(t, d, tbl)
 	createTable(t, d, tbl) // IF NOT EXISTS
-	if n := count(t, d, "SELECT count(*) FROM pg_indexes WHERE tablename = $1 AND indexname = $2", long, indexName(long)); n != 1 {
-		t.Fatalf("claim index missing (%s)", indexName(long))
+	for _, name := range []string{indexName(long), deadIndexName(long), indexNameWith(long, "_unique")} {
+		if len(name) > maxIdent {
+			t.Errorf("index name %q: %d bytes", name, len(name))
+		}
+		if n := count(t, d, "SELECT count(*) FROM pg_indexes WHERE tablename = $1 AND indexname = $2", long, name); n != 1 {
+			t.Errorf("index %s missing", name)
+		}
 	}
 	dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g"})
 }

@@ -231,132 +231,168 @@ func TestLeaseTransactional(t *testing.T) {
 	tbl := leaseTable(tableName(t, d))
 	createTable(t, d, tbl)
 	mustExec(t, d, "ALTER TABLE "+quote(tbl.Name)+" ADD CONSTRAINT not_dead CHECK (grp <> 'dead')")
-	side := sideTable(t, d)
+	f := leaseTxFixture{d: d, tbl: tbl, side: sideTable(t, d), now: t0.Add(time.Second)}
 	// Rows the handler publishes through its transaction go to another queue table.
-	out := rowLockTable(tableName(t, d))
-	createTable(t, d, out)
-	pub, err := d.Publisher(ctx, out)
+	f.out = rowLockTable(tableName(t, d))
+	createTable(t, d, f.out)
+	var err error
+	if f.pub, err = d.Publisher(ctx, f.out); err != nil {
+		t.Fatal(err)
+	}
+	f.q = dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead", Transactional: true})
+
+	f.rightTokenCommits(t)
+	held, before := f.wrongTokenRollsBack(t)
+	f.rollbackDiscards(t)
+	f.failedStatementRollsBack(t, held, before)
+}
+
+// leaseTxFixture is TestLeaseTransactional's queue table, its side table, and the
+// queue table out that the handler publishes to.
+type leaseTxFixture struct {
+	d    *Dialect
+	tbl  dialects.Table
+	side string
+	out  dialects.Table
+	pub  dialects.Publisher
+	q    dialects.LeaseQueue
+	now  time.Time
+}
+
+// claim publishes a row and claims it.
+func (f *leaseTxFixture) claim(t *testing.T) dialects.Lease {
+	t.Helper()
+	id := dialecttest.Publish(t, f.d, f.tbl, dialects.Message{Group: "g", Payload: []byte("p")})
+	rows, err := f.q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
+	if err != nil || len(rows) != 1 || rows[0].ID != id {
+		t.Fatalf("claim: %+v %v", rows, err)
+	}
+	return dialects.Lease{ID: id, Token: rows[0].Token}
+}
+
+// begin begins a delivery's transaction.
+func (f *leaseTxFixture) begin(t *testing.T) dialects.LeaseTx {
+	t.Helper()
+	ltx, err := f.q.(dialects.TxLeaseQueue).BeginDelivery(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := dialecttest.OpenLease(t, d, dialects.QueueSpec{Table: tbl, Group: "g", DeadLetterGroup: "dead", Transactional: true})
-	tq := q.(dialects.TxLeaseQueue)
-	now := t0.Add(time.Second)
+	return ltx
+}
 
-	claim := func(t *testing.T) dialects.Lease {
-		t.Helper()
-		id := dialecttest.Publish(t, d, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
-		rows, err := q.ClaimLeases(ctx, t0, t0.Add(time.Minute), 1)
-		if err != nil || len(rows) != 1 || rows[0].ID != id {
-			t.Fatalf("claim: %+v %v", rows, err)
-		}
-		return dialects.Lease{ID: id, Token: rows[0].Token}
-	}
-	begin := func(t *testing.T) dialects.LeaseTx {
-		t.Helper()
-		ltx, err := tq.BeginDelivery(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ltx
-	}
-	published := func(t *testing.T, id int64) bool {
-		t.Helper()
-		_, exists := stateOf(t, d, out, id)
-		return exists
-	}
+// published reports whether row id of out is committed.
+func (f *leaseTxFixture) published(t *testing.T, id int64) bool {
+	t.Helper()
+	_, exists := stateOf(t, f.d, f.out, id)
+	return exists
+}
 
-	// The right token: the handler's writes, its publish and the ack commit together.
-	held := claim(t)
-	ltx := begin(t)
+// rightTokenCommits: with the right token the handler's writes, its publish and the ack
+// commit together.
+func (f *leaseTxFixture) rightTokenCommits(t *testing.T) {
+	d := f.d
+	held := f.claim(t)
+	ltx := f.begin(t)
 	if n := acquired(d); n != 1 {
 		t.Fatalf("a delivery's transaction holds %d connections", n)
 	}
-	write(t, ltx.Tx(), side, "acked")
-	pid, err := pub.Publish(ctx, ltx.Tx(), dialects.Message{Payload: []byte("out")})
+	write(t, ltx.Tx(), f.side, "acked")
+	pid, err := f.pub.Publish(ctx, ltx.Tx(), dialects.Message{Payload: []byte("out")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if published(t, pid) || written(t, d, side, "acked") != 0 {
+	if f.published(t, pid) || written(t, d, f.side, "acked") != 0 {
 		t.Fatal("the handler's writes are visible before the commit")
 	}
-	ok, err := ltx.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck, Now: now}, held)
+	ok, err := ltx.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck, Now: f.now}, held)
 	if err != nil || !ok {
 		t.Fatalf("settle with the token: %v %v", ok, err)
 	}
-	if _, exists := stateOf(t, d, tbl, held.ID); exists {
+	if _, exists := stateOf(t, d, f.tbl, held.ID); exists {
 		t.Fatal("ack kept the row")
 	}
-	if written(t, d, side, "acked") != 1 || !published(t, pid) {
+	if written(t, d, f.side, "acked") != 1 || !f.published(t, pid) {
 		t.Fatal("the ack did not commit the handler's writes")
 	}
 	if n := acquired(d); n != 0 {
 		t.Fatalf("%d connections held after the commit", n)
 	}
-	if _, err := ltx.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck, Now: now}, held); err == nil {
+	if _, err := ltx.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck, Now: f.now}, held); err == nil {
 		t.Error("a second settlement of an ended transaction succeeded")
 	}
 	if err := ltx.Rollback(ctx); err != nil {
 		t.Errorf("a rollback after the commit: %v", err)
 	}
+}
 
-	// A wrong token: everything rolls back, the handler's writes included.
-	held = claim(t)
-	before, _ := stateOf(t, d, tbl, held.ID)
-	ltx = begin(t)
-	write(t, ltx.Tx(), side, "lost")
-	pid, err = pub.Publish(ctx, ltx.Tx(), dialects.Message{Payload: []byte("lost")})
+// wrongTokenRollsBack: with a wrong token everything rolls back, the handler's writes
+// included. It returns the lease it claimed, still held, and its row as claimed.
+func (f *leaseTxFixture) wrongTokenRollsBack(t *testing.T) (dialects.Lease, rowState) {
+	d := f.d
+	held := f.claim(t)
+	before, _ := stateOf(t, d, f.tbl, held.ID)
+	ltx := f.begin(t)
+	write(t, ltx.Tx(), f.side, "lost")
+	pid, err := f.pub.Publish(ctx, ltx.Tx(), dialects.Message{Payload: []byte("lost")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stale := dialects.Lease{ID: held.ID, Token: held.Token.Add(-time.Second)}
-	ok, err = ltx.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck, Now: now}, stale)
+	ok, err := ltx.SettleLease(ctx, dialects.Step{Kind: dialects.StepAck, Now: f.now}, stale)
 	if err != nil || ok {
 		t.Fatalf("settle with a wrong token: %v %v", ok, err)
 	}
-	if after, _ := stateOf(t, d, tbl, held.ID); !sameState(before, after) {
+	if after, _ := stateOf(t, d, f.tbl, held.ID); !sameState(before, after) {
 		t.Fatalf("a lost lease changed the row: %+v -> %+v", before, after)
 	}
-	if written(t, d, side, "lost") != 0 || published(t, pid) {
+	if written(t, d, f.side, "lost") != 0 || f.published(t, pid) {
 		t.Fatal("a lost lease committed the handler's writes")
 	}
 	if n := acquired(d); n != 0 {
 		t.Fatalf("%d connections held after the rollback", n)
 	}
+	return held, before
+}
 
-	// Rollback discards the handler's writes; a second one is a no-op.
-	ltx = begin(t)
-	write(t, ltx.Tx(), side, "discarded")
+// rollbackDiscards: Rollback discards the handler's writes; a second one is a no-op.
+func (f *leaseTxFixture) rollbackDiscards(t *testing.T) {
+	d := f.d
+	ltx := f.begin(t)
+	write(t, ltx.Tx(), f.side, "discarded")
 	if err := ltx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := ltx.Rollback(ctx); err != nil {
 		t.Fatalf("a second rollback: %v", err)
 	}
-	if written(t, d, side, "discarded") != 0 {
+	if written(t, d, f.side, "discarded") != 0 {
 		t.Fatal("a rollback committed the handler's write")
 	}
 	if n := acquired(d); n != 0 {
 		t.Fatalf("%d connections held after the rollback", n)
 	}
+}
 
-	// A failed statement rolls back and returns the error; the row keeps its lease.
-	ltx = begin(t)
-	write(t, ltx.Tx(), side, "failed")
-	if _, err := ltx.SettleLease(ctx, dialects.Step{Kind: dialects.StepDeadLetter, Now: now}, held); err == nil {
+// failedStatementRollsBack: a failed statement rolls back and returns the error; the row
+// (held, as before) keeps its lease.
+func (f *leaseTxFixture) failedStatementRollsBack(t *testing.T, held dialects.Lease, before rowState) {
+	d := f.d
+	ltx := f.begin(t)
+	write(t, ltx.Tx(), f.side, "failed")
+	if _, err := ltx.SettleLease(ctx, dialects.Step{Kind: dialects.StepDeadLetter, Now: f.now}, held); err == nil {
 		t.Fatal("a settlement breaking a constraint succeeded")
 	}
-	if after, _ := stateOf(t, d, tbl, held.ID); !sameState(before, after) {
+	if after, _ := stateOf(t, d, f.tbl, held.ID); !sameState(before, after) {
 		t.Fatalf("a failed settlement changed the row: %+v -> %+v", before, after)
 	}
-	if written(t, d, side, "failed") != 0 {
+	if written(t, d, f.side, "failed") != 0 {
 		t.Fatal("a failed settlement committed the handler's write")
 	}
 	if n := acquired(d); n != 0 {
 		t.Fatalf("%d connections held after a failed settlement", n)
 	}
 	// The lease still holds: the settlement outside the transaction runs.
-	if ok, err := q.SettleLease(ctx, dialects.Step{Kind: dialects.StepRelease}, held); !ok || err != nil {
+	if ok, err := f.q.SettleLease(ctx, dialects.Step{Kind: dialects.StepRelease}, held); !ok || err != nil {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 }

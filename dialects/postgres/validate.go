@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
 // column is a live column: its name and its type, domains resolved to their base type,
@@ -99,7 +101,7 @@ var roleTypes = map[string][]string{
 // missing column (quoted names keep their case), a role column of a type rowactor cannot
 // bind or read.
 func checkColumns(t dialects.Table, have []column) error {
-	if err := dialects.CheckColumns(t, names(have), false); err != nil {
+	if err := tablecheck.CheckColumns(t, names(have), false); err != nil {
 		return err
 	}
 	for _, c := range t.Columns() {
@@ -147,12 +149,12 @@ func (d *Dialect) checkTable(ctx context.Context, t dialects.Table) error {
 
 // checkSpec refuses a subscription PostgreSQL cannot serve, before anything is claimed.
 // It returns the columns a dead-letter move copies, when the dead letter is a table.
-func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]dialects.MoveColumn, error) {
+func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]adminsql.MoveColumn, error) {
 	t := spec.Table
 	if err := dialects.CheckDescription(t); err != nil {
 		return nil, err
 	}
-	if err := dialects.CheckFIFO(t); err != nil {
+	if err := tablecheck.CheckFIFO(t); err != nil {
 		return nil, err
 	}
 	if err := checkNames(t, spec.DeadLetterTable); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
 )
 
 // The operator's commands (dialects.Admin). Schema needs no database: cmd/rowactor renders
@@ -17,14 +18,15 @@ var (
 	_ dialects.QueueCounter = (*Dialect)(nil)
 )
 
-// statsState classifies a row for Stats, by precedence: processed, in work (a lease not yet
-// expired), delayed, due. Each test is false on NULL, so a NULL column never hides a row.
+// statsState classifies a row for Stats, by precedence: cancelled (JobCancelled), processed, in work (a lease not yet
+// expired), dead (dead_at set), delayed, due. Each test is false on NULL, so a NULL column never hides a row.
 // SQLite's advisory keys live in the consuming process, so an advisory row in work reads
 // as due. Times are TimeLayout text: comparing the text compares the times. usesNow says
 // the text binds :now.
 func statsState(t dialects.Table) (text string, usesNow bool) {
 	var b strings.Builder
 	b.WriteString("CASE")
+	b.WriteString(adminsql.CancelledState(t, quote, adminsql.CancelledTest))
 	if t.ProcessedAt != "" {
 		b.WriteString(" WHEN " + quote(t.ProcessedAt) + " IS NOT NULL THEN 0")
 	}
@@ -32,6 +34,10 @@ func statsState(t dialects.Table) (text string, usesNow bool) {
 		lu := quote(t.LockedUntil)
 		b.WriteString(" WHEN " + lu + " IS NOT NULL AND " + lu + " > :now THEN 1")
 		usesNow = true
+	}
+	if t.DeadAt != "" {
+		// A dead letter waits for a requeue, whatever its retry_after.
+		b.WriteString(" WHEN " + quote(t.DeadAt) + " IS NOT NULL THEN 4")
 	}
 	if t.RetryAfter != "" {
 		ra := quote(t.RetryAfter)
@@ -57,16 +63,17 @@ func statsText(t dialects.Table, unfinished bool) (text string, usesNow bool) {
 	if t.Group != "" {
 		inner, g, groupBy = quote(t.Group)+" AS g, "+inner, "g", " GROUP BY g"
 	}
-	s := "SELECT s.g, s.n_processed, s.n_in_work, s.n_delayed, s.n_due, s.oldest"
+	s := "SELECT s.g, s.n_processed, s.n_in_work, s.n_delayed, s.n_due, s.n_dead, s.n_cancelled, s.oldest"
 	for _, c := range []string{t.RetryAfter, t.LockedUntil, t.Headers} {
 		if c != "" {
 			s += ", r." + quote(c)
 		}
 	}
 	return s + " FROM (SELECT " + g + ", count(CASE WHEN st = 0 THEN 1 END) AS n_processed, count(CASE WHEN st = 1 THEN 1 END) AS n_in_work," +
-		" count(CASE WHEN st = 2 THEN 1 END) AS n_delayed, count(CASE WHEN st = 3 THEN 1 END) AS n_due," +
+		" count(CASE WHEN st = 2 THEN 1 END) AS n_delayed, count(CASE WHEN st = 3 THEN 1 END) AS n_due, count(CASE WHEN st = 4 THEN 1 END) AS n_dead," +
+		" count(CASE WHEN st = 5 THEN 1 END) AS n_cancelled," +
 		" min(CASE WHEN st = 3 THEN i END) AS oldest" +
-		" FROM (SELECT " + inner + " FROM " + tq + dialects.UnfinishedWhere(t, quote, unfinished) + ")" + groupBy + ") AS s" +
+		" FROM (SELECT " + inner + " FROM " + tq + adminsql.UnfinishedWhere(t, quote, unfinished) + ")" + groupBy + ") AS s" +
 		" LEFT JOIN " + tq + " AS r ON r." + id + " = s.oldest ORDER BY s.g", usesNow
 }
 
@@ -105,7 +112,7 @@ func (d *Dialect) stats(ctx context.Context, t dialects.Table, now time.Time, un
 			oldest        sql.NullInt64
 			retry, locked sql.NullString
 		)
-		dest := []any{&group, &g.Processed, &g.InWork, &g.Delayed, &g.Due, &oldest}
+		dest := []any{&group, &g.Processed, &g.InWork, &g.Delayed, &g.Due, &g.Dead, &g.Cancelled, &oldest}
 		if t.RetryAfter != "" {
 			dest = append(dest, &retry)
 		}
@@ -137,7 +144,7 @@ func (d *Dialect) stats(ctx context.Context, t dialects.Table, now time.Time, un
 		return nil, adminErr("stats", t.Name, err)
 	}
 	defer erows.Close()
-	if err := dialects.FileTopErrors(erows, t, out); err != nil {
+	if err := adminsql.FileTopErrors(erows, t, out); err != nil {
 		return nil, adminErr("stats", t.Name, err)
 	}
 	return out, nil
@@ -171,14 +178,14 @@ type requeueSQL struct {
 // place; a table move copies the rows into the queue table with their ids, every column
 // the two tables share (cols), and deletes them from the dead-letter table. Both reset
 // the attempt to 1 and clear retry_after, locked_until, processed_at and dead_at.
-func buildRequeue(spec dialects.RequeueSpec, cols []dialects.MoveColumn) requeueSQL {
+func buildRequeue(spec dialects.RequeueSpec, cols []adminsql.MoveColumn) requeueSQL {
 	t := spec.Table
 	id := quote(t.ID)
 	if spec.FromGroup != "" {
 		tq, gq := quote(t.Name), quote(t.Group)
 		set := gq + " = ?"
 		for _, c := range copyColumns(t) {
-			if v := dialects.RequeueValue(c.Role); v != "" {
+			if v := adminsql.RequeueValue(c.Role); v != "" {
 				set += ", " + quote(c.Name) + " = " + v
 			}
 		}
@@ -190,7 +197,7 @@ func buildRequeue(spec dialects.RequeueSpec, cols []dialects.MoveColumn) requeue
 		}
 	}
 	from := quote(spec.FromTable)
-	into, sel := dialects.MoveLists(cols, true, quote, func(c dialects.MoveColumn) string { return dialects.RequeueValue(c.Role) })
+	into, sel := adminsql.MoveLists(cols, true, quote, func(c adminsql.MoveColumn) string { return adminsql.RequeueValue(c.Role) })
 	return requeueSQL{
 		ids:        "SELECT " + id + " FROM " + from + " ORDER BY " + id,
 		count:      "SELECT count(*) FROM " + from,
@@ -205,7 +212,7 @@ func buildRequeue(spec dialects.RequeueSpec, cols []dialects.MoveColumn) requeue
 // reader sees the rows before or after, never half moved. It checks the table (and the
 // dead-letter table) first.
 func (d *Dialect) Requeue(ctx context.Context, spec dialects.RequeueSpec, progress func(done, total int)) (int, error) {
-	fromArgs, cols, err := dialects.StartRequeue(ctx, spec, d.checkTable, d.deadLetterColumns)
+	fromArgs, cols, err := adminsql.StartRequeue(ctx, spec, d.checkTable, d.deadLetterColumns)
 	if err != nil {
 		return 0, err
 	}
@@ -233,14 +240,14 @@ func (d *Dialect) Requeue(ctx context.Context, spec dialects.RequeueSpec, progre
 		if err != nil {
 			return false, q.errorf("requeue", err)
 		}
-		if ids, err = dialects.PickRequeue(spec, ids); err != nil || spec.DryRun {
+		if ids, err = adminsql.PickRequeue(spec, ids); err != nil || spec.DryRun {
 			moved = len(ids)
 			if err != nil {
 				err = q.errorf("requeue", err)
 			}
 			return false, err // a dry run, or a named row missing: nothing changes
 		}
-		moved, err = dialects.RequeueChunks(ctx, ids, spec.Chunk, func(ctx context.Context, ids []int64) (int64, error) {
+		moved, err = adminsql.RequeueChunks(ctx, ids, spec.Chunk, func(ctx context.Context, ids []int64) (int64, error) {
 			var args []any
 			if spec.FromGroup != "" {
 				args = append(args, spec.ToGroup)
@@ -284,7 +291,19 @@ func adminErr(op, table string, err error) error {
 // errorsText is the statement of the most frequent errors, of all rows or the unfinished.
 func errorsText(t dialects.Table, unfinished bool) string {
 	if unfinished {
-		return dialects.TopUnfinishedErrorsText(t, quote)
+		return adminsql.TopUnfinishedErrorsText(t, quote)
 	}
-	return dialects.TopErrorsText(t, quote)
+	return adminsql.TopErrorsText(t, quote, adminsql.CancelledTest)
+}
+
+// QueuedStatement returns the statement that reads the id and payload of each row of t
+// queued for group, in id order, and its arguments. A queued row is unfinished; group is
+// ignored for a table without a group column. rowactortest reads what a test published
+// with it.
+func (d *Dialect) QueuedStatement(t dialects.Table, group string) (string, []any) {
+	text := adminsql.QueuedText(t, quote, ":group")
+	if t.Group == "" {
+		return text, nil
+	}
+	return text, []any{sql.Named("group", group)}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/sqlpart"
 )
 
 type advisoryQueue struct {
@@ -50,7 +51,7 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 	// whatever the key columns' collations.
 	sameKey := key + " = :key COLLATE BINARY"
 	if q.takeWrites {
-		q.take = "UPDATE " + tq + " SET " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), attemptMax) + " WHERE " + id +
+		q.take = "UPDATE " + tq + " SET " + quote(t.Attempt) + " = " + sqlpart.CountAttempt(quote(t.Attempt), attemptMax) + " WHERE " + id +
 			" = :id AND " + where + " AND " + sameKey + " RETURNING " + cols.String()
 	} else {
 		q.take = "SELECT " + cols.String() + " FROM " + tq + " WHERE " + id + " = :id AND " + where + " AND " + sameKey

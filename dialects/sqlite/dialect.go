@@ -66,6 +66,14 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
+// The modes Table.Mode takes, how SQLite begins a table's transactions: a SQLite-only
+// setting, so it lives with the SQLite dialect.
+const (
+	Deferred  = dialects.Deferred
+	Immediate = dialects.Immediate
+	Exclusive = dialects.Exclusive
+)
+
 // Dialect is SQLite behind rowactor.
 type Dialect struct {
 	db    *sql.DB
@@ -125,6 +133,9 @@ func dsn(path string) string {
 
 // DB returns the pool.
 func (d *Dialect) DB() *sql.DB { return d.db }
+
+// SQLDB is DB: the pool the dialect runs on, for dialects.SQLDB.
+func (d *Dialect) SQLDB() *sql.DB { return d.db }
 
 // Name is "sqlite".
 func (d *Dialect) Name() string { return "sqlite" }

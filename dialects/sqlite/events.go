@@ -13,9 +13,10 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/sqlpart"
 )
 
-// Events of the service's own (dialects.CompileEvent): each is compiled at Open into ?
+// Events of the service's own (sqlpart.CompileEvent): each is compiled at Open into ?
 // placeholders, one per occurrence, and prepared against the file like the dialect's own
 // statements, so a typo or a missing column is refused at Subscribe. A step naming an
 // event runs it in place of the built-in statement, as a settlement (see
@@ -33,7 +34,7 @@ func (d *Dialect) compileEvents(ctx context.Context, spec dialects.QueueSpec) (m
 	question := func(int) string { return "?" }
 	events := make(map[string]dialects.Event, len(spec.Events))
 	for _, name := range slices.Sorted(maps.Keys(spec.Events)) {
-		ev, err := dialects.CompileEvent(t.Name, name, spec.Events[name], t.Form(), question)
+		ev, err := sqlpart.CompileEvent(t.Name, name, spec.Events[name], t.Form(), question)
 		if err != nil {
 			return nil, err
 		}

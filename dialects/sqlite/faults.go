@@ -15,10 +15,23 @@ import (
 // statements are fixed and were checked against the file at Open, so SQLITE_ERROR from
 // one of them means the schema changed under it: FaultSchema. A constraint, a type
 // mismatch (STRICT tables) or a value too big is one row's data: FaultData.
+//
+// SQLite reports a trigger's RAISE(ABORT) or RAISE(FAIL) as a constraint too
+// (SQLITE_CONSTRAINT_TRIGGER): that is the database refusing the statement, by a rule the
+// row's data does not prove it breaks (PostgreSQL's RAISE EXCEPTION, SQLSTATE P0001, and
+// MySQL's SIGNAL, SQLSTATE 45000, are no data errors either). It is FaultUnknown, as are
+// the constraint codes of a commit hook, an application function and a virtual table, so
+// that a settlement refused so returns its row as any failed settlement does, on every
+// database, instead of setting the row aside.
 func (d *Dialect) Classify(err error) dialects.Fault {
 	var se *sqlite.Error
 	if !errors.As(err, &se) {
 		return dialects.ClassifyNetwork(err)
+	}
+	switch se.Code() {
+	case sqlite3.SQLITE_CONSTRAINT_TRIGGER, sqlite3.SQLITE_CONSTRAINT_COMMITHOOK, sqlite3.SQLITE_CONSTRAINT_FUNCTION,
+		sqlite3.SQLITE_CONSTRAINT_VTAB, sqlite3.SQLITE_CONSTRAINT_PINNED:
+		return dialects.FaultUnknown
 	}
 	switch se.Code() & 0xff {
 	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:

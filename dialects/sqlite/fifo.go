@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/sqlpart"
 )
 
 // FIFO groups (Table.FIFO), in the lease form (SQLite has no row lock form).
@@ -43,7 +44,7 @@ func newFIFOLeaseQueue(lq *leaseQueue, t dialects.Table) fifoLeaseQueue {
 	var b strings.Builder
 	b.WriteString("UPDATE " + tq + " SET " + lu + " = :until")
 	if t.Attempt != "" {
-		b.WriteString(", " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), attemptMax))
+		b.WriteString(", " + quote(t.Attempt) + " = " + sqlpart.CountAttempt(quote(t.Attempt), attemptMax))
 	}
 	b.WriteString(" WHERE " + id + " = (SELECT h." + id + " FROM " + tq + " AS h WHERE h." + grp + " = :group" +
 		unfinished("h") + " ORDER BY h." + id + " LIMIT 1)")

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
 )
 
 var _ dialects.Inspector = (*Dialect)(nil)
@@ -21,12 +22,12 @@ func (d *Dialect) Inspect(ctx context.Context, t dialects.Table, id int64, now t
 	if usesNow {
 		args = append(args, sql.Named("now", formatTime(now)))
 	}
-	rows, err := d.db.QueryContext(ctx, dialects.InspectText(t, quote, state, ":id"), args...)
+	rows, err := d.db.QueryContext(ctx, adminsql.InspectText(t, quote, state, ":id"), args...)
 	if err != nil {
 		return dialects.Job{}, adminErr("inspect", t.Name, err)
 	}
 	defer rows.Close()
-	j, err := dialects.ScanJob(rows, t, id, t.Form() == dialects.FormLease, func() (any, func() (time.Time, error)) {
+	j, err := adminsql.ScanJob(rows, t, id, t.Form() == dialects.FormLease, func() (any, func() (time.Time, error)) {
 		var v sql.NullString
 		return &v, func() (time.Time, error) { return parseTime(v) }
 	})

@@ -8,23 +8,24 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
 )
 
 var _ dialects.JobController = (*Dialect)(nil)
 
 // RetryNow clears a queued row's retry_after (dialects.JobController).
 func (d *Dialect) RetryNow(ctx context.Context, t dialects.Table, id int64, now time.Time) error {
-	return d.changeJob(ctx, t, id, now, "RetryNow", dialects.RetryNowChange(t))
+	return d.changeJob(ctx, t, id, now, "RetryNow", adminsql.RetryNowChange(t))
 }
 
 // Cancel ends a queued row as Drop would (dialects.JobController).
 func (d *Dialect) Cancel(ctx context.Context, t dialects.Table, id int64, now time.Time, reason string) error {
-	return d.changeJob(ctx, t, id, now, "Cancel", dialects.CancelChange(t, reason))
+	return d.changeJob(ctx, t, id, now, "Cancel", adminsql.CancelChange(t, reason))
 }
 
 // changeJob runs c on row id, fenced by "not processed and no lease running" (in the
 // advisory form, under the row's key), in one statement in this process's writer turn.
-func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now time.Time, op string, c dialects.JobChange) error {
+func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now time.Time, op string, c adminsql.JobChange) error {
 	if err := dialects.CheckJobControl(t, op); err != nil {
 		return err
 	}
@@ -83,8 +84,8 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 		return adminErr(op, t.Name, err)
 	}
 	if n == 0 {
-		err := dialects.Unchanged(ctx, d, t, id, now, op)
-		if dialects.Refused(err) {
+		err := adminsql.Unchanged(ctx, d, t, id, now, op)
+		if adminsql.Refused(err) {
 			err = adminErr(op, t.Name, err)
 		}
 		return err

@@ -7,12 +7,19 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
 var (
 	_ dialects.JobLister       = (*Dialect)(nil)
 	_ dialects.FinishedCounter = (*Dialect)(nil)
+	_ dialects.GroupLister     = (*Dialect)(nil)
+	_ dialects.FormChecker     = (*Dialect)(nil)
 )
+
+// CheckForm refuses the row lock form, as Open does (dialects.FormChecker).
+func (d *Dialect) CheckForm(t dialects.Table) error { return refuseRowLock(t) }
 
 // ListJobs reads one keyset page of rows in one statement (dialects.JobLister): the
 // primary key read from the page's edge, each row's state as Stats counts it. An advisory
@@ -28,13 +35,13 @@ func (d *Dialect) ListJobs(ctx context.Context, t dialects.Table, f dialects.Job
 	}
 	bind := named(&args)
 	contains := func(col, p string) string { return "instr(" + col + ", " + p + ") > 0" }
-	text := dialects.ListJobsText(t, quote, state, bind, contains, f) // binds args: build it first
+	text := adminsql.ListJobsText(t, quote, state, bind, contains, f) // binds args: build it first
 	rows, err := d.db.QueryContext(ctx, text, args...)
 	if err != nil {
 		return nil, adminErr("list jobs", t.Name, err)
 	}
 	defer rows.Close()
-	jobs, err := dialects.ScanJobs(rows, t, f, t.Form() == dialects.FormLease, func() (any, func() (time.Time, error)) {
+	jobs, err := adminsql.ScanJobs(rows, t, f, t.Form() == dialects.FormLease, func() (any, func() (time.Time, error)) {
 		var v sql.NullString
 		return &v, func() (time.Time, error) { return parseTime(v) }
 	})
@@ -64,19 +71,19 @@ const minuteLayout = "2006-01-02T15:04"
 // statement (dialects.FinishedCounter). Times are stored as fixed-width UTC text, so a
 // minute is the text's first 16 characters and compares as text does.
 func (d *Dialect) FinishedPerMinute(ctx context.Context, t dialects.Table, since time.Time) ([]dialects.MinuteCount, error) {
-	if err := dialects.CheckFinished(t); err != nil {
+	if err := tablecheck.CheckFinished(t); err != nil {
 		return nil, err
 	}
 	if err := d.checkTable(ctx, t); err != nil {
 		return nil, err
 	}
 	minute := func(col string) string { return "substr(" + col + ", 1, 16)" }
-	rows, err := d.db.QueryContext(ctx, dialects.FinishedText(t, quote, minute, ":since"), sql.Named("since", formatTime(since)))
+	rows, err := d.db.QueryContext(ctx, adminsql.FinishedText(t, quote, minute, ":since"), sql.Named("since", formatTime(since)))
 	if err != nil {
 		return nil, adminErr("finished per minute", t.Name, err)
 	}
 	defer rows.Close()
-	out, err := dialects.ScanFinished(rows, t, func() (any, func() (time.Time, error)) {
+	out, err := adminsql.ScanFinished(rows, t, func() (any, func() (time.Time, error)) {
 		var txt string
 		return &txt, func() (time.Time, error) { return time.ParseInLocation(minuteLayout, txt, time.UTC) }
 	})
@@ -97,7 +104,7 @@ const finishedIndexQuery = `SELECT count(*) FROM pragma_index_list(?1) AS il JOI
 // HasFinishedIndex reads pragma index_list and index_info for an index leading with
 // processed_at (dialects.FinishedCounter).
 func (d *Dialect) HasFinishedIndex(ctx context.Context, t dialects.Table) (bool, error) {
-	if err := dialects.CheckFinished(t); err != nil {
+	if err := tablecheck.CheckFinished(t); err != nil {
 		return false, err
 	}
 	var n int
@@ -112,4 +119,25 @@ func (d *Dialect) HasFinishedIndex(ctx context.Context, t dialects.Table) (bool,
 func (d *Dialect) FinishedIndexStatement(t dialects.Table) string {
 	p := quote(t.ProcessedAt)
 	return "CREATE INDEX IF NOT EXISTS " + quote(t.Name+"_finished") + " ON " + quote(t.Name) + " (" + p + ") WHERE " + p + " IS NOT NULL"
+}
+
+// FinishedGroups lists the groups of the finished rows, in one statement that reads them
+// (dialects.GroupLister): the claim index leaves them out, so it reads the whole table.
+func (d *Dialect) FinishedGroups(ctx context.Context, t dialects.Table, limit int) ([]dialects.GroupName, error) {
+	if err := tablecheck.CheckFinishedGroups(t, limit); err != nil {
+		return nil, err
+	}
+	if err := d.checkTable(ctx, t); err != nil {
+		return nil, err
+	}
+	rows, err := d.db.QueryContext(ctx, adminsql.FinishedGroupsText(t, quote, quote(t.Group), ":limit"), sql.Named("limit", limit))
+	if err != nil {
+		return nil, adminErr("finished groups", t.Name, err)
+	}
+	defer rows.Close()
+	out, err := adminsql.ScanGroupNames(rows)
+	if err != nil {
+		return nil, adminErr("finished groups", t.Name, err)
+	}
+	return out, nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/sqlpart"
 	"github.com/rowactor/rowactor/dialects/sqlstmt"
 )
 
@@ -53,7 +54,7 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 	var b strings.Builder
 	b.WriteString("UPDATE " + tq + " SET " + lu + " = :until")
 	if t.Attempt != "" {
-		b.WriteString(", " + quote(t.Attempt) + " = " + dialects.CountAttempt(quote(t.Attempt), attemptMax))
+		b.WriteString(", " + quote(t.Attempt) + " = " + sqlpart.CountAttempt(quote(t.Attempt), attemptMax))
 	}
 	// One autocommit statement: it takes the write lock when it starts, where the busy
 	// handler can wait, and the lease and the count commit together.
@@ -340,13 +341,20 @@ func (q *queue) settlement(step dialects.Step, key ...any) (settlement, error) {
 	}
 	switch step.Kind {
 	case dialects.StepAck:
-		return settlement{op: "ack", text: s.ack, args: args(sql.Named("now", formatTime(step.Now)))}, nil
+		text := s.ack
+		if step.Unstarted {
+			text = s.ackUnstarted
+		}
+		return settlement{op: "ack", text: text, args: args(sql.Named("now", formatTime(step.Now)))}, nil
 	case dialects.StepRetry:
 		if s.retryNeedsError && step.Error == "" {
 			return settlement{op: "retry"}, nil // the unlock returns the row
 		}
 		return settlement{op: "retry", text: s.retry, args: args()}, nil
 	case dialects.StepRelease:
+		if step.Unstarted {
+			return settlement{op: "release", text: s.giveBack, args: args()}, nil
+		}
 		return settlement{op: "release", text: s.release, args: args()}, nil
 	case dialects.StepRetryAfter, dialects.StepSnooze:
 		text := s.retryAfter

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 	"github.com/rowactor/rowactor/dialects/sqlstmt"
 )
 
@@ -19,7 +20,7 @@ var _ dialects.OutboxDialect = (*Dialect)(nil)
 // in TimeLayout; one partial index for the relay's poll (unsent records) and one for its
 // start-up pass (unprocessed ones), each holding only the records still in flight.
 func (d *Dialect) OutboxSchema(t dialects.OutboxTable) (string, error) {
-	if err := dialects.CheckOutboxDescription(t); err != nil {
+	if err := tablecheck.CheckOutboxDescription(t); err != nil {
 		return "", err
 	}
 	var b strings.Builder
@@ -41,7 +42,7 @@ func (d *Dialect) OutboxSchema(t dialects.OutboxTable) (string, error) {
 
 // DedupeSchema renders a dedupe table: the record id is the primary key.
 func (d *Dialect) DedupeSchema(t dialects.DedupeTable) (string, error) {
-	if err := dialects.CheckDedupeDescription(t); err != nil {
+	if err := tablecheck.CheckDedupeDescription(t); err != nil {
 		return "", err
 	}
 	s := "CREATE TABLE IF NOT EXISTS " + quote(t.Name) + " (\n  " + quote(t.ID) + " INTEGER NOT NULL PRIMARY KEY"
@@ -53,7 +54,7 @@ func (d *Dialect) DedupeSchema(t dialects.DedupeTable) (string, error) {
 
 // OpenOutbox checks the outbox table and prepares its statements.
 func (d *Dialect) OpenOutbox(ctx context.Context, t dialects.OutboxTable) (dialects.OutboxStore, error) {
-	if err := dialects.CheckOutboxDescription(t); err != nil {
+	if err := tablecheck.CheckOutboxDescription(t); err != nil {
 		return nil, err
 	}
 	have, err := d.columnsOf(ctx, t.Name)
@@ -61,7 +62,10 @@ func (d *Dialect) OpenOutbox(ctx context.Context, t dialects.OutboxTable) (diale
 		return nil, err
 	}
 	// SQLite folds ASCII case in names.
-	if err := dialects.CheckNamedColumns(t.Name, "outbox.Table.", "outbox.Schema", t.Columns(), have, true); err != nil {
+	if err := tablecheck.CheckNamedColumns(t.Name, "outbox.Table.", "outbox.Schema", t.Columns(), have, true); err != nil {
+		return nil, err
+	}
+	if err := d.checkOutboxIDs(ctx, t); err != nil {
 		return nil, err
 	}
 	f, err := d.fileEntry(ctx)
@@ -239,14 +243,14 @@ func (s *outboxStore) Close() error { return nil }
 
 // OpenDedupe checks the dedupe table and prepares its insert.
 func (d *Dialect) OpenDedupe(ctx context.Context, t dialects.DedupeTable) (dialects.DedupeStore, error) {
-	if err := dialects.CheckDedupeDescription(t); err != nil {
+	if err := tablecheck.CheckDedupeDescription(t); err != nil {
 		return nil, err
 	}
 	have, err := d.columnsOf(ctx, t.Name)
 	if err != nil {
 		return nil, err
 	}
-	if err := dialects.CheckNamedColumns(t.Name, "outbox.DedupeTable.", "outbox.DedupeSchema", t.Columns(), have, true); err != nil {
+	if err := tablecheck.CheckNamedColumns(t.Name, "outbox.DedupeTable.", "outbox.DedupeSchema", t.Columns(), have, true); err != nil {
 		return nil, err
 	}
 	// ON CONFLICT DO NOTHING rather than INSERT OR IGNORE: OR IGNORE would also swallow a

@@ -8,15 +8,16 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/sqlpart"
 )
 
 var _ dialects.DueProber = (*Dialect)(nil)
 
 // DueQueues asks about every group in one statement: one EXISTS per group, each an index
 // probe of the claim's own condition, numbered by the group's place. The statement is
-// prepared once per chunk size (dialects.ProbeChunk).
+// prepared once per chunk size (sqlpart.ProbeChunk).
 func (d *Dialect) DueQueues(ctx context.Context, t dialects.Table, lease bool, groups []string, now time.Time) ([]bool, error) {
-	return dialects.ProbeGroups(groups, func(chunk []string) ([]bool, error) {
+	return sqlpart.ProbeGroups(groups, func(chunk []string) ([]bool, error) {
 		text, args := probeSQL(t, lease, chunk, now)
 		st, err := d.stmts.Stmt(ctx, text)
 		if err != nil {
@@ -27,7 +28,7 @@ func (d *Dialect) DueQueues(ctx context.Context, t dialects.Table, lease bool, g
 			return nil, err
 		}
 		defer rows.Close()
-		return dialects.ReadDue(rows, t, len(chunk))
+		return sqlpart.ReadDue(rows, t, len(chunk))
 	})
 }
 

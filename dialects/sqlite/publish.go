@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
 // Publisher checks t for publishing and builds its INSERT. Any form may be published to,
@@ -100,18 +101,32 @@ type publisher struct {
 // Publish inserts m. tx is nil for the dialect's pool, or a *sql.Tx of the same
 // database: the row then exists only if the caller commits.
 func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (int64, error) {
-	if m.Group != "" && !p.hasGroup {
-		return 0, p.errorf(fmt.Errorf("the table has no group column for Message.Group %q", m.Group))
+	if err := p.check(m); err != nil {
+		return 0, err
 	}
-	if m.UniqueKey != "" && !p.hasUnique {
-		return 0, p.errorf(fmt.Errorf("Message.UniqueKey %q needs a unique key column, and the table has none", m.UniqueKey))
+	text, args := p.statement(m)
+	if x, ok := tx.(*sql.Tx); ok && x == nil {
+		tx = nil
 	}
-	if m.Priority != 0 && !p.hasPriority {
-		return 0, p.errorf(fmt.Errorf("Message.Priority %d needs a priority column, and the table has none", m.Priority))
+	run, release, err := p.runner(ctx, tx)
+	if err != nil {
+		return 0, err
 	}
-	if !m.NotBefore.IsZero() && !p.hasRetryAfter {
-		return 0, p.errorf(errors.New("Message.NotBefore needs a retry_after column, and the table has none"))
+	defer release()
+	return p.insertOrFind(run, text, args, m.UniqueKey)
+}
+
+// check refuses a message that sets a field the table has no column for.
+func (p *publisher) check(m dialects.Message) error {
+	has := tablecheck.Columns{Group: p.hasGroup, UniqueKey: p.hasUnique, Priority: p.hasPriority, RetryAfter: p.hasRetryAfter}
+	if err := tablecheck.MessageFits(m, has); err != nil {
+		return p.errorf(err)
 	}
+	return nil
+}
+
+// statement returns the insert m needs and its named arguments.
+func (p *publisher) statement(m dialects.Message) (string, []any) {
 	payload := m.Payload
 	if payload == nil {
 		payload = []byte{} // the driver binds a nil slice as NULL
@@ -120,26 +135,27 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 	if !m.NotBefore.IsZero() {
 		notBefore = formatTime(m.NotBefore)
 	}
-	text := p.insert
 	args := []any{sql.Named("payload", payload), sql.Named("group", m.Group), sql.Named("not_before", notBefore),
 		sql.Named("priority", m.Priority), sql.Named("unique_key", nullText(m.UniqueKey))}
 	if m.Headers != nil && p.insertHeaders != p.insert {
-		text = p.insertHeaders
 		// As text, so SQLite's JSON functions read the object (a blob would be taken
 		// for JSONB).
-		args = append(args, sql.Named("headers", string(m.Headers)))
+		return p.insertHeaders, append(args, sql.Named("headers", string(m.Headers)))
 	}
-	if x, ok := tx.(*sql.Tx); ok && x == nil {
-		tx = nil
-	}
-	// run runs a statement that returns one id (sql.ErrNoRows when none).
-	var run func(text string, args ...any) (int64, error)
+	return p.insert, args
+}
+
+// runFunc runs a statement that returns one id (sql.ErrNoRows when none).
+type runFunc func(text string, args ...any) (int64, error)
+
+// runner returns how Publish runs its statements, and what to call when it is done.
+// Through the pool (tx nil) they run in this process's writer turn, which release ends.
+func (p *publisher) runner(ctx context.Context, tx any) (run runFunc, release func(), err error) {
 	switch x := tx.(type) {
 	case nil:
 		if err := p.f.lockWriter(ctx); err != nil {
-			return 0, p.errorf(err)
+			return nil, nil, p.errorf(err)
 		}
-		defer p.f.unlockWriter()
 		run = func(text string, args ...any) (id int64, err error) {
 			s, err := p.d.stmt(ctx, text)
 			if err != nil {
@@ -148,6 +164,7 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 			err = s.QueryRowContext(ctx, args...).Scan(&id)
 			return id, err
 		}
+		return run, p.f.unlockWriter, nil
 	case *sql.Tx:
 		// Outside this process's writer turn: the caller's transaction holds SQLite's
 		// write lock, or waits for it itself, and a writer of ours could be waiting on
@@ -157,25 +174,30 @@ func (p *publisher) Publish(ctx context.Context, tx any, m dialects.Message) (in
 			err = x.QueryRowContext(ctx, text, args...).Scan(&id)
 			return id, err
 		}
+		return run, func() {}, nil
 	default:
-		return 0, fmt.Errorf("sqlite: PublishTx needs a *sql.Tx, got %T", tx)
+		return nil, nil, fmt.Errorf("sqlite: PublishTx needs a *sql.Tx, got %T", tx)
 	}
+}
+
+// insertOrFind runs the insert and returns the new row's id. When the unique key is held,
+// the row holding it is the answer; a row deleted between the insert and the lookup frees
+// the key, and the insert is tried again, three times at most.
+func (p *publisher) insertOrFind(run runFunc, text string, args []any, key string) (int64, error) {
 	for try := 0; ; try++ {
 		id, err := run(text, args...)
 		if err == nil {
 			return id, nil
 		}
-		if !errors.Is(err, sql.ErrNoRows) || m.UniqueKey == "" {
+		if !errors.Is(err, sql.ErrNoRows) || key == "" {
 			return 0, p.errorf(err)
 		}
-		// The key is held: the row holding it is the answer. A row deleted between the
-		// insert and the lookup frees the key, and the insert is tried again.
-		id, err = run(p.lookup, sql.Named("unique_key", m.UniqueKey))
+		id, err = run(p.lookup, sql.Named("unique_key", key))
 		if err == nil {
-			return id, nil
+			return id, p.errorf(dialects.Duplicate(key, id))
 		}
 		if !errors.Is(err, sql.ErrNoRows) || try == 2 {
-			return 0, p.errorf(fmt.Errorf("look up the row holding unique key %q: %w", m.UniqueKey, err))
+			return 0, p.errorf(fmt.Errorf("look up the row holding unique key %q: %w", key, err))
 		}
 	}
 }
@@ -206,7 +228,7 @@ func (d *Dialect) checkUniqueIndex(ctx context.Context, t dialects.Table) error 
 		return adminErr("read the unique key's index", t.Name, err)
 	}
 	if n == 0 {
-		return dialects.NoUniqueIndex(t, "CREATE UNIQUE INDEX "+quote(t.Name+"_unique")+" ON "+quote(t.Name)+" ("+quote(t.UniqueKey)+")")
+		return tablecheck.NoUniqueIndex(t, "CREATE UNIQUE INDEX "+quote(t.Name+"_unique")+" ON "+quote(t.Name)+" ("+quote(t.UniqueKey)+")")
 	}
 	return nil
 }

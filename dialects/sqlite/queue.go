@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
+	"github.com/rowactor/rowactor/dialects/internal/sqlpart"
 )
 
 // Open checks the subscription against the live database and builds its statements.
@@ -98,6 +100,12 @@ func (q *queue) errorf(op string, err error) error {
 type settleSQL struct {
 	ack     string // :id, :now, :token
 	release string // lease form only: :id, :token
+	// ackUnstarted and giveBack are the ack and the release of a delivery whose handler
+	// never started (Step.Unstarted): they also give back the attempt the claim (or the
+	// take) counted. giveBack is empty where nothing needs writing (an advisory table
+	// without an attempt column).
+	ackUnstarted string // as ack
+	giveBack     string // :id, :token
 	// retry: the lease form clears the lease; the advisory form writes only the error
 	// (the take counted the attempt, the unlock returns the row), and runs it only for a
 	// step with one (retryNeedsError).
@@ -113,7 +121,7 @@ type settleSQL struct {
 
 // buildSettle builds the settlements; moveCols are the columns a move into the
 // dead-letter table copies (deadLetterColumns).
-func buildSettle(spec dialects.QueueSpec, lease bool, moveCols []dialects.MoveColumn) settleSQL {
+func buildSettle(spec dialects.QueueSpec, lease bool, moveCols []adminsql.MoveColumn) settleSQL {
 	t := spec.Table
 	tq := quote(t.Name)
 	where := " WHERE " + quote(t.ID) + " = :id"
@@ -124,12 +132,13 @@ func buildSettle(spec dialects.QueueSpec, lease bool, moveCols []dialects.MoveCo
 	}
 	keepErr := ""
 	if t.Error != "" {
-		keepErr = ", " + quote(t.Error) + " = " + dialects.KeepError(quote(t.Error), ":err")
+		keepErr = ", " + quote(t.Error) + " = " + sqlpart.KeepError(quote(t.Error), ":err")
 	}
 	uncount := ""
 	if t.Attempt != "" {
-		// The claim (or the take) counted the attempt; a snooze gives it back.
-		uncount = ", " + quote(t.Attempt) + " = " + dialects.UncountAttempt(quote(t.Attempt))
+		// The claim (or the take) counted the attempt; a snooze, and a row given back
+		// unstarted, give it back.
+		uncount = ", " + quote(t.Attempt) + " = " + sqlpart.UncountAttempt(quote(t.Attempt))
 	}
 	delay, delayUnlease := t.RetryAfter, unlease
 	if lease && delay == "" {
@@ -143,15 +152,24 @@ func buildSettle(spec dialects.QueueSpec, lease bool, moveCols []dialects.MoveCo
 			ackErr = ", " + quote(t.Error) + " = :err"
 		}
 		s.ack = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = :now" + unlease + t.ClearUniqueKey(quote) + ackErr + where
+		s.ackUnstarted = "UPDATE " + tq + " SET " + quote(t.ProcessedAt) + " = :now" + unlease + t.ClearUniqueKey(quote) + uncount + ackErr + where
 	} else {
 		s.ack = "DELETE FROM " + tq + where
+		s.ackUnstarted = s.ack // the row is gone: no count to give back
 	}
 	if lease {
 		s.release = "UPDATE " + tq + " SET " + quote(t.LockedUntil) + " = NULL" + where
+		s.giveBack = "UPDATE " + tq + " SET " + quote(t.LockedUntil) + " = NULL" + uncount + where
 		s.retry = "UPDATE " + tq + " SET " + quote(t.LockedUntil) + " = NULL" + keepErr + where
-	} else if keepErr != "" {
-		s.retry = "UPDATE " + tq + " SET " + keepErr[2:] + where
-		s.retryNeedsError = true
+	} else {
+		if keepErr != "" {
+			s.retry = "UPDATE " + tq + " SET " + keepErr[2:] + where
+			s.retryNeedsError = true
+		}
+		if uncount != "" {
+			// Advisory: the take counted; the unlock that follows returns the row.
+			s.giveBack = "UPDATE " + tq + " SET " + uncount[2:] + where
+		}
 	}
 	if delay != "" {
 		s.retryAfter = "UPDATE " + tq + " SET " + quote(delay) + " = :at" + delayUnlease + keepErr + where
@@ -166,14 +184,14 @@ func buildSettle(spec dialects.QueueSpec, lease bool, moveCols []dialects.MoveCo
 		s.destGroup = spec.DeadLetterGroup
 	} else if spec.DeadLetterTable != "" {
 		// The whole row: every column both tables share, read from the catalog at Open.
-		into, sel := dialects.MoveLists(moveCols, false, quote, func(c dialects.MoveColumn) string {
+		into, sel := adminsql.MoveLists(moveCols, false, quote, func(c adminsql.MoveColumn) string {
 			switch {
 			case c.Role == "UniqueKey":
 				return "NULL" // the key is free again: the queue table no longer holds the row
 			case lease && c.Role == "LockedUntil":
 				return "NULL" // the moved row arrives without a lease
 			case c.Role == "Error":
-				return dialects.KeepError(quote(c.Name), ":err")
+				return sqlpart.KeepError(quote(c.Name), ":err")
 			case c.Role == "DeadAt":
 				return ":now" // the row died now
 			}
@@ -188,7 +206,7 @@ func buildSettle(spec dialects.QueueSpec, lease bool, moveCols []dialects.MoveCo
 // texts lists the statements to prepare. The move runs as text in a transaction on a
 // connection of its own; preparing it here still checks it against the live schema.
 func (s *settleSQL) texts() []string {
-	return []string{s.ack, s.release, s.retry, s.retryAfter, s.snooze, s.deadGroup, s.moveInsert, s.moveDelete}
+	return []string{s.ack, s.release, s.ackUnstarted, s.giveBack, s.retry, s.retryAfter, s.snooze, s.deadGroup, s.moveInsert, s.moveDelete}
 }
 
 // settlement is what one step runs: a statement with its arguments, or the dead-letter

@@ -43,8 +43,10 @@ func (d *Dialect) Schema(t dialects.Table) (string, error) {
 	}
 	if t.Group != "" && t.DeadAt != "" {
 		// Retention of a dead-letter group reads its rows in dead_at order; live rows
-		// (dead_at NULL) stay out, so the index costs a claim nothing.
-		b.WriteString("CREATE INDEX IF NOT EXISTS " + quote(t.Name+"_dead") + " ON " + quote(t.Name) +
+		// (dead_at NULL) stay out, so the index costs a claim nothing. Not "<table>_dead":
+		// indexes share the tables' namespace, and that is the dead-letter table's name
+		// docs/forms.md suggests.
+		b.WriteString("CREATE INDEX IF NOT EXISTS " + quote(t.Name+"_dead_at_idx") + " ON " + quote(t.Name) +
 			" (" + quote(t.Group) + ", " + quote(t.DeadAt) + ") WHERE " + quote(t.DeadAt) + " IS NOT NULL;\n")
 	}
 	if t.UniqueKey != "" {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
 // TimeLayout is how every time column (retry_after, processed_at, locked_until) is stored:
@@ -15,10 +16,10 @@ const TimeLayout = "2006-01-02T15:04:05.000000Z"
 
 func formatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
 
-// attemptMax is where the attempt counter stops (dialects.CountAttempt): SQLite's integers
+// attemptMax is where the attempt counter stops (sqlpart.CountAttempt): SQLite's integers
 // are 64-bit, and rowactor counts no further than a 32-bit integer column holds on the
 // other databases.
-const attemptMax = dialects.MaxInteger
+const attemptMax = tablecheck.MaxInteger
 
 // quote quotes an identifier with backticks rather than double quotes: SQLite reads a
 // double-quoted name that matches no column as a string literal, so a misspelled column

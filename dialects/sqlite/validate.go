@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/adminsql"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
 // columnsOf lists a table's columns; none when the table does not exist.
@@ -39,12 +41,12 @@ func (d *Dialect) checkTable(ctx context.Context, t dialects.Table) error {
 		return err
 	}
 	// SQLite folds ASCII case in names.
-	return dialects.CheckColumns(t, have, true)
+	return tablecheck.CheckColumns(t, have, true)
 }
 
 // checkSpec refuses a subscription SQLite cannot serve, before anything is claimed. It
 // returns the columns a dead-letter move copies, when the dead letter is a table.
-func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]dialects.MoveColumn, error) {
+func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]adminsql.MoveColumn, error) {
 	t := spec.Table
 	if err := dialects.CheckDescription(t); err != nil {
 		return nil, err
@@ -52,7 +54,7 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]dia
 	if err := refuseRowLock(t); err != nil {
 		return nil, err
 	}
-	if err := dialects.CheckFIFO(t); err != nil {
+	if err := tablecheck.CheckFIFO(t); err != nil {
 		return nil, err
 	}
 	if t.Isolation != "" {
@@ -64,7 +66,7 @@ func (d *Dialect) checkSpec(ctx context.Context, spec dialects.QueueSpec) ([]dia
 	if err != nil {
 		return nil, err
 	}
-	if err := dialects.CheckColumns(t, have, true); err != nil {
+	if err := tablecheck.CheckColumns(t, have, true); err != nil {
 		return nil, err
 	}
 	if spec.DeadLetterGroup != "" && spec.DeadLetterTable != "" {

@@ -1,7 +1,3 @@
-// Package sqlstmt keeps the prepared statements of a database/sql dialect (SQLite, MySQL):
-// each statement text is prepared once per pool, so a subscription's statements, built
-// once, are also parsed once, and a statement the live schema cannot run fails when the
-// subscription starts rather than at its first settlement.
 package sqlstmt
 
 import (

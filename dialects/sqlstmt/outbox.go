@@ -6,7 +6,7 @@ import "github.com/rowactor/rowactor/dialects"
 // dialects share; each dialect quotes names its own way and writes its own inserts
 // (MySQL reads LAST_INSERT_ID, SQLite uses RETURNING).
 type OutboxSQL struct {
-	Columns       string // id, topic, payload[, headers], as a SELECT list
+	columns       string // id, topic, payload[, headers], as a SELECT list
 	Insert        string // INSERT INTO t (topic, payload
 	Unsent        string // ? limit
 	Unprocessed   string // ? after id, ? limit
@@ -19,14 +19,14 @@ type OutboxSQL struct {
 func NewOutboxSQL(t dialects.OutboxTable, quote func(string) string) OutboxSQL {
 	tb, id := quote(t.Name), quote(t.ID)
 	var s OutboxSQL
-	s.Columns = id + ", " + quote(t.Topic) + ", " + quote(t.Payload)
+	s.columns = id + ", " + quote(t.Topic) + ", " + quote(t.Payload)
 	if t.Headers != "" {
-		s.Columns += ", " + quote(t.Headers)
+		s.columns += ", " + quote(t.Headers)
 	}
 	s.Insert = "INSERT INTO " + tb + " (" + quote(t.Topic) + ", " + quote(t.Payload)
-	s.Unsent = "SELECT " + s.Columns + " FROM " + tb + " WHERE " + quote(t.SentAt) + " IS NULL AND " +
+	s.Unsent = "SELECT " + s.columns + " FROM " + tb + " WHERE " + quote(t.SentAt) + " IS NULL AND " +
 		quote(t.ProcessedAt) + " IS NULL ORDER BY " + id + " LIMIT ?"
-	s.Unprocessed = "SELECT " + s.Columns + " FROM " + tb + " WHERE " + quote(t.ProcessedAt) + " IS NULL AND " +
+	s.Unprocessed = "SELECT " + s.columns + " FROM " + tb + " WHERE " + quote(t.ProcessedAt) + " IS NULL AND " +
 		id + " > ? ORDER BY " + id + " LIMIT ?"
 	s.MarkSent = "UPDATE " + tb + " SET " + quote(t.SentAt) + " = ? WHERE " + id + " = ?"
 	// A record processed was sent, though the relay may have died before its stamp.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/tablecheck"
 )
 
 // RowQuerier is a pool or a transaction of database/sql.
@@ -33,7 +34,7 @@ func On(db *sql.DB, tx any, name, op string) (RowQuerier, error) {
 // compared as the column compares (binary in the tables Schema renders for MySQL and
 // SQLite), quoting identifiers with quote.
 func NewestUniqueKey(ctx context.Context, db RowQuerier, quote func(string) string, t dialects.Table, low, high string) (string, bool, error) {
-	if err := dialects.CheckKeyRange(t, low, high); err != nil {
+	if err := tablecheck.CheckKeyRange(t, low, high); err != nil {
 		return "", false, err
 	}
 	k := quote(t.UniqueKey)

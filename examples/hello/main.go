@@ -9,26 +9,33 @@ import (
 	"path/filepath"
 
 	"github.com/rowactor/rowactor"
-	"github.com/rowactor/rowactor/dialects/sqlite" // importing a dialect registers it for rowactor.Open
+	_ "github.com/rowactor/rowactor/dialects/sqlite" // importing a dialect registers it for rowactor.Open
 )
 
 type Email struct{ To string }
 
 func main() {
-	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "hello-")
-	defer os.RemoveAll(dir)
+	if err := run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "hello-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir) // its error unchecked: what it leaves is in the system's temporary directory
 	b, err := rowactor.Open(ctx, "sqlite:"+filepath.Join(dir, "jobs.db"))
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 
 	// The columns named choose the claim form: LockedUntil is the lease form.
 	emails := rowactor.Table{Name: "email_jobs", ID: "id", Payload: "payload",
 		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until"}
-	ddl, _ := rowactor.Schema(b.Dialect(), emails) // CREATE TABLE and its claim index
-	if _, err := b.Dialect().(*sqlite.Dialect).DB().ExecContext(ctx, ddl); err != nil {
-		log.Fatal(err)
+	if err := b.ApplySchema(ctx, emails); err != nil { // CREATE TABLE and its claim index, once
+		return err
 	}
 
 	sent := make(chan struct{})
@@ -38,12 +45,16 @@ func main() {
 		return nil // acks: the row is deleted; an error would retry it after a backoff
 	}))
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	if _, err := rowactor.PublishJSON(ctx, b, emails, "", Email{To: "a@example.com"}); err != nil {
-		log.Fatal(err)
+		return err
 	}
 	<-sent
 	report, err := b.Shutdown(ctx) // waits for the settlement
-	fmt.Println("drained:", report.Drained, err)
+	if err != nil {
+		return err
+	}
+	fmt.Println("drained:", report.Drained)
+	return nil
 }

@@ -5,5 +5,5 @@ func Example() {
 	main()
 	// Output:
 	// sending to a@example.com on attempt 1
-	// drained: true <nil>
+	// drained: true
 }

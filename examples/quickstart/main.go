@@ -91,13 +91,8 @@ func run() error {
 		Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
 		Attempt: "attempt", RetryAfter: "retry_after", LockedUntil: "locked_until", Headers: "headers",
 	}
-	db := b.Dialect().(*sqlite.Dialect).DB()
-	ddl, err := rowactor.Schema(b.Dialect(), table)
-	if err != nil {
-		return err
-	}
-	if _, err := db.ExecContext(ctx, ddl); err != nil {
-		return fmt.Errorf("create table: %w\n%s", err, ddl)
+	if err := b.ApplySchema(ctx, table); err != nil {
+		return fmt.Errorf("create table: %w", err)
 	}
 
 	// One Publish per job, each its own autocommit INSERT: fast enough here (about a

@@ -18,7 +18,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/rowactor/rowactor"
-	"github.com/rowactor/rowactor/dialects/sqlite"
+	_ "github.com/rowactor/rowactor/dialects/sqlite" // importing a dialect registers it for rowactor.Open
 )
 
 func main() {
@@ -50,11 +50,7 @@ func run() error {
 	// The headers column carries the publisher's traceparent to the consumer.
 	jobs := rowactor.Table{Name: "jobs", ID: "id", Payload: "payload", Group: "queue",
 		Attempt: "attempt", LockedUntil: "locked_until", Headers: "headers"}
-	ddl, err := rowactor.Schema(b.Dialect(), jobs)
-	if err != nil {
-		return err
-	}
-	if _, err := b.Dialect().(*sqlite.Dialect).DB().ExecContext(ctx, ddl); err != nil {
+	if err := b.ApplySchema(ctx, jobs); err != nil {
 		return err
 	}
 

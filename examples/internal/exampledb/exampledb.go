@@ -19,6 +19,7 @@ import (
 	"github.com/rowactor/rowactor/dialects/mysql"
 	"github.com/rowactor/rowactor/dialects/postgres"
 	"github.com/rowactor/rowactor/dialects/sqlite"
+	"github.com/rowactor/rowactor/internal/dsn"
 )
 
 // DB is the database an example runs on.
@@ -32,11 +33,12 @@ type DB struct {
 // which cleanup removes; a postgres:// URL gets a pool of poolSize connections unless it
 // names pool_max_conns (the row lock and advisory forms hold a pool connection per row in
 // work, and pgxpool's default, max(4, CPUs), would quietly keep fewer rows in work on a
-// small machine); a mysql:// URL or a bare go-sql-driver DSN ("user@tcp(host:3306)/db") is
-// MySQL/MariaDB, whose pool rowactor.Open makes of 20.
+// small machine); a mysql:// URL ("mysql://user@host:3306/db", or the driver's DSN after
+// mysql://) or a bare go-sql-driver DSN ("user@tcp(host:3306)/db") is MySQL/MariaDB, read
+// as rowactor.Open reads it, whose pool rowactor.Open makes of 20.
 func Pick(url string, poolSize int) (db DB, cleanup func(), err error) {
 	cleanup = func() {}
-	scheme, rest, _ := strings.Cut(url, "://")
+	scheme, _, _ := strings.Cut(url, "://")
 	switch {
 	case url == "":
 		dir, err := os.MkdirTemp("", "rowactor-example-")
@@ -48,10 +50,14 @@ func Pick(url string, poolSize int) (db DB, cleanup func(), err error) {
 	case scheme == "postgres" || scheme == "postgresql":
 		url = withPoolSize(url, poolSize)
 		return DB{Name: "postgres", URL: url, dsn: url}, cleanup, nil
-	case scheme == "mysql":
-		return DB{Name: "mysql", URL: url, dsn: rest}, cleanup, nil
-	case !strings.Contains(url, "://") && (strings.Contains(url, "@tcp") || strings.Contains(url, "@unix(")):
-		return DB{Name: "mysql", URL: "mysql://" + url, dsn: url}, cleanup, nil
+	case scheme == "mysql" || scheme == "mariadb" ||
+		!strings.Contains(url, "://") && (strings.Contains(url, "@tcp") || strings.Contains(url, "@unix(")):
+		// rowactor.Open's reader: a mysql:// URL becomes the driver's DSN for Reopen.
+		t, err := dsn.Parse(url)
+		if err != nil {
+			return db, cleanup, err
+		}
+		return DB{Name: "mysql", URL: t.URL, dsn: t.Addr}, cleanup, nil
 	}
 	return db, cleanup, fmt.Errorf("want a postgres:// or mysql:// URL, or a MySQL DSN (or none, for SQLite), got %q", url)
 }
