@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/settler"
 )
 
 // scenario is one behaviour of SPEC.md, run over every (database, form) it applies to.
@@ -544,26 +545,39 @@ var coreScenarios = []scenario{
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		rep, err := b.Shutdown(ctx)
-		if !errors.Is(err, rowactor.ErrNotDrained) || !errors.Is(err, context.DeadlineExceeded) || rep.Drained || rep.Released != 2 {
-			t.Fatalf("Shutdown = %+v, %v; want not drained, 2 released, and an error matching ErrNotDrained and the deadline", rep, err)
+		if !errors.Is(err, rowactor.ErrNotDrained) || !errors.Is(err, context.DeadlineExceeded) || rep.Drained {
+			t.Fatalf("Shutdown = %+v, %v; want not drained, and an error matching ErrNotDrained and the deadline", rep, err)
 		}
+		// Each row is released, but for one thing a loaded server may cause: in the lease
+		// form a release that runs past the stop's grace is cut, the row keeps its lease
+		// (fenced by its token) until it runs out, and its settlement says so. The report
+		// counts only the rows released.
+		var released []int64
 		for _, s := range h.waitSettled(2) {
-			if !errors.Is(s.Err, rowactor.ErrClosed) || s.Outcome.String() != "ack" {
+			if !errors.Is(s.Err, rowactor.ErrClosed) || s.Outcome.String() != "ack" || s.Step != "release" {
 				t.Fatalf("late settlement %+v, want ack refused with ErrClosed", s)
 			}
+			if s.Released {
+				released = append(released, s.ID)
+			} else if form != rowactor.FormLease || !errors.Is(s.Err, settler.ErrCutByStop) {
+				t.Fatalf("late settlement %+v: not released, and not a lease release the stop cut", s)
+			}
+		}
+		if rep.Released != len(released) || len(released) == 0 {
+			t.Fatalf("Shutdown reported %d released; the settlements released %v\nlogs:\n%s", rep.Released, released, h.logs.String())
 		}
 		for _, id := range ids {
 			st := h.row(id)
-			if !st.exists || st.lockedUntil != nil || st.attempt != attemptColumn(form, 1, 0) {
-				t.Fatalf("row %d after shutdown: %+v", id, st)
+			if !st.exists || (st.lockedUntil != nil) == slices.Contains(released, id) || st.attempt != attemptColumn(form, 1, 0) {
+				t.Fatalf("row %d after shutdown (released: %v): %+v", id, released, st)
 			}
 		}
 		// Released at once: another broker takes the rows now, not at lease expiry.
 		h.subscribe(h.second(), func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }, rowactor.Workers(2))
-		for _, s := range h.waitSettled(2) {
+		for _, s := range h.waitSettled(len(released)) {
 			// The row lock form's rollback spends no attempt.
-			if s.Err != nil || s.Attempt != attemptColumn(form, 1, 0) {
-				t.Fatalf("redelivery %+v", s)
+			if s.Err != nil || s.Attempt != attemptColumn(form, 1, 0) || !slices.Contains(released, s.ID) {
+				t.Fatalf("redelivery %+v of the released %v", s, released)
 			}
 		}
 	}},

@@ -1023,8 +1023,11 @@ func TestStalledRenewer(t *testing.T) {
 			if a, b := callsA.of(id), callsB.of(id); !slices.Equal(a, []int{1}) || !slices.Equal(b, []int{2}) {
 				t.Fatalf("deliveries: first broker %v, second %v; want [1] and [2]", a, b)
 			}
-			if !strings.Contains(h.logs.String(), "lease extension failed") {
-				t.Errorf("the stalled renewer logged no failed round:\n%s", h.logs.String())
+			// A round stalled on the pool fails at its half-lease deadline; under load the
+			// pool may come back (give above) before that deadline, and the round then
+			// finds its lease gone. Either tells the renewer was stalled.
+			if l := h.logs.String(); !strings.Contains(l, "lease extension failed") && !strings.Contains(l, "a lease was gone when the renewer came") {
+				t.Errorf("the stalled renewer logged neither a failed round nor a lost lease:\n%s", l)
 			}
 		})
 	}

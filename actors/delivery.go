@@ -235,7 +235,11 @@ func (d *delivery) Receive(c actor.Context) {
 		} else {
 			r = d.release(d.outcome)
 		}
-		r.Err = settler.ErrClosed
+		if r.Err == nil {
+			r.Err = settler.ErrClosed
+		} else if !errors.Is(r.Err, settler.ErrClosed) {
+			r.Err = errors.Join(settler.ErrClosed, r.Err) // a release that failed says so
+		}
 		d.finishSpan(r, d.handlerTook)
 		d.sub.report(r)
 		d.end(c, r)
@@ -509,7 +513,7 @@ func waitEnded(waits context.Context, err error) error {
 	if !settler.CutByStop(waits, err) {
 		return err
 	}
-	return fmt.Errorf("%w: the subscription stopped while the settlement waited: %w", settler.ErrClosed, err)
+	return fmt.Errorf("%w: %w: %w", settler.ErrClosed, settler.ErrCutByStop, err)
 }
 
 // settleLease runs a lease-form step fenced by the delivery's own token: with the next
@@ -580,7 +584,7 @@ func (d *delivery) releaseOn(base context.Context, o settler.Outcome, tag any) R
 		d.rollbackLeaseTx(ctx)
 		if err := d.settleLease(ctx, dialects.Step{Kind: dialects.StepRelease, Now: cfg.Now()}); err != nil {
 			r.Released = false
-			if errors.Is(err, settler.ErrClosed) {
+			if errors.Is(err, settler.ErrClosed) && !errors.Is(err, settler.ErrCutByStop) {
 				return r // released or settled already
 			}
 			r.Err = err
@@ -637,7 +641,7 @@ func (d *delivery) giveBack(base context.Context) Result {
 		}
 		if err != nil {
 			r.Released = false
-			if errors.Is(err, settler.ErrClosed) {
+			if errors.Is(err, settler.ErrClosed) && !errors.Is(err, settler.ErrCutByStop) {
 				return r // released or settled already
 			}
 			r.Err = err

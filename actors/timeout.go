@@ -161,7 +161,7 @@ func (d *delivery) interrupt(req *cancelRequest) Result {
 	if cfg.Form == dialects.FormLease {
 		if err := d.settleLease(ctx, dialects.Step{Kind: dialects.StepRelease, Now: cfg.Now(), Unstarted: unstarted}); err != nil {
 			r.Released = false
-			if !errors.Is(err, settler.ErrClosed) {
+			if !errors.Is(err, settler.ErrClosed) || errors.Is(err, settler.ErrCutByStop) {
 				r.Err = errors.Join(r.Err, err)
 				cfg.Log.Warn("rowactor: could not release a lease; the row returns when it expires",
 					slog.String("table", cfg.Table), slog.Int64("id", row.ID), slog.Any("error", err))

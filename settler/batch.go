@@ -325,7 +325,7 @@ const busyPoll = 100 * time.Millisecond
 
 // errWaitEnded is why a busy request was answered ErrClosed: its subscription stopped
 // while another session held its row.
-var errWaitEnded = errors.New("the subscription stopped while another session held the row; its lease runs out unsettled")
+var errWaitEnded = fmt.Errorf("another session held the row: %w", ErrCutByStop)
 
 // endWaits answers the busy requests queued in the lane (waits ended; see NewBatcher).
 // The lane's waiter ends with its statement, whose context ended too. Requests that a
@@ -524,7 +524,7 @@ func (b *Batcher) answer(r *batchReq, settled []int64, err error) {
 	_, found := slices.BinarySearch(settled, r.held.ID)
 	switch {
 	case err != nil && CutByStop(b.waits, err):
-		r.err = fmt.Errorf("%w: the subscription stopped while the settlement ran: %w", ErrClosed, err)
+		r.err = fmt.Errorf("%w: %w: %w", ErrClosed, ErrCutByStop, err)
 	case err != nil:
 		r.err = err
 	case !found:

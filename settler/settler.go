@@ -16,6 +16,13 @@ var (
 	// ErrClosed reports work refused because the broker was shut down (and, for a
 	// delivery, that its row was released without its outcome).
 	ErrClosed = errors.New("rowactor: broker closed")
+	// ErrCutByStop is wrapped, with ErrClosed, by a settlement that its subscription's
+	// stop cut short before it took effect (its statement ran past the stop's grace, or
+	// it waited for a row another session held). In the lease form the row keeps its
+	// lease until it runs out; in the others the cut statement's connection is closed,
+	// which frees the row. A settlement refused because its row was settled or released
+	// already is ErrClosed without it.
+	ErrCutByStop = errors.New("its subscription stopped before the settlement took effect")
 	// ErrUnknownEvent reports an Event outcome naming an event the subscription does not
 	// have; the row was released unsettled.
 	ErrUnknownEvent = errors.New("rowactor: unknown event")
@@ -255,8 +262,11 @@ type HeldLease interface {
 // stopGrace is how long a settlement statement may still run once its subscription's
 // waits ended (Stop: Shutdown's context is over): enough for one that waits for nothing
 // (a release at the stop, a settlement whose handler returned as the stop came) to
-// finish, while one that waits for a lock another session holds gives up soon.
-const stopGrace = 500 * time.Millisecond
+// finish, while one that waits for a lock another session holds gives up soon. A
+// second, of the 1.5 s Shutdown may take past its context: under load a release took
+// over half a second on MariaDB, and a lease release cut short leaves its row leased
+// until the lease runs out.
+const stopGrace = time.Second
 
 // StatementCtx is a settlement statement's context: base's, bounded by timeout, and, once
 // waits ended, by stopGrace from then or from its start, whichever is later. The dialects
