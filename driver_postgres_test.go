@@ -47,20 +47,14 @@ func init() {
 		open: func(t *testing.T) func() dialects.Dialect {
 			url := postgresURL()
 			return func() dialects.Dialect {
-				d, err := postgres.Open(context.Background(), url)
+				pool, err := takePool(context.Background(), url)
 				if err != nil {
-					t.Fatalf("postgres.Open: PostgreSQL is unreachable at %s: %v", url, err)
+					t.Fatalf("pgxpool.New: PostgreSQL is unreachable at %s: %v", url, err)
 				}
+				d := postgres.New(pool)
 				t.Cleanup(func() {
-					// pgxpool's Close waits for every acquired connection: a claim or
-					// session never ended would hang the suite instead of failing it.
-					done := make(chan struct{})
-					go func() { _ = d.Close(); close(done) }()
-					select {
-					case <-done:
-					case <-time.After(15 * time.Second):
-						t.Errorf("postgres: closing the pool waited 15 s for a connection never released (a row lock claim or an advisory session left open)")
-					}
+					_ = d.Close()
+					givePool(t, pool) // fails the test if a connection was never released
 				})
 				return d
 			}

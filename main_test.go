@@ -1,6 +1,7 @@
 package rowactor_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -13,9 +14,16 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(runChild(spec)) // a consumer process started by a test
 	}
-	goleak.VerifyTestMain(m,
-		// database/sql's opener for a pool a test has not closed yet at exit is checked by
-		// the pools' own Close in cleanups; the SQLite driver keeps no goroutines.
-		goleak.IgnoreCurrent(),
-	)
+	// database/sql's opener for a pool a test has not closed yet at exit is checked by
+	// the pools' own Close in cleanups; the SQLite driver keeps no goroutines.
+	before := goleak.IgnoreCurrent()
+	code := m.Run()
+	closeWarmPools() // kept between tests (driver_postgres_pools_test.go), not leaked
+	if code == 0 {
+		if err := goleak.Find(before); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: Errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
