@@ -16,6 +16,7 @@ import (
 	"github.com/rowactor/rowactor"
 	"github.com/rowactor/rowactor/dialects"
 	"github.com/rowactor/rowactor/dialects/postgres"
+	"github.com/rowactor/rowactor/internal/pgwarm"
 )
 
 // postgresURL is the server the suite runs on: ROWACTOR_POSTGRES_URL, or the local test
@@ -47,14 +48,14 @@ func init() {
 		open: func(t *testing.T) func() dialects.Dialect {
 			url := postgresURL()
 			return func() dialects.Dialect {
-				pool, err := takePool(context.Background(), url)
+				pool, err := pgwarm.Take(context.Background(), url)
 				if err != nil {
 					t.Fatalf("pgxpool.New: PostgreSQL is unreachable at %s: %v", url, err)
 				}
 				d := postgres.New(pool)
 				t.Cleanup(func() {
 					_ = d.Close()
-					givePool(t, pool) // fails the test if a connection was never released
+					pgwarm.Give(t, pool) // fails the test if a connection was never released
 				})
 				return d
 			}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/rowactor/rowactor/internal/pgwarm"
 )
 
 // TestMain fails the package if any goroutine outlives the tests: every broker is shut
@@ -18,7 +20,7 @@ func TestMain(m *testing.M) {
 	// the pools' own Close in cleanups; the SQLite driver keeps no goroutines.
 	before := goleak.IgnoreCurrent()
 	code := m.Run()
-	closeWarmPools() // kept between tests (driver_postgres_pools_test.go), not leaked
+	pgwarm.CloseAll() // kept between tests (driver_postgres_test.go), not leaked
 	if code == 0 {
 		if err := goleak.Find(before); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: Errors on successful test run: %v\n", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rowactor/rowactor/dialects"
 	"github.com/rowactor/rowactor/dialects/dialecttest"
+	"github.com/rowactor/rowactor/internal/pgwarm"
 )
 
 var ctx, t0 = context.Background(), dialecttest.T0 // the suite's now, finer than a microsecond
@@ -41,9 +42,21 @@ func openURL(t *testing.T, url string) *Dialect {
 	return d
 }
 
+// newDialect returns a dialect on a warm pool of eight (internal/pgwarm): a new session
+// costs the test server about 40 ms of CPU.
 func newDialect(t *testing.T) *Dialect {
 	t.Helper()
-	return openURL(t, withParams(testURL(), "pool_max_conns=8"))
+	url := withParams(testURL(), "pool_max_conns=8")
+	pool, err := pgwarm.Take(ctx, url)
+	if err != nil {
+		t.Fatalf("PostgreSQL at %s is unreachable: %v", url, err)
+	}
+	d := New(pool)
+	t.Cleanup(func() {
+		_ = d.Close()
+		pgwarm.Give(t, pool)
+	})
+	return d
 }
 
 // tableName returns a name no other test (or earlier run) uses, and drops the table
