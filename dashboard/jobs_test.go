@@ -28,8 +28,8 @@ func allocated(h http.Handler, r *http.Request) (uint64, *httptest.ResponseRecor
 	return after.TotalAlloc - before.TotalAlloc, rec
 }
 
-// A job list reads only what it shows: 20 rows of 1 MB payloads, 256 KB headers and
-// 60 KB error texts cost a render a few hundred KB, not the 26 MB the rows hold.
+// A job list reads only what it shows: 8 rows of 1 MB payloads, 256 KB headers and
+// 60 KB error texts cost a render a few hundred KB, not the 10.5 MB the rows hold.
 func TestJobListDoesNotReadPayloads(t *testing.T) {
 	eachDB(t, func(t *testing.T, f *fixture) {
 		tb := f.jobsTable("dash_big_")
@@ -37,7 +37,7 @@ func TestJobListDoesNotReadPayloads(t *testing.T) {
 		hdr := map[string]string{"big": strings.Repeat("h", 256<<10)}
 		errText := "boom: " + strings.Repeat("e", 60<<10)
 		var ids []int64
-		for range 20 {
+		for range 8 { // 8 MB of payloads, twice the bound below
 			ids = append(ids, f.publish(tb, "g", payload, rowactor.WithHeaders(hdr)))
 		}
 		f.exec("UPDATE "+f.q(tb.Name)+" SET error = ?", errText)
@@ -54,22 +54,22 @@ func TestJobListDoesNotReadPayloads(t *testing.T) {
 		if !strings.Contains(rec.Body.String(), "boom: eee") {
 			t.Error("the list does not show the rows' error")
 		}
-		t.Logf("a render of 20 big rows allocated %d KB", n>>10)
+		t.Logf("a render of 8 big rows allocated %d KB", n>>10)
 		if n > 4<<20 {
-			t.Errorf("a list of 20 big rows allocated %d MB: it reads what it does not show", n>>20)
+			t.Errorf("a list of 8 big rows allocated %d MB: it reads what it does not show", n>>20)
 		}
 	})
 }
 
 // The job page bounds every preview, whatever the payload: JSON nested 9,999 deep (whose
-// indented form is 200 MB), a flat 10 MB JSON array and 1 MB of text each make a page of
+// indented form is 200 MB), a flat 2 MB JSON array and 1 MB of text each make a page of
 // at most a few hundred KB that says the preview is cut; valid UTF-8 text shows as text,
 // and only other bytes as hex.
 func TestJobPageBoundsPreviews(t *testing.T) {
 	eachDB(t, func(t *testing.T, f *fixture) {
 		tb := f.jobsTable("dash_prev_")
 		deep := strings.Repeat("[", 9999) + strings.Repeat("]", 9999)
-		flat := "[" + strings.Repeat("1234567,", (10<<20)/8) + "0]"
+		flat := "[" + strings.Repeat("1234567,", (2<<20)/8) + "0]" // seven times the page's bound
 		text := "héllo wörld: a text payload\nline two\t(tab)\n"
 		bigText := strings.Repeat("ünïcode text ", (1<<20)/13)
 		small := `{"to":"a@example.com"}`
@@ -80,7 +80,7 @@ func TestJobPageBoundsPreviews(t *testing.T) {
 			kind          string
 		}{
 			{"nested 9999 deep", deep, true, "[\n  [\n    [", "JSON"},
-			{"flat 10 MB array", flat, true, "  1234567,\n  1234567,", "JSON"},
+			{"flat 2 MB array", flat, true, "  1234567,\n  1234567,", "JSON"},
 			{"text", text, false, "héllo wörld: a text payload\nline two\t(tab)", "text"},
 			{"1 MB of text", bigText, true, "ünïcode text ünïcode text", "text"},
 			{"small JSON", small, false, "{\n  &#34;to&#34;: &#34;a@example.com&#34;\n}", "JSON"},

@@ -262,11 +262,13 @@ type HeldLease interface {
 // stopGrace is how long a settlement statement may still run once its subscription's
 // waits ended (Stop: Shutdown's context is over): enough for one that waits for nothing
 // (a release at the stop, a settlement whose handler returned as the stop came) to
-// finish, while one that waits for a lock another session holds gives up soon. A
-// second, of the 1.5 s Shutdown may take past its context: under load a release took
-// over half a second on MariaDB, and a lease release cut short leaves its row leased
-// until the lease runs out.
-const stopGrace = time.Second
+// finish, while one that waits for a lock another session holds gives up soon: cutting
+// a statement short takes its own time (on MariaDB a KILL from another connection), and
+// Shutdown returns within 1.5 s of its context's end. Under load a release may take
+// longer: the lease form's is then reported cut (ErrCutByStop), its row leased until
+// the lease runs out (a second grace pushed Shutdown past 4 s behind a locked row on a
+// loaded MariaDB).
+const stopGrace = 500 * time.Millisecond
 
 // StatementCtx is a settlement statement's context: base's, bounded by timeout, and, once
 // waits ended, by stopGrace from then or from its start, whichever is later. The dialects
