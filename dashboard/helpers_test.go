@@ -367,7 +367,14 @@ func htmlUnescape(s string) string { return html.UnescapeString(s) }
 // where they are.
 func (f *fixture) deadLetter(tb rowactor.Table, queue, dead string) int64 {
 	f.t.Helper()
-	sub, err := f.b.Subscribe(ctx, tb, queue, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Retry() },
+	// A broker of its own on the fixture's pool, shut down once the row is dead: a
+	// paused subscription's claim in flight could still claim a row the test publishes
+	// next (Pause's contract), which the dashboard would then show in work.
+	b, err := rowactor.New(f.b.Dialect(), rowactor.WithPollOnly())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	_, err = b.Subscribe(ctx, tb, queue, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Retry() },
 		rowactor.MaxAttempts(1), rowactor.DeadLetterGroup(dead), rowactor.PollInterval(20*time.Millisecond))
 	if err != nil {
 		f.t.Fatal(err)
@@ -380,7 +387,7 @@ func (f *fixture) deadLetter(tb rowactor.Table, queue, dead string) int64 {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := sub.Pause(ctx); err != nil {
+	if _, err := b.Shutdown(ctx); err != nil {
 		f.t.Fatal(err)
 	}
 	return id
