@@ -254,9 +254,10 @@ func slowHandlersAfterFastDoNotHoard(t *testing.T, h *harness, _ rowactor.Form) 
 
 // roomBacklogKeepsShortLeases proves that rows waiting in the measured room keep their
 // leases: no row is handled twice and every settlement takes effect.
-// Two processes with Lease(1s) first drain instant rows (the room grows), then get rows
-// whose handler takes 1.2 s, longer than the lease, so rows wait in the room for several
-// leases and only the renewer keeps them from another process.
+// Two processes with Lease(2s) first drain instant rows (the room grows), then get rows
+// whose handler takes 2.4 s, longer than the lease, so rows wait in the room for several
+// leases and only the renewer keeps them from another process. (With Lease(1s) a loaded
+// CI machine once delayed a renewal past the half lease it has, and two rows were lost.)
 func roomBacklogKeepsShortLeases(t *testing.T, h *harness, _ rowactor.Form) {
 	const (
 		fast    = 400
@@ -281,14 +282,14 @@ func roomBacklogKeepsShortLeases(t *testing.T, h *harness, _ rowactor.Form) {
 			overlap = append(overlap, d.ID())
 		}
 		mu.Unlock()
-		time.Sleep(1200 * time.Millisecond)
+		time.Sleep(2400 * time.Millisecond)
 		mu.Lock()
 		running[d.ID()]--
 		mu.Unlock()
 		return rowactor.Ack()
 	}
-	s1 := h.subscribe(one, handler, rowactor.Workers(workers), rowactor.Lease(time.Second))
-	s2 := h.subscribe(two, handler, rowactor.Workers(workers), rowactor.Lease(time.Second))
+	s1 := h.subscribe(one, handler, rowactor.Workers(workers), rowactor.Lease(2*time.Second))
+	s2 := h.subscribe(two, handler, rowactor.Workers(workers), rowactor.Lease(2*time.Second))
 	h.publish(one, fast)
 	h.waitSettled(fast)
 	ctx := context.Background()
@@ -302,7 +303,7 @@ func roomBacklogKeepsShortLeases(t *testing.T, h *harness, _ rowactor.Form) {
 	_ = s1.Resume(ctx)
 	_ = s2.Resume(ctx)
 	var got []rowactor.Settlement
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(45 * time.Second)
 	// Only the slow rows' acks count: the fast phase waited for 400 settlements, not 400
 	// acks, so a fast row settled otherwise first (under load) may be acked while this
 	// loop runs, and must not stand for a slow row still in its handler.
@@ -314,7 +315,7 @@ func roomBacklogKeepsShortLeases(t *testing.T, h *harness, _ rowactor.Form) {
 				acked++
 			}
 		case <-deadline:
-			t.Fatalf("acked fewer than %d rows in 30 s: %+v", rows, got)
+			t.Fatalf("acked fewer than %d rows in 45 s: %+v", rows, got)
 		}
 	}
 	// Every handler of the rows has returned: a process starts a row left in its room as
