@@ -26,7 +26,7 @@ type Broker struct {
 	d         dialects.Dialect
 	ownsD     bool
 	sys       *actor.ActorSystem
-	ownsSys   bool
+	lentSys   *actors.System // the system rowactor lent this broker, nil under WithActorSystem
 	log       *slog.Logger
 	onSettled func(Settlement)
 	now       func() time.Time
@@ -107,7 +107,8 @@ func New(d dialects.Dialect, opts ...Option) (*Broker, error) {
 	b.tel = tel
 	b.sys = cfg.system
 	if b.sys == nil {
-		b.sys, b.ownsSys = actors.NewSystem(b.log), true
+		b.lentSys = actors.TakeSystem(b.log)
+		b.sys = b.lentSys.ActorSystem
 	}
 	if n, ok := d.(dialects.Notifier); ok && !cfg.pollOnly {
 		b.listen(n)
@@ -364,8 +365,10 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 	}
 	stops.Wait()
 	var errs []error
+	stopped := true
 	for i, s := range subs {
 		if stopErrs[i] != nil {
+			stopped = false
 			errs = append(errs, stopErrs[i])
 		}
 		r2, c2 := s.run.Released()
@@ -391,8 +394,14 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 		<-b.clockDone
 	}
 	b.dispatcher.Close()
-	if b.ownsSys {
-		b.sys.Shutdown()
+	if b.lentSys != nil {
+		// Given back only when every subscription actor, and so every actor of this
+		// broker, stopped: the next broker must find none of their names taken.
+		if stopped {
+			b.lentSys.Give()
+		} else {
+			b.lentSys.Drop()
+		}
 	}
 	if b.ownsD {
 		if err := closeWithin(budget, b.d); err != nil {

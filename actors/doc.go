@@ -16,10 +16,10 @@
 //
 // Package actors is part of rowactor's engine. The root package
 // (github.com/rowactor/rowactor) starts and stops its subscriptions through it, and
-// package outbox makes its relay's actor system with NewSystem. Nothing here has a
+// package outbox borrows its relay's actor system with TakeSystem. Nothing here has a
 // compatibility promise; it may change in any release. Programs use the root package.
 //
-// NewSystem, Start and Dispatcher name Proto.Actor types. They stay in the API because
+// System, Start and Dispatcher name Proto.Actor types. They stay in the API because
 // the root package needs them: a broker runs its subscriptions on an actor system of its
 // own, or on the one given to rowactor.WithActorSystem.
 package actors

@@ -62,7 +62,7 @@ type Relay struct {
 	cfg  relayConfig
 
 	sys     *actor.ActorSystem
-	ownsSys bool
+	lentSys *actors.System // the system rowactor lent this relay, nil under WithActorSystem
 	pid     *actor.PID
 	done    chan struct{} // closed when the relay actor stopped
 
@@ -111,15 +111,16 @@ func (o *Outbox) StartRelay(sink Sink, opts ...RelayOption) (*Relay, error) {
 		return nil, fmt.Errorf("%w (%s)", ErrRelayRunning, o.t.Name)
 	}
 	if r.sys == nil {
-		r.sys, r.ownsSys = actors.NewSystem(o.cfg.log), true
+		r.lentSys = actors.TakeSystem(o.cfg.log)
+		r.sys = r.lentSys.ActorSystem
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	pid, err := r.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &relayActor{r: r} }),
 		fmt.Sprintf("rowactor-outbox/%s/%d", o.t.Name, relaySeq.Add(1)))
 	if err != nil {
 		r.cancel()
-		if r.ownsSys {
-			r.sys.Shutdown()
+		if r.lentSys != nil {
+			r.lentSys.Give() // nothing was spawned on it
 		}
 		return nil, fmt.Errorf("rowactor/outbox: start the relay of %s: %w", o.t.Name, err)
 	}
@@ -156,8 +157,8 @@ func (r *Relay) Stop(ctx context.Context) error {
 			<-r.done
 		}
 		r.cancel()
-		if r.ownsSys {
-			r.sys.Shutdown()
+		if r.lentSys != nil {
+			r.lentSys.Give() // done closed: the relay's actors have stopped
 		}
 		r.o.mu.Lock()
 		delete(r.o.relays, r)

@@ -17,15 +17,35 @@ const (
 	listenBackoffMax = 5 * time.Second
 )
 
-// Listen holds one connection listening on Channel and calls wake with each publish's
-// table and group. The connection is its own (made from the pool's configuration, so it
-// never takes or returns a pool slot). After it connects, and after each reconnect, it
-// calls wake("", "") so every subscription claims once: notifications sent while it was
-// away are lost. It returns nil when ctx ends.
+// Listen calls wake with each publish's table and group, through the process's one
+// listening session for its database. After that session connects, and after each
+// reconnect, it calls wake("", "") so every subscription claims once: notifications sent
+// while it was away are lost. It returns nil when ctx ends.
+//
+// Dialects whose pools have the same connection string share one session, made from
+// the pool's configuration (so it never takes or returns a pool slot): a process with
+// many brokers, or a test suite with hundreds, opens one LISTEN session per database
+// instead of one per broker. A pool whose configuration was changed in code (a dialer
+// of its own, a tracer, a hook) gets a session of its own, since two such pools may
+// reach the server differently.
 func (d *Dialect) Listen(ctx context.Context, wake func(table, group string)) error {
+	cfg := d.pool.Config().ConnConfig
+	if !plainConfig(cfg) {
+		listenOn(ctx, cfg, wake)
+		return nil
+	}
+	l, id := joinListener(cfg, wake)
+	<-ctx.Done()
+	l.leave(id)
+	return nil
+}
+
+// listenOn holds one connection listening on Channel until ctx ends, reconnecting with
+// backoff, and calls wake with what it hears.
+func listenOn(ctx context.Context, cfg *pgx.ConnConfig, wake func(table, group string)) {
 	backoff := listenBackoffMin
 	for {
-		conn, err := d.listenConn(ctx)
+		conn, err := listenConn(ctx, cfg)
 		if err == nil {
 			wake("", "")
 			started := time.Now()
@@ -39,14 +59,14 @@ func (d *Dialect) Listen(ctx context.Context, wake func(table, group string)) er
 			}
 		}
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return nil
+			return
 		case <-timer.C:
 		}
 		backoff = min(2*backoff, listenBackoffMax)
@@ -54,8 +74,8 @@ func (d *Dialect) Listen(ctx context.Context, wake func(table, group string)) er
 }
 
 // listenConn connects with the pool's configuration and listens on Channel.
-func (d *Dialect) listenConn(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, d.pool.Config().ConnConfig)
+func listenConn(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

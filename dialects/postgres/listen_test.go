@@ -134,3 +134,135 @@ func TestListenBacksOff(t *testing.T) {
 		t.Fatalf("%d dials in 1.6 s", n)
 	}
 }
+
+// listenSessions counts the LISTEN sessions of one application_name.
+func listenSessions(t *testing.T, d *Dialect, app string) int {
+	t.Helper()
+	var n int
+	if err := d.Pool().QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'", app).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitListenSessions waits up to 10 s for n LISTEN sessions of app.
+func waitListenSessions(t *testing.T, d *Dialect, app string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for got := listenSessions(t, d, app); got != n; got = listenSessions(t, d, app) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d LISTEN sessions of %s, want %d", got, app, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startListen runs d.Listen on a goroutine; the returned stop ends it and waits for it.
+func startListen(t *testing.T, d *Dialect, wakes chan<- wakeCall) (stop func()) {
+	t.Helper()
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Listen(lctx, func(table, group string) { wakes <- wakeCall{table, group} }) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Listen returned %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// nextWakeOf returns the next wake of table from wakes, skipping the wakes of everything.
+func nextWakeOf(wakes <-chan wakeCall, table string, wait time.Duration) (wakeCall, bool) {
+	deadline := time.After(wait)
+	for {
+		select {
+		case w := <-wakes:
+			if w.table == table {
+				return w, true
+			}
+		case <-deadline:
+			return wakeCall{}, false
+		}
+	}
+}
+
+// Dialects on pools with one connection string share one LISTEN session: each hears
+// every publish, one stopping leaves the other listening, and the last one out closes
+// the session.
+func TestListenSharesOneSessionPerConnectionString(t *testing.T) {
+	app := "rowactor_shared_listen_" + tableNameSuffix(t)
+	url := withParams(testURL(), "application_name="+app)
+	a, b := openURL(t, url), openURL(t, url)
+	tbl := leaseTable(tableName(t, a))
+	createTable(t, a, tbl)
+
+	wakesA, wakesB := make(chan wakeCall, 100), make(chan wakeCall, 100)
+	stopA := startListen(t, a, wakesA)
+	stopB := startListen(t, b, wakesB)
+	waitListenSessions(t, a, app, 1)
+	// Each is told to claim once, whichever joined the session first.
+	for name, wakes := range map[string]chan wakeCall{"first": wakesA, "second": wakesB} {
+		if _, ok := nextWakeOf(wakes, "", 10*time.Second); !ok {
+			t.Fatalf("the %s Listen was never told to claim once", name)
+		}
+	}
+
+	other := newDialect(t)
+	dialecttest.Publish(t, other, tbl, dialects.Message{Group: "g", Payload: []byte("p")})
+	for name, wakes := range map[string]chan wakeCall{"first": wakesA, "second": wakesB} {
+		if w, ok := nextWakeOf(wakes, tbl.Name, 10*time.Second); !ok || w.group != "g" {
+			t.Fatalf("the %s Listen heard %+v %v, want the publish to group g", name, w, ok)
+		}
+	}
+	if n := listenSessions(t, a, app); n != 1 {
+		t.Fatalf("%d LISTEN sessions for two dialects on one connection string, want 1", n)
+	}
+
+	stopA()
+	dialecttest.Publish(t, other, tbl, dialects.Message{Group: "h", Payload: []byte("p")})
+	if w, ok := nextWakeOf(wakesB, tbl.Name, 10*time.Second); !ok || w.group != "h" {
+		t.Fatalf("after the first Listen ended the second heard %+v %v, want the publish to group h", w, ok)
+	}
+	if w, ok := nextWakeOf(wakesA, tbl.Name, 300*time.Millisecond); ok {
+		t.Fatalf("a Listen that returned was woken: %+v", w)
+	}
+	stopB()
+	waitListenSessions(t, other, app, 0)
+}
+
+// A pool configured in code (here a dialer of its own) keeps a LISTEN session of its
+// own, made with its configuration, beside the shared one of its connection string.
+func TestListenGivesAPoolConfiguredInCodeASessionOfItsOwn(t *testing.T) {
+	app := "rowactor_own_listen_" + tableNameSuffix(t)
+	url := withParams(testURL(), "application_name="+app)
+	plain := openURL(t, url)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dials atomic.Int64
+	var dialer net.Dialer
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return dialer.DialContext(ctx, network, addr)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	custom := New(pool)
+
+	startListen(t, plain, make(chan wakeCall, 100))
+	waitListenSessions(t, plain, app, 1)
+	startListen(t, custom, make(chan wakeCall, 100))
+	waitListenSessions(t, plain, app, 2)
+	if dials.Load() == 0 {
+		t.Fatal("the listening session of the pool with its own dialer was not made with it")
+	}
+}
