@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/dialects/postgres"
 	"github.com/rowactor/rowactor/rowactortest"
+	"github.com/rowactor/rowactor/settler"
 )
 
 // A settlement that waits for a row another session holds (a report reading it FOR
@@ -222,6 +227,87 @@ func TestShutdownEndsALeaseExtensionWaitingForALockedRow(t *testing.T) {
 // row locks: there the other session holds the file's write lock (holdWriteLock), and it
 // returns once the handler returned. The lock form's claim holds its row itself: use it
 // with the lease and advisory forms. The harness's tx decides transactional mode; opts
+// A lease-form step that no batch takes (RetryAfter, Fail, a dead-letter move, a
+// give-back of an unstarted row) and that Shutdown's stop cut short while it waited for a
+// row another session held is reported cut (ErrCutByStop), and it never takes effect
+// later. PostgreSQL learns that pgx gave up on a statement only from a cancel request,
+// sent on a new connection and best effort (a proxy, a slow network): here the pool's
+// dialer delays it 3 s, and the other session lets the row go meanwhile. The step runs in
+// a transaction that commits only after its result was read, so the orphan rolls back
+// instead of committing as an autocommit UPDATE did.
+func TestASettlementCutBehindALockedRowNeverTakesEffectWhenTheCancelIsSlow(t *testing.T) {
+	t.Parallel()
+	var drv driver
+	for _, d := range drivers {
+		if d.name == "postgres" {
+			drv = d
+		}
+	}
+	if drv.name == "" {
+		t.Fatal("no postgres driver")
+	}
+	h := newHarness(t, drv, rowactor.FormLease, withProcessedAt)
+
+	cfg, err := pgxpool.ParseConfig(postgresURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slow atomic.Bool
+	var dialer net.Dialer
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if slow.Load() {
+			time.Sleep(3 * time.Second) // a slow path to the server: the cancel request lands late
+		}
+		return dialer.DialContext(ctx, network, addr)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// Warm a few connections, so the stop's own statements need no new dial.
+	var conns []*pgxpool.Conn
+	for range 4 {
+		c, err := pool.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	b := h.brokerOn(postgres.New(pool))
+
+	id, unlock := settleBehindLockedRow(t, h, b, rowactor.RetryAfter(time.Hour),
+		rowactor.Lease(30*time.Second), rowactor.RetryPolicy(func(int, error) time.Duration { return time.Hour }))
+	defer unlock()
+	slow.Store(true)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = b.Shutdown(ctx)
+	t.Logf("Shutdown: %v", err)
+	s := h.waitSettled(1)[0]
+	t.Logf("settlement: id %d step %s err %v", s.ID, s.Step, s.Err)
+	if s.ID != id || !errors.Is(s.Err, rowactor.ErrClosed) {
+		t.Fatalf("settlement %+v, want row %d's ending in ErrClosed", s, id)
+	}
+	before := h.row(id)
+	if before.lockedUntil == nil || before.retryAfter != nil {
+		t.Fatalf("row as Shutdown returned %+v: the step had taken effect already", before)
+	}
+
+	unlock() // the other session lets go, before the cancel request lands
+	time.Sleep(time.Second)
+	after := h.row(id)
+	if errors.Is(s.Err, settler.ErrCutByStop) && (after.lockedUntil == nil || after.retryAfter != nil) {
+		t.Errorf("the settlement was reported cut before it took effect (%v), but once the other session let go it committed: "+
+			"row before %+v, after %+v (lease cleared: %v, retry_after set: %v)",
+			s.Err, before, after, after.lockedUntil == nil, after.retryAfter != nil)
+	}
+}
+
 // add to the subscription's options.
 func settleBehindLockedRow(t *testing.T, h *harness, b *rowactor.Broker, outcome rowactor.Outcome,
 	opts ...rowactor.SubscribeOption) (id int64, unlock func()) {

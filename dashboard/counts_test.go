@@ -406,12 +406,23 @@ func TestConcurrentRendersShareOneSlowCount(t *testing.T) {
 			bodies[i], took[i] = b.String(), time.Since(start)
 		})
 	}
-	time.Sleep(100 * time.Millisecond)
+	// The slow table's one count waits on the lock until release, whenever a loaded
+	// machine gets it there: look until it does, and once more after the renders.
 	var waiting int64
-	if err := f.sql.QueryRowContext(ctx, "SELECT count(*) FROM pg_locks WHERE relation = $1::regclass AND NOT granted", slow).Scan(&waiting); err != nil {
-		t.Fatal(err)
+	lockWaits := func() {
+		t.Helper()
+		if err := f.sql.QueryRowContext(ctx, "SELECT count(*) FROM pg_locks WHERE relation = $1::regclass AND NOT granted", slow).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lockWaits()
+	for deadline := time.Now().Add(10 * time.Second); waiting == 0 && time.Now().Before(deadline); lockWaits() {
+		time.Sleep(20 * time.Millisecond)
 	}
 	wg.Wait()
+	if waiting == 1 {
+		lockWaits()
+	}
 	release()
 	if waiting != 1 {
 		t.Errorf("%d sessions wait on the slow table's lock during ten concurrent renders, want 1 count", waiting)

@@ -82,6 +82,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/pgplain"
 )
 
 // Channel is the LISTEN/NOTIFY channel every publish notifies, with the payload
@@ -126,6 +127,7 @@ func Open(ctx context.Context, url string) (*Dialect, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
+	pgplain.Mark(pool) // its LISTEN session may be shared: see Listen
 	return &Dialect{pool: pool, owned: true}, nil
 }
 
@@ -165,6 +167,7 @@ func (d *Dialect) Close() error {
 	if d.owned {
 		d.pool.Close()
 		dialects.ForgetBudget(d.pool)
+		pgplain.Forget(d.pool)
 	}
 	return err
 }

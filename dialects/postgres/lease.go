@@ -137,11 +137,17 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 
 // SettleLease runs the step's statement fenced by the token; false when the row holds
 // another token (or is gone), with nothing changed.
+//
+// The statement may wait for a row another session holds, so it runs in a transaction of
+// its own (waiting), as a step with an event does: one cut short (a Shutdown whose
+// context ended) changes nothing, then or later. In autocommit the orphan, which pgx
+// leaves to a best-effort cancel request, would commit once the other session let the
+// row go, after its caller was told the settlement was cut.
 func (q *leaseQueue) SettleLease(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
 	if step.Event != "" {
 		return q.settleEvent(ctx, step, held)
 	}
-	return q.settleOn(ctx, q.d.pool, step, held)
+	return q.SettleLeaseWaiting(ctx, step, held)
 }
 
 // settleOn runs SettleLease's statement on db: the pool, or a delivery's transaction.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/rowactor/rowactor/internal/pgplain"
 )
 
 // The listener's reconnect backoff: doubled after each failure from the first to the cap,
@@ -22,15 +24,15 @@ const (
 // reconnect, it calls wake("", "") so every subscription claims once: notifications sent
 // while it was away are lost. It returns nil when ctx ends.
 //
-// Dialects whose pools have the same connection string share one session, made from
-// the pool's configuration (so it never takes or returns a pool slot): a process with
-// many brokers, or a test suite with hundreds, opens one LISTEN session per database
-// instead of one per broker. A pool whose configuration was changed in code (a dialer
-// of its own, a tracer, a hook) gets a session of its own, since two such pools may
-// reach the server differently.
+// The session is made from the pool's configuration, so it never takes or returns a
+// pool slot. Dialects that Open made from one connection string share one session: a
+// process with many brokers, or a test suite with hundreds, opens one LISTEN session per
+// database instead of one per broker. A pool given to New gets a session of its own:
+// its configuration may have been changed in code (a database, a dialer, a hook), and
+// nothing in it tells so reliably.
 func (d *Dialect) Listen(ctx context.Context, wake func(table, group string)) error {
 	cfg := d.pool.Config().ConnConfig
-	if !plainConfig(cfg) {
+	if !pgplain.Is(d.pool) {
 		listenOn(ctx, cfg, wake)
 		return nil
 	}

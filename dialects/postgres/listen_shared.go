@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"reflect"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -77,13 +76,18 @@ func (l *sharedListener) fanOut(table, group string) {
 }
 
 // leave removes a wake; the last one out closes the session and waits for it to end.
+// Removing the wake waits only for this listener's notification under way, not under
+// the process-wide lock; whether it was the last one is decided under that lock, which
+// every join holds.
 func (l *sharedListener) leave(id uint64) {
-	listeners.Lock()
 	l.mu.Lock()
 	delete(l.wakes, id)
-	last := len(l.wakes) == 0
 	l.mu.Unlock()
-	if last && listeners.m[l.key] == l {
+	listeners.Lock()
+	l.mu.RLock()
+	last := len(l.wakes) == 0 && listeners.m[l.key] == l
+	l.mu.RUnlock()
+	if last {
 		delete(listeners.m, l.key)
 	}
 	listeners.Unlock()
@@ -91,39 +95,4 @@ func (l *sharedListener) leave(id uint64) {
 		l.cancel()
 		<-l.done
 	}
-}
-
-// plainConfig reports whether cfg is what its connection string alone makes: no
-// dialer, resolver, hook or tracer set in code. Only such configurations share a
-// listening session by their connection string.
-func plainConfig(cfg *pgx.ConnConfig) bool {
-	if cfg.Tracer != nil {
-		return false
-	}
-	def, err := pgx.ParseConfig(cfg.ConnString())
-	if err != nil {
-		return false
-	}
-	return sameFunc(cfg.DialFunc, def.DialFunc) &&
-		sameFunc(cfg.LookupFunc, def.LookupFunc) &&
-		sameFunc(cfg.BuildFrontend, def.BuildFrontend) &&
-		sameFunc(cfg.BuildContextWatcherHandler, def.BuildContextWatcherHandler) &&
-		sameFunc(cfg.AfterNetConnect, def.AfterNetConnect) &&
-		sameFunc(cfg.ValidateConnect, def.ValidateConnect) &&
-		sameFunc(cfg.AfterConnect, def.AfterConnect) &&
-		sameFunc(cfg.OnNotice, def.OnNotice) &&
-		sameFunc(cfg.OnNotification, def.OnNotification) &&
-		sameFunc(cfg.OnPgError, def.OnPgError) &&
-		sameFunc(cfg.OAuthTokenProvider, def.OAuthTokenProvider)
-}
-
-// sameFunc reports whether a and b are both nil or run the same code. Two closures of one
-// literal run the same code whatever they captured; ParseConfig's capture nothing a
-// connection string does not decide.
-func sameFunc(a, b any) bool {
-	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
-	if va.IsNil() || vb.IsNil() {
-		return va.IsNil() == vb.IsNil()
-	}
-	return va.Pointer() == vb.Pointer()
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -235,34 +236,125 @@ func TestListenSharesOneSessionPerConnectionString(t *testing.T) {
 	waitListenSessions(t, other, app, 0)
 }
 
-// A pool configured in code (here a dialer of its own) keeps a LISTEN session of its
-// own, made with its configuration, beside the shared one of its connection string.
-func TestListenGivesAPoolConfiguredInCodeASessionOfItsOwn(t *testing.T) {
-	app := "rowactor_own_listen_" + tableNameSuffix(t)
-	url := withParams(testURL(), "application_name="+app)
-	plain := openURL(t, url)
+// openWith opens a dialect on url's pool configuration changed by edit.
+func openWith(t *testing.T, url string, edit func(*pgxpool.Config)) *Dialect {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dials atomic.Int64
-	var dialer net.Dialer
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		dials.Add(1)
-		return dialer.DialContext(ctx, network, addr)
-	}
+	edit(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
-	custom := New(pool)
+	t.Cleanup(pool.Close)
+	return New(pool)
+}
+
+// A pool whose database was set in code (here the server's "postgres" database) never
+// shares the LISTEN session of a pool Open made from the same connection string: NOTIFY
+// is per database, and the plain pool must still hear the publishes to its own tables,
+// whichever joined first.
+func TestListenGivesAPoolOnADatabaseSetInCodeASessionOfItsOwn(t *testing.T) {
+	app := "rowactor_listen_db_" + tableNameSuffix(t)
+	url := withParams(testURL(), "application_name="+app)
+	plain := openURL(t, url)
+	onPostgresDB := openWith(t, url, func(c *pgxpool.Config) { c.ConnConfig.Database = "postgres" })
+	tbl := leaseTable(tableName(t, plain))
+	createTable(t, plain, tbl)
+
+	wakesOther, wakesPlain := make(chan wakeCall, 100), make(chan wakeCall, 100)
+	startListen(t, onPostgresDB, wakesOther)
+	if _, ok := nextWakeOf(wakesOther, "", 10*time.Second); !ok {
+		t.Fatal("the Listen on database postgres never connected")
+	}
+	startListen(t, plain, wakesPlain)
+	if _, ok := nextWakeOf(wakesPlain, "", 10*time.Second); !ok {
+		t.Fatal("the Listen on database test never connected")
+	}
+
+	var dbs []string
+	rows, err := plain.Pool().Query(ctx, "SELECT datname FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%' ORDER BY datname", app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		dbs = append(dbs, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("LISTEN sessions of %s by database: %v", app, dbs)
+
+	dialecttest.Publish(t, newDialect(t), tbl, dialects.Message{Group: "g", Payload: []byte("p")})
+	if w, ok := nextWakeOf(wakesPlain, tbl.Name, 5*time.Second); !ok || w.group != "g" {
+		t.Fatalf("a plain pool on database test never heard a publish to its own table (heard %+v %v): it shares the LISTEN session of a pool on database postgres (sessions by database: %v)", w, ok, dbs)
+	}
+}
+
+// A pool whose application_name was set in code (the usual way to name a service's
+// sessions) listens on a session of its own, named as it says.
+func TestListenGivesAPoolWithAnApplicationNameSetInCodeASessionOfItsOwn(t *testing.T) {
+	suffix := tableNameSuffix(t)
+	app, ownApp := "rowactor_listen_app_"+suffix, "rowactor_listen_own_"+suffix
+	url := withParams(testURL(), "application_name="+app)
+	plain := openURL(t, url)
+	named := openWith(t, url, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = ownApp })
 
 	startListen(t, plain, make(chan wakeCall, 100))
 	waitListenSessions(t, plain, app, 1)
-	startListen(t, custom, make(chan wakeCall, 100))
-	waitListenSessions(t, plain, app, 2)
-	if dials.Load() == 0 {
-		t.Fatal("the listening session of the pool with its own dialer was not made with it")
+	wakes := make(chan wakeCall, 100)
+	startListen(t, named, wakes)
+	if _, ok := nextWakeOf(wakes, "", 10*time.Second); !ok {
+		t.Fatal("the second Listen was never told to claim once")
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for listenSessions(t, plain, ownApp) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no LISTEN session of application_name %s (set in code) after 3 s; %d of %s: it shares the plain pool's session",
+				ownApp, listenSessions(t, plain, app), app)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A pool with a dialer of its own (here a *net.Dialer whose Control hook counts the
+// sockets it dials; in a service, LocalAddr, a socket mark, a keep-alive policy) listens
+// on a session of its own, dialed with it. Its method value runs the same code as
+// pgconn's default dialer, so no look at the configuration could tell them apart.
+func TestListenGivesAPoolWithADialerOfItsOwnASessionOfItsOwn(t *testing.T) {
+	app := "rowactor_listen_dialer_" + tableNameSuffix(t)
+	url := withParams(testURL(), "application_name="+app)
+	plain := openURL(t, url)
+	var dials atomic.Int64
+	dialer := &net.Dialer{Timeout: 5 * time.Second, Control: func(string, string, syscall.RawConn) error {
+		dials.Add(1)
+		return nil
+	}}
+	custom := openWith(t, url, func(c *pgxpool.Config) { c.ConnConfig.DialFunc = dialer.DialContext })
+	if err := custom.Pool().Ping(ctx); err != nil { // the pool itself dials with it
+		t.Fatal(err)
+	}
+	poolDials := dials.Load()
+	if poolDials == 0 {
+		t.Fatal("the pool did not dial with its own dialer")
+	}
+
+	startListen(t, plain, make(chan wakeCall, 100))
+	waitListenSessions(t, plain, app, 1)
+	wakes := make(chan wakeCall, 100)
+	startListen(t, custom, wakes)
+	if _, ok := nextWakeOf(wakes, "", 10*time.Second); !ok {
+		t.Fatal("the second Listen was never told to claim once")
+	}
+	time.Sleep(time.Second)
+	if n := listenSessions(t, plain, app); n != 2 || dials.Load() == poolDials {
+		t.Fatalf("%d LISTEN sessions of %s and %d dials by the pool's own dialer for listening: a pool with a dialer set in code shares the plain pool's session",
+			n, app, dials.Load()-poolDials)
 	}
 }

@@ -67,8 +67,8 @@ func (q *leaseQueue) ExtendLeasesWaiting(ctx context.Context, until time.Time, h
 	return moved, nil
 }
 
-// SettleLeaseWaiting runs a batchable step's statement, waiting (up to ctx) for the row's
-// lock; a wait cut short settles nothing (waiting).
+// SettleLeaseWaiting runs a step's statement, waiting (up to ctx) for the row's lock; a
+// wait cut short settles nothing (waiting).
 func (q *leaseQueue) SettleLeaseWaiting(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
 	if step.Event != "" {
 		return false, q.errorf(step.Kind.String(), fmt.Errorf("a step with an event does not wait for its row in a batch"))

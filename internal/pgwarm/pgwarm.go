@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/pgplain"
 )
 
 const (
@@ -59,6 +60,7 @@ func Take(ctx context.Context, url string) (*pgxpool.Pool, error) {
 		p.Close()
 		return nil, err
 	}
+	pgplain.Mark(p) // made from url alone: its dialects share a LISTEN session
 	urls.Store(p, url)
 	return p, nil
 }
@@ -71,6 +73,7 @@ func Give(t testing.TB, p *pgxpool.Pool) {
 		if time.Now().After(deadline) {
 			t.Errorf("postgres: the pool still had %d connections acquired 15 s after the test (a row lock claim or an advisory session left open)", p.Stat().AcquiredConns())
 			urls.Delete(p)
+			pgplain.Forget(p)
 			go p.Close()
 			return
 		}
@@ -79,6 +82,7 @@ func Give(t testing.TB, p *pgxpool.Pool) {
 	u, known := urls.Load(p)
 	if !known || resetIdle(p) != nil {
 		urls.Delete(p)
+		pgplain.Forget(p)
 		p.Close()
 		return
 	}
@@ -94,6 +98,7 @@ func Give(t testing.TB, p *pgxpool.Pool) {
 	warm.Unlock()
 	if p != nil {
 		urls.Delete(p)
+		pgplain.Forget(p)
 		p.Close() // nothing is acquired: it does not wait
 	}
 }
@@ -108,6 +113,7 @@ func CloseAll() {
 	for _, ps := range free {
 		for _, p := range ps {
 			urls.Delete(p)
+			pgplain.Forget(p)
 			p.Close()
 		}
 	}
