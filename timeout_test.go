@@ -258,6 +258,8 @@ func runAbandoned(t *testing.T, h *harness, form rowactor.Form) {
 	// their transactions: a second leaves that write room on a loaded machine (at 200 ms
 	// one ran past it).
 	const timeout = time.Second
+	// Counted from before Subscribe: the first handler may start before it returns.
+	start := time.Now()
 	h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
 		if calls.Add(1) > 1 {
 			h.note(ctx, d, "next")
@@ -275,7 +277,6 @@ func runAbandoned(t *testing.T, h *harness, form rowactor.Form) {
 		return rowactor.RetryAfter(time.Hour)
 	}, append(leaseOptions(form, time.Hour), rowactor.Timeout(timeout), rowactor.Workers(1))...)
 
-	start := time.Now()
 	var s rowactor.Settlement
 	select {
 	case s = <-abandoned:

@@ -15,6 +15,7 @@ SUDO=()
 [ "$(id -u)" -eq 0 ] || SUDO=(sudo)
 
 pg_ready() { pg_isready -q -h 127.0.0.1 -p 5432; }
+MY_PIDFILE=/run/mysqld/mysqld.pid # Debian's my.cnf pid-file
 my_ready() { mysqladmin -uroot -h127.0.0.1 -P3306 --connect-timeout=2 ping >/dev/null 2>&1; }
 
 wait_for() { # wait_for want-ready(0|1) check
@@ -34,13 +35,19 @@ start/postgres)
   "${SUDO[@]}" pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main start
   wait_for 1 pg_ready ;;
 stop/mariadb)
+  # This server's process, by its pid file: the Galera tests' nodes (scripts/galera.sh)
+  # are mariadbd processes too, and may run meanwhile.
+  pid=$(cat "$MY_PIDFILE" 2>/dev/null || true)
   mysqladmin -uroot -h127.0.0.1 -P3306 shutdown
   wait_for 0 my_ready
   # mariadbd may still be writing its last pages after it stopped listening.
-  for _ in $(seq 1 60); do pgrep -x mariadbd >/dev/null || break; sleep 0.5; done ;;
+  if [ -n "$pid" ]; then
+    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  fi ;;
 start/mariadb)
   "${SUDO[@]}" install -d -o mysql -g mysql -m 755 /run/mysqld
-  "${SUDO[@]}" start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql >/dev/null
+  # --pidfile: --exec alone matches any mariadbd, a Galera node's too, and starts nothing.
+  "${SUDO[@]}" start-stop-daemon --start --oknodo --background --pidfile "$MY_PIDFILE" --exec /usr/sbin/mariadbd -- --user=mysql >/dev/null
   wait_for 1 my_ready ;;
 *) die "usage: server.sh stop|start postgres|mariadb" ;;
 esac

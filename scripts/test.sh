@@ -288,27 +288,45 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # restart test, which stops and starts PostgreSQL and MariaDB under running subscriptions.
 # The cluster starts after the suite, never beside it: its nodes share nothing with the
 # suite's MariaDB but the machine, and one CI run that started them in the background saw
-# the suite's MariaDB lose a temporary table's file in /tmp. It stops before the restart
-# test: scripts/server.sh would take its nodes for the MariaDB it restarts. One test
-# binary serves both (-tags 'galera serverrestart').
+# the suite's MariaDB lose a temporary table's file in /tmp. The Galera tests and the
+# restart test then run side by side, since both mostly wait (for nodes to rejoin, for a
+# server to stop and start): scripts/server.sh knows the MariaDB it restarts by its pid
+# file, never taking a node for it. One test binary serves both (-tags 'galera
+# serverrestart'); it compiles beside the suite.
 alone=0
 if [ $# -eq 0 ] && [ "${ROWACTOR_SKIP_DB:-}" != 1 ]; then
   alone=1
+fi
+alone_dir=$(mktemp -d -t rowactor-alone.XXXXXX)
+alone_bin=$alone_dir/rowactor.test
+if [ "$alone" = 1 ]; then
+  log "go test -c -race -tags 'galera serverrestart' (the tests that run alone), beside the suite"
+  go test -c -race -tags 'galera serverrestart' -o "$alone_bin" . >"$alone_dir/build.log" 2>&1 &
+  alone_build=$!
 fi
 log "go test -race -count=1 -timeout 20m -parallel 8 ./... $*"
 set +e
 go test -race -count=1 -timeout 20m -parallel 8 ./... "$@"
 rc=$?
 set -e
+if [ "$alone" = 1 ]; then
+  build_rc=0
+  wait "$alone_build" || build_rc=$?
+fi
 [ "$rc" -eq 0 ] || die "go test failed (exit $rc)"
 [ "$alone" = 1 ] || exit 0
+if [ "$build_rc" -ne 0 ]; then
+  cat "$alone_dir/build.log" >&2
+  die "go test -c -tags 'galera serverrestart' failed (exit $build_rc)"
+fi
 
-alone_bin=$(mktemp -d -t rowactor-alone.XXXXXX)/rowactor.test
-log "go test -c -race -tags 'galera serverrestart' (the tests that run alone)"
-go test -c -race -tags 'galera serverrestart' -o "$alone_bin" .
+log "the server restart test: -tags serverrestart -run '^TestServerRestart\$', beside the Galera tests"
+"$alone_bin" -test.count=1 -test.timeout 5m -test.run '^TestServerRestart$' >"$alone_dir/restart.log" 2>&1 &
+restart_pid=$!
 
 # The Galera tests are skipped, with the reason, only when the cluster's packages cannot be
 # installed (galera.sh exits 3).
+galera_rc=0
 set +e
 bash scripts/galera.sh start
 rc=$?
@@ -317,17 +335,21 @@ if [ "$rc" -eq 3 ]; then
   log "SKIP the Galera tests: galera-4 or mariadb-server cannot be installed on this machine (see above)"
 elif [ "$rc" -ne 0 ]; then
   bash scripts/galera.sh stop >/dev/null 2>&1 || true
-  die "scripts/galera.sh start failed (exit $rc); its nodes' logs are under ${GALERA_DIR:-/tmp/rowactor-galera}"
+  galera_rc=$rc
+  log "scripts/galera.sh start failed (exit $rc); its nodes' logs are under ${GALERA_DIR:-/tmp/rowactor-galera}"
 else
   log "the Galera tests: -tags galera -run '^TestGalera'"
   set +e
   "$alone_bin" -test.count=1 -test.timeout 10m -test.run '^TestGalera'
-  rc=$?
+  galera_rc=$?
   set -e
   bash scripts/galera.sh stop
-  [ "$rc" -eq 0 ] || die "the Galera tests failed"
 fi
 
-log "the server restart test: -tags serverrestart -run '^TestServerRestart\$'"
-"$alone_bin" -test.count=1 -test.timeout 5m -test.run '^TestServerRestart$' || die "the server restart test failed"
+restart_rc=0
+wait "$restart_pid" || restart_rc=$?
+log "the server restart test's output:"
+cat "$alone_dir/restart.log"
+[ "$galera_rc" -eq 0 ] || die "the Galera tests failed"
+[ "$restart_rc" -eq 0 ] || die "the server restart test failed"
 log "all tests passed"
