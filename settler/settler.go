@@ -20,8 +20,10 @@ var (
 	// stop cut short before it took effect (its statement ran past the stop's grace, or
 	// it waited for a row another session held). In the lease form the row keeps its
 	// lease until it runs out; in the others the cut statement's connection is closed,
-	// which frees the row. A settlement refused because its row was settled or released
-	// already is ErrClosed without it.
+	// which frees the row. On PostgreSQL a cut lease release may still take effect once
+	// the row's lock is free (the server learns of the cut from a best-effort cancel
+	// request): the row then returns before its lease runs out. A settlement refused
+	// because its row was settled or released already is ErrClosed without it.
 	ErrCutByStop = errors.New("its subscription stopped before the settlement took effect")
 	// ErrUnknownEvent reports an Event outcome naming an event the subscription does not
 	// have; the row was released unsettled.

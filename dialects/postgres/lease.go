@@ -138,14 +138,20 @@ func (q *leaseQueue) ExtendLeases(ctx context.Context, until time.Time, held []d
 // SettleLease runs the step's statement fenced by the token; false when the row holds
 // another token (or is gone), with nothing changed.
 //
-// The statement may wait for a row another session holds, so it runs in a transaction of
-// its own (waiting), as a step with an event does: one cut short (a Shutdown whose
-// context ended) changes nothing, then or later. In autocommit the orphan, which pgx
-// leaves to a best-effort cancel request, would commit once the other session let the
-// row go, after its caller was told the settlement was cut.
+// The statement may wait for a row another session holds, so a step that decides the
+// row's fate runs in a transaction of its own (waiting), as a step with an event does:
+// one cut short (a Shutdown whose context ended) changes nothing, then or later. In
+// autocommit the orphan, which pgx leaves to a best-effort cancel request, would commit
+// once the other session let the row go, after its caller was told the settlement was
+// cut. A release stays one statement: Shutdown gives rows back by the dozen within its
+// budget, and a release that takes effect late only returns its row before its lease
+// runs out.
 func (q *leaseQueue) SettleLease(ctx context.Context, step dialects.Step, held dialects.Lease) (bool, error) {
 	if step.Event != "" {
 		return q.settleEvent(ctx, step, held)
+	}
+	if step.Kind == dialects.StepRelease {
+		return q.settleOn(ctx, q.d.pool, step, held)
 	}
 	return q.SettleLeaseWaiting(ctx, step, held)
 }
