@@ -180,7 +180,9 @@ func pgWithParams(params string) database {
 // a DBA sets on the dashboard's role) has its error shown by a later render, not the
 // "Counting" note forever.
 func TestSlowCountErrorIsShown(t *testing.T) {
-	f := newFixture(t, pgWithParams("statement_timeout=300"))
+	// 1.5 s: the fixture's own statements (CREATE TABLE) run under it too, and one took
+	// more than 300 ms on a loaded CI machine.
+	f := newFixture(t, pgWithParams("statement_timeout=1500"))
 	tb := f.jobsTable("dash_rv_err_")
 	f.publish(tb, "emails", "{}")
 	d, err := New(f.b, []Table{{Table: tb}}, func(c *config) { c.count = testPolicy(50 * time.Millisecond) })
@@ -194,7 +196,7 @@ func TestSlowCountErrorIsShown(t *testing.T) {
 	// The page refreshes every few seconds (DefaultRefresh): longer than a count takes to
 	// fail, so each render comes after the last count ended.
 	var body string
-	deadline := time.Now().Add(4 * time.Second) // ten counts fail meanwhile
+	deadline := time.Now().Add(8 * time.Second) // four counts fail meanwhile
 	for time.Now().Before(deadline) {
 		_, body = get(t, c, u+"/")
 		if strings.Contains(body, `class="error"`) {
@@ -205,7 +207,7 @@ func TestSlowCountErrorIsShown(t *testing.T) {
 		}
 		time.Sleep(400 * time.Millisecond)
 	}
-	t.Fatalf("every count failed (statement timeout) for 4 s, and no render showed the error; the last one says:\n%s", section(body, tb.Name))
+	t.Fatalf("every count failed (statement timeout) for 8 s, and no render showed the error; the last one says:\n%s", section(body, tb.Name))
 }
 
 // When the recount of a kept slow count fails after the budget, a later render shows the

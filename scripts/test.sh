@@ -315,8 +315,10 @@ if [ "$alone" = 1 ]; then
 fi
 # Every package, the longest first: go test starts them in the order given, two at a
 # time, and the root package alone fills one of the two for most of the run. Listed in
-# alphabetical order (./...), dialects/mysql started late and ran on alone for the last
-# 45 s at two thirds of the CPU; first, the short packages fill the end.
+# alphabetical order (./...), dialects/mysql once started late and ran on alone for the
+# last 45 s at two thirds of the CPU; listed first, the short packages fill the end. The
+# root package's own last tests (idle polls, periodic jobs: they mostly wait) still end
+# the step at about two thirds of the CPU.
 PKGS=(. ./dialects/mysql ./dashboard ./cmd/rowactor ./dialects/postgres ./outbox ./...)
 log "go test -race -gcflags='$NOCHECKPTR' -count=1 -timeout 20m -parallel 8 ${PKGS[*]} $*"
 set +e
