@@ -306,13 +306,7 @@ func TestListenGivesAPoolWithAnApplicationNameSetInCodeASessionOfItsOwn(t *testi
 	plain := openURL(t, url)
 	named := openWith(t, url, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = ownApp })
 
-	startListen(t, plain, make(chan wakeCall, 100))
-	waitListenSessions(t, plain, app, 1)
-	wakes := make(chan wakeCall, 100)
-	startListen(t, named, wakes)
-	if _, ok := nextWakeOf(wakes, "", 10*time.Second); !ok {
-		t.Fatal("the second Listen was never told to claim once")
-	}
+	listenBesidePlain(t, plain, app, named)
 	deadline := time.Now().Add(3 * time.Second)
 	for listenSessions(t, plain, ownApp) == 0 {
 		if time.Now().After(deadline) {
@@ -345,16 +339,23 @@ func TestListenGivesAPoolWithADialerOfItsOwnASessionOfItsOwn(t *testing.T) {
 		t.Fatal("the pool did not dial with its own dialer")
 	}
 
-	startListen(t, plain, make(chan wakeCall, 100))
-	waitListenSessions(t, plain, app, 1)
-	wakes := make(chan wakeCall, 100)
-	startListen(t, custom, wakes)
-	if _, ok := nextWakeOf(wakes, "", 10*time.Second); !ok {
-		t.Fatal("the second Listen was never told to claim once")
-	}
+	listenBesidePlain(t, plain, app, custom)
 	time.Sleep(time.Second)
 	if n := listenSessions(t, plain, app); n != 2 || dials.Load() == poolDials {
 		t.Fatalf("%d LISTEN sessions of %s and %d dials by the pool's own dialer for listening: a pool with a dialer set in code shares the plain pool's session",
 			n, app, dials.Load()-poolDials)
+	}
+}
+
+// listenBesidePlain starts Listen on plain, whose sessions are named app, waits for its
+// session, then starts Listen on other and waits until it is told to claim once.
+func listenBesidePlain(t *testing.T, plain *Dialect, app string, other *Dialect) {
+	t.Helper()
+	startListen(t, plain, make(chan wakeCall, 100))
+	waitListenSessions(t, plain, app, 1)
+	wakes := make(chan wakeCall, 100)
+	startListen(t, other, wakes)
+	if _, ok := nextWakeOf(wakes, "", 10*time.Second); !ok {
+		t.Fatal("the second Listen was never told to claim once")
 	}
 }
