@@ -2,6 +2,7 @@ package rowactor
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"sync"
 
@@ -28,7 +29,13 @@ type Delivery struct {
 	row    dialects.Row
 	table  string
 	queue  string
-	tx     any
+
+	// lent is the transaction a transactional subscription lends, nil otherwise; sqlTx
+	// is it as a *sql.Tx, made by the first Tx under lentCtx (the handler's).
+	lent    dialects.DeliveryTx
+	lentCtx context.Context
+	sqlOnce sync.Once
+	sqlTx   *sql.Tx
 
 	headersOnce sync.Once
 	headers     map[string]string
@@ -51,14 +58,45 @@ type wakeTarget struct {
 
 type deliveryKey struct{}
 
-// Tx is the transaction a Transactional subscription lends the handler: a pgx.Tx on
-// PostgreSQL, a *sql.Tx on MySQL and SQLite, and nil outside transactional mode. Use it
-// for the service's own queries and for PublishTx. Ack commits them with the settlement;
-// any other outcome rolls them back.
+// Tx is the transaction a Transactional subscription lends the handler, as a *sql.Tx on
+// every database; nil outside transactional mode. Use it for the service's own queries
+// and for PublishTx. Ack commits them with the settlement; any other outcome rolls them
+// back.
 //
-// It is the delivery's: do not commit or roll it back, and do not use it after the
-// handler returned.
-func (d *Delivery) Tx() any { return d.tx }
+// It is the delivery's: do not commit or roll it back (on PostgreSQL both refuse and run
+// nothing), and do not use it after the handler returned (on PostgreSQL its statements
+// then fail with sql.ErrTxDone).
+//
+// On PostgreSQL it runs on the same session as DriverTx's pgx.Tx: a handler may use
+// either, or both.
+func (d *Delivery) Tx() *sql.Tx {
+	if d.lent == nil {
+		return nil
+	}
+	d.sqlOnce.Do(func() { d.sqlTx = dialects.SQLTx(d.lentCtx, d.lent) })
+	return d.sqlTx
+}
+
+// DriverTx is the same transaction as the driver's own type: a pgx.Tx on PostgreSQL, the
+// *sql.Tx that Tx returns on MySQL and SQLite; nil outside transactional mode. Use it where
+// a library needs pgx's API; PublishTx takes either.
+func (d *Delivery) DriverTx() any {
+	if d.lent == nil {
+		return nil
+	}
+	return d.lent.Tx()
+}
+
+// lends reports whether tx is this delivery's transaction, in either of its types.
+func (d *Delivery) lends(tx any) bool {
+	if d.lent == nil || tx == nil {
+		return false
+	}
+	if stx, ok := tx.(*sql.Tx); ok {
+		return stx == d.Tx()
+	}
+	return tx == d.lent.Tx()
+}
 
 func (d *Delivery) publishedTo(t Table, queue string) {
 	d.mu.Lock()

@@ -170,7 +170,7 @@ func Example_transactional() {
 
 	// snippet transactional: begin
 	sub, err := b.Subscribe(ctx, orders, "orders", func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
-		tx := d.Tx().(*sql.Tx) // pgx.Tx on PostgreSQL
+		tx := d.Tx() // a *sql.Tx on every database
 		id, total := string(d.Payload()), 2500
 		if _, err := tx.ExecContext(ctx, "INSERT INTO totals (order_id, total) VALUES (?, ?)", id, total); err != nil {
 			return rowactor.Fail(err) // rolls the insert back, counts the attempt, retries after a backoff

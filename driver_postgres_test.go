@@ -2,6 +2,7 @@ package rowactor_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"regexp"
@@ -61,7 +62,11 @@ func init() {
 			}
 		},
 		txExec: func(ctx context.Context, tx any, query string, args ...any) error {
-			_, err := tx.(pgx.Tx).Exec(ctx, dollarPlaceholders(query), args...)
+			if x, ok := tx.(pgx.Tx); ok { // a DriverTx
+				_, err := x.Exec(ctx, dollarPlaceholders(query), args...)
+				return err
+			}
+			_, err := tx.(*sql.Tx).ExecContext(ctx, dollarPlaceholders(query), args...)
 			return err
 		},
 		exec: func(t *testing.T, d dialects.Dialect, query string, args ...any) {

@@ -293,7 +293,7 @@ func galeraBFAbort(t *testing.T, idle bool) {
 	done := make(chan struct{}, 4)
 	_, err := brokers[0].Subscribe(ctx, tbl, "", func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
 		defer func() { done <- struct{}{} }()
-		tx := d.Tx().(*sql.Tx)
+		tx := d.Tx()
 		if d.Attempt() > 1 {
 			if _, err := tx.ExecContext(ctx, "INSERT INTO "+log+" (v) VALUES ('second')"); err != nil {
 				handlerErrs <- "second: " + err.Error()
@@ -517,7 +517,7 @@ func TestGaleraTransactionalCommitCertificationFailure(t *testing.T) {
 	stale := true
 	if _, err := brokers[0].Subscribe(ctx, tbl, "", func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
 		defer func() { done <- struct{}{} }()
-		tx := d.Tx().(*sql.Tx)
+		tx := d.Tx()
 		if d.Attempt() > 1 {
 			_, _ = tx.ExecContext(ctx, "INSERT INTO "+log+" (v) VALUES ('second')")
 			return rowactor.Ack()

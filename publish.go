@@ -103,7 +103,7 @@ func (b *Broker) PublishTx(ctx context.Context, tx any, t Table, queue string, p
 	}
 	id, err := b.publish(ctx, tx, t, queue, payload, opts)
 	if err == nil {
-		if d, ok := ctx.Value(deliveryKey{}).(*Delivery); ok && d.tx == tx {
+		if d, ok := ctx.Value(deliveryKey{}).(*Delivery); ok && d.lends(tx) {
 			d.publishedTo(t, queue) // woken after the delivery's Ack commits
 		} else if !b.notified.Load() {
 			b.hurry(t)

@@ -264,11 +264,16 @@ func servesForm(d dialects.Dialect, q dialects.Queue, t Table, transactional boo
 // delivery, so PublishTx through the delivery's transaction can wake subscribers once the
 // Ack committed it.
 func (b *Broker) wrap(h Handler, table, queue string) actors.Handler {
-	return func(ctx context.Context, row dialects.Row, tx any) (settler.Outcome, any) {
-		d := &Delivery{broker: b, row: row, table: table, queue: queue, tx: tx, deadline: deadline.From(ctx)}
-		if tx != nil {
-			ctx = context.WithValue(ctx, deliveryKey{}, d)
+	return func(ctx context.Context, row dialects.Row, tx dialects.DeliveryTx) (settler.Outcome, any) {
+		d := &Delivery{broker: b, row: row, table: table, queue: queue, lent: tx, deadline: deadline.From(ctx)}
+		if tx == nil {
+			return h(ctx, d).o, d
 		}
+		ctx = context.WithValue(ctx, deliveryKey{}, d)
+		// The *sql.Tx that Tx makes is lent until the handler returns.
+		lentCtx, endLending := context.WithCancel(ctx)
+		defer endLending()
+		d.lentCtx = lentCtx
 		return h(ctx, d).o, d
 	}
 }

@@ -2,6 +2,7 @@ package rowactor_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -89,6 +90,48 @@ var transactionalCoreScenarios = []scenario{
 			if h.row(id).exists || h.sideRows(s, fmt.Sprint("done-", id)) != 1 {
 				t.Fatalf("row %d: queue row exists=%v, handler writes=%d", id, h.row(id).exists, h.sideRows(s, fmt.Sprint("done-", id)))
 			}
+		}
+	}},
+	{name: "the delivery's *sql.Tx and its driver transaction are one transaction, ended by the settlement", run: func(t *testing.T, h *harness, _ rowactor.Form) {
+		s := h.side()
+		b := h.broker()
+		type seen struct {
+			rows    int64
+			payload []byte
+			err     error
+		}
+		got := make(chan seen, 1)
+		lent := make(chan *sql.Tx, 1)
+		h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			// Written through the driver's own transaction (pgx.Tx on PostgreSQL), read
+			// back through the *sql.Tx: uncommitted, so only the same transaction sees it.
+			if err := h.drv.txExec(ctx, d.DriverTx(), fmt.Sprintf("INSERT INTO %s (payload) VALUES (?)", s.Name), []byte("through the driver")); err != nil {
+				got <- seen{err: err}
+				return rowactor.Retry()
+			}
+			var r seen
+			r.err = d.Tx().QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM "+s.Name+"), payload FROM "+s.Name).Scan(&r.rows, &r.payload)
+			got <- r
+			lent <- d.Tx()
+			return rowactor.Ack()
+		}, rowactor.Transactional())
+		h.publish(b, 1)
+		r := <-got
+		if r.err != nil || r.rows != 1 || string(r.payload) != "through the driver" {
+			t.Fatalf("through the *sql.Tx the handler read %d rows, payload %q, error %v; want its own uncommitted write", r.rows, r.payload, r.err)
+		}
+		if st := h.waitSettled(1)[0]; st.Err != nil || st.Step != "ack" {
+			t.Fatalf("settlement %+v", st)
+		}
+		if n := h.sideRows(s, "through the driver"); n != 1 {
+			t.Fatalf("the Ack committed %d side rows, want 1", n)
+		}
+		// Kept past its handler, the *sql.Tx is over on every database.
+		if _, err := (<-lent).ExecContext(context.Background(), "DELETE FROM "+s.Name); !errors.Is(err, sql.ErrTxDone) {
+			t.Fatalf("a statement through the *sql.Tx after the settlement: %v, want sql.ErrTxDone", err)
+		}
+		if n := h.sideRows(s, "through the driver"); n != 1 {
+			t.Fatalf("after the settlement the *sql.Tx deleted the side row (%d left)", n)
 		}
 	}},
 	{name: "retry rolls the handler's writes back and counts the attempt", shapes: []tableShape{withProcessedAt}, run: func(t *testing.T, h *harness, form rowactor.Form) {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rowactor/rowactor"
@@ -88,9 +87,9 @@ func endTx(ctx context.Context, h *harness, tx any, ledger string, debit int64) 
 		}
 		return nil
 	case "postgres":
-		ptx := tx.(pgx.Tx)
+		ptx := tx.(*sql.Tx)
 		// The handler's backend looks for the deadlock first, and aborts itself.
-		if _, err := ptx.Exec(ctx, "SET LOCAL deadlock_timeout = '50ms'"); err != nil {
+		if _, err := ptx.ExecContext(ctx, "SET LOCAL deadlock_timeout = '50ms'"); err != nil {
 			return err
 		}
 		other, err := pgPool(h.d).Begin(ctx)
@@ -120,7 +119,7 @@ func endTx(ctx context.Context, h *harness, tx any, ledger string, debit int64) 
 		}); err != nil {
 			return err
 		}
-		_, err = ptx.Exec(ctx, `UPDATE "`+ledger+`" SET v = 'handler' WHERE id = 2`)
+		_, err = ptx.ExecContext(ctx, `UPDATE "`+ledger+`" SET v = 'handler' WHERE id = 2`)
 		if werr := <-waited; werr != nil {
 			return fmt.Errorf("the other session was the victim: %w", werr)
 		}

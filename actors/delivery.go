@@ -358,16 +358,16 @@ func (d *delivery) stopRunning() {
 // begin finds the transaction a transactional handler is lent: the claim's (row lock), the
 // session's (advisory, opened by the claimer), or one of its own (lease). ok is false
 // when the lease transaction could not be opened: the row is then released unhandled.
-func (d *delivery) begin() (tx any, ok bool) {
+func (d *delivery) begin() (tx dialects.DeliveryTx, ok bool) {
 	cfg := d.sub.cfg
 	if !cfg.Transactional {
 		return nil, true
 	}
 	switch cfg.Form {
 	case dialects.FormRowLock:
-		return d.claim.Locked.(dialects.DeliveryTx).Tx(), true
+		return d.claim.Locked.(dialects.DeliveryTx), true
 	case dialects.FormAdvisory:
-		return d.claim.Session.(dialects.DeliveryTx).Tx(), true
+		return d.claim.Session.(dialects.DeliveryTx), true
 	}
 	q, isTx := cfg.Queue.(dialects.TxLeaseQueue)
 	if !isTx {
@@ -394,7 +394,7 @@ func (d *delivery) begin() (tx any, ok bool) {
 		d.beginErr = settler.ErrClosed
 		return nil, false
 	}
-	return ltx.Tx(), true
+	return ltx, true
 }
 
 // lentLeaseTx is the transaction a transactional lease delivery lent its handler, for
@@ -669,7 +669,7 @@ func (d *delivery) giveBack(base context.Context) Result {
 }
 
 // callHandler runs h and turns a panic into an unsettled delivery.
-func callHandler(ctx context.Context, h Handler, row dialects.Row, tx any, log *slog.Logger, table string) (o settler.Outcome, tag any, p any) {
+func callHandler(ctx context.Context, h Handler, row dialects.Row, tx dialects.DeliveryTx, log *slog.Logger, table string) (o settler.Outcome, tag any, p any) {
 	defer func() {
 		if v := recover(); v != nil {
 			p = v

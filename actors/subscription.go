@@ -20,7 +20,7 @@ import (
 
 // Handler handles one claimed row, with the transaction lent to it in transactional mode
 // (nil otherwise). Beside its outcome it returns a tag, handed back in the Result.
-type Handler func(ctx context.Context, row dialects.Row, tx any) (settler.Outcome, any)
+type Handler func(ctx context.Context, row dialects.Row, tx dialects.DeliveryTx) (settler.Outcome, any)
 
 // Config is a subscription's runtime configuration; the root package checked it.
 type Config struct {
@@ -280,7 +280,7 @@ func (s *Subscription) Released() (rows, connections int) {
 	return int(s.released.Load()), int(s.closed.Load())
 }
 
-func (s *Subscription) call(ctx context.Context, row dialects.Row, tx any) (settler.Outcome, any, any) {
+func (s *Subscription) call(ctx context.Context, row dialects.Row, tx dialects.DeliveryTx) (settler.Outcome, any, any) {
 	return callHandler(ctx, s.cfg.Handler, row, tx, s.cfg.Log, s.cfg.Table)
 }
 

@@ -2,6 +2,7 @@ package dialects
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 )
 
@@ -68,6 +69,26 @@ type DeliveryTx interface {
 	// with the handler's context ends with that context, and has ended by the time the
 	// runtime calls Interrupt. It never waits for a handler that runs no statement.
 	Interrupt(ctx context.Context) error
+}
+
+// SQLLender is a DeliveryTx whose driver transaction is not a *sql.Tx (pgx.Tx on
+// PostgreSQL): it lends the same transaction, on the same session, as a *sql.Tx.
+//
+// SQLTx returns it for as long as ctx lasts: afterwards its statements fail with
+// sql.ErrTxDone. Its Commit and Rollback run nothing: the settlement ends the
+// transaction. It returns nil where Tx does, and once the dialect is closed.
+type SQLLender interface {
+	SQLTx(ctx context.Context) *sql.Tx
+}
+
+// SQLTx returns dt's transaction as a *sql.Tx for as long as ctx lasts: through
+// SQLLender where dt implements it, else Tx itself when it is a *sql.Tx; nil otherwise.
+func SQLTx(ctx context.Context, dt DeliveryTx) *sql.Tx {
+	if l, ok := dt.(SQLLender); ok {
+		return l.SQLTx(ctx)
+	}
+	tx, _ := dt.Tx().(*sql.Tx)
+	return tx
 }
 
 // TxLockedClaim is a row lock claim whose transaction is lent to the handler. A

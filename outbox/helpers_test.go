@@ -168,7 +168,11 @@ var databases = []database{
 			return tx, func() error { return tx.Commit(ctx) }, func() error { return tx.Rollback(ctx) }
 		},
 		txExec: func(ctx context.Context, tx any, q string, args ...any) error {
-			_, err := tx.(pgx.Tx).Exec(ctx, dollars(q), args...)
+			if x, ok := tx.(pgx.Tx); ok {
+				_, err := x.Exec(ctx, dollars(q), args...)
+				return err
+			}
+			_, err := tx.(*sql.Tx).ExecContext(ctx, dollars(q), args...)
 			return err
 		},
 		exec: func(d dialects.Dialect, q string, args ...any) error {

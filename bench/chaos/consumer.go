@@ -444,7 +444,7 @@ func openBroker(ctx context.Context, spec consumerSpec, log *slog.Logger, onSett
 // Retry rolls it back.
 func sideWrites(ctx context.Context, spec consumerSpec, d *rowactor.Delivery, hot bool) error {
 	exec := func(query string, args ...any) error {
-		switch tx := d.Tx().(type) {
+		switch tx := d.DriverTx().(type) {
 		case pgx.Tx:
 			_, err := tx.Exec(ctx, query, args...)
 			return err

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -342,6 +343,18 @@ func (s *txSession) Tx() any {
 		return nil
 	}
 	return s.tx
+}
+
+// SQLTx returns the session's transaction as a *sql.Tx for as long as ctx lasts (see
+// lend); nil before Begin.
+func (s *txSession) SQLTx(ctx context.Context) *sql.Tx {
+	s.mu.Lock()
+	tx := s.tx
+	s.mu.Unlock()
+	if tx == nil {
+		return nil
+	}
+	return s.q.d.lend(ctx, tx)
 }
 
 // Begin opens the transaction at the table's isolation level (plain BEGIN when none is

@@ -18,7 +18,8 @@
 //
 // # Transactional mode
 //
-// A transactional subscription (QueueSpec.Transactional) lends each delivery a pgx.Tx,
+// A transactional subscription (QueueSpec.Transactional) lends each delivery a pgx.Tx
+// (and the same transaction as a *sql.Tx: dialects.SQLLender, sqltx.go),
 // opened at the table's isolation level (plain BEGIN when none is declared):
 //
 //   - Row lock: the claim transaction itself (dialects.TxLockedClaim), with the savepoint
@@ -98,6 +99,8 @@ type Dialect struct {
 	// sqlOnce makes sqlDB, the pool as a database/sql handle, on first use.
 	sqlOnce sync.Once
 	sqlDB   *sql.DB
+	// lent lends transactional deliveries' transactions as *sql.Tx (sqltx.go).
+	lent lentSQL
 }
 
 var (
@@ -164,6 +167,7 @@ func (d *Dialect) Close() error {
 	if d.sqlDB != nil {
 		err = d.sqlDB.Close()
 	}
+	d.lent.close()
 	if d.owned {
 		d.pool.Close()
 		dialects.ForgetBudget(d.pool)

@@ -199,11 +199,10 @@ func (s *outboxStore) errorf(op string, err error) error {
 	return fmt.Errorf("postgres: outbox %s on table %s: %w", op, s.name, err)
 }
 
-// Record inserts r in the caller's pgx.Tx (from any pool or connection on the database).
+// Record inserts r in the caller's transaction on the database: a pgx.Tx or a *sql.Tx.
 func (s *outboxStore) Record(ctx context.Context, tx any, r dialects.OutboxRecord) (int64, error) {
-	x, ok := tx.(pgx.Tx)
-	if !ok {
-		return 0, fmt.Errorf("postgres: outbox record on table %s needs a pgx.Tx, got %T", s.name, tx)
+	if !callerTx(tx) {
+		return 0, fmt.Errorf("postgres: outbox record on table %s needs a *sql.Tx or a pgx.Tx, got %T", s.name, tx)
 	}
 	payload := r.Payload
 	if payload == nil {
@@ -215,7 +214,7 @@ func (s *outboxStore) Record(ctx context.Context, tx any, r dialects.OutboxRecor
 		text, args = s.recordHeaders, append(args, string(r.Headers))
 	}
 	var id int64
-	if err := x.QueryRow(ctx, text, args...).Scan(&id); err != nil {
+	if err := queryRowIn(ctx, tx, text, args...).Scan(&id); err != nil {
 		return 0, s.errorf("record", err)
 	}
 	return id, nil
@@ -327,19 +326,18 @@ type dedupeStore struct {
 }
 
 func (s *dedupeStore) Once(ctx context.Context, tx any, id int64, now time.Time) (bool, error) {
-	x, ok := tx.(pgx.Tx)
-	if !ok {
-		return false, fmt.Errorf("postgres: dedupe on table %s needs a pgx.Tx, got %T", s.name, tx)
+	if !callerTx(tx) {
+		return false, fmt.Errorf("postgres: dedupe on table %s needs a *sql.Tx or a pgx.Tx, got %T", s.name, tx)
 	}
 	args := []any{id}
 	if s.stamp {
 		args = append(args, now)
 	}
-	tag, err := x.Exec(ctx, s.insert, args...)
+	n, err := execIn(ctx, tx, s.insert, args...)
 	if err != nil {
 		return false, fmt.Errorf("postgres: dedupe on table %s: %w", s.name, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return n == 1, nil
 }
 
 func (s *dedupeStore) Close() error { return nil }

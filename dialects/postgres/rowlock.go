@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"sync"
 	"time"
@@ -240,6 +241,9 @@ const savepoint = "rowactor_claim"
 // Tx returns the claim's pgx.Tx. The handler runs its queries on it and never ends it:
 // Settle commits it, Rollback and the other steps roll it back.
 func (c *txLockedClaim) Tx() any { return c.tx }
+
+// SQLTx returns the claim's transaction as a *sql.Tx for as long as ctx lasts (see lend).
+func (c *txLockedClaim) SQLTx(ctx context.Context) *sql.Tx { return c.q.d.lend(ctx, c.tx) }
 
 // Interrupt ends the claim while its handler may still be using the lent transaction
 // (see sever): the server rolls it back and the row's lock goes with it. Later calls end

@@ -112,7 +112,7 @@ func run(ctx context.Context, dir string) error {
 	defer b.Shutdown(ctx)
 	_, err = b.Subscribe(ctx, shipping, "order.created", ob.Handler(func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
 		id, _ := outbox.RecordID(d)
-		tx := d.Tx().(*sql.Tx)
+		tx := d.Tx()
 		first, err := dedupe.Once(ctx, tx, id)
 		if err != nil {
 			return rowactor.RetryAfter(time.Second)
