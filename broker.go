@@ -44,6 +44,8 @@ type Broker struct {
 	retentions []*Retention
 	// periodics run until Shutdown. Guarded by mu.
 	periodics []*PeriodicJob
+	// cancelWatches read each table's cancel requests, by table name. Guarded by mu.
+	cancelWatches map[string]*cancelWatch
 
 	// Publishes in flight, which Shutdown lets finish before it closes anything they use.
 	pubMu      sync.Mutex
@@ -311,7 +313,13 @@ func (b *Broker) shutdown(ctx, drainCtx context.Context) (ShutdownReport, error)
 	b.retentions = nil
 	pers := b.periodics
 	b.periodics = nil
+	watches := b.cancelWatches
+	b.cancelWatches = nil
 	b.mu.Unlock()
+	// The watches first: a cancel they serve waits for a delivery the drain settles.
+	for _, w := range watches {
+		w.end()
+	}
 	// Retentions and periodic jobs first: they are no deliveries, and a round holds a pool
 	// connection that a handler draining now may be waiting for, for its own queries on a
 	// small pool.

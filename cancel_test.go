@@ -3,6 +3,7 @@ package rowactor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -444,4 +445,158 @@ func cancelRacingOwnClaimScenario(t *testing.T, h *harness, form rowactor.Form) 
 			t.Fatalf("Cancel of row %d (#%d) right after its publish: %v", id, i, err)
 		}
 	}
+}
+
+func withCancelRequests(t *rowactor.Table) { t.CancelRequests = t.Name + "_cancels" }
+
+// Cancel of a row in work in another process, through the table's CancelRequests, over
+// every (database, form, transactional).
+var cancelElsewhereScenarios = []scenario{
+	{
+		name:   "Cancel of a row that another process holds reaches its handler through the cancel-request table and ends the row with the reason",
+		shapes: []tableShape{withProcessedAt, withError, withCancelRequests},
+		run:    cancelElsewhereScenario,
+	},
+	{
+		name:   "a recorded cancel request is carried out by the holder once it reads it, with no asker waiting",
+		shapes: []tableShape{withProcessedAt, withError, withCancelRequests},
+		run:    cancelRequestOutlivesItsAskerScenario,
+	},
+	{
+		name:   "a Cancel whose context ends while another process holds the row leaves its request recorded",
+		forms:  []rowactor.Form{rowactor.FormLease},
+		shapes: []tableShape{withProcessedAt, withCancelRequests},
+		run:    cancelAskerGivesUpScenario,
+	},
+	{
+		name:   "a subscription to a table whose cancel-request table is missing is refused before anything is claimed",
+		shapes: []tableShape{withCancelRequests},
+		run:    cancelRequestsMissingScenario,
+	},
+}
+
+// holdUntilCancelled subscribes b with a handler that holds the first delivery until its
+// context ends, then reports what it read from it and returns Ack (which the cancel
+// overrides). It returns once the row is in work.
+func holdUntilCancelled(t *testing.T, h *harness, b *rowactor.Broker, form rowactor.Form) (id int64, saw chan handlerSaw) {
+	t.Helper()
+	id = h.publish(b, 1)[0]
+	started, saw := make(chan struct{}, 1), make(chan handlerSaw, 1)
+	h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		started <- struct{}{}
+		<-ctx.Done()
+		saw <- handlerSaw{ctx.Err(), context.Cause(ctx), nil, d.Cancelled()}
+		return rowactor.Ack()
+	}, leaseOptions(form, time.Minute)...)
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the row was not delivered\nlogs:\n%s", h.logs.String())
+	}
+	return id, saw
+}
+
+// wantCancelledInWork checks what a cancel of a row in work leaves: the handler's context
+// cancelled with the reason, the row processed with it and its lease gone, the attempt
+// as it was in work, and the settlement a cancel's.
+func wantCancelledInWork(t *testing.T, h *harness, id int64, saw chan handlerSaw, reason string, attempt int) {
+	t.Helper()
+	var s handlerSaw
+	select {
+	case s = <-saw:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the handler's context was not cancelled\nlogs:\n%s", h.logs.String())
+	}
+	if !errors.Is(s.err, context.Canceled) || !errors.Is(s.cause, rowactor.ErrCancelled) || !strings.Contains(s.cause.Error(), reason) {
+		t.Fatalf("the handler's context: Err %v, Cause %v; want Canceled and a cause wrapping ErrCancelled with the reason", s.err, s.cause)
+	}
+	settled := h.waitSettled(1)[0]
+	if settled.ID != id || settled.Err != nil || settled.Step != "ack" || settled.Outcome.String() != "cancel" {
+		t.Fatalf("the cancelled delivery's settlement: %+v", settled)
+	}
+	st := h.row(id)
+	if !st.exists || st.processedAt == nil || st.lastError == nil || *st.lastError != dialects.CancelledPrefix+reason || st.lockedUntil != nil || st.attempt != attempt {
+		t.Fatalf("the cancelled row: %+v, want it processed with the reason, no lease, attempt %d", st, attempt)
+	}
+}
+
+func cancelElsewhereScenario(t *testing.T, h *harness, form rowactor.Form) {
+	ctx := context.Background()
+	holder := h.broker()
+	id, saw := holdUntilCancelled(t, h, holder, form)
+	inWork := h.row(id)
+
+	asker := h.second() // another process, as far as the tables can tell
+	bounded, stop := context.WithTimeout(ctx, 15*time.Second)
+	defer stop()
+	start := time.Now()
+	if err := asker.Cancel(bounded, h.table, id, "customer left"); err != nil {
+		t.Fatalf("another process's Cancel of the row in work: %v\nlogs:\n%s", err, h.logs.String())
+	}
+	t.Logf("the other process's Cancel returned after %v", time.Since(start).Round(time.Millisecond))
+	wantCancelledInWork(t, h, id, saw, "customer left", inWork.attempt)
+	// The asker forgot its request once answered.
+	if n := h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.CancelRequests); n != 0 {
+		t.Fatalf("%d cancel requests left after the answer, want 0", n)
+	}
+	if err := asker.Cancel(ctx, h.table, id, "twice"); !errors.Is(err, rowactor.ErrFinished) {
+		t.Fatalf("Cancel of the cancelled row: %v, want ErrFinished", err)
+	}
+}
+
+func cancelRequestOutlivesItsAskerScenario(t *testing.T, h *harness, form rowactor.Form) {
+	holder := h.broker()
+	id, saw := holdUntilCancelled(t, h, holder, form)
+	inWork := h.row(id)
+
+	// A request recorded as Cancel records it, by an asker gone since.
+	reqs, err := dialects.CancelRequestsOf(h.d, h.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reqs.Request(context.Background(), id, "asked and gone"); err != nil {
+		t.Fatal(err)
+	}
+	wantCancelledInWork(t, h, id, saw, "asked and gone", inWork.attempt)
+	// Nobody waits for the answer: it stays, for whoever reads the table.
+	waitFor(t, func() bool {
+		return h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.CancelRequests+" WHERE answer = ?", dialects.CancelAnswerCancelled) == 1
+	})
+}
+
+// cancelAskerGivesUpScenario: a Cancel whose context ends while another process holds
+// the row (here a lease whose process is gone) reports the row in work, and leaves its
+// request recorded, unanswered, for the holder.
+func cancelAskerGivesUpScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	b := h.broker()
+	id := h.publish(b, 1)[0]
+	h.exec(fmt.Sprintf("UPDATE %s SET locked_until = ? WHERE id = ?", h.table.Name), h.drv.timeValue(time.Now().Add(time.Hour)), id)
+	before := h.row(id)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := b.Cancel(ctx, h.table, id, "asked and gone")
+	if !errors.Is(err, rowactor.ErrInWork) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a Cancel whose context ended while the row was in work elsewhere: %v, want ErrInWork and the deadline", err)
+	}
+	if n := h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.CancelRequests+" WHERE row_id = ? AND answer IS NULL", id); n != 1 {
+		t.Fatalf("%d unanswered requests for the row, want the one recorded", n)
+	}
+	if st := h.row(id); !sameState(st, before) {
+		t.Fatalf("the row changed: %+v, was %+v", st, before)
+	}
+}
+
+func cancelRequestsMissingScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	b := h.broker()
+	h.publish(b, 1)
+	h.exec("DROP TABLE " + h.table.CancelRequests)
+	_, err := b.Subscribe(context.Background(), h.table, h.queue, func(context.Context, *rowactor.Delivery) rowactor.Outcome {
+		t.Error("a row was delivered")
+		return rowactor.Ack()
+	})
+	var ce *rowactor.ConfigError
+	if !errors.As(err, &ce) || ce.Option != "Table.CancelRequests" || !strings.Contains(ce.Fix, "ApplySchema") {
+		t.Fatalf("Subscribe with the cancel-request table missing: %v, want a *ConfigError on Table.CancelRequests naming ApplySchema", err)
+	}
+	h.quiet(100 * time.Millisecond)
 }

@@ -84,6 +84,7 @@ var outcomeScenarios = slices.Concat(
 	outcomeCoreScenarios,
 	funcScenarios,
 	cancelInWorkScenarios,
+	cancelElsewhereScenarios,
 	batchCancelScenarios,
 )
 

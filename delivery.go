@@ -31,11 +31,13 @@ type Delivery struct {
 	queue  string
 
 	// lent is the transaction a transactional subscription lends, nil otherwise; sqlTx
-	// is it as a *sql.Tx, made by the first Tx under lentCtx (the handler's).
-	lent    dialects.DeliveryTx
-	lentCtx context.Context
-	sqlOnce sync.Once
-	sqlTx   *sql.Tx
+	// is it as a *sql.Tx, made by the first Tx, and endSQL ends that once the handler
+	// returned. lendingEnded says it has; a later Tx makes none. Guarded by sqlMu.
+	lent         dialects.DeliveryTx
+	sqlMu        sync.Mutex
+	sqlTx        *sql.Tx
+	endSQL       func()
+	lendingEnded bool
 
 	headersOnce sync.Once
 	headers     map[string]string
@@ -63,9 +65,11 @@ type deliveryKey struct{}
 // and for PublishTx. Ack commits them with the settlement; any other outcome rolls them
 // back.
 //
-// It is the delivery's: do not commit or roll it back (on PostgreSQL both refuse and run
-// nothing), and do not use it after the handler returned (on PostgreSQL its statements
-// then fail with sql.ErrTxDone).
+// It is the delivery's: do not commit or roll it back, and do not use it after the handler
+// returned. On PostgreSQL both refuse and run nothing; a COMMIT or ROLLBACK statement
+// run through it makes its later statements fail rather than autocommit; and once the
+// handler returned its statements fail with sql.ErrTxDone (the settlement waits for
+// those in flight). On MySQL and SQLite it is the driver's own *sql.Tx.
 //
 // On PostgreSQL it runs on the same session as DriverTx's pgx.Tx: a handler may use
 // either, or both.
@@ -73,8 +77,28 @@ func (d *Delivery) Tx() *sql.Tx {
 	if d.lent == nil {
 		return nil
 	}
-	d.sqlOnce.Do(func() { d.sqlTx = dialects.SQLTx(d.lentCtx, d.lent) })
+	d.sqlMu.Lock()
+	defer d.sqlMu.Unlock()
+	if d.sqlTx == nil {
+		d.sqlTx, d.endSQL = dialects.SQLTx(d.lent)
+		if d.lendingEnded {
+			d.endSQL() // asked for after the handler returned: done from the start
+		}
+	}
 	return d.sqlTx
+}
+
+// endLending ends the *sql.Tx that Tx lent, if it did: it waits for its statements in
+// flight and closes its rows left open, so that the settlement has the session to
+// itself, and its later statements fail (on PostgreSQL, where the *sql.Tx is rowactor's).
+func (d *Delivery) endLending() {
+	d.sqlMu.Lock()
+	d.lendingEnded = true
+	end := d.endSQL
+	d.sqlMu.Unlock()
+	if end != nil {
+		end()
+	}
 }
 
 // DriverTx is the same transaction as the driver's own type: a pgx.Tx on PostgreSQL, the

@@ -88,9 +88,16 @@ func (b *Broker) RetryNow(ctx context.Context, t Table, id int64) error {
 // ErrCancelled, and the row ends as cancelled whatever the handler returns. Cancel waits
 // for that settlement until ctx ends, and returns nil once it took effect.
 //
+// A row in work in another process or broker is cancelled there when t names a
+// CancelRequests table: Cancel records the request, the holder reads it within half a
+// second and cancels its delivery as above, and Cancel returns nil once the row ended
+// cancelled. When ctx ends first, or the broker shuts down, the request stays recorded
+// and the row ends cancelled once its holder reads it; Cancel then returns an error
+// wrapping ErrInWork, or ErrClosed. Without CancelRequests such a row is refused with
+// ErrInWork.
+//
 // It returns an error wrapping ErrFinished when the row was processed, or its delivery
-// settled it first; ErrNotFound when there is no such row; ErrInWork when another process
-// or broker holds it.
+// settled it first; ErrNotFound when there is no such row.
 //
 // Called from the row's own handler, pass it the handler's ctx, or return Drop instead:
 // Cancel would otherwise wait for itself.
@@ -106,6 +113,17 @@ func (b *Broker) Cancel(ctx context.Context, t Table, id int64, reason string) e
 	if err := dialects.CheckJobControl(t, "Cancel"); err != nil {
 		return err // before a delivery is cancelled on a description no statement could run
 	}
+	err = b.cancelHere(ctx, t, id, reason, jc)
+	if t.CancelRequests == "" || !errors.Is(err, ErrInWork) {
+		return err
+	}
+	return b.cancelElsewhere(ctx, t, id, reason, jc)
+}
+
+// cancelHere cancels row id where it is queued, or in its delivery when a subscription
+// of this broker holds it. It returns an error wrapping ErrInWork when another process
+// or broker holds the row.
+func (b *Broker) cancelHere(ctx context.Context, t Table, id int64, reason string, jc dialects.JobController) error {
 	for tries := 1; ; tries++ {
 		_, claimed := b.claimActivity(t)
 		held, gaveBack, err := b.cancelInWork(ctx, t, id, reason)

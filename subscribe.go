@@ -148,6 +148,13 @@ func (b *Broker) subscribe(ctx context.Context, t Table, queue string, h Handler
 	if t.Group == "" {
 		spec.Group = ""
 	}
+	var reqs *dialects.CancelRequests
+	if t.CancelRequests != "" {
+		var err error
+		if reqs, err = b.checkCancelRequests(ctx, t); err != nil {
+			return nil, err
+		}
+	}
 	q, err := b.d.Open(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -205,6 +212,9 @@ func (b *Broker) subscribe(ctx context.Context, t Table, queue string, h Handler
 	}
 	s := &Subscription{table: t, queue: queue, q: q, run: run}
 	b.subs = append(b.subs, s)
+	if reqs != nil {
+		b.watchCancels(t, reqs)
+	}
 	return s, nil
 }
 
@@ -270,10 +280,8 @@ func (b *Broker) wrap(h Handler, table, queue string) actors.Handler {
 			return h(ctx, d).o, d
 		}
 		ctx = context.WithValue(ctx, deliveryKey{}, d)
-		// The *sql.Tx that Tx makes is lent until the handler returns.
-		lentCtx, endLending := context.WithCancel(ctx)
-		defer endLending()
-		d.lentCtx = lentCtx
+		// The *sql.Tx that Tx makes is lent until the handler returns, panicking or not.
+		defer d.endLending()
 		return h(ctx, d).o, d
 	}
 }

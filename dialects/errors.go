@@ -74,6 +74,10 @@ func CheckDescription(t Table) error {
 	if t.Payload == "" {
 		return &ConfigError{Table: t.Name, Option: "Table.Payload", Reason: "the payload column is required", Fix: "set Table.Payload"}
 	}
+	if t.CancelRequests != "" && (t.CancelRequests == t.Name || strings.Contains(t.CancelRequests, ".")) {
+		return &ConfigError{Table: t.Name, Option: "Table.CancelRequests", Reason: "the cancel-request table is a table of its own, named by one identifier without a dot",
+			Fix: `name another table, e.g. "` + t.Name + `_cancels"`}
+	}
 	if t.AdvisoryKey != "" {
 		if _, err := ParseKey(t.AdvisoryKey); err != nil {
 			return &ConfigError{Table: t.Name, Option: "Table.AdvisoryKey", Reason: "the key template is malformed",

@@ -106,6 +106,12 @@ type Table struct {
 	//   - A head moved to its dead letter, by MaxAttempts say, makes the next row the
 	//     head.
 	FIFO bool
+	// CancelRequests, when set, names a table of the same database through which a
+	// cancel reaches a row in work that another process holds: Broker.Cancel and
+	// `rowactor cancel` record the request there, and each process holding rows of this
+	// table reads it every half second while it does, cancels its delivery and answers.
+	// Schema renders it (row_id, reason, answer). See docs/cancel.md.
+	CancelRequests string
 }
 
 // ClearUniqueKey is what an Ack's SET list adds to clear the row's unique key: ", k =

@@ -74,21 +74,24 @@ type DeliveryTx interface {
 // SQLLender is a DeliveryTx whose driver transaction is not a *sql.Tx (pgx.Tx on
 // PostgreSQL): it lends the same transaction, on the same session, as a *sql.Tx.
 //
-// SQLTx returns it for as long as ctx lasts: afterwards its statements fail with
-// sql.ErrTxDone. Its Commit and Rollback run nothing: the settlement ends the
-// transaction. It returns nil where Tx does, and once the dialect is closed.
+// SQLTx returns it until end is called. Its Commit and Rollback run nothing: the
+// settlement ends the transaction. end ends it as database/sql ends a transaction,
+// running nothing on the session: it waits for statements in flight through it and
+// closes its rows left open, and afterwards its statements fail with sql.ErrTxDone. The
+// runtime calls end once the handler returned, before the settlement. SQLTx returns nil
+// where Tx does.
 type SQLLender interface {
-	SQLTx(ctx context.Context) *sql.Tx
+	SQLTx() (tx *sql.Tx, end func())
 }
 
-// SQLTx returns dt's transaction as a *sql.Tx for as long as ctx lasts: through
-// SQLLender where dt implements it, else Tx itself when it is a *sql.Tx; nil otherwise.
-func SQLTx(ctx context.Context, dt DeliveryTx) *sql.Tx {
+// SQLTx returns dt's transaction as a *sql.Tx: through SQLLender where dt implements it,
+// else Tx itself when it is a *sql.Tx (end then does nothing); nil otherwise.
+func SQLTx(dt DeliveryTx) (tx *sql.Tx, end func()) {
 	if l, ok := dt.(SQLLender); ok {
-		return l.SQLTx(ctx)
+		return l.SQLTx()
 	}
-	tx, _ := dt.Tx().(*sql.Tx)
-	return tx
+	stx, _ := dt.Tx().(*sql.Tx)
+	return stx, func() {}
 }
 
 // TxLockedClaim is a row lock claim whose transaction is lent to the handler. A

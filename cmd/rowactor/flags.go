@@ -76,6 +76,7 @@ var tableFlags = []struct {
 	{"unique-key", "Table.UniqueKey", "", "the unique key column (rowactor.Unique publishes)", func(t *rowactor.Table) *string { return &t.UniqueKey }},
 	{"priority", "Table.Priority", "", "the priority column (claims take lower numbers first)", func(t *rowactor.Table) *string { return &t.Priority }},
 	{"dead-at", "Table.DeadAt", "", "the time-of-death column (a dead-letter move sets it, a requeue clears it)", func(t *rowactor.Table) *string { return &t.DeadAt }},
+	{"cancel-requests", "Table.CancelRequests", "", "the cancel-request table (cancel reaches rows in work in other processes)", func(t *rowactor.Table) *string { return &t.CancelRequests }},
 }
 
 // addTableFlags binds the column flags to t's fields.

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -168,7 +170,7 @@ func TestRetryAndCancel(t *testing.T) {
 				if code != exitFailed || !strings.Contains(errOut, "in work") {
 					t.Errorf("%s of a row in work: exit %d: %s", c, code, errOut)
 				}
-				if c == "cancel" && !strings.Contains(errOut, "cancels queued rows only") {
+				if c == "cancel" && !strings.Contains(errOut, "without -cancel-requests") {
 					t.Errorf("cancel of a row in work does not say it cannot cancel a delivery: %s", errOut)
 				}
 			}
@@ -180,6 +182,61 @@ func TestRetryAndCancel(t *testing.T) {
 			}
 			if l := state(delayed); l.State != "cancelled" || l.Error == nil || *l.Error != "cancelled: customer left" {
 				t.Errorf("after cancel: %+v", l)
+			}
+		})
+	}
+}
+
+// TestCancelReachesARowInWorkInAnotherProcess runs on every database in the lease form:
+// with -cancel-requests, cancel of a row that a subscription of another process (here the
+// test's broker) holds cancels its handler's context with the reason, and the row ends
+// cancelled; with a -wait too short, the request stays and the command says so.
+func TestCancelReachesARowInWorkInAnotherProcess(t *testing.T) {
+	for _, db := range databases {
+		t.Run(db.name, func(t *testing.T) {
+			f := newFixture(t, db)
+			tb := queueTable(f.tableName("ra_cr_"), rowactor.FormLease)
+			tb.Error, tb.ProcessedAt = "error", "processed_at"
+			tb.CancelRequests = f.tableName("ra_crq_")
+			f.create(tb)
+			id := f.publish(tb, "jobs", "held")
+			cause := make(chan error, 1)
+			started := make(chan struct{})
+			if _, err := f.b.Subscribe(ctx, tb, "jobs", func(hctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+				close(started)
+				<-hctx.Done()
+				cause <- context.Cause(hctx)
+				return rowactor.Ack()
+			}); err != nil {
+				t.Fatal(err)
+			}
+			<-started
+			run := func(args ...string) (int, string, string) {
+				return cli(append(append([]string{args[0], "-dsn", f.dsn}, columnFlags(tb)...), args[1:]...)...)
+			}
+			code, out, errOut := run("cancel", "-reason", "customer left", "-wait", "15s", tb.Name, fmt.Sprint(id))
+			if code != exitOK || !strings.Contains(out, "cancelled") {
+				t.Fatalf("cancel of a row in work in another process: exit %d: %s%s", code, out, errOut)
+			}
+			if c := <-cause; !errors.Is(c, rowactor.ErrCancelled) || !strings.Contains(c.Error(), "customer left") {
+				t.Fatalf("the handler's context ended with %v, want ErrCancelled and the reason", c)
+			}
+			code, out, errOut = run("inspect", "-json", tb.Name, fmt.Sprint(id))
+			var l inspectLine
+			if code != exitOK || json.Unmarshal([]byte(out), &l) != nil {
+				t.Fatalf("inspect: exit %d: %s%s", code, out, errOut)
+			}
+			if l.State != "cancelled" || l.Error == nil || *l.Error != "cancelled: customer left" {
+				t.Fatalf("after cancel: %+v", l)
+			}
+
+			// A row in work whose holder is gone (a lease and no process): the request
+			// waits, and -wait ends the command.
+			gone := f.publish(tb, "later", "held by nobody")
+			f.set(tb, gone, tb.LockedUntil, time.Now().Add(time.Hour))
+			code, _, errOut = run("cancel", "-wait", "200ms", tb.Name, fmt.Sprint(gone))
+			if code != exitFailed || !strings.Contains(errOut, "request stays") {
+				t.Fatalf("cancel whose -wait ran out: exit %d: %s", code, errOut)
 			}
 		})
 	}

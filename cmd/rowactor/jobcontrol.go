@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/rowactor/rowactor"
 )
@@ -32,24 +33,27 @@ Examples:
 
 var cancelCommand = &command{
 	name:    "cancel",
-	summary: "take a queued row out of its queue, as Cancel would",
+	summary: "cancel a row, as Broker.Cancel would: queued at once, in work through its holder",
 	help: `Usage: rowactor cancel [-dsn URL] [-reason TEXT] [column flags] TABLE ID
 
 Ends row ID as a handler's Cancel would, in one statement: it is deleted or, with
 -processed-at, marked processed now, with "cancelled: " and -reason in the -error column
 when there is one; stats and inspect then read it as cancelled.
-A row in work is refused and left to its delivery, as is a processed row (see retry).
-Exit status 1 for a refusal.
+A processed row is refused (see retry). Exit status 1 for a refusal.
 
-This command runs in a process of its own, which holds no delivery: it cancels queued rows
-only. A row in work is cancelled by Broker.Cancel in the process whose subscription holds
-it (its handler's context is cancelled and the row ends as cancelled), or once its
-delivery gave it back to the queue.
+A row in work is cancelled in the process that holds it when the table has a
+cancel-request table (-cancel-requests, Table.CancelRequests): the request is recorded
+there, the holder reads it within half a second, cancels its handler's context and ends
+the row as cancelled, and the command waits for that, up to -wait. When -wait runs out
+first, the request stays recorded and the command exits 1 saying so. Without
+-cancel-requests a row in work is refused and left to its delivery.
 
 Examples:
   rowactor cancel -dsn sqlite:jobs.db -group queue -locked-until locked_until \
       -processed-at processed_at -error error -reason 'customer left' jobs 42
   DATABASE_URL=postgres://app@db/app rowactor cancel -locked-until locked_until jobs 42
+  rowactor cancel -dsn sqlite:jobs.db -locked-until locked_until -processed-at processed_at \
+      -cancel-requests jobs_cancels -wait 10s jobs 42
 `,
 }
 
@@ -66,8 +70,10 @@ func runJobControl(ctx context.Context, e *env, c *command, args []string) error
 	fs := newFlags(c)
 	dsnValue := dsnFlag(fs)
 	reason := "by rowactor cancel"
+	wait := 30 * time.Second
 	if c == cancelCommand {
 		fs.StringVar(&reason, "reason", reason, `the text written in the error column, after "cancelled: "`)
+		fs.DurationVar(&wait, "wait", wait, "with -cancel-requests, how long to wait for the process holding a row in work to cancel it")
 	}
 	var t rowactor.Table
 	addTableFlags(fs, &t)
@@ -83,11 +89,14 @@ func runJobControl(ctx context.Context, e *env, c *command, args []string) error
 		fmt.Fprintf(e.stdout, "row %d of %s is due now\n", id, t.Name)
 		return nil
 	}
-	if err := b.Cancel(ctx, t, id, reason); err != nil {
-		if errors.Is(err, rowactor.ErrInWork) {
-			// This process holds no delivery: only the consumer's process can cancel one.
-			return fmt.Errorf("%w; rowactor cancel runs in its own process and cancels queued rows only: "+
-				"cancel a row in work with Broker.Cancel in the process that holds it, or again once its delivery gave it back", err)
+	wctx, stop := context.WithTimeout(ctx, wait)
+	defer stop()
+	if err := b.Cancel(wctx, t, id, reason); err != nil {
+		if errors.Is(err, rowactor.ErrInWork) && t.CancelRequests == "" {
+			// This process holds no delivery, and the table has no way to reach the one
+			// that does.
+			return fmt.Errorf("%w; without -cancel-requests rowactor cancel reaches queued rows only: "+
+				"give the table a cancel-request table (Table.CancelRequests), or cancel the row with Broker.Cancel in the process that holds it", err)
 		}
 		return err
 	}

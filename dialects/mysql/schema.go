@@ -57,6 +57,11 @@ func (d *Dialect) Schema(t dialects.Table) (string, error) {
 		b.WriteString(",\n  UNIQUE INDEX " + quote("rowactor_unique") + " (" + quote(t.UniqueKey) + ")")
 	}
 	b.WriteString("\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;\n")
+	cr, err := dialects.CancelRequestsDDL(d, t)
+	if err != nil {
+		return "", err
+	}
+	b.WriteString(cr)
 	return b.String(), nil
 }
 

@@ -49,6 +49,11 @@ func checkNames(t dialects.Table, deadLetterTable string) error {
 				Fix:    "rename the column"}
 		}
 	}
+	if utf8.RuneCountInString(t.CancelRequests) > maxIdentifier {
+		return &dialects.ConfigError{Table: t.Name, Option: "Table.CancelRequests",
+			Reason: fmt.Sprintf("cancel-request table %q: MySQL names are at most %d characters", t.CancelRequests, maxIdentifier),
+			Fix:    "rename the cancel-request table"}
+	}
 	if utf8.RuneCountInString(deadLetterTable) > maxIdentifier {
 		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
 			Reason: fmt.Sprintf("dead-letter table %q: MySQL names are at most %d characters", deadLetterTable, maxIdentifier),

@@ -345,16 +345,16 @@ func (s *txSession) Tx() any {
 	return s.tx
 }
 
-// SQLTx returns the session's transaction as a *sql.Tx for as long as ctx lasts (see
-// lend); nil before Begin.
-func (s *txSession) SQLTx(ctx context.Context) *sql.Tx {
+// SQLTx returns the session's transaction as a *sql.Tx until end (see lend); nil before
+// Begin.
+func (s *txSession) SQLTx() (*sql.Tx, func()) {
 	s.mu.Lock()
 	tx := s.tx
 	s.mu.Unlock()
 	if tx == nil {
-		return nil
+		return nil, func() {}
 	}
-	return s.q.d.lend(ctx, tx)
+	return s.q.d.lend(tx)
 }
 
 // Begin opens the transaction at the table's isolation level (plain BEGIN when none is

@@ -214,8 +214,8 @@ var _ dialects.LeaseTx = (*leaseTx)(nil)
 // Tx returns the pgx.Tx. The handler runs its queries on it and never ends it.
 func (l *leaseTx) Tx() any { return l.tx }
 
-// SQLTx returns the transaction as a *sql.Tx for as long as ctx lasts (see lend).
-func (l *leaseTx) SQLTx(ctx context.Context) *sql.Tx { return l.q.d.lend(ctx, l.tx) }
+// SQLTx returns the transaction as a *sql.Tx until end (see lend).
+func (l *leaseTx) SQLTx() (*sql.Tx, func()) { return l.q.d.lend(l.tx) }
 
 // SettleLease runs the queue's fenced statement inside the transaction. When it changed
 // the row (the row still held the token) the transaction commits, the handler's writes

@@ -242,8 +242,8 @@ const savepoint = "rowactor_claim"
 // Settle commits it, Rollback and the other steps roll it back.
 func (c *txLockedClaim) Tx() any { return c.tx }
 
-// SQLTx returns the claim's transaction as a *sql.Tx for as long as ctx lasts (see lend).
-func (c *txLockedClaim) SQLTx(ctx context.Context) *sql.Tx { return c.q.d.lend(ctx, c.tx) }
+// SQLTx returns the claim's transaction as a *sql.Tx until end (see lend).
+func (c *txLockedClaim) SQLTx() (*sql.Tx, func()) { return c.q.d.lend(c.tx) }
 
 // Interrupt ends the claim while its handler may still be using the lent transaction
 // (see sever): the server rolls it back and the row's lock goes with it. Later calls end

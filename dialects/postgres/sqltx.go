@@ -6,7 +6,11 @@ import (
 	"database/sql/driver"
 	"errors"
 	"io"
+	"reflect"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -23,10 +27,11 @@ import (
 //     transaction;
 //   - its Commit and Rollback run nothing and return errLentEnd: the settlement ends the
 //     transaction, never the handler;
-//   - when the context it was lent under ends (the handler's), database/sql ends the
-//     *sql.Tx by itself, running nothing; later statements through it fail with
-//     sql.ErrTxDone;
-//   - after rowactor ended the pgx.Tx, its statements fail as the pgx.Tx's do.
+//   - a statement finding the session outside a transaction (a COMMIT or ROLLBACK run
+//     through it) is refused, so nothing autocommits;
+//   - the lending's end (the handler returned) waits for its statements in flight and
+//     closes its rows left open, before the settlement uses the session; later
+//     statements through it fail with sql.ErrTxDone.
 //
 // Values are read as pgx's stdlib driver reads them: int64, float64, bool, []byte,
 // string and time.Time.
@@ -61,20 +66,38 @@ func (l *lentSQL) close() {
 	}
 }
 
-// lend returns tx as a *sql.Tx for as long as ctx lasts. On a context already ended it
-// returns a *sql.Tx already done, whose statements fail with sql.ErrTxDone; after Close,
-// nil.
-func (d *Dialect) lend(ctx context.Context, tx pgx.Tx) *sql.Tx {
-	ctx = context.WithValue(ctx, lentKey{}, tx)
+// lend returns tx as a *sql.Tx until end is called. end ends the *sql.Tx as database/sql
+// ends a transaction, running nothing on the session: it waits for the statements in
+// flight through it and closes the rows left open, so that the settlement which follows
+// has the session to itself, and later statements through it fail with sql.ErrTxDone.
+// After Close the *sql.Tx returned is done from the start.
+func (d *Dialect) lend(tx pgx.Tx) (stx *sql.Tx, end func()) {
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), lentKey{}, tx))
 	db := d.lent.handle()
-	stx, err := db.BeginTx(ctx, nil)
-	if err == nil {
-		return stx
+	if db == nil {
+		cancel()
+		return doneSQLTx(tx), func() {}
 	}
-	// lentConnector and lentConn.BeginTx fail on nothing, so ctx ended, or the handle
-	// was closed.
-	if stx, err = db.BeginTx(context.WithoutCancel(ctx), nil); err != nil {
-		return nil
+	stx, err := db.BeginTx(ctx, nil)
+	if err != nil { // the handle was closed just now
+		cancel()
+		return doneSQLTx(tx), func() {}
+	}
+	return stx, func() {
+		// Rollback, not cancel first: database/sql's own goroutine would then end the
+		// *sql.Tx, and this would not wait for it.
+		_ = stx.Rollback() // errLentEnd: lentTx refuses it, having run nothing
+		cancel()
+	}
+}
+
+// doneSQLTx is a *sql.Tx over tx already ended, for a lending asked for after Close.
+func doneSQLTx(tx pgx.Tx) *sql.Tx {
+	db := sql.OpenDB(lentConnector{})
+	defer db.Close()
+	stx, err := db.BeginTx(context.WithValue(context.Background(), lentKey{}, tx), nil)
+	if err != nil {
+		return nil // lentConnector and lentConn.BeginTx fail on nothing
 	}
 	_ = stx.Rollback()
 	return stx
@@ -129,15 +152,27 @@ func (c *lentConn) Begin() (driver.Tx, error) {
 	return nil, errors.New("postgres: a lent transaction begins only through SQLTx")
 }
 
-// BeginTx runs nothing: the transaction is open already. ctx is the lending's.
-func (c *lentConn) BeginTx(ctx context.Context, _ driver.TxOptions) (driver.Tx, error) {
-	return lentTx{ctx}, nil
+// BeginTx runs nothing: the transaction is open already.
+func (c *lentConn) BeginTx(context.Context, driver.TxOptions) (driver.Tx, error) {
+	return lentTx{}, nil
 }
 
 // CheckNamedValue passes every argument to pgx as it is, as pgx's stdlib driver does.
 func (c *lentConn) CheckNamedValue(*driver.NamedValue) error { return nil }
 
+// inTx refuses a statement once the session is outside a transaction: the handler ran
+// COMMIT or ROLLBACK through it, and the statement would autocommit.
+func (c *lentConn) inTx() error {
+	if c.tx.Conn().PgConn().TxStatus() == 'I' {
+		return errNotInTx
+	}
+	return nil
+}
+
 func (c *lentConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if err := c.inTx(); err != nil {
+		return nil, err
+	}
 	tag, err := c.tx.Exec(ctx, query, values(args)...)
 	if err != nil {
 		return nil, err
@@ -146,6 +181,9 @@ func (c *lentConn) ExecContext(ctx context.Context, query string, args []driver.
 }
 
 func (c *lentConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if err := c.inTx(); err != nil {
+		return nil, err
+	}
 	vals := make([]any, 0, 1+len(args))
 	vals = append(vals, binaryResults)
 	for _, a := range args {
@@ -166,19 +204,12 @@ func values(args []driver.NamedValue) []any {
 	return out
 }
 
-// lentTx is the database/sql side of a lent transaction: ending it runs nothing. A
-// handler's Commit or Rollback is refused; database/sql's own Rollback, when the lending
-// context ends, is not.
-type lentTx struct{ ctx context.Context }
+// lentTx is the database/sql side of a lent transaction: ending it runs nothing, and
+// says so. (The lending's end rolls it back too, and drops the error.)
+type lentTx struct{}
 
-func (lentTx) Commit() error { return errLentEnd }
-
-func (t lentTx) Rollback() error {
-	if t.ctx.Err() != nil {
-		return nil
-	}
-	return errLentEnd
-}
+func (lentTx) Commit() error   { return errLentEnd }
+func (lentTx) Rollback() error { return errLentEnd }
 
 type lentStmt struct {
 	c     *lentConn
@@ -217,13 +248,15 @@ var binaryResults = pgx.QueryResultFormatsByOID{
 // lentRows reads a pgx result as database/sql values, one decoder per column.
 type lentRows struct {
 	rows  pgx.Rows
+	m     *pgtype.Map
+	fds   []pgconn.FieldDescription
 	names []string
 	read  []func(src []byte) (driver.Value, error)
 }
 
 func newLentRows(rows pgx.Rows, m *pgtype.Map) *lentRows {
 	fds := rows.FieldDescriptions()
-	r := &lentRows{rows: rows, names: make([]string, len(fds)), read: make([]func([]byte) (driver.Value, error), len(fds))}
+	r := &lentRows{rows: rows, m: m, fds: fds, names: make([]string, len(fds)), read: make([]func([]byte) (driver.Value, error), len(fds))}
 	for i, fd := range fds {
 		r.names[i] = fd.Name
 		r.read[i] = reader(m, fd)
@@ -232,6 +265,32 @@ func newLentRows(rows pgx.Rows, m *pgtype.Map) *lentRows {
 }
 
 func (r *lentRows) Columns() []string { return r.names }
+
+// ColumnTypeDatabaseTypeName is the type's name in upper case, or its OID when pgx does
+// not know it.
+func (r *lentRows) ColumnTypeDatabaseTypeName(i int) string {
+	if t, ok := r.m.TypeForOID(r.fds[i].DataTypeOID); ok {
+		return strings.ToUpper(t.Name)
+	}
+	return strconv.FormatUint(uint64(r.fds[i].DataTypeOID), 10)
+}
+
+// ColumnTypeScanType is the type of the values Next reads in the column.
+func (r *lentRows) ColumnTypeScanType(i int) reflect.Type {
+	switch r.fds[i].DataTypeOID {
+	case pgtype.BoolOID:
+		return reflect.TypeFor[bool]()
+	case pgtype.ByteaOID, pgtype.JSONOID, pgtype.JSONBOID, pgtype.XMLOID:
+		return reflect.TypeFor[[]byte]()
+	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.OIDOID, pgtype.XIDOID, pgtype.CIDOID:
+		return reflect.TypeFor[int64]()
+	case pgtype.Float4OID, pgtype.Float8OID:
+		return reflect.TypeFor[float64]()
+	case pgtype.DateOID, pgtype.TimestampOID, pgtype.TimestamptzOID:
+		return reflect.TypeFor[time.Time]()
+	}
+	return reflect.TypeFor[string]()
+}
 
 func (r *lentRows) Close() error {
 	r.rows.Close()

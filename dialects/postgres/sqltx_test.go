@@ -12,8 +12,8 @@ import (
 )
 
 // lentFixture begins a pgx.Tx on a pool connection, as a transactional delivery does,
-// and lends it as a *sql.Tx under a context the test ends.
-func lentFixture(t *testing.T) (d *Dialect, tx pgx.Tx, stx *sql.Tx, endLending context.CancelFunc) {
+// and lends it as a *sql.Tx until the test calls end.
+func lentFixture(t *testing.T) (d *Dialect, tx pgx.Tx, stx *sql.Tx, end func()) {
 	t.Helper()
 	d = newDialect(t)
 	tx, err := d.pool.Begin(ctx)
@@ -21,9 +21,9 @@ func lentFixture(t *testing.T) (d *Dialect, tx pgx.Tx, stx *sql.Tx, endLending c
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	lctx, cancel := context.WithCancel(ctx)
-	t.Cleanup(cancel)
-	return d, tx, d.lend(lctx, tx), cancel
+	stx, end = d.lend(tx)
+	t.Cleanup(end)
+	return d, tx, stx, end
 }
 
 // rowValues reads a query's one row as []any through database/sql.
@@ -113,9 +113,9 @@ func TestLentSQLTxIsTheDeliverysTransaction(t *testing.T) {
 	if got := count(t, d, "SELECT count(*) FROM "+quote(name)); got != 3 {
 		t.Fatalf("after the pgx.Tx's commit %d rows, want 3", got)
 	}
-	// The transaction is over: the *sql.Tx's statements fail.
-	if _, err := stx.ExecContext(ctx, "DELETE FROM "+quote(name)); !errors.Is(err, pgx.ErrTxClosed) {
-		t.Fatalf("a statement after the commit: %v, want pgx.ErrTxClosed", err)
+	// The transaction is over: the *sql.Tx's statements fail rather than autocommit.
+	if _, err := stx.ExecContext(ctx, "DELETE FROM "+quote(name)); !errors.Is(err, errNotInTx) {
+		t.Fatalf("a statement after the commit: %v, want errNotInTx", err)
 	}
 }
 
@@ -158,45 +158,125 @@ func TestLentSQLTxRefusesTheHandlersCommitAndRollback(t *testing.T) {
 	}
 }
 
-// The lending ends with its context: the *sql.Tx is done, nothing of the transaction is
-// ended, and a lending asked for under an ended context is done from the start.
-func TestLentSQLTxEndsWithItsContext(t *testing.T) {
-	d, tx, stx, endLending := lentFixture(t)
+// The lending's end waits for a statement in flight through the *sql.Tx and closes the
+// rows a handler left open, so the session is free for the settlement; afterwards the
+// *sql.Tx is done, and the transaction goes on.
+func TestLentSQLTxEndWaitsForItsStatementsAndRows(t *testing.T) {
+	d, tx, stx, end := lentFixture(t)
 	name := tableName(t, d)
 	mustExec(t, d, "CREATE TABLE "+quote(name)+" (id bigint PRIMARY KEY)")
-	if _, err := stx.ExecContext(ctx, "INSERT INTO "+quote(name)+" VALUES (1)"); err != nil {
+	// A statement in flight: end waits for it.
+	var pid int
+	if err := stx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
-	endLending()
-	// database/sql ends the *sql.Tx from a goroutine of its own once the context ended.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		_, err := stx.ExecContext(context.Background(), "SELECT 1")
-		if errors.Is(err, sql.ErrTxDone) {
-			break
-		}
+	slow := make(chan error, 1)
+	go func() {
+		_, err := stx.ExecContext(context.Background(), "SELECT pg_sleep(0.3)")
+		slow <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); count(t, d, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query LIKE 'SELECT pg_sleep%' AND state = 'active'", pid) == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("5 s after its lending ended the *sql.Tx still runs statements (%v)", err)
+			t.Fatal("the statement never ran")
 		}
+	}
+	// Rows left open, with most of their result unread: end closes them. (The rows run
+	// after the statement: database/sql runs one call at a time on a connection.)
+	rowsOpen := make(chan error, 1)
+	go func() {
+		rows, err := stx.QueryContext(context.Background(), "SELECT g FROM generate_series(1, 100000) g")
+		if err == nil {
+			rows.Next()
+		}
+		rowsOpen <- err
+	}()
+	end()
+	select {
+	case err := <-slow:
+		if err != nil {
+			t.Fatalf("the statement in flight at the end: %v", err)
+		}
+	default:
+		t.Fatal("end returned while a statement through the *sql.Tx was still running")
+	}
+	t.Logf("the query begun as the lending ended: %v", <-rowsOpen)
+	// The session is the settlement's: no result left unread on it.
+	if _, err := tx.Exec(ctx, "INSERT INTO "+quote(name)+" VALUES (1)"); err != nil {
+		t.Fatalf("the settlement's statement after the end: %v", err)
+	}
+	if _, err := stx.ExecContext(ctx, "INSERT INTO "+quote(name)+" VALUES (2)"); !errors.Is(err, sql.ErrTxDone) {
+		t.Fatalf("a statement through the *sql.Tx after the end: %v, want sql.ErrTxDone", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		t.Fatalf("the settlement's commit after the lending ended: %v", err)
+		t.Fatal(err)
 	}
 	if got := count(t, d, "SELECT count(*) FROM "+quote(name)); got != 1 {
-		t.Fatalf("%d rows committed, want the one written while lent", got)
+		t.Fatalf("%d rows committed, want the settlement's one", got)
 	}
+}
 
-	tx2, err := d.pool.Begin(ctx)
+// A COMMIT run through the *sql.Tx ends the transaction behind rowactor's back: the
+// statements after it are refused, never autocommitted.
+func TestLentSQLTxRefusesStatementsAfterARawCommit(t *testing.T) {
+	for _, end := range []string{"COMMIT", "ROLLBACK", "END", "ABORT"} {
+		t.Run(end, func(t *testing.T) {
+			d, _, stx, _ := lentFixture(t)
+			name := tableName(t, d)
+			mustExec(t, d, "CREATE TABLE "+quote(name)+" (id bigint PRIMARY KEY)")
+			if _, err := stx.ExecContext(ctx, end); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := stx.ExecContext(ctx, "INSERT INTO "+quote(name)+" VALUES (1)"); !errors.Is(err, errNotInTx) {
+				t.Fatalf("a write after %s: %v, want errNotInTx", end, err)
+			}
+			if _, err := stx.QueryContext(ctx, "SELECT 1"); !errors.Is(err, errNotInTx) {
+				t.Fatalf("a query after %s: %v, want errNotInTx", end, err)
+			}
+			if got := count(t, d, "SELECT count(*) FROM "+quote(name)); got != 0 {
+				t.Fatalf("a write after %s autocommitted (%d rows)", end, got)
+			}
+		})
+	}
+}
+
+// A lending asked for after the dialect closed (an abandoned handler's first Tx after
+// Shutdown) is a *sql.Tx done from the start.
+func TestLentSQLTxAfterCloseIsDone(t *testing.T) {
+	d := newDialect(t)
+	tx, err := d.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx2.Rollback(ctx)
-	ended, cancel := context.WithCancel(ctx)
-	cancel()
-	late := d.lend(ended, tx2)
-	if late == nil {
-		t.Fatal("lend under an ended context returned nil")
+	defer tx.Rollback(ctx)
+	d.lent.close()
+	stx, end := d.lend(tx)
+	defer end()
+	if stx == nil {
+		t.Fatal("lend after close returned nil")
 	}
-	if _, err := late.ExecContext(ctx, "SELECT 1"); !errors.Is(err, sql.ErrTxDone) {
-		t.Fatalf("a statement through a lending begun under an ended context: %v, want sql.ErrTxDone", err)
+	if _, err := stx.ExecContext(ctx, "SELECT 1"); !errors.Is(err, sql.ErrTxDone) {
+		t.Fatalf("a statement through a lending after close: %v, want sql.ErrTxDone", err)
+	}
+}
+
+// Column metadata reads as the values do.
+func TestLentSQLTxColumnTypes(t *testing.T) {
+	_, _, stx, _ := lentFixture(t)
+	rows, err := stx.QueryContext(ctx, "SELECT 1::int4 AS a, 'x'::text AS b, 1.5::numeric AS c, now() AS d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cts, err := rows.ColumnTypes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ct := range cts {
+		got = append(got, ct.Name()+" "+ct.DatabaseTypeName()+" "+ct.ScanType().String())
+	}
+	want := []string{"a INT4 int64", "b TEXT string", "c NUMERIC string", "d TIMESTAMPTZ time.Time"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("column types %q, want %q", got, want)
 	}
 }

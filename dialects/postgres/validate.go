@@ -71,6 +71,11 @@ func checkNames(t dialects.Table, deadLetterTable string) error {
 				Fix:    fmt.Sprintf("rename the column to at most %d bytes", maxIdent)}
 		}
 	}
+	if len(t.CancelRequests) > maxIdent {
+		return &dialects.ConfigError{Table: t.Name, Option: "Table.CancelRequests",
+			Reason: fmt.Sprintf("the cancel-request table's name is %d bytes; PostgreSQL truncates identifiers to %d", len(t.CancelRequests), maxIdent),
+			Fix:    fmt.Sprintf("rename the cancel-request table to at most %d bytes", maxIdent)}
+	}
 	if len(deadLetterTable) > maxIdent {
 		return &dialects.ConfigError{Table: t.Name, Option: "DeadLetterTable",
 			Reason: fmt.Sprintf("the dead-letter table's name is %d bytes; PostgreSQL truncates identifiers to %d", len(deadLetterTable), maxIdent),

@@ -54,6 +54,11 @@ func (d *Dialect) Schema(t dialects.Table) (string, error) {
 		b.WriteString("CREATE UNIQUE INDEX IF NOT EXISTS " + quote(t.Name+"_unique") + " ON " + quote(t.Name) +
 			" (" + quote(t.UniqueKey) + ");\n")
 	}
+	cr, err := dialects.CancelRequestsDDL(d, t)
+	if err != nil {
+		return "", err
+	}
+	b.WriteString(cr)
 	return b.String(), nil
 }
 

@@ -1,0 +1,23 @@
+package mysql
+
+import "github.com/rowactor/rowactor/dialects"
+
+var _ dialects.CancelRequestSQL = (*Dialect)(nil)
+
+// CancelRequestStatements renders the statements on t's cancel-request table (see
+// dialects.CancelRequests); they run through SQLDB.
+func (d *Dialect) CancelRequestStatements(t dialects.Table) (dialects.CancelRequestStatements, error) {
+	if err := checkDescription(t); err != nil {
+		return dialects.CancelRequestStatements{}, err
+	}
+	q := quote(t.CancelRequests)
+	return dialects.CancelRequestStatements{
+		Create: "CREATE TABLE IF NOT EXISTS " + q + " (row_id BIGINT NOT NULL PRIMARY KEY, reason TEXT NOT NULL, answer VARCHAR(16) NULL)" +
+			" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+		Request: "INSERT INTO " + q + " (row_id, reason) VALUES (?, ?) ON DUPLICATE KEY UPDATE reason = VALUES(reason), answer = NULL",
+		Pending: "SELECT row_id, reason FROM " + q + " WHERE answer IS NULL ORDER BY row_id",
+		Answer:  "UPDATE " + q + " SET answer = ? WHERE row_id = ?",
+		Read:    "SELECT answer FROM " + q + " WHERE row_id = ?",
+		Forget:  "DELETE FROM " + q + " WHERE row_id = ?",
+	}, nil
+}
