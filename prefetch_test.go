@@ -123,18 +123,22 @@ func sampleHeld(t *testing.T, h *harness, finished *sync.Map) func() int {
 	return func() int { close(done); return <-peak }
 }
 
+// roomFloor is actors.roomFloor: the least claim latency a measured room covers.
+const roomFloor = 2 * time.Millisecond
+
 // roomBound is the most rows subscriptions of workers workers, one per broker measured
 // by tel, may hold with handlers that take at least work: each its workers and one
-// claim's worth of room, ceil(workers × claim / work), claim being the quickest of its
-// latest claims (actors/room.go). The slowest claim each broker made since tel was last
-// read bounds that from above whatever the machine's load: claims of 75 ms on a loaded
-// CI run gave 3 rows of room, a hoarding subscription holds its whole room of rows.
+// claim's worth of room, ceil(workers × max(claim, roomFloor) / work), claim being the
+// quickest of its latest claims (actors/room.go). The slowest claim each broker made
+// since tel was last read bounds that from above whatever the machine's load: claims of
+// 75 ms on a loaded CI run gave 3 rows of room, a hoarding subscription holds its whole
+// room of rows.
 func roomBound(t *testing.T, tel []*telemetryBundle, workers int, work time.Duration) int {
 	t.Helper()
 	limit := 0
 	for i, tb := range tel {
 		slowest := tb.slowestSeconds(t, "rowactor.claim.duration")
-		room := int(math.Ceil(float64(workers) * slowest / work.Seconds()))
+		room := int(math.Ceil(float64(workers) * max(slowest, roomFloor.Seconds()) / work.Seconds()))
 		t.Logf("broker %d: slowest claim %.0f ms, room at most %d", i, slowest*1000, room)
 		limit += workers + room
 	}

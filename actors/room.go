@@ -10,13 +10,13 @@ import (
 // on its way, and no more. By Little's law the workers finish workers/work rows per unit
 // of time, so a claim that takes claim to come back must find that many rows in hand:
 //
-//	room = ceil(workers × claim / work)
+//	room = ceil(workers × max(claim, roomFloor) / work), at most roomMax
 //
 // An instant handler (work of microseconds) gets claims of many rows, one statement and
 // one commit for all of them; a 100 ms handler gets room for one row, so the subscription
 // holds Workers plus one and leaves the rest of a backlog to the other consumers
-// (invariant: a consumer does not hoard rows it cannot start within one claim's latency;
-// prefetch_test.go).
+// (invariant: a consumer does not hoard rows it cannot start within one claim's latency,
+// or roomFloor when claims are quicker; prefetch_test.go).
 type roomSizer struct {
 	// claims are the last claims' round trips; the quickest of them is the claim latency
 	// the room covers. Slower claims are those that opened a connection first (tens of
@@ -36,6 +36,13 @@ type roomSizer struct {
 	// claim is the quickest of claims.
 	claim time.Duration
 }
+
+// roomFloor is the least claim latency the room covers. A claim on SQLite comes back in
+// about 0.1 ms, so a room covering only that made claims of a few rows, each a statement
+// and a commit: the runtime then spent more on claims than on handling (#32). Covering
+// 2 ms makes claims of tens of rows when handlers take microseconds, and changes nothing
+// for handlers of 10 ms or more (a room of one or two rows).
+const roomFloor = 2 * time.Millisecond
 
 // roomMax bounds the measured room: a stalled claim (seconds) or a handler that does
 // nothing must not make a subscription lease thousands of rows. It is also one batched
@@ -80,6 +87,17 @@ func (r *roomSizer) size(workers int) int {
 	if r.claim <= 0 || work <= 0 {
 		return 0
 	}
-	n := (int64(workers)*int64(r.claim) + int64(work) - 1) / int64(work)
+	n := (int64(workers)*int64(max(r.claim, roomFloor)) + int64(work) - 1) / int64(work)
 	return int(min(n, roomMax))
+}
+
+// covers reports whether rows waiting for a worker keep the workers busy for at least one
+// claim's round trip: a claim sent now would come back before they ran out, so it can
+// wait for more free room and take more rows in one statement.
+func (r *roomSizer) covers(waiting, workers int) bool {
+	work := max(r.work, r.last)
+	if r.claim <= 0 || work <= 0 || waiting == 0 {
+		return false
+	}
+	return int64(waiting)*int64(work) >= int64(workers)*int64(r.claim)
 }

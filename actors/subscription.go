@@ -636,10 +636,12 @@ func (a *subscriptionActor) claim(c actor.Context) {
 		if free <= 0 || a.inFlight >= maxInFlight {
 			return
 		}
-		if batch := a.claimBatch(); free < batch && a.inFlight > 0 {
+		if batch := a.claimBatch(); free < batch && (a.inFlight > 0 || a.backlogCovers()) {
 			// A claim is in flight: when it returns, its answer claims again for every
-			// worker freed meanwhile, in one claim. Waiting for anything else (more
-			// settlements, the poll) could leave a free worker idle while rows are due.
+			// worker freed meanwhile, in one claim. Or the rows waiting keep the workers
+			// busy for longer than a claim takes: the next delivery to end claims again,
+			// for more rows. Waiting for anything else (more settlements, the poll) could
+			// leave a free worker idle while rows are due.
 			return
 		}
 		if cfg.BatchHandler != nil {
@@ -762,6 +764,12 @@ func (a *subscriptionActor) claimBatch() int {
 		return 1
 	}
 	return max((a.workers+a.waitRoom()+1)/2, 1)
+}
+
+// backlogCovers reports whether the rows waiting for a worker in the measured room keep
+// the workers busy for longer than a claim takes (roomSizer.covers).
+func (a *subscriptionActor) backlogCovers() bool {
+	return a.s.cfg.AutoPrefetch && a.room.covers(len(a.backlog), a.workers)
 }
 
 // holdsConnections says whether each delivery in work holds a pool connection: its claim
