@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -28,11 +29,17 @@ const cancelAskEvery = 50 * time.Millisecond
 const cancelAnswerWait = 2 * time.Second
 
 // checkCancelRequests refuses, before anything is claimed, a table whose cancel-request
-// table the dialect cannot serve or cannot read.
+// table the dialect cannot serve or cannot read, or whose requests could reach the wrong
+// row (dialects.CancelRequestChecker).
 func (b *Broker) checkCancelRequests(ctx context.Context, t Table) (*dialects.CancelRequests, error) {
 	reqs, err := dialects.CancelRequestsOf(b.d, t)
 	if err != nil {
 		return nil, err
+	}
+	if c, ok := b.d.(dialects.CancelRequestChecker); ok {
+		if err := c.CheckCancelRequests(ctx, t); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := reqs.Pending(ctx); err != nil {
 		return nil, &ConfigError{Table: t.Name, Option: "Table.CancelRequests", Reason: "the cancel-request table cannot be read", Err: err,
@@ -42,49 +49,79 @@ func (b *Broker) checkCancelRequests(ctx context.Context, t Table) (*dialects.Ca
 }
 
 // cancelElsewhere records a cancel of row id, which another process or broker holds, and
-// waits until the holder answers, or the row leaves work and is cancelled in its queue,
-// or ctx ends. The request stays recorded when ctx ends first.
+// waits until the holder answers, or the row leaves work, or ctx ends or the broker shuts
+// down. It withdraws its request when it returns, answered or not.
+//
+// The row's state, read each round, tells what became of it when no answer comes:
+//   - ended cancelled (by this request's holder, or another asker's): nil;
+//   - processed, dead (DeadAt, or moved out of its group), or gone after the answer's
+//     wait: its delivery settled it first, ErrFinished;
+//   - due or delayed in its group: it left work unsettled (given back, its lease ran
+//     out, retried), so it is cancelled where it queues.
 func (b *Broker) cancelElsewhere(ctx context.Context, t Table, id int64, reason string, jc dialects.JobController) error {
 	reqs, err := dialects.CancelRequestsOf(b.d, t)
 	if err != nil {
 		return err
 	}
-	if err := reqs.Request(ctx, id, reason); err != nil {
+	in, ok := b.d.(dialects.Inspector)
+	if !ok {
+		return fmt.Errorf("rowactor: cancel row %d of %s in another process: the %s dialect cannot inspect rows (dialects.Inspector): %w", id, t.Name, b.d.Name(), ErrInWork)
+	}
+	asked, err := in.Inspect(ctx, t, id, b.now())
+	if err != nil {
 		return err
 	}
-	forget := func() { _ = reqs.Forget(context.WithoutCancel(ctx), id) }
-	var ended time.Time // when the row was first seen finished or gone
+	asker := rand.Int64()
+	if err := reqs.Request(ctx, id, asker, reason); err != nil {
+		return err
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = reqs.Forget(fctx, id, asker)
+	}()
+	finished := func() error {
+		return fmt.Errorf("rowactor: cancel row %d of %s: its delivery in another process settled it first: %w", id, t.Name, ErrFinished)
+	}
+	var gone time.Time // when the row was first found gone
 	for {
-		answer, err := reqs.Read(ctx, id)
+		answer, err := reqs.Read(ctx, id, asker)
 		if err != nil && ctx.Err() == nil {
 			return err
 		}
 		switch answer {
 		case dialects.CancelAnswerCancelled:
-			forget()
 			return nil
 		case dialects.CancelAnswerFinished:
-			forget()
-			return fmt.Errorf("rowactor: cancel row %d of %s: its delivery in another process settled it first: %w", id, t.Name, ErrFinished)
+			return finished()
 		}
 		if ctx.Err() == nil {
-			err = jc.Cancel(ctx, t, id, b.now(), reason)
+			j, err := in.Inspect(ctx, t, id, b.now())
 			switch {
-			case err == nil: // it left work, and was cancelled where it queued
-				forget()
-				return nil
-			case errors.Is(err, ErrInWork):
-			case errors.Is(err, ErrFinished) || errors.Is(err, ErrNotFound):
-				// Ended by the holder's cancel, whose answer follows its settlement, or by
-				// its own settlement before the holder saw the request.
-				if ended.IsZero() {
-					ended = time.Now()
-				} else if time.Since(ended) > cancelAnswerWait {
-					forget()
+			case errors.Is(err, ErrNotFound):
+				// Deleted: acked, moved to a dead-letter table, or cancelled by the holder,
+				// whose answer follows its settlement.
+				if gone.IsZero() {
+					gone = time.Now()
+				} else if time.Since(gone) > cancelAnswerWait {
+					return finished()
+				}
+			case err != nil:
+				if ctx.Err() == nil {
 					return err
 				}
-			default:
-				if ctx.Err() == nil {
+			case j.State == JobCancelled:
+				return nil
+			case j.State == JobProcessed || j.State == JobDead || j.Group != asked.Group || j.NullGroup != asked.NullGroup:
+				return finished()
+			case j.State == JobDue || j.State == JobDelayed:
+				// Out of work in its queue, or held under a row lock, which reads as due:
+				// the queued row's cancel refuses a row in work.
+				err := cancelQueued(ctx, jc, t, id, b.now(), reason, asked)
+				if err == nil {
+					return nil
+				}
+				if !errors.Is(err, ErrInWork) && !errors.Is(err, ErrFinished) && !errors.Is(err, ErrNotFound) && ctx.Err() == nil {
 					return err
 				}
 			}
@@ -93,13 +130,23 @@ func (b *Broker) cancelElsewhere(ctx context.Context, t Table, id int64, reason 
 		case <-time.After(cancelAskEvery):
 		case <-b.stopping:
 			// Shutdown waits for calls in flight: this one must not hold it.
-			return fmt.Errorf("rowactor: cancel row %d of %s: the broker shuts down; the request stays in %s and the row ends cancelled once its holder reads it: %w",
-				id, t.Name, t.CancelRequests, ErrClosed)
+			return fmt.Errorf("rowactor: cancel row %d of %s: the broker shuts down before the process holding the row answered; the request is withdrawn: %w",
+				id, t.Name, ErrClosed)
 		case <-ctx.Done():
 			return fmt.Errorf("rowactor: cancel row %d of %s: it is in work in another process, which has not answered yet; "+
-				"the request stays in %s and the row ends cancelled once its holder reads it: %w (%w)", id, t.Name, t.CancelRequests, ErrInWork, ctx.Err())
+				"the request is withdrawn (ask again): %w (%w)", id, t.Name, ErrInWork, ctx.Err())
 		}
 	}
+}
+
+// cancelQueued cancels row id where it queues, fenced by the group it was asked in and
+// by not being dead where the dialect can (dialects.FencedCanceller): a delivery that
+// moved the row to its dead letter between the look and the cancel keeps it there.
+func cancelQueued(ctx context.Context, jc dialects.JobController, t Table, id int64, now time.Time, reason string, asked Job) error {
+	if fc, ok := jc.(dialects.FencedCanceller); ok {
+		return fc.CancelInGroup(ctx, t, id, now, reason, asked.Group, asked.NullGroup)
+	}
+	return jc.Cancel(ctx, t, id, now, reason)
 }
 
 // cancelWatch reads a table's cancel requests every cancelWatchEvery while this broker

@@ -458,20 +458,47 @@ var cancelElsewhereScenarios = []scenario{
 		run:    cancelElsewhereScenario,
 	},
 	{
-		name:   "a recorded cancel request is carried out by the holder once it reads it, with no asker waiting",
+		name:   "a cancel request left by an asker that died is carried out by the holder once it reads it",
 		shapes: []tableShape{withProcessedAt, withError, withCancelRequests},
 		run:    cancelRequestOutlivesItsAskerScenario,
 	},
 	{
-		name:   "a Cancel whose context ends while another process holds the row leaves its request recorded",
+		name:   "a Cancel whose context ends while another process holds the row withdraws its request",
 		forms:  []rowactor.Form{rowactor.FormLease},
 		shapes: []tableShape{withProcessedAt, withCancelRequests},
 		run:    cancelAskerGivesUpScenario,
 	},
 	{
-		name:   "a subscription to a table whose cancel-request table is missing is refused before anything is claimed",
+		name:   "two processes cancelling one row held by a third both see it cancelled",
+		shapes: []tableShape{withProcessedAt, withError, withCancelRequests},
+		run:    cancelByTwoAskersScenario,
+	},
+	{
+		name:   "a row its delivery moves to its dead letter as another process asks to cancel it stays a dead letter",
+		shapes: []tableShape{withProcessedAt, withError, withCancelRequests},
+		run:    cancelRacingDeadLetterScenario,
+	},
+	{
+		name:   "a row its delivery moves to its dead letter as another process asks to cancel it stays a dead letter, in a table that keeps no finished rows",
 		shapes: []tableShape{withCancelRequests},
-		run:    cancelRequestsMissingScenario,
+		run:    cancelRacingDeadLetterScenario,
+	},
+	{
+		name:   "a row its delivery acks and deletes as another process asks to cancel it is reported finished",
+		shapes: []tableShape{withCancelRequests},
+		run:    cancelRacingAckScenario,
+	},
+	{
+		name:      "the cancel of a queued row fenced by its group changes nothing once the row left the group or died",
+		shapes:    []tableShape{withProcessedAt, withError, withDeadAt},
+		plainOnly: true, // no delivery: the mode changes nothing
+		run:       fencedCancelScenario,
+	},
+	{
+		name:      "a subscription to a table whose cancel-request table is missing is refused before anything is claimed",
+		shapes:    []tableShape{withCancelRequests},
+		plainOnly: true, // refused before any delivery: the mode changes nothing
+		run:       cancelRequestsMissingScenario,
 	},
 }
 
@@ -549,12 +576,12 @@ func cancelRequestOutlivesItsAskerScenario(t *testing.T, h *harness, form rowact
 	id, saw := holdUntilCancelled(t, h, holder, form)
 	inWork := h.row(id)
 
-	// A request recorded as Cancel records it, by an asker gone since.
+	// A request recorded as Cancel records it, by an asker that died since.
 	reqs, err := dialects.CancelRequestsOf(h.d, h.table)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := reqs.Request(context.Background(), id, "asked and gone"); err != nil {
+	if err := reqs.Request(context.Background(), id, 42, "asked and gone"); err != nil {
 		t.Fatal(err)
 	}
 	wantCancelledInWork(t, h, id, saw, "asked and gone", inWork.attempt)
@@ -565,8 +592,8 @@ func cancelRequestOutlivesItsAskerScenario(t *testing.T, h *harness, form rowact
 }
 
 // cancelAskerGivesUpScenario: a Cancel whose context ends while another process holds
-// the row (here a lease whose process is gone) reports the row in work, and leaves its
-// request recorded, unanswered, for the holder.
+// the row (here a lease whose process is gone) reports the row in work, and withdraws its
+// request, so that none outlives its asker.
 func cancelAskerGivesUpScenario(t *testing.T, h *harness, _ rowactor.Form) {
 	b := h.broker()
 	id := h.publish(b, 1)[0]
@@ -578,8 +605,8 @@ func cancelAskerGivesUpScenario(t *testing.T, h *harness, _ rowactor.Form) {
 	if !errors.Is(err, rowactor.ErrInWork) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a Cancel whose context ended while the row was in work elsewhere: %v, want ErrInWork and the deadline", err)
 	}
-	if n := h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.CancelRequests+" WHERE row_id = ? AND answer IS NULL", id); n != 1 {
-		t.Fatalf("%d unanswered requests for the row, want the one recorded", n)
+	if n := h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.CancelRequests); n != 0 {
+		t.Fatalf("%d requests left after the asker gave up, want its request withdrawn", n)
 	}
 	if st := h.row(id); !sameState(st, before) {
 		t.Fatalf("the row changed: %+v, was %+v", st, before)
@@ -599,4 +626,145 @@ func cancelRequestsMissingScenario(t *testing.T, h *harness, _ rowactor.Form) {
 		t.Fatalf("Subscribe with the cancel-request table missing: %v, want a *ConfigError on Table.CancelRequests naming ApplySchema", err)
 	}
 	h.quiet(100 * time.Millisecond)
+}
+
+func cancelByTwoAskersScenario(t *testing.T, h *harness, form rowactor.Form) {
+	holder := h.broker()
+	id, saw := holdUntilCancelled(t, h, holder, form)
+	inWork := h.row(id)
+	askers := []*rowactor.Broker{h.second(), h.second()}
+	ctx, stop := context.WithTimeout(context.Background(), 15*time.Second)
+	defer stop()
+	errs := make([]error, len(askers))
+	var wg sync.WaitGroup
+	for i, a := range askers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = a.Cancel(ctx, h.table, id, "two askers")
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("asker %d's Cancel of the row both asked to cancel: %v, want nil", i, err)
+		}
+	}
+	wantCancelledInWork(t, h, id, saw, "two askers", inWork.attempt)
+	if n := h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.CancelRequests); n != 0 {
+		t.Fatalf("%d requests left after both askers returned, want none", n)
+	}
+}
+
+// settleAsAsked subscribes b with a handler that waits for a cancel request to be
+// recorded, then returns outcome at once: its settlement and the holder's cancel race,
+// the settlement mostly first (the holder reads requests every half second).
+func settleAsAsked(t *testing.T, h *harness, b *rowactor.Broker, form rowactor.Form, outcome rowactor.Outcome, opts ...rowactor.SubscribeOption) (id int64) {
+	t.Helper()
+	id = h.publish(b, 1)[0]
+	started := make(chan struct{}, 1)
+	h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		started <- struct{}{}
+		for h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.CancelRequests) == 0 && ctx.Err() == nil {
+			time.Sleep(2 * time.Millisecond)
+		}
+		return outcome
+	}, append(leaseOptions(form, time.Minute), opts...)...)
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the row was not delivered\nlogs:\n%s", h.logs.String())
+	}
+	return id
+}
+
+func cancelRacingDeadLetterScenario(t *testing.T, h *harness, form rowactor.Form) {
+	holder := h.broker()
+	id := settleAsAsked(t, h, holder, form, rowactor.DeadLetter(errors.New("poison")), rowactor.DeadLetterGroup("dead"))
+	ctx, stop := context.WithTimeout(context.Background(), 15*time.Second)
+	defer stop()
+	err := h.second().Cancel(ctx, h.table, id, "asked as it died")
+	s := h.waitSettled(1)[0]
+	st := h.row(id)
+	switch s.Step {
+	case "dead_letter": // the delivery settled first: the dead letter stays as it is
+		if !errors.Is(err, rowactor.ErrFinished) || !st.exists || st.group != "dead" || st.processedAt != nil {
+			t.Fatalf("the delivery moved the row to its dead letter first: Cancel %v (want ErrFinished), row %+v (want it in group dead, unprocessed)", err, st)
+		}
+	case "ack": // the holder's cancel won
+		if err != nil || s.Outcome.String() != "cancel" {
+			t.Fatalf("the holder's cancel settled first (%+v): Cancel %v, want nil", s, err)
+		}
+	default:
+		t.Fatalf("settlement %+v", s)
+	}
+}
+
+func cancelRacingAckScenario(t *testing.T, h *harness, form rowactor.Form) {
+	holder := h.broker()
+	id := settleAsAsked(t, h, holder, form, rowactor.Ack())
+	ctx, stop := context.WithTimeout(context.Background(), 15*time.Second)
+	defer stop()
+	err := h.second().Cancel(ctx, h.table, id, "asked as it finished")
+	s := h.waitSettled(1)[0]
+	switch s.Outcome.String() {
+	case "ack":
+		if !errors.Is(err, rowactor.ErrFinished) {
+			t.Fatalf("the delivery acked the row first: Cancel %v, want ErrFinished", err)
+		}
+	case "cancel":
+		if err != nil {
+			t.Fatalf("the holder's cancel settled first: Cancel %v, want nil", err)
+		}
+	default:
+		t.Fatalf("settlement %+v", s)
+	}
+	if h.row(id).exists {
+		t.Fatal("the row is still in a table that keeps no finished rows")
+	}
+}
+
+// On SQLite a queue table whose ids can be handed out again (INTEGER PRIMARY KEY without
+// AUTOINCREMENT) is refused cancel requests: one left by an asker that died would cancel
+// a later row given the same id.
+func TestCancelRequestsRefuseATableThatReusesIDs(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, driverNamed(t, "sqlite"), rowactor.FormLease, withCancelRequests)
+	h.exec("DROP TABLE " + h.table.Name)
+	h.exec("CREATE TABLE " + h.table.Name + " (id INTEGER PRIMARY KEY, payload BLOB NOT NULL, grp TEXT, attempt INTEGER NOT NULL DEFAULT 0," +
+		" retry_after TEXT, headers TEXT, locked_until TEXT)")
+	b := h.broker()
+	_, err := b.Subscribe(context.Background(), h.table, h.queue, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() })
+	var ce *rowactor.ConfigError
+	if !errors.As(err, &ce) || ce.Option != "Table.CancelRequests" || !strings.Contains(ce.Reason, "AUTOINCREMENT") {
+		t.Fatalf("Subscribe to a table without AUTOINCREMENT, with cancel requests: %v, want a *ConfigError on Table.CancelRequests", err)
+	}
+}
+
+func fencedCancelScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	ctx := context.Background()
+	b := h.broker()
+	fc, ok := h.d.(dialects.FencedCanceller)
+	if !ok {
+		t.Fatalf("the %s dialect has no fenced cancel", h.drv.name)
+	}
+	ids := h.publish(b, 3)
+	moved, dead, queued := ids[0], ids[1], ids[2]
+	h.exec(fmt.Sprintf("UPDATE %s SET grp = 'elsewhere' WHERE id = ?", h.table.Name), moved)
+	h.exec(fmt.Sprintf("UPDATE %s SET dead_at = ? WHERE id = ?", h.table.Name), h.drv.timeValue(time.Now()), dead)
+	for _, id := range []int64{moved, dead} {
+		before := h.row(id)
+		if err := fc.CancelInGroup(ctx, h.table, id, time.Now(), "fenced", h.queue, false); err == nil {
+			t.Fatalf("the fenced cancel of row %d, out of its group or dead, returned nil", id)
+		}
+		if st := h.row(id); !sameState(st, before) {
+			t.Fatalf("the fenced cancel changed row %d: %+v, was %+v", id, st, before)
+		}
+	}
+	if err := fc.CancelInGroup(ctx, h.table, queued, time.Now(), "fenced", h.queue, false); err != nil {
+		t.Fatalf("the fenced cancel of a queued row in its group: %v", err)
+	}
+	if st := h.row(queued); st.processedAt == nil || st.lastError == nil || *st.lastError != dialects.CancelledPrefix+"fenced" {
+		t.Fatalf("the queued row after its fenced cancel: %+v", st)
+	}
 }

@@ -91,10 +91,10 @@ func (b *Broker) RetryNow(ctx context.Context, t Table, id int64) error {
 // A row in work in another process or broker is cancelled there when t names a
 // CancelRequests table: Cancel records the request, the holder reads it within half a
 // second and cancels its delivery as above, and Cancel returns nil once the row ended
-// cancelled. When ctx ends first, or the broker shuts down, the request stays recorded
-// and the row ends cancelled once its holder reads it; Cancel then returns an error
-// wrapping ErrInWork, or ErrClosed. Without CancelRequests such a row is refused with
-// ErrInWork.
+// cancelled, or an error wrapping ErrFinished when the delivery settled the row first.
+// When ctx ends first, or the broker shuts down, Cancel withdraws the request and returns
+// an error wrapping ErrInWork, or ErrClosed. Without CancelRequests such a row is refused
+// with ErrInWork.
 //
 // It returns an error wrapping ErrFinished when the row was processed, or its delivery
 // settled it first; ErrNotFound when there is no such row.

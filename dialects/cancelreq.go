@@ -8,16 +8,15 @@ import (
 )
 
 // A cancel of a row in work reaches the process holding it through a table of the
-// service's database, the one Table.CancelRequests names: one row per requested cancel.
+// service's database, the one Table.CancelRequests names: one row per asker and row.
 //
-//   - The process asking (Broker.Cancel, `rowactor cancel`) records the request, then
-//     waits for its answer, or for the row to leave work and be cancelled where it
-//     queues.
+//   - The process asking (Broker.Cancel, `rowactor cancel`) records its request under a
+//     number of its own, then waits for the answer, or for the row to leave work.
 //   - Each process holding rows of the table reads the unanswered requests every half
-//     second while it holds any, cancels the deliveries it holds, and answers: the row
-//     ended cancelled, or its delivery settled it first.
-//   - The asking process forgets the request once it has its answer. A request whose
-//     asker gave up stays until a holder or a later cancel answers it.
+//     second while it holds any, cancels the deliveries it holds, and answers every
+//     request for the row: it ended cancelled, or its delivery settled it first.
+//   - The asker deletes its request when it stops waiting, answered or not. Only an
+//     asker that died leaves one, which a holder then still carries out.
 //
 // The dialect renders the statements (CancelRequestSQL); CancelRequests runs them on
 // the dialect's *sql.DB, on every database.
@@ -39,15 +38,22 @@ type CancelRequestSQL interface {
 }
 
 // CancelRequestStatements are the statements on a CancelRequests table, whose columns
-// are row_id (the queue row's id, the primary key), reason and answer (NULL until a
-// holder answers).
+// are row_id (the queue row's id), asker (a number each request draws), reason and
+// answer (NULL until a holder answers); its primary key is (row_id, asker).
 type CancelRequestStatements struct {
 	Create  string // CREATE TABLE IF NOT EXISTS
-	Request string // args id, reason: records the request, replacing an earlier one, unanswered
+	Request string // args id, asker, reason: records the request, unanswered
 	Pending string // no args: row_id, reason of the unanswered requests
-	Answer  string // args answer, id
-	Read    string // args id: the answer, NULL while none
-	Forget  string // args id: deletes the request
+	Answer  string // args answer, id: answers every unanswered request for the row
+	Read    string // args id, asker: the answer, NULL while none
+	Forget  string // args id, asker: deletes the request
+}
+
+// CancelRequestChecker is a dialect that refuses, before anything is claimed, a table
+// whose cancel requests could reach the wrong row: one whose ids the database may hand
+// out again (SQLite without AUTOINCREMENT).
+type CancelRequestChecker interface {
+	CheckCancelRequests(ctx context.Context, t Table) error
 }
 
 // CancelRequest is an unanswered request.
@@ -87,9 +93,9 @@ func (c *CancelRequests) errorf(op string, err error) error {
 	return fmt.Errorf("rowactor: %s on cancel-request table %s (of %s): %w", op, c.t.CancelRequests, c.t.Name, err)
 }
 
-// Request records a cancel of row id, unanswered.
-func (c *CancelRequests) Request(ctx context.Context, id int64, reason string) error {
-	if _, err := c.db.ExecContext(ctx, c.st.Request, id, reason); err != nil {
+// Request records asker's cancel of row id, unanswered.
+func (c *CancelRequests) Request(ctx context.Context, id, asker int64, reason string) error {
+	if _, err := c.db.ExecContext(ctx, c.st.Request, id, asker, reason); err != nil {
 		return c.errorf("request a cancel", err)
 	}
 	return nil
@@ -116,7 +122,7 @@ func (c *CancelRequests) Pending(ctx context.Context) ([]CancelRequest, error) {
 	return out, nil
 }
 
-// Answer records a holder's answer to the request for row id.
+// Answer records a holder's answer to every unanswered request for row id.
 func (c *CancelRequests) Answer(ctx context.Context, id int64, answer string) error {
 	if _, err := c.db.ExecContext(ctx, c.st.Answer, answer, id); err != nil {
 		return c.errorf("answer a request", err)
@@ -124,11 +130,11 @@ func (c *CancelRequests) Answer(ctx context.Context, id int64, answer string) er
 	return nil
 }
 
-// Read returns the answer to the request for row id: "" while there is none, or no
+// Read returns the answer to asker's request for row id: "" while there is none, or no
 // request.
-func (c *CancelRequests) Read(ctx context.Context, id int64) (string, error) {
+func (c *CancelRequests) Read(ctx context.Context, id, asker int64) (string, error) {
 	var a sql.NullString
-	err := c.db.QueryRowContext(ctx, c.st.Read, id).Scan(&a)
+	err := c.db.QueryRowContext(ctx, c.st.Read, id, asker).Scan(&a)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil
 	}
@@ -138,9 +144,9 @@ func (c *CancelRequests) Read(ctx context.Context, id int64) (string, error) {
 	return a.String, nil
 }
 
-// Forget deletes the request for row id.
-func (c *CancelRequests) Forget(ctx context.Context, id int64) error {
-	if _, err := c.db.ExecContext(ctx, c.st.Forget, id); err != nil {
+// Forget deletes asker's request for row id.
+func (c *CancelRequests) Forget(ctx context.Context, id, asker int64) error {
+	if _, err := c.db.ExecContext(ctx, c.st.Forget, id, asker); err != nil {
 		return c.errorf("forget a request", err)
 	}
 	return nil

@@ -50,3 +50,11 @@ func CheckJobControl(t Table, op string) error {
 	}
 	return nil
 }
+
+// FencedCanceller is a JobController that cancels a queued row only while it is still in
+// group (NULL when nullGroup) and not dead: the cancel of a row that left work in another
+// process, whose delivery may have moved it to its dead letter meanwhile. A row fenced
+// off is reported as Cancel reports a row it cannot change.
+type FencedCanceller interface {
+	CancelInGroup(ctx context.Context, t Table, id int64, now time.Time, reason, group string, nullGroup bool) error
+}

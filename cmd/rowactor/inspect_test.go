@@ -190,7 +190,7 @@ func TestRetryAndCancel(t *testing.T) {
 // TestCancelReachesARowInWorkInAnotherProcess runs on every database in the lease form:
 // with -cancel-requests, cancel of a row that a subscription of another process (here the
 // test's broker) holds cancels its handler's context with the reason, and the row ends
-// cancelled; with a -wait too short, the request stays and the command says so.
+// cancelled; with a -wait too short, the request is withdrawn and the command says so.
 func TestCancelReachesARowInWorkInAnotherProcess(t *testing.T) {
 	for _, db := range databases {
 		t.Run(db.name, func(t *testing.T) {
@@ -230,12 +230,12 @@ func TestCancelReachesARowInWorkInAnotherProcess(t *testing.T) {
 				t.Fatalf("after cancel: %+v", l)
 			}
 
-			// A row in work whose holder is gone (a lease and no process): the request
-			// waits, and -wait ends the command.
+			// A row in work whose holder is gone (a lease and no process): -wait ends the
+			// command, and the request is withdrawn.
 			gone := f.publish(tb, "later", "held by nobody")
 			f.set(tb, gone, tb.LockedUntil, time.Now().Add(time.Hour))
 			code, _, errOut = run("cancel", "-wait", "200ms", tb.Name, fmt.Sprint(gone))
-			if code != exitFailed || !strings.Contains(errOut, "request stays") {
+			if code != exitFailed || !strings.Contains(errOut, "request is withdrawn") {
 				t.Fatalf("cancel whose -wait ran out: exit %d: %s", code, errOut)
 			}
 		})

@@ -45,7 +45,7 @@ A row in work is cancelled in the process that holds it when the table has a
 cancel-request table (-cancel-requests, Table.CancelRequests): the request is recorded
 there, the holder reads it within half a second, cancels its handler's context and ends
 the row as cancelled, and the command waits for that, up to -wait. When -wait runs out
-first, the request stays recorded and the command exits 1 saying so. Without
+first, the request is withdrawn and the command exits 1 saying so. Without
 -cancel-requests a row in work is refused and left to its delivery.
 
 Examples:

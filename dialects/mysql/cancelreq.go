@@ -12,12 +12,12 @@ func (d *Dialect) CancelRequestStatements(t dialects.Table) (dialects.CancelRequ
 	}
 	q := quote(t.CancelRequests)
 	return dialects.CancelRequestStatements{
-		Create: "CREATE TABLE IF NOT EXISTS " + q + " (row_id BIGINT NOT NULL PRIMARY KEY, reason TEXT NOT NULL, answer VARCHAR(16) NULL)" +
-			" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
-		Request: "INSERT INTO " + q + " (row_id, reason) VALUES (?, ?) ON DUPLICATE KEY UPDATE reason = VALUES(reason), answer = NULL",
+		Create: "CREATE TABLE IF NOT EXISTS " + q + " (row_id BIGINT NOT NULL, asker BIGINT NOT NULL, reason TEXT NOT NULL, answer VARCHAR(16) NULL," +
+			" PRIMARY KEY (row_id, asker)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+		Request: "INSERT INTO " + q + " (row_id, asker, reason) VALUES (?, ?, ?)",
 		Pending: "SELECT row_id, reason FROM " + q + " WHERE answer IS NULL ORDER BY row_id",
-		Answer:  "UPDATE " + q + " SET answer = ? WHERE row_id = ?",
-		Read:    "SELECT answer FROM " + q + " WHERE row_id = ?",
-		Forget:  "DELETE FROM " + q + " WHERE row_id = ?",
+		Answer:  "UPDATE " + q + " SET answer = ? WHERE row_id = ? AND answer IS NULL",
+		Read:    "SELECT answer FROM " + q + " WHERE row_id = ? AND asker = ?",
+		Forget:  "DELETE FROM " + q + " WHERE row_id = ? AND asker = ?",
 	}, nil
 }

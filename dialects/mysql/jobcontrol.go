@@ -23,6 +23,16 @@ func (d *Dialect) Cancel(ctx context.Context, t dialects.Table, id int64, now ti
 	return d.changeJob(ctx, t, id, now, "Cancel", adminsql.CancelChange(t, reason))
 }
 
+// CancelInGroup cancels a queued row as Cancel does while it is still in group and not
+// dead (dialects.FencedCanceller).
+func (d *Dialect) CancelInGroup(ctx context.Context, t dialects.Table, id int64, now time.Time, reason, group string, nullGroup bool) error {
+	c := adminsql.CancelChange(t, reason)
+	c.Fence = &adminsql.JobFence{Group: group, NullGroup: nullGroup}
+	return d.changeJob(ctx, t, id, now, "Cancel", c)
+}
+
+var _ dialects.FencedCanceller = (*Dialect)(nil)
+
 // changeJob runs c on row id if it is queued: not processed, and not in work. The lease
 // form fences the statement by the lease; the row lock form first locks the row skipping
 // it when a claim holds it (MySQL cannot update a table selecting from it), in one read
@@ -51,6 +61,9 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 		args = append(args, dbTime(now))
 	}
 	text += " WHERE " + queued
+	// The fence goes on the change alone: the row lock form's locking read takes the
+	// row as it is, and the change then finds it fenced off.
+	text += c.FenceClause(t, quote, func(v any) string { args = append(args, v); return "?" })
 	var n int64
 	err := func() error {
 		if t.Form() == dialects.FormAdvisory {
@@ -88,7 +101,7 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 		case errors.Is(err, sql.ErrNoRows):
 			n = 0 // processed, gone, or held by a claim: Unchanged tells
 			return x.rollback()
-		case err == nil && n == 0:
+		case err == nil && n == 0 && c.Fence == nil:
 			n = 1 // locked and queued: a RetryNow of a row due already changes nothing
 		}
 		if err != nil {

@@ -15,11 +15,11 @@ func (d *Dialect) CancelRequestStatements(t dialects.Table) (dialects.CancelRequ
 	}
 	q := quote(t.CancelRequests)
 	return dialects.CancelRequestStatements{
-		Create:  "CREATE TABLE IF NOT EXISTS " + q + " (row_id bigint PRIMARY KEY, reason text NOT NULL, answer text)",
-		Request: "INSERT INTO " + q + " (row_id, reason) VALUES ($1, $2) ON CONFLICT (row_id) DO UPDATE SET reason = EXCLUDED.reason, answer = NULL",
+		Create:  "CREATE TABLE IF NOT EXISTS " + q + " (row_id bigint NOT NULL, asker bigint NOT NULL, reason text NOT NULL, answer text, PRIMARY KEY (row_id, asker))",
+		Request: "INSERT INTO " + q + " (row_id, asker, reason) VALUES ($1, $2, $3)",
 		Pending: "SELECT row_id, reason FROM " + q + " WHERE answer IS NULL ORDER BY row_id",
-		Answer:  "UPDATE " + q + " SET answer = $1 WHERE row_id = $2",
-		Read:    "SELECT answer FROM " + q + " WHERE row_id = $1",
-		Forget:  "DELETE FROM " + q + " WHERE row_id = $1",
+		Answer:  "UPDATE " + q + " SET answer = $1 WHERE row_id = $2 AND answer IS NULL",
+		Read:    "SELECT answer FROM " + q + " WHERE row_id = $1 AND asker = $2",
+		Forget:  "DELETE FROM " + q + " WHERE row_id = $1 AND asker = $2",
 	}, nil
 }

@@ -21,6 +21,16 @@ func (d *Dialect) Cancel(ctx context.Context, t dialects.Table, id int64, now ti
 	return d.changeJob(ctx, t, id, now, "Cancel", adminsql.CancelChange(t, reason))
 }
 
+// CancelInGroup cancels a queued row as Cancel does while it is still in group and not
+// dead (dialects.FencedCanceller).
+func (d *Dialect) CancelInGroup(ctx context.Context, t dialects.Table, id int64, now time.Time, reason, group string, nullGroup bool) error {
+	c := adminsql.CancelChange(t, reason)
+	c.Fence = &adminsql.JobFence{Group: group, NullGroup: nullGroup}
+	return d.changeJob(ctx, t, id, now, "Cancel", c)
+}
+
+var _ dialects.FencedCanceller = (*Dialect)(nil)
+
 // changeJob runs c on row id if it is queued: not processed, and not in work (a lease not
 // run out; in the row lock form, a row a claim holds, which the change skips as claims do;
 // in the advisory form, a row whose key a session holds).
@@ -57,6 +67,7 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 		lu := quote(t.LockedUntil)
 		where += " AND (" + lu + " IS NULL OR " + lu + " <= " + bind(now) + ")"
 	}
+	where += c.FenceClause(t, quote, bind)
 	text := "DELETE FROM " + tq + " WHERE " + where
 	if !c.Delete {
 		text = "UPDATE " + tq + " SET " + c.SetClause(quote, bind, now) + " WHERE " + where

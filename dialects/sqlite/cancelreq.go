@@ -12,11 +12,11 @@ func (d *Dialect) CancelRequestStatements(t dialects.Table) (dialects.CancelRequ
 	}
 	q := quote(t.CancelRequests)
 	return dialects.CancelRequestStatements{
-		Create:  "CREATE TABLE IF NOT EXISTS " + q + " (row_id INTEGER PRIMARY KEY, reason TEXT NOT NULL, answer TEXT)",
-		Request: "INSERT INTO " + q + " (row_id, reason) VALUES (?, ?) ON CONFLICT (row_id) DO UPDATE SET reason = excluded.reason, answer = NULL",
+		Create:  "CREATE TABLE IF NOT EXISTS " + q + " (row_id INTEGER NOT NULL, asker INTEGER NOT NULL, reason TEXT NOT NULL, answer TEXT, PRIMARY KEY (row_id, asker))",
+		Request: "INSERT INTO " + q + " (row_id, asker, reason) VALUES (?, ?, ?)",
 		Pending: "SELECT row_id, reason FROM " + q + " WHERE answer IS NULL ORDER BY row_id",
-		Answer:  "UPDATE " + q + " SET answer = ? WHERE row_id = ?",
-		Read:    "SELECT answer FROM " + q + " WHERE row_id = ?",
-		Forget:  "DELETE FROM " + q + " WHERE row_id = ?",
+		Answer:  "UPDATE " + q + " SET answer = ? WHERE row_id = ? AND answer IS NULL",
+		Read:    "SELECT answer FROM " + q + " WHERE row_id = ? AND asker = ?",
+		Forget:  "DELETE FROM " + q + " WHERE row_id = ? AND asker = ?",
 	}, nil
 }

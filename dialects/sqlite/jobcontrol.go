@@ -23,6 +23,16 @@ func (d *Dialect) Cancel(ctx context.Context, t dialects.Table, id int64, now ti
 	return d.changeJob(ctx, t, id, now, "Cancel", adminsql.CancelChange(t, reason))
 }
 
+// CancelInGroup cancels a queued row as Cancel does while it is still in group and not
+// dead (dialects.FencedCanceller).
+func (d *Dialect) CancelInGroup(ctx context.Context, t dialects.Table, id int64, now time.Time, reason, group string, nullGroup bool) error {
+	c := adminsql.CancelChange(t, reason)
+	c.Fence = &adminsql.JobFence{Group: group, NullGroup: nullGroup}
+	return d.changeJob(ctx, t, id, now, "Cancel", c)
+}
+
+var _ dialects.FencedCanceller = (*Dialect)(nil)
+
 // changeJob runs c on row id, fenced by "not processed and no lease running" (in the
 // advisory form, under the row's key), in one statement in this process's writer turn.
 func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now time.Time, op string, c adminsql.JobChange) error {
@@ -51,6 +61,7 @@ func (d *Dialect) changeJob(ctx context.Context, t dialects.Table, id int64, now
 		text += " AND (" + lu + " IS NULL OR " + lu + " <= ?)"
 		args = append(args, formatTime(now))
 	}
+	text += c.FenceClause(t, quote, func(v any) string { args = append(args, v); return "?" })
 	f, err := d.fileEntry(ctx)
 	if err != nil {
 		return err

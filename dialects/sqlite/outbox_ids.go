@@ -10,28 +10,51 @@ import (
 	"github.com/rowactor/rowactor/dialects"
 )
 
-// checkOutboxIDs refuses an outbox table whose ids SQLite can hand out again. Only the
-// rowid alias (the table's one INTEGER PRIMARY KEY column) is assigned by SQLite, and
-// without AUTOINCREMENT it takes max(id)+1: once the service purges the processed records
-// at the top, the next record gets a purged record's id, and a consumer's Dedupe takes it
-// for the old record and skips its effect. AUTOINCREMENT keeps the highest id ever handed
-// out in sqlite_sequence and never goes below it.
+// checkOutboxIDs refuses an outbox table whose ids SQLite can hand out again: once the
+// service purges the processed records at the top, the next record gets a purged
+// record's id, and a consumer's Dedupe takes it for the old record and skips its effect.
+func (d *Dialect) checkOutboxIDs(ctx context.Context, t dialects.OutboxTable) error {
+	reused, err := d.idsReused(ctx, t.Name, t.ID)
+	if err != nil || reused == "" {
+		return err
+	}
+	return &dialects.ConfigError{Table: t.Name, Column: t.ID, Option: "outbox.Table.ID",
+		Reason: reused + ": consumers recognise a record sent twice by its id, and a Dedupe would take a new record " +
+			"for a purged one with a reused id and skip its effect",
+		Fix: fmt.Sprintf("recreate the table with %s INTEGER PRIMARY KEY AUTOINCREMENT (outbox.Schema renders it), "+
+			"copy the records over, and set sqlite_sequence's seq for the table to at least the highest id ever handed out",
+			quote(t.ID))}
+}
+
+// CheckCancelRequests refuses a queue table with cancel requests whose ids SQLite can
+// hand out again: a request left by an asker that died would cancel a later row given
+// the same id.
+func (d *Dialect) CheckCancelRequests(ctx context.Context, t dialects.Table) error {
+	reused, err := d.idsReused(ctx, t.Name, t.ID)
+	if err != nil || reused == "" {
+		return err
+	}
+	return &dialects.ConfigError{Table: t.Name, Column: t.ID, Option: "Table.CancelRequests",
+		Reason: reused + ": cancel requests name rows by id, and a request left behind would cancel a later row given the same id",
+		Fix: fmt.Sprintf("recreate the table with %s INTEGER PRIMARY KEY AUTOINCREMENT (Schema renders it) and copy the rows over, or drop CancelRequests",
+			quote(t.ID))}
+}
+
+var _ dialects.CancelRequestChecker = (*Dialect)(nil)
+
+// idsReused says why SQLite may hand out table's ids again ("" when it never does). Only
+// the rowid alias (the table's one INTEGER PRIMARY KEY column) is assigned by SQLite,
+// and without AUTOINCREMENT it takes max(id)+1, the id of a deleted row at the top.
+// AUTOINCREMENT keeps the highest id ever handed out in sqlite_sequence and never goes
+// below it.
 //
 // SQLite reports AUTOINCREMENT only in the table's CREATE TABLE text (sqlite_schema.sql);
 // it allows the keyword on the rowid alias alone, so the keyword anywhere in that text, as
 // a word outside literals, identifiers and comments, is the alias's.
-func (d *Dialect) checkOutboxIDs(ctx context.Context, t dialects.OutboxTable) error {
-	refuse := func(reason string) error {
-		return &dialects.ConfigError{Table: t.Name, Column: t.ID, Option: "outbox.Table.ID",
-			Reason: reason + ": consumers recognise a record sent twice by its id, and a Dedupe would take a new record " +
-				"for a purged one with a reused id and skip its effect",
-			Fix: fmt.Sprintf("recreate the table with %s INTEGER PRIMARY KEY AUTOINCREMENT (outbox.Schema renders it), "+
-				"copy the records over, and set sqlite_sequence's seq for the table to at least the highest id ever handed out",
-				quote(t.ID))}
-	}
-	rows, err := d.db.QueryContext(ctx, "SELECT name, type, pk FROM pragma_table_info(?)", t.Name)
+func (d *Dialect) idsReused(ctx context.Context, table, id string) (string, error) {
+	rows, err := d.db.QueryContext(ctx, "SELECT name, type, pk FROM pragma_table_info(?)", table)
 	if err != nil {
-		return fmt.Errorf("sqlite: read the columns of table %s: %w", t.Name, err)
+		return "", fmt.Errorf("sqlite: read the columns of table %s: %w", table, err)
 	}
 	var idType string
 	keys, isKey := 0, false
@@ -42,36 +65,35 @@ func (d *Dialect) checkOutboxIDs(ctx context.Context, t dialects.OutboxTable) er
 		)
 		if err := rows.Scan(&name, &typ, &pk); err != nil {
 			rows.Close()
-			return fmt.Errorf("sqlite: read the columns of table %s: %w", t.Name, err)
+			return "", fmt.Errorf("sqlite: read the columns of table %s: %w", table, err)
 		}
 		if pk > 0 {
 			keys++
 		}
-		if strings.EqualFold(name, t.ID) {
+		if strings.EqualFold(name, id) {
 			idType, isKey = typ, pk > 0
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("sqlite: read the columns of table %s: %w", t.Name, err)
+		return "", fmt.Errorf("sqlite: read the columns of table %s: %w", table, err)
 	}
 	if !isKey || keys != 1 || !strings.EqualFold(idType, "INTEGER") {
-		return refuse("the id column is not the table's INTEGER PRIMARY KEY, so SQLite does not assign it and nothing keeps an id from being used again")
+		return "the id column is not the table's INTEGER PRIMARY KEY, so SQLite does not assign it and nothing keeps an id from being used again", nil
 	}
 	var text string
 	err = d.db.QueryRowContext(ctx, "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE "+
-		"UNION ALL SELECT sql FROM sqlite_temp_master WHERE type = 'table' AND name = ? COLLATE NOCASE LIMIT 1", t.Name, t.Name).Scan(&text)
+		"UNION ALL SELECT sql FROM sqlite_temp_master WHERE type = 'table' AND name = ? COLLATE NOCASE LIMIT 1", table, table).Scan(&text)
 	if errors.Is(err, sql.ErrNoRows) {
-		return &dialects.ConfigError{Table: t.Name, Reason: "the table does not exist", Fix: "create it first (outbox.Schema renders its CREATE TABLE)"}
+		return "", &dialects.ConfigError{Table: table, Reason: "the table does not exist", Fix: "create it first (Schema renders its CREATE TABLE)"}
 	}
 	if err != nil {
-		return fmt.Errorf("sqlite: read the definition of table %s: %w", t.Name, err)
+		return "", fmt.Errorf("sqlite: read the definition of table %s: %w", table, err)
 	}
 	if !hasKeyword(text, "AUTOINCREMENT") {
-		return refuse("the id column is INTEGER PRIMARY KEY without AUTOINCREMENT, and SQLite hands out max(id)+1, " +
-			"so the ids of purged records are reused")
+		return "the id column is INTEGER PRIMARY KEY without AUTOINCREMENT, and SQLite hands out max(id)+1, so the ids of deleted rows at the top are reused", nil
 	}
-	return nil
+	return "", nil
 }
 
 // hasKeyword reports whether word occurs in the SQL text as a bare word (any case), not

@@ -15,6 +15,36 @@ import (
 type JobChange struct {
 	Delete bool
 	Set    []JobSet
+	// Fence, when set, limits the change to a row still in a group and not dead.
+	Fence *JobFence
+}
+
+// JobFence limits a change to a row still in Group (NULL when NullGroup) and not dead:
+// the cancel of a row that left work in another process, whose delivery may have moved
+// it to its dead letter meanwhile.
+type JobFence struct {
+	Group     string
+	NullGroup bool
+}
+
+// FenceClause renders c's fence as " AND ..." conditions, "" without one. bind binds a
+// value and returns its placeholder.
+func (c JobChange) FenceClause(t dialects.Table, quote func(string) string, bind func(v any) string) string {
+	if c.Fence == nil {
+		return ""
+	}
+	var s string
+	switch {
+	case t.Group == "":
+	case c.Fence.NullGroup:
+		s += " AND " + quote(t.Group) + " IS NULL"
+	default:
+		s += " AND " + quote(t.Group) + " = " + bind(c.Fence.Group)
+	}
+	if t.DeadAt != "" {
+		s += " AND " + quote(t.DeadAt) + " IS NULL"
+	}
+	return s
 }
 
 // JobSet is one column a change writes.
