@@ -80,51 +80,10 @@ func (b *Broker) cancelElsewhere(ctx context.Context, t Table, id int64, reason 
 		defer cancel()
 		_ = reqs.Forget(fctx, id, asker)
 	}()
-	finished := func() error {
-		return fmt.Errorf("rowactor: cancel row %d of %s: its delivery in another process settled it first: %w", id, t.Name, ErrFinished)
-	}
-	var gone time.Time // when the row was first found gone
+	ask := &cancelAsk{b: b, t: t, id: id, reason: reason, asker: asker, asked: asked, reqs: reqs, in: in, jc: jc}
 	for {
-		answer, err := reqs.Read(ctx, id, asker)
-		if err != nil && ctx.Err() == nil {
+		if done, err := ask.round(ctx); done {
 			return err
-		}
-		switch answer {
-		case dialects.CancelAnswerCancelled:
-			return nil
-		case dialects.CancelAnswerFinished:
-			return finished()
-		}
-		if ctx.Err() == nil {
-			j, err := in.Inspect(ctx, t, id, b.now())
-			switch {
-			case errors.Is(err, ErrNotFound):
-				// Deleted: acked, moved to a dead-letter table, or cancelled by the holder,
-				// whose answer follows its settlement.
-				if gone.IsZero() {
-					gone = time.Now()
-				} else if time.Since(gone) > cancelAnswerWait {
-					return finished()
-				}
-			case err != nil:
-				if ctx.Err() == nil {
-					return err
-				}
-			case j.State == JobCancelled:
-				return nil
-			case j.State == JobProcessed || j.State == JobDead || j.Group != asked.Group || j.NullGroup != asked.NullGroup:
-				return finished()
-			case j.State == JobDue || j.State == JobDelayed:
-				// Out of work in its queue, or held under a row lock, which reads as due:
-				// the queued row's cancel refuses a row in work.
-				err := cancelQueued(ctx, jc, t, id, b.now(), reason, asked)
-				if err == nil {
-					return nil
-				}
-				if !errors.Is(err, ErrInWork) && !errors.Is(err, ErrFinished) && !errors.Is(err, ErrNotFound) && ctx.Err() == nil {
-					return err
-				}
-			}
 		}
 		select {
 		case <-time.After(cancelAskEvery):
@@ -137,6 +96,71 @@ func (b *Broker) cancelElsewhere(ctx context.Context, t Table, id int64, reason 
 				"the request is withdrawn (ask again): %w (%w)", id, t.Name, ErrInWork, ctx.Err())
 		}
 	}
+}
+
+// cancelAsk is a Cancel waiting on another process: its request and what it read of the
+// row when it asked.
+type cancelAsk struct {
+	b      *Broker
+	t      Table
+	id     int64
+	reason string
+	asker  int64
+	asked  Job
+	reqs   *dialects.CancelRequests
+	in     dialects.Inspector
+	jc     dialects.JobController
+	gone   time.Time // when the row was first found gone
+}
+
+// round reads the answer, then the row, and tells whether the Cancel is over and how.
+func (a *cancelAsk) round(ctx context.Context) (done bool, err error) {
+	answer, err := a.reqs.Read(ctx, a.id, a.asker)
+	if err != nil && ctx.Err() == nil {
+		return true, err
+	}
+	switch answer {
+	case dialects.CancelAnswerCancelled:
+		return true, nil
+	case dialects.CancelAnswerFinished:
+		return true, a.finished()
+	}
+	if ctx.Err() != nil {
+		return false, nil
+	}
+	j, err := a.in.Inspect(ctx, a.t, a.id, a.b.now())
+	switch {
+	case errors.Is(err, ErrNotFound):
+		// Deleted: acked, moved to a dead-letter table, or cancelled by the holder, whose
+		// answer follows its settlement.
+		if a.gone.IsZero() {
+			a.gone = time.Now()
+		} else if time.Since(a.gone) > cancelAnswerWait {
+			return true, a.finished()
+		}
+		return false, nil
+	case err != nil:
+		return ctx.Err() == nil, err
+	case j.State == JobCancelled:
+		return true, nil
+	case j.State == JobProcessed || j.State == JobDead || j.Group != a.asked.Group || j.NullGroup != a.asked.NullGroup:
+		return true, a.finished()
+	case j.State == JobDue || j.State == JobDelayed:
+		// Out of work in its queue, or held under a row lock, which reads as due: the
+		// queued row's cancel refuses a row in work.
+		err := cancelQueued(ctx, a.jc, a.t, a.id, a.b.now(), a.reason, a.asked)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, ErrInWork) && !errors.Is(err, ErrFinished) && !errors.Is(err, ErrNotFound) && ctx.Err() == nil {
+			return true, err
+		}
+	}
+	return false, nil
+}
+
+func (a *cancelAsk) finished() error {
+	return fmt.Errorf("rowactor: cancel row %d of %s: its delivery in another process settled it first: %w", a.id, a.t.Name, ErrFinished)
 }
 
 // cancelQueued cancels row id where it queues, fenced by the group it was asked in and

@@ -107,9 +107,10 @@ func Workers(n int) SubscribeOption { return func(c *subscribeConfig) { c.worker
 // advisory row would hold a connection.
 //
 // Without it, a lease-form subscription sizes that room itself: enough rows to keep its
-// workers busy through one claim's round trip, measured as the claim's latency times the
-// rate its workers finish rows. Fast handlers then get rows claimed many at a time, while
-// slow handlers hold about Workers plus one.
+// workers busy through one claim's round trip, and at least 2 ms of their work, measured
+// as the claim's latency times the rate its workers finish rows. Fast handlers then get
+// rows claimed many at a time, while slow handlers hold about Workers plus one. See
+// docs/operations.md, "Throughput", for the rule.
 //
 // Rows that wait sit leased in this process, their leases renewed, where no other
 // consumer can take them. Shutdown and Pause give them back with the attempt they had
