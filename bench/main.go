@@ -307,6 +307,9 @@ func run(cfg config) error {
 	if cfg.memprofile != "" {
 		runtime.MemProfileRate = 1
 		defer func() {
+			// The profile counts allocations as of the last completed GC: one now counts
+			// them all, up to the end of the run.
+			runtime.GC()
 			f, err := os.Create(cfg.memprofile)
 			if err == nil {
 				err = errors.Join(pprof.Lookup("allocs").WriteTo(f, 0), f.Close())
