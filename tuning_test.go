@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -127,6 +128,7 @@ var tuningScenarios = []scenario{
 			t.Fatalf("SetWorkers(1) = %v", err)
 		}
 	}},
+	{name: "rows of other keys start beside a burst of one key's rows, not after it", forms: []rowactor.Form{rowactor.FormLease}, run: otherKeysBesideABurstScenario},
 	{name: "rows of one key are handled one at a time in claim order and keys side by side", run: func(t *testing.T, h *harness, _ rowactor.Form) {
 		b := h.broker()
 		var (
@@ -173,4 +175,56 @@ var tuningScenarios = []scenario{
 			t.Errorf("%d deliveries at once across keys, want 2 or 3 with WorkersByKey(3)", m)
 		}
 	}},
+}
+
+// otherKeysBesideABurstScenario: WorkersByKey(8), no Prefetch. A burst of 16 rows of one
+// key (200 ms handlers, one at a time) fills a claim; rows of 8 other keys published
+// then start on the idle workers while the burst still runs, within its next few rows.
+// (A claim held back because the burst's waiting rows seemed to keep every worker busy
+// started them only after about 7 more rows of the burst.) The poll is an hour: a claim
+// must come from the publish's wake or a settlement.
+func otherKeysBesideABurstScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	ctx := context.Background()
+	b := h.broker()
+	for i := range 16 {
+		if _, err := b.Publish(ctx, h.table, h.queue, []byte(fmt.Sprintf("A-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		burstDone  atomic.Int64 // rows of the burst handled
+		firstOther = make(chan int64, 1)
+	)
+	key := func(d *rowactor.Delivery) string {
+		if p := string(d.Payload()); !strings.HasPrefix(p, "A-") {
+			return p
+		}
+		return "A"
+	}
+	h.subscribe(b, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		if strings.HasPrefix(string(d.Payload()), "A-") {
+			time.Sleep(200 * time.Millisecond)
+			burstDone.Add(1)
+			return rowactor.Ack()
+		}
+		select {
+		case firstOther <- burstDone.Load():
+		default:
+		}
+		return rowactor.Ack()
+	}, rowactor.WorkersByKey(8, key), rowactor.PollInterval(time.Hour))
+	waitFor(t, func() bool { return burstDone.Load() >= 1 }) // the room is measured
+	for i := range 8 {
+		if _, err := b.Publish(ctx, h.table, h.queue, []byte(fmt.Sprintf("K%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range h.waitSettled(24) {
+		if s.Err != nil || s.Step != "ack" {
+			t.Fatalf("settlement %+v", s)
+		}
+	}
+	if done := <-firstOther; done > 3 {
+		t.Fatalf("the first row of another key started after %d rows of the burst, with 7 of 8 workers idle; want it beside the burst's next few", done)
+	}
 }

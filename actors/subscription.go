@@ -767,9 +767,12 @@ func (a *subscriptionActor) claimBatch() int {
 }
 
 // backlogCovers reports whether the rows waiting for a worker in the measured room keep
-// the workers busy for longer than a claim takes (roomSizer.covers).
+// the workers busy for longer than a claim takes (roomSizer.covers). Never with
+// WorkersByKey: its backlog also holds rows waiting for an earlier row of their own key,
+// which keep one worker busy, not all of them, so a burst of one key would hold back
+// the claims of other keys' rows while workers sit idle.
 func (a *subscriptionActor) backlogCovers() bool {
-	return a.s.cfg.AutoPrefetch && a.room.covers(len(a.backlog), a.workers)
+	return a.s.cfg.AutoPrefetch && a.s.cfg.KeyOf == nil && a.room.covers(len(a.backlog), a.workers)
 }
 
 // holdsConnections says whether each delivery in work holds a pool connection: its claim
