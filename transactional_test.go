@@ -300,31 +300,24 @@ func TestTransactionalConformance(t *testing.T) {
 // settlement finds the session free and commits (with -race: no two goroutines on it).
 func TestTxRowsLeftOpenAreClosedBeforeTheSettlement(t *testing.T) {
 	t.Parallel()
-	drv := driverNamed(t, "postgres")
-	for _, form := range drv.forms {
-		t.Run(form.String(), func(t *testing.T) {
-			t.Parallel()
-			h := newHarness(t, drv, form)
-			s := h.side()
-			b := h.broker()
-			h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
-				h.write(ctx, d, s, "kept")
-				rows, err := d.Tx().QueryContext(ctx, "SELECT g FROM generate_series(1, 100000) g")
-				if err != nil {
-					panic(err)
-				}
-				rows.Next() // left open
-				return rowactor.Ack()
-			}, append(leaseOptions(form, time.Minute), rowactor.Transactional())...)
-			h.publish(b, 1)
-			if st := h.waitSettled(1)[0]; st.Err != nil || st.Step != "ack" {
-				t.Fatalf("settlement %+v", st)
+	onEveryPostgresForm(t, func(t *testing.T, h *harness, s rowactor.Table, b *rowactor.Broker, form rowactor.Form) {
+		h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			h.write(ctx, d, s, "kept")
+			rows, err := d.Tx().QueryContext(ctx, "SELECT g FROM generate_series(1, 100000) g")
+			if err != nil {
+				panic(err)
 			}
-			if n := h.sideRows(s, "kept"); n != 1 {
-				t.Fatalf("the Ack committed %d side rows, want 1", n)
-			}
-		})
-	}
+			rows.Next() // left open
+			return rowactor.Ack()
+		}, append(leaseOptions(form, time.Minute), rowactor.Transactional())...)
+		h.publish(b, 1)
+		if st := h.waitSettled(1)[0]; st.Err != nil || st.Step != "ack" {
+			t.Fatalf("settlement %+v", st)
+		}
+		if n := h.sideRows(s, "kept"); n != 1 {
+			t.Fatalf("the Ack committed %d side rows, want 1", n)
+		}
+	})
 }
 
 // On PostgreSQL a statement through the *sql.Tx issued as the handler returns either ran
@@ -332,44 +325,50 @@ func TestTxRowsLeftOpenAreClosedBeforeTheSettlement(t *testing.T) {
 // after the handler, and the settlement never shares the session with it.
 func TestTxUsedAfterTheHandlerReturnedIsRefused(t *testing.T) {
 	t.Parallel()
+	onEveryPostgresForm(t, func(t *testing.T, h *harness, s rowactor.Table, b *rowactor.Broker, form rowactor.Form) {
+		const n = 20
+		results := make(chan error, n)
+		h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+			tx := d.Tx()
+			returned := make(chan struct{})
+			defer close(returned)
+			go func() {
+				<-returned
+				_, err := tx.ExecContext(context.Background(), "INSERT INTO "+s.Name+" (payload) VALUES ($1)", []byte("after return"))
+				results <- err
+			}()
+			return rowactor.Ack()
+		}, append(leaseOptions(form, time.Minute), rowactor.Transactional(), rowactor.Workers(1))...)
+		h.publish(b, n)
+		for _, st := range h.waitSettled(n) {
+			if st.Err != nil {
+				t.Errorf("settlement %+v", st)
+			}
+		}
+		ran := 0
+		for range n {
+			switch err := <-results; {
+			case err == nil:
+				ran++
+			case !errors.Is(err, sql.ErrTxDone):
+				t.Errorf("a statement after the handler returned: %v, want sql.ErrTxDone or success before the end", err)
+			}
+		}
+		if committed := h.sideRows(s, "after return"); committed != ran {
+			t.Fatalf("%d writes after the handler returned committed, %d of them ran before the lending's end", committed, ran)
+		}
+	})
+}
+
+// onEveryPostgresForm runs f in a parallel subtest per form on PostgreSQL, whose *sql.Tx
+// is rowactor's own driver: with a harness, a side table and a broker.
+func onEveryPostgresForm(t *testing.T, f func(t *testing.T, h *harness, side rowactor.Table, b *rowactor.Broker, form rowactor.Form)) {
 	drv := driverNamed(t, "postgres")
 	for _, form := range drv.forms {
 		t.Run(form.String(), func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, drv, form)
-			s := h.side()
-			b := h.broker()
-			const n = 20
-			results := make(chan error, n)
-			h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
-				tx := d.Tx()
-				returned := make(chan struct{})
-				defer close(returned)
-				go func() {
-					<-returned
-					_, err := tx.ExecContext(context.Background(), "INSERT INTO "+s.Name+" (payload) VALUES ($1)", []byte("after return"))
-					results <- err
-				}()
-				return rowactor.Ack()
-			}, append(leaseOptions(form, time.Minute), rowactor.Transactional(), rowactor.Workers(1))...)
-			h.publish(b, n)
-			for _, st := range h.waitSettled(n) {
-				if st.Err != nil {
-					t.Errorf("settlement %+v", st)
-				}
-			}
-			ran := 0
-			for range n {
-				switch err := <-results; {
-				case err == nil:
-					ran++
-				case !errors.Is(err, sql.ErrTxDone):
-					t.Errorf("a statement after the handler returned: %v, want sql.ErrTxDone or success before the end", err)
-				}
-			}
-			if committed := h.sideRows(s, "after return"); committed != ran {
-				t.Fatalf("%d writes after the handler returned committed, %d of them ran before the lending's end", committed, ran)
-			}
+			f(t, h, h.side(), h.broker(), form)
 		})
 	}
 }

@@ -1,6 +1,9 @@
 package mysql
 
-import "github.com/rowactor/rowactor/dialects"
+import (
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/internal/cancelsql"
+)
 
 var _ dialects.CancelRequestSQL = (*Dialect)(nil)
 
@@ -11,13 +14,8 @@ func (d *Dialect) CancelRequestStatements(t dialects.Table) (dialects.CancelRequ
 		return dialects.CancelRequestStatements{}, err
 	}
 	q := quote(t.CancelRequests)
-	return dialects.CancelRequestStatements{
-		Create: "CREATE TABLE IF NOT EXISTS " + q + " (row_id BIGINT NOT NULL, asker BIGINT NOT NULL, reason TEXT NOT NULL, answer VARCHAR(16) NULL," +
+	return cancelsql.Statements(q,
+		"CREATE TABLE IF NOT EXISTS "+q+" (row_id BIGINT NOT NULL, asker BIGINT NOT NULL, reason TEXT NOT NULL, answer VARCHAR(16) NULL,"+
 			" PRIMARY KEY (row_id, asker)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
-		Request: "INSERT INTO " + q + " (row_id, asker, reason) VALUES (?, ?, ?)",
-		Pending: "SELECT row_id, reason FROM " + q + " WHERE answer IS NULL ORDER BY row_id",
-		Answer:  "UPDATE " + q + " SET answer = ? WHERE row_id = ? AND answer IS NULL",
-		Read:    "SELECT answer FROM " + q + " WHERE row_id = ? AND asker = ?",
-		Forget:  "DELETE FROM " + q + " WHERE row_id = ? AND asker = ?",
-	}, nil
+		func(int) string { return "?" }), nil
 }
