@@ -116,6 +116,10 @@ type Notifier interface {
 	// after each reconnect, it calls wake("", "") and every subscription claims once.
 	//
 	// It returns when ctx ends. It reconnects with a capped backoff and never spins.
+	//
+	// wake must not block: a dialect may fan one session's notifications out to several
+	// listeners in turn (PostgreSQL's dialects opened from one connection string share
+	// one), and Listen returns only once a wake in progress has.
 	Listen(ctx context.Context, wake func(table, group string)) error
 }
 

@@ -31,7 +31,7 @@ func TestListen(t *testing.T) {
 	var lerr error
 	go func() {
 		defer wg.Done()
-		lerr = d.Listen(lctx, func(table, group string) { wakes <- wakeCall{table, group} })
+		lerr = d.Listen(lctx, wakeInto(lctx, wakes))
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -158,12 +158,25 @@ func waitListenSessions(t *testing.T, d *Dialect, app string, n int) {
 	}
 }
 
+// wakeInto is a Listen wake that sends to wakes until ctx ends. Every listener of the
+// test database hears every other test's publishes: a test that stopped reading its
+// channel would otherwise block the shared session's fan-out, and with it its own
+// Listen's return at cleanup.
+func wakeInto(ctx context.Context, wakes chan<- wakeCall) func(table, group string) {
+	return func(table, group string) {
+		select {
+		case wakes <- wakeCall{table, group}:
+		case <-ctx.Done():
+		}
+	}
+}
+
 // startListen runs d.Listen on a goroutine; the returned stop ends it and waits for it.
 func startListen(t *testing.T, d *Dialect, wakes chan<- wakeCall) (stop func()) {
 	t.Helper()
 	lctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- d.Listen(lctx, func(table, group string) { wakes <- wakeCall{table, group} }) }()
+	go func() { done <- d.Listen(lctx, wakeInto(lctx, wakes)) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {

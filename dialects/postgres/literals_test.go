@@ -125,7 +125,7 @@ func literalNotify(t *testing.T, d *Dialect, odd string) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_ = d.Listen(lctx, func(table, group string) { wakes <- wakeCall{table, group} })
+		_ = d.Listen(lctx, wakeInto(lctx, wakes))
 	}()
 	defer wg.Wait()
 	defer cancel()
