@@ -20,7 +20,6 @@ import (
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/rowactor/rowactor"
 	"github.com/rowactor/rowactor/dialects/mysql"
@@ -443,17 +442,19 @@ func openBroker(ctx context.Context, spec consumerSpec, log *slog.Logger, onSett
 // sideWritesPerRow rows into the side log. Ack commits all of it with the settlement;
 // Retry rolls it back.
 func sideWrites(ctx context.Context, spec consumerSpec, d *rowactor.Delivery, hot bool) error {
+	// Through the delivery's *sql.Tx on every database: on PostgreSQL that is rowactor's
+	// own driver over the lent pgx.Tx, which the deadlocks and kills then exercise.
+	postgres := d.Broker().Dialect().Name() == "postgres"
 	exec := func(query string, args ...any) error {
-		switch tx := d.DriverTx().(type) {
-		case pgx.Tx:
-			_, err := tx.Exec(ctx, query, args...)
-			return err
-		case *sql.Tx:
-			_, err := tx.ExecContext(ctx, strings.NewReplacer("$1", "?", "$2", "?", "$3", "?").Replace(query), args...)
-			return err
-		default:
-			return fmt.Errorf("no transaction to write in (%T)", tx)
+		tx := d.Tx()
+		if tx == nil {
+			return errors.New("no transaction to write in")
 		}
+		if !postgres {
+			query = strings.NewReplacer("$1", "?", "$2", "?", "$3", "?").Replace(query)
+		}
+		_, err := tx.ExecContext(ctx, query, args...)
+		return err
 	}
 	if hot {
 		// The first attempt locks in an order by the id's parity; a retry (or a row that
