@@ -3,11 +3,13 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/deadline"
 )
 
 var (
@@ -103,8 +105,15 @@ func (d *Dialect) round(ctx context.Context, t dialects.Table, lock string, limi
 	if err != nil {
 		return 0, false, adminErr("retention", t.Name, err)
 	}
+	// The statements run on a context the caller's end does not cut: the driver ends a
+	// cancelled statement by closing its socket, and the server frees the lock only when
+	// it notices, so a process asking for the lock right after Stop would find it held.
+	// The loop checks ctx between statements instead; a statement hanging past
+	// roundGrace after ctx ends is cut all the same.
+	sctx, stop := deadline.Outlive(ctx, roundGrace)
+	defer stop()
 	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, lockOf, lockKey(lock)...).Scan(&got); err != nil {
+	if err := conn.QueryRowContext(sctx, lockOf, lockKey(lock)...).Scan(&got); err != nil {
 		discard(conn)
 		return 0, false, adminErr("retention", t.Name, err)
 	}
@@ -115,11 +124,11 @@ func (d *Dialect) round(ctx context.Context, t dialects.Table, lock string, limi
 	var deleted int64
 	for ctx.Err() == nil {
 		n, derr := func() (int64, error) {
-			tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+			tx, err := conn.BeginTx(sctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 			if err != nil {
 				return 0, err
 			}
-			n, err := deleteLocked(ctx, tx, t, pick, args)
+			n, err := deleteLocked(ctx, sctx, tx, t, pick, args)
 			if err != nil {
 				_ = tx.Rollback()
 				return 0, err
@@ -127,7 +136,9 @@ func (d *Dialect) round(ctx context.Context, t dialects.Table, lock string, limi
 			return n, tx.Commit()
 		}()
 		if derr != nil {
-			err = derr
+			if cerr := ctx.Err(); cerr == nil || !errors.Is(derr, cerr) {
+				err = derr // a round its caller stopped between statements ends quietly
+			}
 			break
 		}
 		deleted += n
@@ -159,8 +170,11 @@ func (d *Dialect) round(ctx context.Context, t dialects.Table, lock string, limi
 // version of a row it does not match) waits for the lock on every row it reads, a row
 // lock form claim's among them, for as long as that row's handler runs. A lookup of one
 // primary key reads that row alone.
-func deleteLocked(ctx context.Context, tx *sql.Tx, t dialects.Table, pick string, args []any) (int64, error) {
-	rows, err := tx.QueryContext(ctx, pick, args...)
+//
+// Statements run on sctx; ctx ending between two of them ends the batch, which the
+// caller rolls back.
+func deleteLocked(ctx, sctx context.Context, tx *sql.Tx, t dialects.Table, pick string, args []any) (int64, error) {
+	rows, err := tx.QueryContext(sctx, pick, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -180,14 +194,17 @@ func deleteLocked(ctx context.Context, tx *sql.Tx, t dialects.Table, pick string
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	del, err := tx.PrepareContext(ctx, "DELETE FROM "+quote(t.Name)+" WHERE "+quote(t.ID)+" = ?")
+	del, err := tx.PrepareContext(sctx, "DELETE FROM "+quote(t.Name)+" WHERE "+quote(t.ID)+" = ?")
 	if err != nil {
 		return 0, err
 	}
 	defer del.Close()
 	var deleted int64
 	for _, id := range ids {
-		n, err := affected(del.ExecContext(ctx, id))
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		n, err := affected(del.ExecContext(sctx, id))
 		if err != nil {
 			return 0, err // the caller rolls the batch back
 		}
@@ -195,3 +212,7 @@ func deleteLocked(ctx context.Context, tx *sql.Tx, t dialects.Table, pick string
 	}
 	return deleted, nil
 }
+
+// roundGrace bounds how long a retention round's statement may run on after its
+// context ends.
+const roundGrace = 5 * time.Second

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/deadline"
 )
 
 var (
@@ -88,9 +89,16 @@ func (d *Dialect) round(ctx context.Context, t dialects.Table, lock string, limi
 	if err != nil {
 		return 0, false, adminErr("retention", t.Name, err)
 	}
+	// The statements run on a context the caller's end does not cut: pgx ends a cancelled
+	// statement by closing its connection, and the server frees the key only when it
+	// notices, so a process asking for the key right after Stop could find it held. The
+	// loop checks ctx between statements instead; a statement hanging past roundGrace
+	// after ctx ends is cut all the same.
+	sctx, stop := deadline.Outlive(ctx, roundGrace)
+	defer stop()
 	key := dialects.LockKey(lock)
 	var ok bool
-	if err := conn.QueryRow(ctx, lockText, key).Scan(&ok); err != nil {
+	if err := conn.QueryRow(sctx, lockText, key).Scan(&ok); err != nil {
 		endConn(conn, err)
 		return 0, false, adminErr("retention", t.Name, err)
 	}
@@ -100,7 +108,7 @@ func (d *Dialect) round(ctx context.Context, t dialects.Table, lock string, limi
 	}
 	var deleted int64
 	for ctx.Err() == nil {
-		tag, derr := conn.Exec(ctx, text, args...)
+		tag, derr := conn.Exec(sctx, text, args...)
 		if derr != nil {
 			err = derr
 			break
@@ -125,3 +133,7 @@ func (d *Dialect) round(ctx context.Context, t dialects.Table, lock string, limi
 	}
 	return deleted, true, nil
 }
+
+// roundGrace bounds how long a retention round's statement may run on after its
+// context ends.
+const roundGrace = 5 * time.Second

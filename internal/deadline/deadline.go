@@ -296,3 +296,31 @@ func (c *Context) AfterFunc(f func()) (stop func() bool) {
 
 // String names the Context, as the standard library's contexts do.
 func (c *Context) String() string { return "deadline.Context" }
+
+// Outlive returns a context that ends grace after ctx does, carrying ctx's values, and a
+// func that releases it. Work that must finish its current statement when its caller
+// stops (the statement's end frees a session lock cleanly, where cutting it would close
+// the connection) runs on it and checks ctx between statements.
+func Outlive(ctx context.Context, grace time.Duration) (context.Context, func()) {
+	octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var timer *time.Timer
+	released := false
+	unhook := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !released {
+			timer = time.AfterFunc(grace, cancel)
+		}
+	})
+	return octx, func() {
+		unhook()
+		mu.Lock()
+		released = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}

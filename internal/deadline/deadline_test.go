@@ -342,3 +342,28 @@ func TestCancelCarriesItsCause(t *testing.T) {
 		t.Fatal("Cancel of a finished context took effect")
 	}
 }
+
+func TestOutliveEndsGraceAfterItsParent(t *testing.T) {
+	parent, stop := context.WithCancel(context.Background())
+	octx, release := Outlive(parent, 50*time.Millisecond)
+	defer release()
+	stop()
+	select {
+	case <-octx.Done():
+		t.Fatal("the outliving context ended with its parent; want it to run on for its grace")
+	case <-time.After(20 * time.Millisecond):
+	}
+	select {
+	case <-octx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the outliving context did not end after its grace")
+	}
+}
+
+func TestOutliveEndsAtItsRelease(t *testing.T) {
+	octx, release := Outlive(context.Background(), time.Hour)
+	release()
+	if octx.Err() == nil {
+		t.Fatal("the outliving context runs on after its release")
+	}
+}
