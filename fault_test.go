@@ -443,6 +443,24 @@ var innodbThreadRE = regexp.MustCompile(`(?:MariaDB|MySQL) thread id (\d+)`)
 
 // advisoryLocks counts the advisory locks the victim's sessions hold (PostgreSQL; MariaDB
 // cannot list them, and the keys are checked one by one with keyLocked instead).
+// activity describes the victim's PostgreSQL sessions for a failure message: each one's
+// state, how long its transaction has been open, its last statement and its locks.
+func (v *victim) activity(t *testing.T) string {
+	t.Helper()
+	if v.h.drv.name != "postgres" {
+		return "(PostgreSQL only)"
+	}
+	var out string
+	err := pgPool(v.h.d).QueryRow(context.Background(), `SELECT coalesce(string_agg(format('pid %s %s xact %s: %s [locks: %s]', a.pid, a.state,
+		coalesce((now() - a.xact_start)::text, '-'), left(a.query, 120),
+		(SELECT string_agg(l.locktype || ' ' || l.mode, ', ') FROM pg_locks l WHERE l.pid = a.pid AND l.locktype IN ('advisory', 'transactionid'))), '; '), 'none')
+		FROM pg_stat_activity a WHERE a.application_name = $1`, v.app).Scan(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func (v *victim) advisoryLocks(t *testing.T) int {
 	t.Helper()
 	if v.h.drv.name != "postgres" {
@@ -1318,7 +1336,7 @@ func TestAdvisoryAckWithAFailedUnlock(t *testing.T) {
 				t.Fatal("the key is still locked: the session whose unlock failed was not closed")
 			}
 			if v.openTransactions(t) != 0 || v.advisoryLocks(t) != 0 {
-				t.Fatal("the broker's pool keeps a transaction or a lock")
+				t.Fatalf("the broker's pool keeps a transaction or a lock: %s", v.activity(t))
 			}
 			if s.ID != id || s.Step != "ack" || s.Outcome.String() != "ack" {
 				t.Fatalf("settlement %+v, want the ack", s)

@@ -98,7 +98,8 @@ func (d *batchDelivery) Receive(c actor.Context) {
 			return
 		}
 		sys, self := c.ActorSystem(), c.Self()
-		d.dctx = d.sub.deadlineCtx(sys, self)
+		d.dctx = new(deadline.Context)
+		d.sub.initDeadline(d.dctx, &overrunTo{sys: sys, self: self})
 		d.handlerCtx.Store(d.dctx)
 		if int(d.asked.Load()) == len(d.rows) {
 			d.dctx.Cancel(d.lastCause()) // the last row's Cancel saw no context yet

@@ -50,6 +50,10 @@ const (
 )
 
 type delivery struct {
+	// mb is the delivery actor's mailbox (mailbox.go); sys and self are its actor's.
+	mb      deliveryMailbox
+	sys     *actor.ActorSystem
+	self    *actor.PID
 	sub     *Subscription
 	claim   claimer.Claim
 	state   atomic.Uint32
@@ -65,9 +69,10 @@ type delivery struct {
 	// (lentLeaseTx); txEnded says the actor ended it, or will.
 	txMu    sync.Mutex
 	txEnded bool
-	// dctx is the handler's context, whose deadline Config.Timeout sets (timeout.go);
-	// started is when the actor started.
+	// dctx is the handler's context, whose deadline Config.Timeout sets (timeout.go): dc,
+	// made in the delivery to save its allocation. started is when the actor started.
 	dctx    *deadline.Context
+	dc      deadline.Context
 	started time.Time
 	// span is the delivery's consumer span, started with the actor; spanCtx carries it.
 	span        trace.Span
@@ -177,15 +182,16 @@ func (d *delivery) Receive(c actor.Context) {
 			c.Stop(c.Self())
 			return
 		}
-		sys, self := c.ActorSystem(), c.Self()
+		d.sys, d.self = c.ActorSystem(), c.Self()
 		d.started = time.Now()
 		d.stopDone, d.returned = make(chan struct{}), make(chan struct{})
-		d.dctx = d.sub.deadlineCtx(sys, self)
+		d.dctx = &d.dc
+		d.sub.initDeadline(d.dctx, d)
 		d.handlerCtx.Store(d.dctx)
 		if req := d.cancel.Load(); req != nil {
 			d.dctx.Cancel(req.cause) // cancelled as it started: Cancel saw no context yet
 		}
-		d.sub.cfg.Dispatcher.Schedule(func() { d.run(sys, self) })
+		d.mb.runHandler() // on this goroutine, once the mailbox is idle
 	case overrunMsg:
 		// The handler runs a grace past its deadline, unless it returned meanwhile.
 		if !d.settled && d.state.CompareAndSwap(running, abandoned) {
@@ -279,9 +285,10 @@ func (d *delivery) end(c actor.Context, r Result) {
 		handled: !d.releaseOnly && d.cancelOnly == nil})
 }
 
-// run calls the handler on its own goroutine. A panic is an unsettled delivery; a return
-// after the deadline is a failure (lateOutcome).
-func (d *delivery) run(sys *actor.ActorSystem, self *actor.PID) {
+// run calls the handler outside the mailbox, on the goroutine that processed Started
+// (deliveryMailbox). A panic is an unsettled delivery; a return after the deadline is a
+// failure (lateOutcome).
+func (d *delivery) run() {
 	if tx, ok := d.begin(); ok {
 		start := time.Now()
 		d.dctx.SetTimeout(d.sub.cfg.Timeout)
@@ -301,7 +308,7 @@ func (d *delivery) run(sys *actor.ActorSystem, self *actor.PID) {
 	won := d.state.CompareAndSwap(running, handled)
 	close(d.returned)
 	if won {
-		sys.Root.Send(self, handledMsg{})
+		d.mb.postHere(handledMsg{})
 		return
 	}
 	if d.state.Load() == abandoned {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rowactor/rowactor/claimer"
 	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/internal/deadline"
 	"github.com/rowactor/rowactor/internal/telemetry"
 	"github.com/rowactor/rowactor/leaserenewer"
 	"github.com/rowactor/rowactor/settler"
@@ -96,6 +97,7 @@ type Subscription struct {
 
 	stopStatements context.CancelFunc
 	handlerCtx     context.Context
+	handlers       *deadline.Group // of handlerCtx
 	stopHandlers   func()
 	// waits bounds a settlement's wait for a row another session holds: Stop ends it
 	// first (Shutdown's context has ended, or the drain is done), so that such a wait
@@ -152,6 +154,7 @@ func Start(sys *actor.ActorSystem, name string, cfg Config) (*Subscription, erro
 	// comes first: its own delivery's stop, or this one when the stop's budget ran out.
 	var stopHandlers context.CancelCauseFunc
 	s.handlerCtx, stopHandlers = context.WithCancelCause(context.Background())
+	s.handlers = deadline.NewGroup(s.handlerCtx)
 	s.stopHandlers = func() { stopHandlers(settler.ErrClosed) }
 	s.waits, s.stopWaits = context.WithCancel(cfg.ctx)
 	if cfg.Form == dialects.FormLease {
@@ -950,13 +953,20 @@ func (a *subscriptionActor) spawnDelivery(c actor.Context, d *delivery) {
 		// cost four allocations a row. A delivery actor is never restarted (decide stops
 		// a failed one); were one, it would get an actor that stops itself.
 		a.deliveryProps = actor.PropsFromProducer(func() actor.Actor {
+			if d := a.spawning; d != nil {
+				return d
+			}
+			return stopAtOnce{}
+		}, actor.WithDispatcher(cfg.Dispatcher), actor.WithMailbox(func() actor.Mailbox {
+			// Called after the producer, in the same Spawn: the mailbox is the delivery's.
 			d := a.spawning
 			a.spawning = nil
 			if d == nil {
-				return stopAtOnce{}
+				return actor.Unbounded()()
 			}
-			return d
-		}, actor.WithDispatcher(cfg.Dispatcher))
+			d.mb.owner = d
+			return &d.mb
+		}))
 	}
 	a.spawning = d
 	c.Spawn(a.deliveryProps)

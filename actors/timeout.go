@@ -32,13 +32,23 @@ type overrunMsg struct{}
 
 func (overrunMsg) IgnoreDeadLetterLogging() {}
 
-// deadlineCtx returns a delivery's handler context, watched: overrun is sent to self a
-// grace past its deadline.
-func (s *Subscription) deadlineCtx(sys *actor.ActorSystem, self *actor.PID) *deadline.Context {
-	dc := deadline.New(s.handlerCtx)
-	dc.Watch(grace, func() { sys.Root.Send(self, overrunMsg{}) })
-	return dc
+// initDeadline makes dc, a zero context, a delivery's handler context, ending with the
+// subscription's handlers and watched: w is told a grace past its deadline.
+func (s *Subscription) initDeadline(dc *deadline.Context, w deadline.Overrunner) {
+	s.handlers.Init(dc)
+	dc.Watch(grace, w)
 }
+
+// Overran sends the delivery actor overrunMsg (its handler context's watch).
+func (d *delivery) Overran() { d.sys.Root.Send(d.self, overrunMsg{}) }
+
+// overrunTo sends an actor overrunMsg (a batch's handler context's watch).
+type overrunTo struct {
+	sys  *actor.ActorSystem
+	self *actor.PID
+}
+
+func (o *overrunTo) Overran() { o.sys.Root.Send(o.self, overrunMsg{}) }
 
 // lateOutcome is the outcome of a handler that returned after its deadline: a Fail with
 // an error wrapping context.DeadlineExceeded, whatever it returned, so the retry policy's

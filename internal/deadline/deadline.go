@@ -34,19 +34,24 @@ type Context struct {
 	timeout time.Duration
 	// expired says the deadline passed (Err may still be the parent's, if it ended first).
 	expired bool
-	// gen counts the moves of the deadline: a timer armed for an earlier move does nothing.
-	gen    uint64
+	// timer fires at the deadline, then at the watch's time (fire); made once, moved
+	// with the deadline.
 	timer  *time.Timer
 	unhook func() bool
 	funcs  map[*afterFunc]struct{}
-	// The watch (Watch): overrun is called grace(timeout) after the deadline, unless the
-	// handler finished first.
+	// The watch (Watch): overrun is called grace(timeout) after the deadline, at watchAt,
+	// unless the handler finished first.
 	grace    func(time.Duration) time.Duration
-	overrun  func()
-	watch    *time.Timer
+	overrun  Overrunner
+	watchAt  time.Time
 	finished bool
 	// caused, set by Cancel, carries the cause context.Cause reads (nil otherwise).
 	caused context.Context
+	// group ends the Context when the parent does (Group.Init); prev and next link it
+	// in the group's list while it runs.
+	group      *Group
+	prev, next *Context
+	linked     bool
 }
 
 type afterFunc struct{ f func() }
@@ -66,16 +71,98 @@ func New(parent context.Context) *Context {
 	return c
 }
 
+// Group ends the Contexts it made when their common parent ends, through one hook on the
+// parent: a Context of New hooks the parent on its own, which costs a handful of
+// allocations a delivery.
+type Group struct {
+	parent context.Context
+	mu     sync.Mutex
+	// head lists the Contexts that run; err is the parent's error once it ended.
+	head *Context
+	err  error
+}
+
+// NewGroup returns a Group whose Contexts end with parent. It hooks parent for as long
+// as parent runs.
+func NewGroup(parent context.Context) *Group {
+	g := &Group{parent: parent}
+	if parent.Done() != nil {
+		context.AfterFunc(parent, g.endAll)
+	}
+	return g
+}
+
+// Init makes c, a zero Context (a field of its owner, so that it costs no allocation of
+// its own), a running Context with no deadline of its own, ending with the group's
+// parent. c must not be copied afterwards.
+func (g *Group) Init(c *Context) {
+	c.parent, c.done, c.group = g.parent, make(chan struct{}), g
+	g.mu.Lock()
+	err := g.err
+	if err == nil {
+		c.linked = true
+		c.next = g.head
+		if g.head != nil {
+			g.head.prev = c
+		}
+		g.head = c
+	}
+	g.mu.Unlock()
+	if err != nil {
+		c.end(err)
+	}
+}
+
+// remove unlinks c, which ended.
+func (g *Group) remove(c *Context) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !c.linked {
+		return
+	}
+	c.linked = false
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		g.head = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	}
+	c.prev, c.next = nil, nil
+}
+
+// endAll ends every running Context of the group with the parent's error.
+func (g *Group) endAll() {
+	err := g.parent.Err()
+	g.mu.Lock()
+	g.err = err
+	var live []*Context
+	for c := g.head; c != nil; c = c.next {
+		live = append(live, c)
+	}
+	g.mu.Unlock()
+	for _, c := range live {
+		c.end(err)
+	}
+}
+
 // From returns the Context ctx was derived from, nil when none.
 func From(ctx context.Context) *Context {
 	c, _ := ctx.Value(key{}).(*Context)
 	return c
 }
 
+// Overrunner is told that a watched Context's handler overran (Watch).
+type Overrunner interface {
+	// Overran runs on a timer's goroutine and must not block.
+	Overran()
+}
+
 // Watch makes the Context call overrun grace(timeout) after its deadline, if Finish was not
-// called by then; each SetTimeout moves the watch with the deadline. overrun runs on a
-// timer's goroutine and must not block. Call it before SetTimeout.
-func (c *Context) Watch(grace func(timeout time.Duration) time.Duration, overrun func()) {
+// called by then; each SetTimeout moves the watch with the deadline. Call it before
+// SetTimeout.
+func (c *Context) Watch(grace func(timeout time.Duration) time.Duration, overrun Overrunner) {
 	c.mu.Lock()
 	c.grace, c.overrun = grace, overrun
 	c.mu.Unlock()
@@ -90,18 +177,18 @@ func (c *Context) SetTimeout(d time.Duration) {
 	if c.err != nil || c.finished {
 		return
 	}
-	c.stopTimers()
-	c.gen++
 	c.timeout = d
+	c.watchAt = time.Time{}
 	if d <= 0 {
 		c.at = time.Time{}
+		c.stopTimer()
 		return
 	}
 	c.at = time.Now().Add(d)
-	gen := c.gen
-	c.timer = time.AfterFunc(d, func() { c.expire(gen) })
-	if c.overrun != nil {
-		c.watch = time.AfterFunc(d+c.grace(d), func() { c.overran(gen) })
+	if c.timer == nil {
+		c.timer = time.AfterFunc(d, c.fire)
+	} else {
+		c.timer.Reset(d)
 	}
 }
 
@@ -126,7 +213,7 @@ func (c *Context) Expired() bool {
 func (c *Context) Finish() {
 	c.mu.Lock()
 	c.finished = true
-	c.stopTimers()
+	c.stopTimer()
 	c.mu.Unlock()
 	c.end(context.Canceled)
 }
@@ -151,40 +238,44 @@ func (c *Context) Cancel(cause error) bool {
 	return true
 }
 
-func (c *Context) stopTimers() {
+func (c *Context) stopTimer() {
 	if c.timer != nil {
 		c.timer.Stop()
-		c.timer = nil
-	}
-	if c.watch != nil {
-		c.watch.Stop()
-		c.watch = nil
 	}
 }
 
-// expire ends the Context at the deadline of move gen, unless it moved since.
-func (c *Context) expire(gen uint64) {
+// fire is the timer's: at the deadline it ends the Context (unless it ended already) and
+// moves the timer to the watch's time; there it tells the watch, once. The clock decides
+// which: a fire of a timer since moved (it may run as the move happens) finds its time
+// not come and does nothing.
+func (c *Context) fire() {
 	c.mu.Lock()
-	if gen != c.gen || c.finished {
+	if c.finished || c.at.IsZero() {
 		c.mu.Unlock()
 		return
 	}
-	c.expired = true
-	c.mu.Unlock()
-	c.end(context.DeadlineExceeded)
-}
-
-// overran calls the watch's function for move gen, unless the deadline moved since or the
-// handler finished.
-func (c *Context) overran(gen uint64) {
-	c.mu.Lock()
-	fn := c.overrun
-	if gen != c.gen || c.finished {
-		fn = nil
+	now := time.Now()
+	var end bool
+	var overrun Overrunner
+	switch {
+	case now.Before(c.at):
+	case !c.expired:
+		c.expired = true
+		end = true
+		if c.overrun != nil {
+			c.watchAt = c.at.Add(c.grace(c.timeout))
+			c.timer.Reset(c.watchAt.Sub(now))
+		}
+	case !c.watchAt.IsZero() && !now.Before(c.watchAt):
+		overrun = c.overrun
+		c.watchAt = time.Time{}
 	}
 	c.mu.Unlock()
-	if fn != nil {
-		fn()
+	if end {
+		c.end(context.DeadlineExceeded)
+	}
+	if overrun != nil {
+		overrun.Overran()
 	}
 }
 
@@ -197,10 +288,8 @@ func (c *Context) end(err error) {
 	}
 	c.err = err
 	close(c.done)
-	if c.timer != nil {
-		c.timer.Stop()
-		c.timer = nil
-	}
+	// The timer stays for the watch: a handler that ignores its ended context is still
+	// given up on a grace after its deadline.
 	funcs := c.funcs
 	c.funcs = nil
 	unhook := c.unhook
@@ -208,6 +297,9 @@ func (c *Context) end(err error) {
 	c.mu.Unlock()
 	if unhook != nil {
 		unhook()
+	}
+	if c.group != nil {
+		c.group.remove(c)
 	}
 	for f := range funcs {
 		go f.f()

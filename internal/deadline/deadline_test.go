@@ -226,7 +226,7 @@ func TestAfterFuncStop(t *testing.T) {
 func TestWatch(t *testing.T) {
 	c := New(context.Background())
 	fired := make(chan time.Time, 1)
-	c.Watch(func(d time.Duration) time.Duration { return d / 2 }, func() { fired <- time.Now() })
+	c.Watch(func(d time.Duration) time.Duration { return d / 2 }, overrunFunc(func() { fired <- time.Now() }))
 	start := time.Now()
 	c.SetTimeout(40 * time.Millisecond)
 	select {
@@ -243,7 +243,7 @@ func TestWatch(t *testing.T) {
 func TestWatchMovesAndStops(t *testing.T) {
 	c := New(context.Background())
 	var fired atomic.Int32
-	c.Watch(func(time.Duration) time.Duration { return 10 * time.Millisecond }, func() { fired.Add(1) })
+	c.Watch(func(time.Duration) time.Duration { return 10 * time.Millisecond }, overrunFunc(func() { fired.Add(1) }))
 	c.SetTimeout(10 * time.Millisecond)
 	c.SetTimeout(200 * time.Millisecond) // the watch moves with the deadline
 	time.Sleep(60 * time.Millisecond)
@@ -263,7 +263,7 @@ func TestConcurrentUse(t *testing.T) {
 	defer cancel()
 	for range 50 {
 		c := New(parent)
-		c.Watch(func(time.Duration) time.Duration { return time.Millisecond }, func() {})
+		c.Watch(func(time.Duration) time.Duration { return time.Millisecond }, overrunFunc(func() {}))
 		var wg sync.WaitGroup
 		for i := range 4 {
 			wg.Add(1)
@@ -295,7 +295,7 @@ func TestCancelCarriesItsCause(t *testing.T) {
 	defer stop()
 	c := New(parent)
 	var watched atomic.Bool
-	c.Watch(func(time.Duration) time.Duration { return 10 * time.Millisecond }, func() { watched.Store(true) })
+	c.Watch(func(time.Duration) time.Duration { return 10 * time.Millisecond }, overrunFunc(func() { watched.Store(true) }))
 	c.SetTimeout(30 * time.Millisecond)
 	before, stopBefore := context.WithCancel(context.WithValue(c, key{}, nil)) // derived before the cancel, through a value
 	defer stopBefore()
@@ -365,5 +365,74 @@ func TestOutliveEndsAtItsRelease(t *testing.T) {
 	release()
 	if octx.Err() == nil {
 		t.Fatal("the outliving context runs on after its release")
+	}
+}
+
+// overrunFunc is an Overrunner that calls itself.
+type overrunFunc func()
+
+func (f overrunFunc) Overran() { f() }
+
+func TestGroupEndsItsRunningContextsWithTheParent(t *testing.T) {
+	parent, stop := context.WithCancel(context.Background())
+	g := NewGroup(parent)
+	var running, finished Context
+	g.Init(&running)
+	g.Init(&finished)
+	finished.Finish()
+	if got := groupSize(g); got != 1 {
+		t.Fatalf("the group lists %d contexts; want the one still running", got)
+	}
+	stop()
+	select {
+	case <-running.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a running context of the group did not end with the parent")
+	}
+	if running.Err() != context.Canceled {
+		t.Fatalf("Err %v; want the parent's", running.Err())
+	}
+	if got := groupSize(g); got != 0 {
+		t.Fatalf("the group lists %d contexts after the parent ended; want none", got)
+	}
+	var late Context
+	g.Init(&late)
+	if late.Err() != context.Canceled {
+		t.Fatalf("a context made after the parent ended runs (Err %v); want it ended", late.Err())
+	}
+}
+
+func groupSize(g *Group) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for c := g.head; c != nil; c = c.next {
+		n++
+	}
+	return n
+}
+
+// A context of a group ending on its own leaves the group's list: a long-lived group
+// keeps none of its finished contexts.
+func TestGroupForgetsContextsThatEnded(t *testing.T) {
+	g := NewGroup(context.Background())
+	if groupSize(g) != 0 {
+		t.Fatal("a new group lists contexts")
+	}
+	cs := make([]Context, 5)
+	for i := range cs {
+		g.Init(&cs[i])
+	}
+	cs[2].Finish()
+	cs[0].Cancel(errors.New("x"))
+	cs[4].SetTimeout(time.Millisecond)
+	<-cs[4].Done()
+	if got := groupSize(g); got != 2 {
+		t.Fatalf("the group lists %d contexts; want the 2 still running", got)
+	}
+	cs[1].Finish()
+	cs[3].Finish()
+	if got := groupSize(g); got != 0 {
+		t.Fatalf("the group lists %d contexts; want none", got)
 	}
 }
