@@ -361,7 +361,7 @@ func (d *batchDelivery) finish(c actor.Context, results []Result, tookWorker, re
 		d.sub.batchBook.remove(r.Row.ID, d)
 		endCancel(&d.cancels[i].p, r)
 	}
-	c.Send(c.Parent(), settledMsg{freed: true, rows: len(d.rows), workerFreed: !tookWorker, handled: !d.releaseOnly})
+	c.Send(c.Parent(), &settledMsg{freed: true, rows: len(d.rows), workerFreed: !tookWorker, handled: !d.releaseOnly})
 	if _, stopping := c.Message().(*actor.Stopping); !stopping {
 		c.Stop(c.Self())
 	}

@@ -51,7 +51,7 @@ const (
 
 type delivery struct {
 	// mb is the delivery actor's mailbox (mailbox.go); sys and self are its actor's.
-	mb      deliveryMailbox
+	mb      mailbox
 	sys     *actor.ActorSystem
 	self    *actor.PID
 	sub     *Subscription
@@ -105,11 +105,15 @@ type delivery struct {
 	// calling the handler (a Cancel found it waiting).
 	cancelOnly *cancelRequest
 	// stopResult is what the actor's stop did to the row while its handler still ran
-	// (stopRunning); stopDone closes once it is set. Made as the handler is scheduled.
+	// (stopRunning); stopDone opens once it is set.
 	stopResult Result
-	stopDone   chan struct{}
-	// returned closes once the handler returned and its goroutine read the state.
-	returned chan struct{}
+	stopDone   latch
+	// note is the delivery's settledMsg, sent as it ends; batchReq is its settlement's
+	// room in a batch (settler.Batcher).
+	note     settledMsg
+	batchReq settler.BatchRequest
+	// returned opens once the handler returned and its goroutine read the state.
+	returned latch
 }
 
 // handledMsg tells the delivery actor its handler returned.
@@ -135,7 +139,7 @@ type settledMsg struct {
 	handled bool
 }
 
-func (settledMsg) IgnoreDeadLetterLogging() {}
+func (*settledMsg) IgnoreDeadLetterLogging() {}
 
 // workerFreeMsg tells the subscription actor a delivery's handler returned and its
 // settlement is under way (freesWorkerEarly): its worker may take the next row meanwhile.
@@ -184,7 +188,6 @@ func (d *delivery) Receive(c actor.Context) {
 		}
 		d.sys, d.self = c.ActorSystem(), c.Self()
 		d.started = time.Now()
-		d.stopDone, d.returned = make(chan struct{}), make(chan struct{})
 		d.dctx = &d.dc
 		d.sub.initDeadline(d.dctx, d)
 		d.handlerCtx.Store(d.dctx)
@@ -281,12 +284,15 @@ func (d *delivery) end(c actor.Context, r Result) {
 	if !d.workerFreed && d.state.Load() == handled {
 		d.workTook = time.Since(d.spawned)
 	}
-	c.Send(c.Parent(), settledMsg{d: d, freed: freed, workerFreed: d.workerFreed, keyed: d.keyed, key: d.key,
-		handled: !d.releaseOnly && d.cancelOnly == nil})
+	// The note lives in the delivery, which ends here: sending its address costs no
+	// allocation.
+	d.note = settledMsg{d: d, freed: freed, workerFreed: d.workerFreed, keyed: d.keyed, key: d.key,
+		handled: !d.releaseOnly && d.cancelOnly == nil}
+	c.Send(c.Parent(), &d.note)
 }
 
 // run calls the handler outside the mailbox, on the goroutine that processed Started
-// (deliveryMailbox). A panic is an unsettled delivery; a return after the deadline is a
+// (mailbox). A panic is an unsettled delivery; a return after the deadline is a
 // failure (lateOutcome).
 func (d *delivery) run() {
 	if tx, ok := d.begin(); ok {
@@ -306,7 +312,7 @@ func (d *delivery) run() {
 	}
 	d.dctx.Finish()
 	won := d.state.CompareAndSwap(running, handled)
-	close(d.returned)
+	d.returned.open()
 	if won {
 		d.mb.postHere(handledMsg{})
 		return
@@ -320,7 +326,7 @@ func (d *delivery) run() {
 	// The row was released (shutdown) while the handler ran: its outcome cannot settle.
 	// The stop gave the row back already (stopRunning), and counted it: the hook is told
 	// what the handler returned, and what the stop did.
-	<-d.stopDone
+	<-d.stopDone.wait()
 	rr := d.stopResult
 	d.sub.report(Result{Row: d.claim.Row, Outcome: d.outcome, Step: dialects.StepRelease, Tag: d.tag,
 		Released: rr.Released, closed: rr.closed, Err: errors.Join(settler.ErrClosed, rr.Err)})
@@ -338,7 +344,7 @@ func (d *delivery) awaitHandler() {
 	t := time.NewTimer(stopGrace)
 	defer t.Stop()
 	select {
-	case <-d.returned:
+	case <-d.returned.wait():
 	case <-t.C:
 	}
 }
@@ -352,7 +358,7 @@ func (d *delivery) awaitHandler() {
 // the row goes back by its form's rule. The result waits in stopResult for the handler's
 // goroutine, which tells the hook once the handler returns.
 func (d *delivery) stopRunning() {
-	defer close(d.stopDone)
+	defer d.stopDone.open()
 	d.dctx.Cancel(settler.ErrClosed)
 	if d.sub.cfg.Transactional {
 		d.stopResult = d.interrupt(nil)
@@ -463,7 +469,7 @@ func (d *delivery) runStep(step dialects.Step, o settler.Outcome, tag any) (r Re
 	if b := d.sub.batcher; b != nil && d.leaseTx == nil && settler.Batchable(step) {
 		// The batch bounds its own statement, and the batcher ends a wait for a row
 		// another session holds when the subscription's waits end.
-		r.Err = b.Settle(cfg.ctx, step, d.claim.Lease)
+		r.Err = b.Settle(cfg.ctx, &d.batchReq, step, d.claim.Lease)
 		return r
 	}
 	// A single-row statement may wait for a row another session holds: it ends soon
@@ -529,7 +535,7 @@ func waitEnded(waits context.Context, err error) error {
 func (d *delivery) settleLease(ctx context.Context, step dialects.Step) error {
 	lease := d.claim.Lease
 	if b := d.sub.batcher; b != nil && settler.Batchable(step) {
-		return b.Settle(ctx, step, lease)
+		return b.Settle(ctx, &d.batchReq, step, lease)
 	}
 	held, err := pinLease(lease, step)
 	if err != nil {

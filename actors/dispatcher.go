@@ -16,7 +16,7 @@ import (
 // grown stack. Work never queues behind a busy goroutine: a new one starts when none is
 // idle.
 type Dispatcher struct {
-	work  chan func()
+	work  chan task
 	done  chan struct{}
 	once  sync.Once
 	idle  time.Duration
@@ -28,32 +28,42 @@ type Dispatcher struct {
 
 // NewDispatcher returns a dispatcher whose goroutines wait idle for up to idle.
 func NewDispatcher(idle time.Duration) *Dispatcher {
-	return &Dispatcher{work: make(chan func()), done: make(chan struct{}), idle: idle, ahead: 300}
+	return &Dispatcher{work: make(chan task), done: make(chan struct{}), idle: idle, ahead: 300}
 }
 
+// task is work for the dispatcher. A mailbox that is one runs without the closure a
+// func costs each time it is scheduled.
+type task interface{ runTask() }
+
+type funcTask func()
+
+func (f funcTask) runTask() { f() }
+
 // Schedule runs fn on an idle goroutine, or on a new one.
-func (d *Dispatcher) Schedule(fn func()) {
+func (d *Dispatcher) Schedule(fn func()) { d.schedule(funcTask(fn)) }
+
+func (d *Dispatcher) schedule(t task) {
 	select {
-	case d.work <- fn:
+	case d.work <- t:
 	default:
-		go d.loop(fn)
+		go d.loop(t)
 	}
 }
 
 // Throughput is how many messages a mailbox processes before it yields.
 func (d *Dispatcher) Throughput() int { return d.ahead }
 
-func (d *Dispatcher) loop(fn func()) {
+func (d *Dispatcher) loop(first task) {
 	id := goroutineID()
 	d.mine.Store(id, struct{}{})
 	defer d.mine.Delete(id)
-	fn()
+	first.runTask()
 	t := time.NewTimer(d.idle)
 	defer t.Stop()
 	for {
 		select {
-		case fn := <-d.work:
-			fn()
+		case next := <-d.work:
+			next.runTask()
 			t.Reset(d.idle)
 		case <-t.C:
 			return

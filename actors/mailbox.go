@@ -1,29 +1,32 @@
 package actors
 
 import (
+	"runtime"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// deliveryMailbox is a delivery actor's mailbox, lived in the delivery itself.
+// mailbox is the mailbox of rowactor's busiest actors: each delivery actor's, lived in
+// the delivery itself, and each subscription actor's.
 //
 // A delivery actor gets a handful of messages in its life (Started, its handler's
-// result, Stop, perhaps an overrun or a cancel), so its queues are small arrays inside
-// the delivery, and posting a message allocates nothing. Proto.Actor's default mailbox
-// allocates a ring, a lock-free queue with a node per system message and a closure per
-// schedule: about ten allocations per row.
+// result, Stop, perhaps an overrun or a cancel), so the queues start as small arrays
+// inside the mailbox, and posting a message allocates nothing until they outgrow them.
+// Proto.Actor's default mailbox allocates a ring, a lock-free queue with a node per
+// system message and a closure per schedule: about ten allocations per row.
 //
 // It keeps that mailbox's rules: system messages go first, a suspended mailbox runs
-// only system messages, and a panic in a message goes to the supervisor
-// (EscalateFailure). Two things are its own, both to save the hand-off of a message
-// from one goroutine to another:
-//   - handler: the delivery's handler runs on the goroutine that processed Started, once
-//     the mailbox is idle, so the handler never runs inside the mailbox: a message that
-//     comes meanwhile (an overrun, a Stop) is processed on another goroutine.
+// only system messages, a panic in a message goes to the supervisor (EscalateFailure),
+// and a goroutine yields after the dispatcher's throughput of messages. Two things are
+// a delivery's own, both to save the hand-off of a message from one goroutine to
+// another:
+//   - runHandler: the delivery's handler runs on the goroutine that processed Started,
+//     once the mailbox is idle, so the handler never runs inside the mailbox: a message
+//     that comes meanwhile (an overrun, a Stop) is processed on another goroutine.
 //   - postHere: the handler's result is processed on the handler's goroutine when the
 //     mailbox is idle, instead of being scheduled onto another one.
-type deliveryMailbox struct {
+type mailbox struct {
 	mu        sync.Mutex
 	sys, user []any
 	sysBuf    [3]any
@@ -38,52 +41,59 @@ type deliveryMailbox struct {
 	owner      interface{ run() }
 	invoker    actor.MessageInvoker
 	dispatcher actor.Dispatcher
-	process    func() // processMessages, bound once
 }
 
-var _ actor.Mailbox = (*deliveryMailbox)(nil)
+var _ actor.Mailbox = (*mailbox)(nil)
 
-func (m *deliveryMailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
+// newMailbox is an actor.MailboxProducer of mailboxes.
+func newMailbox() actor.Mailbox { return new(mailbox) }
+
+func (m *mailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
 	m.invoker, m.dispatcher = invoker, dispatcher
-	m.process = m.processMessages
 	m.sys, m.user = m.sysBuf[:0], m.userBuf[:0]
 }
 
-func (m *deliveryMailbox) Start() {}
+func (m *mailbox) Start() {}
 
-func (m *deliveryMailbox) UserMessageCount() int {
+func (m *mailbox) UserMessageCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.user)
 }
 
-func (m *deliveryMailbox) PostSystemMessage(msg any) {
+func (m *mailbox) PostSystemMessage(msg any) {
 	m.mu.Lock()
 	m.sys = append(m.sys, msg)
 	m.post()
 }
 
-func (m *deliveryMailbox) PostUserMessage(msg any) {
+func (m *mailbox) PostUserMessage(msg any) {
 	m.mu.Lock()
 	m.user = append(m.user, msg)
 	m.post()
 }
 
 // post schedules the mailbox unless a goroutine runs it; m.mu is held, and released.
-func (m *deliveryMailbox) post() {
+func (m *mailbox) post() {
 	if m.scheduled {
 		m.mu.Unlock()
 		return
 	}
 	m.scheduled = true
 	m.mu.Unlock()
-	m.dispatcher.Schedule(m.process)
+	if d, ok := m.dispatcher.(*Dispatcher); ok {
+		d.schedule(m) // no closure
+		return
+	}
+	m.dispatcher.Schedule(m.processMessages)
 }
+
+func (m *mailbox) runTask() { m.processMessages() }
 
 // postHere posts a user message and, if no goroutine runs the mailbox, runs it on the
 // calling goroutine, which must be one of the dispatcher's with nothing else to do: the
 // handler's, as it ends.
-func (m *deliveryMailbox) postHere(msg any) {
+func (m *mailbox) postHere(msg any) {
 	m.mu.Lock()
 	m.user = append(m.user, msg)
 	if m.scheduled {
@@ -97,13 +107,13 @@ func (m *deliveryMailbox) postHere(msg any) {
 
 // runHandler asks for the delivery's handler to run on this goroutine once the mailbox
 // is idle. It is called while the mailbox processes a message (Started).
-func (m *deliveryMailbox) runHandler() {
+func (m *mailbox) runHandler() {
 	m.mu.Lock()
 	m.handler = true
 	m.mu.Unlock()
 }
 
-func (m *deliveryMailbox) processMessages() {
+func (m *mailbox) processMessages() {
 	for {
 		m.run()
 		m.mu.Lock()
@@ -123,14 +133,19 @@ func (m *deliveryMailbox) processMessages() {
 }
 
 // run processes messages until none is left to process, or one panics.
-func (m *deliveryMailbox) run() {
+func (m *mailbox) run() {
 	var msg any
 	defer func() {
 		if r := recover(); r != nil {
 			m.invoker.EscalateFailure(r, msg)
 		}
 	}()
-	for {
+	ahead := m.dispatcher.Throughput()
+	for i := 0; ; i++ {
+		if i > ahead {
+			i = 0
+			runtime.Gosched()
+		}
 		var sys bool
 		msg, sys = m.next()
 		switch {
@@ -146,7 +161,7 @@ func (m *deliveryMailbox) run() {
 
 // next takes the next message to process: a system message first; a user message
 // unless the mailbox is suspended. Suspend and resume are the mailbox's own.
-func (m *deliveryMailbox) next() (msg any, sys bool) {
+func (m *mailbox) next() (msg any, sys bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for len(m.sys) > 0 {
@@ -175,4 +190,38 @@ func (m *deliveryMailbox) next() (msg any, sys bool) {
 		m.user = m.userBuf[:0]
 	}
 	return msg, false
+}
+
+// latch is a one-shot signal whose channel is made only when somebody waits: most
+// deliveries end with nobody waiting for their handler or their stop.
+type latch struct {
+	mu     sync.Mutex
+	opened bool
+	ch     chan struct{}
+}
+
+// open opens the latch, once.
+func (l *latch) open() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.opened {
+		return
+	}
+	l.opened = true
+	if l.ch != nil {
+		close(l.ch)
+	}
+}
+
+// wait returns a channel closed once the latch is open.
+func (l *latch) wait() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ch == nil {
+		l.ch = make(chan struct{})
+		if l.opened {
+			close(l.ch)
+		}
+	}
+	return l.ch
 }

@@ -60,7 +60,7 @@ func (f runFunc) run() { f() }
 func TestDeliveryMailboxRunsSystemMessagesFirstAndSchedulesOnce(t *testing.T) {
 	var log invokerLog
 	disp := &manualDispatcher{}
-	var m deliveryMailbox
+	var m mailbox
 	m.RegisterHandlers(&log, disp)
 	m.PostUserMessage("u1")
 	m.PostUserMessage("u2")
@@ -92,7 +92,7 @@ func TestDeliveryMailboxRunsSystemMessagesFirstAndSchedulesOnce(t *testing.T) {
 func TestDeliveryMailboxSuspendedRunsOnlySystemMessages(t *testing.T) {
 	var log invokerLog
 	disp := &manualDispatcher{}
-	var m deliveryMailbox
+	var m mailbox
 	m.RegisterHandlers(&log, disp)
 	m.PostSystemMessage(&actor.SuspendMailbox{})
 	m.PostUserMessage("u1")
@@ -116,7 +116,7 @@ func TestDeliveryMailboxEscalatesAPanicAndGoesOn(t *testing.T) {
 		}
 	}
 	disp := &manualDispatcher{}
-	var m deliveryMailbox
+	var m mailbox
 	m.RegisterHandlers(&log, disp)
 	m.PostUserMessage("boom")
 	m.PostUserMessage("after")
@@ -135,7 +135,7 @@ func TestDeliveryMailboxRunsTheHandlerOutsideTheMailbox(t *testing.T) {
 	d := NewDispatcher(time.Second)
 	defer d.Close()
 	var log invokerLog
-	var m deliveryMailbox
+	var m mailbox
 	release := make(chan struct{})
 	overrunSeen := make(chan struct{})
 	handlerDone := make(chan struct{})
@@ -165,5 +165,31 @@ func TestDeliveryMailboxRunsTheHandlerOutsideTheMailbox(t *testing.T) {
 	got := log.messages()
 	if len(got) != 3 || got[0] != "started" || got[1] != "overrun" || got[2] != "handled" {
 		t.Fatalf("processed %v; want started, overrun, handled", got)
+	}
+}
+
+func TestLatchOpensForWaitersBeforeAndAfter(t *testing.T) {
+	var l latch
+	before := l.wait()
+	select {
+	case <-before:
+		t.Fatal("a closed latch's channel is closed")
+	default:
+	}
+	l.open()
+	l.open() // once
+	for i, ch := range []<-chan struct{}{before, l.wait()} {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("waiter %d: the open latch's channel stays open", i)
+		}
+	}
+	var late latch
+	late.open()
+	select {
+	case <-late.wait():
+	default:
+		t.Fatal("a latch opened before anyone waited does not read open")
 	}
 }

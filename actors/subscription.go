@@ -165,7 +165,7 @@ func Start(sys *actor.ActorSystem, name string, cfg Config) (*Subscription, erro
 		s.batcher = settler.NewBatcher(s.waits, bq, batchMax, cfg.settleTimeout)
 	}
 	pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &subscriptionActor{s: s, workers: cfg.Workers} },
-		actor.WithDispatcher(cfg.Dispatcher)), name)
+		actor.WithDispatcher(cfg.Dispatcher), actor.WithMailbox(newMailbox)), name)
 	if err != nil {
 		s.stopStatements()
 		s.stopHandlers()
@@ -389,8 +389,8 @@ func (a *subscriptionActor) receive(c actor.Context) {
 		a.onClaimed(c, m)
 	case workerFreeMsg:
 		a.onWorkerFree(c, m)
-	case settledMsg:
-		a.onSettled(c, m)
+	case *settledMsg:
+		a.onSettled(c, *m)
 	case setWorkersMsg:
 		a.workers = max(m.n, 1) // the root package refuses fewer than one
 		a.startBacklog(c)

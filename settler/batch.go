@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rowactor/rowactor/dialects"
@@ -48,9 +49,27 @@ type batchReq struct {
 	// busySince is when its batch found the row held by another session (queueBusy).
 	busySince time.Time
 	err       error
-	done      chan struct{} // closed once err is set
-	lead      chan struct{} // signalled when this request's goroutine is to lead
+	// answered is set once err is; sig then carries false, once. A true on sig tells the
+	// request's goroutine to lead: one leads at a time, so at most one true waits there,
+	// and only before the false (an answer comes from the leader, which is then the
+	// request's own goroutine).
+	answered atomic.Bool
+	sig      chan bool
 }
+
+// BatchRequest is the room a settlement takes in its batch, made by the caller so that
+// it lives as long as the caller's delivery: a batch may read a request after answering
+// it, so a request is never used twice.
+type BatchRequest struct{ r batchReq }
+
+// finish answers r: its err is set.
+func (r *batchReq) finish() {
+	r.answered.Store(true)
+	r.sig <- false // never blocks: see sig
+}
+
+// handLead tells r's goroutine to lead.
+func (r *batchReq) handLead() { r.sig <- true }
 
 // Batchable says whether a step can join a batch: acks, retries and releases (one
 // statement shape for every row). RetryAfter and snoozes carry a time per row, a step
@@ -82,18 +101,23 @@ func NewBatcher(waits context.Context, q dialects.LeaseBatchQueue, max int, time
 }
 
 // Settle runs a batchable step for lease with the next batch, and returns when that batch
-// ran: nil, ErrLeaseLost when the row held another token, or the batch's error. The
+// ran: nil, ErrLeaseLost when the row held another token, or the batch's error. req is
+// the request's room, the caller's (nil or used before: Settle makes one). The
 // lease stays in its book, renewed, while the step waits: its token is pinned only when
 // the batch that runs it is built. The batch's own timeout bounds its statement, and a
 // wait for a row another session holds ends with the batcher's waits (NewBatcher),
 // reported ErrClosed; ctx is not consulted once the step queued.
-func (b *Batcher) Settle(_ context.Context, step dialects.Step, lease HeldLease) error {
+func (b *Batcher) Settle(_ context.Context, req *BatchRequest, step dialects.Step, lease HeldLease) error {
 	kind := step.Kind
 	if kind == dialects.StepRetry {
 		kind = dialects.StepRelease // the lease form's retry clears the lease: the claim counted
 	}
-	r := &batchReq{kind: kind, now: step.Now, lease: lease, held: dialects.Lease{ID: lease.ID()},
-		done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	if req == nil || req.r.sig != nil {
+		req = new(BatchRequest) // none, or used already: a batch may still read it
+	}
+	r := &req.r
+	r.kind, r.now, r.lease, r.held = kind, step.Now, lease, dialects.Lease{ID: lease.ID()}
+	r.sig = make(chan bool, 2)
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
 	leader := !b.leading
@@ -104,14 +128,10 @@ func (b *Batcher) Settle(_ context.Context, step dialects.Step, lease HeldLease)
 	}
 	// The lead may come to r more than once: a leader whose batch ran long handed it on
 	// (see watch) possibly to r itself, still queued behind that batch.
-	for {
-		select {
-		case <-r.done:
-			return wrapBatch(step, r.held, r.err)
-		case <-r.lead:
-			b.lead(r)
-		}
+	for <-r.sig {
+		b.lead(r)
 	}
+	return wrapBatch(step, r.held, r.err)
 }
 
 // lead runs batches until own has its answer, then hands the lead to the oldest request
@@ -142,7 +162,7 @@ func (b *Batcher) lead(own *batchReq) {
 		case answered:
 			next := b.pending[0]
 			b.mu.Unlock()
-			next.lead <- struct{}{}
+			next.handLead()
 			return
 		}
 		b.mu.Unlock()
@@ -192,7 +212,7 @@ func (w *batchWatch) fire() {
 	w.handed = true
 	next := b.pending[0]
 	b.mu.Unlock()
-	next.lead <- struct{}{}
+	next.handLead()
 }
 
 // end, under b.mu, closes the watch and reports whether the lead was handed on.
@@ -235,14 +255,7 @@ func (b *Batcher) pin(batch []*batchReq) []*batchReq {
 	return kept
 }
 
-func isDone(r *batchReq) bool {
-	select {
-	case <-r.done:
-		return true
-	default:
-		return false
-	}
-}
+func isDone(r *batchReq) bool { return r.answered.Load() }
 
 func wrapBatch(step dialects.Step, held dialects.Lease, err error) error {
 	if err != nil {
@@ -345,7 +358,7 @@ func (b *Batcher) endWaits() {
 func (b *Batcher) closeBusy(r *batchReq) {
 	r.err = fmt.Errorf("%w: %w", ErrClosed, errWaitEnded)
 	r.lease.Done()
-	close(r.done)
+	r.finish()
 }
 
 // lane runs the busy requests until none is left (see queueBusy).
@@ -429,7 +442,7 @@ func (b *Batcher) wait(r *batchReq) {
 		} else if err != nil && b.waits.Err() != nil {
 			r.err = fmt.Errorf("%w: %w (%w)", ErrClosed, errWaitEnded, err)
 			r.lease.Done()
-			close(r.done)
+			r.finish()
 			return
 		} else if errors.As(err, &busy) || errors.Is(err, context.DeadlineExceeded) && wctx.Err() != nil {
 			err = fmt.Errorf("%w: the row stayed locked by another session for %v",
@@ -502,7 +515,7 @@ func (b *Batcher) repin(r *batchReq) (dialects.Lease, bool) {
 		return held, true
 	}
 	r.lease.Done()
-	close(r.done)
+	r.finish()
 	return dialects.Lease{}, false
 }
 
@@ -531,7 +544,7 @@ func (b *Batcher) answer(r *batchReq, settled []int64, err error) {
 		r.err = ErrLeaseLost
 	}
 	r.lease.Done()
-	close(r.done)
+	r.finish()
 }
 
 // run settles held in one batched statement, even a lone row: the batched statements

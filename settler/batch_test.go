@@ -66,7 +66,7 @@ func TestBatcherEndsItsWaitsForLockedRows(t *testing.T) {
 	leases := []*heldLease{{id: 1}, {id: 2}, {id: 3}}
 	errs := make(chan error, len(leases))
 	for _, l := range leases {
-		go func() { errs <- b.Settle(context.Background(), step, l) }()
+		go func() { errs <- b.Settle(context.Background(), nil, step, l) }()
 	}
 	select {
 	case <-q.waiting:
@@ -93,7 +93,63 @@ func TestBatcherEndsItsWaitsForLockedRows(t *testing.T) {
 		}
 	}
 	late := &heldLease{id: 4}
-	if err := b.Settle(context.Background(), step, late); !errors.Is(err, ErrClosed) || !late.isDone() {
+	if err := b.Settle(context.Background(), nil, step, late); !errors.Is(err, ErrClosed) || !late.isDone() {
 		t.Errorf("settlement after the waits ended: %v (lease done: %v), want ErrClosed", err, late.isDone())
+	}
+}
+
+// settlingQueue settles every row it is given, each batch after a pause, and counts how
+// often it saw each row.
+type settlingQueue struct {
+	dialects.LeaseBatchQueue
+	pause time.Duration
+	mu    sync.Mutex
+	seen  map[int64]int
+}
+
+func (q *settlingQueue) SettleLeases(_ context.Context, _ dialects.StepKind, _ time.Time, held []dialects.Lease) ([]int64, error) {
+	time.Sleep(q.pause)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, l := range held {
+		q.seen[l.ID]++
+	}
+	return dialects.IDs(held), nil
+}
+
+// Every settlement is answered once and its row written once, whoever leads: batches
+// slower than slowBatch hand the lead on while they run, and each caller's request room
+// is its own (a room used twice is replaced, not reused).
+func TestBatcherAnswersEverySettlementOnceAcrossLeadHandOffs(t *testing.T) {
+	q := &settlingQueue{pause: slowBatch + 20*time.Millisecond, seen: map[int64]int{}}
+	b := NewBatcher(context.Background(), q, 4, time.Minute)
+	step := dialects.Step{Kind: dialects.StepAck, Now: time.Now()}
+	const n = 24
+	rooms := make([]BatchRequest, n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- b.Settle(context.Background(), &rooms[i], step, &heldLease{id: int64(i + 1)}) }()
+	}
+	for range n {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Errorf("settlement: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a settlement was never answered")
+		}
+	}
+	// A room used before: the settlement still runs and is answered.
+	again := &heldLease{id: n + 1}
+	if err := b.Settle(context.Background(), &rooms[0], step, again); err != nil || !again.isDone() {
+		t.Fatalf("a settlement in a used room: %v (lease done %v)", err, again.isDone())
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for id := int64(1); id <= n+1; id++ {
+		if q.seen[id] != 1 {
+			t.Errorf("row %d written %d times, want once", id, q.seen[id])
+		}
 	}
 }
