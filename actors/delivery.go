@@ -271,6 +271,7 @@ func (d *delivery) freesWorkerEarly() bool {
 // end counts what the delivery gave back (directly: at shutdown the subscription actor
 // may stop before it reads its mailbox) and frees its worker.
 func (d *delivery) end(c actor.Context, r Result) {
+	d.arrive()
 	d.endCancel(r)
 	if r.Released {
 		d.sub.released.Add(1)
@@ -289,6 +290,13 @@ func (d *delivery) end(c actor.Context, r Result) {
 	d.note = settledMsg{d: d, freed: freed, workerFreed: d.workerFreed, keyed: d.keyed, key: d.key,
 		handled: !d.releaseOnly && d.cancelOnly == nil}
 	c.Send(c.Parent(), &d.note)
+}
+
+// arrive tells the batcher the delivery's settlement joins no batch, unless it did.
+func (d *delivery) arrive() {
+	if b := d.sub.batcher; b != nil {
+		b.Arrive(&d.batchReq)
+	}
 }
 
 // run calls the handler outside the mailbox, on the goroutine that processed Started
@@ -472,6 +480,7 @@ func (d *delivery) runStep(step dialects.Step, o settler.Outcome, tag any) (r Re
 		r.Err = b.Settle(cfg.ctx, &d.batchReq, step, d.claim.Lease)
 		return r
 	}
+	d.arrive() // a leader waits for this row no longer
 	// A single-row statement may wait for a row another session holds: it ends soon
 	// after the subscription's waits do (StatementCtx), and is reported ErrClosed. The
 	// row lock form's claim holds its row, so its settlement waits for no other session:

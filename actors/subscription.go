@@ -331,6 +331,8 @@ type subscriptionActor struct {
 	// backlog holds claimed rows waiting for a worker (Prefetch) or, with KeyOf, for
 	// their key's previous row; in claim order.
 	backlog []waiting
+	// toldBacklog is the backlog's length the batcher was last told (noteBacklog).
+	toldBacklog int
 	// keys counts the deliveries in work per partition key (KeyOf).
 	keys     map[string]int
 	paused   bool
@@ -374,6 +376,16 @@ func (stopAtOnce) Receive(c actor.Context) {
 func (a *subscriptionActor) Receive(c actor.Context) {
 	defer a.survive(c)
 	a.receive(c)
+	a.noteBacklog()
+}
+
+// noteBacklog tells the batcher how many rows wait for a worker when that changed: a
+// batch leader waits for their settlements (settler.Batcher.SetBacklog).
+func (a *subscriptionActor) noteBacklog() {
+	if b := a.s.batcher; b != nil && len(a.backlog) != a.toldBacklog {
+		a.toldBacklog = len(a.backlog)
+		b.SetBacklog(a.toldBacklog)
+	}
 }
 
 // receive hands each message to the step that handles its kind.
@@ -943,6 +955,9 @@ func (a *subscriptionActor) spawnDelivery(c actor.Context, d *delivery) {
 		// between the two.
 		a.s.book.add(d.claim.Row.ID, d)
 		d.inBook = true
+		if b := a.s.batcher; b != nil {
+			b.Expect(&d.batchReq) // a batch leader may wait for this row's settlement
+		}
 		d.spawned = time.Now()
 		a.busy++
 		a.handling++

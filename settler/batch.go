@@ -39,6 +39,15 @@ type Batcher struct {
 	busy        []*batchReq
 	laneRunning bool
 	waiting     bool
+	// expected counts the handlers running whose settlement may join a batch (Expect);
+	// lingering, while a leader waits for them (linger), is closed to wake it.
+	expected  int
+	lingering chan struct{}
+	// backlog is how many claimed rows wait for a worker (SetBacklog): their
+	// settlements come too.
+	backlog int
+	// lingerFor is lingerMax (a test's own otherwise).
+	lingerFor time.Duration
 }
 
 type batchReq struct {
@@ -60,7 +69,85 @@ type batchReq struct {
 // BatchRequest is the room a settlement takes in its batch, made by the caller so that
 // it lives as long as the caller's delivery: a batch may read a request after answering
 // it, so a request is never used twice.
-type BatchRequest struct{ r batchReq }
+type BatchRequest struct {
+	r batchReq
+	// expected says the request's handler counts in the batcher's expected (Expect).
+	expected atomic.Bool
+}
+
+// lingerMax bounds how long a leader waits for the settlements of handlers still
+// running before it runs its batch (linger).
+const lingerMax = time.Millisecond
+
+// Expect says req's handler starts: its settlement may join a batch soon, and a leader
+// waits for it a little (linger) instead of running a batch of a few rows. Each Expect
+// ends with req's Settle or with Arrive, whichever comes first.
+func (b *Batcher) Expect(req *BatchRequest) {
+	if !req.expected.CompareAndSwap(false, true) {
+		return
+	}
+	b.mu.Lock()
+	b.expected++
+	b.mu.Unlock()
+}
+
+// Arrive ends req's Expect, if Settle did not: its handler ended, and its settlement
+// joins no batch (another step, a release at a stop, a panic).
+func (b *Batcher) Arrive(req *BatchRequest) {
+	if !req.expected.CompareAndSwap(true, false) {
+		return
+	}
+	b.mu.Lock()
+	b.expected--
+	b.wakeLinger()
+	b.mu.Unlock()
+}
+
+// SetBacklog says how many claimed rows wait for a worker: a leader waits for their
+// settlements too (linger).
+func (b *Batcher) SetBacklog(n int) {
+	b.mu.Lock()
+	b.backlog = n
+	b.wakeLinger()
+	b.mu.Unlock()
+}
+
+// coming is how many settlements a leader may wait for, under b.mu.
+func (b *Batcher) coming() int { return b.expected + b.backlog }
+
+// wakeLinger wakes a lingering leader, under b.mu, once no expected settlement is left
+// or the batch is full.
+func (b *Batcher) wakeLinger() {
+	if b.lingering != nil && (b.coming() <= 0 || len(b.pending) >= b.max) {
+		close(b.lingering)
+		b.lingering = nil
+	}
+}
+
+// linger, under b.mu (released meanwhile), waits up to lingerMax for the settlements of
+// handlers still running, while the next batch has room for them: with fast handlers a
+// batch then takes many rows in one statement and one commit instead of a few. A
+// settlement waits no longer than that for it; a lone row, with no handler running
+// beside it, does not wait.
+func (b *Batcher) linger() {
+	if b.coming() <= 0 || len(b.pending) >= b.max || b.waits.Err() != nil {
+		return
+	}
+	wake := make(chan struct{})
+	b.lingering = wake
+	b.mu.Unlock()
+	t := time.NewTimer(b.lingerFor)
+	select {
+	case <-wake:
+	case <-t.C:
+	case <-b.waits.Done():
+	}
+	t.Stop()
+	b.mu.Lock()
+	if b.lingering == wake {
+		b.lingering = nil
+	}
+}
 
 // finish answers r: its err is set.
 func (r *batchReq) finish() {
@@ -95,7 +182,7 @@ func Batchable(step dialects.Step) bool {
 // run out (its token fences it). Batched statements, which wait for no row lock on
 // PostgreSQL and MariaDB, get stopGrace to end (statementCtx).
 func NewBatcher(waits context.Context, q dialects.LeaseBatchQueue, max int, timeout time.Duration) *Batcher {
-	b := &Batcher{q: q, timeout: timeout, max: max, waits: waits}
+	b := &Batcher{q: q, timeout: timeout, max: max, waits: waits, lingerFor: lingerMax}
 	context.AfterFunc(waits, b.endWaits)
 	return b
 }
@@ -112,6 +199,7 @@ func (b *Batcher) Settle(_ context.Context, req *BatchRequest, step dialects.Ste
 	if kind == dialects.StepRetry {
 		kind = dialects.StepRelease // the lease form's retry clears the lease: the claim counted
 	}
+	arrived := req != nil && req.expected.CompareAndSwap(true, false)
 	if req == nil || req.r.sig != nil {
 		req = new(BatchRequest) // none, or used already: a batch may still read it
 	}
@@ -120,6 +208,10 @@ func (b *Batcher) Settle(_ context.Context, req *BatchRequest, step dialects.Ste
 	r.sig = make(chan bool, 2)
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
+	if arrived {
+		b.expected--
+	}
+	b.wakeLinger()
 	leader := !b.leading
 	b.leading = true
 	b.mu.Unlock()
@@ -140,6 +232,7 @@ func (b *Batcher) Settle(_ context.Context, req *BatchRequest, step dialects.Ste
 func (b *Batcher) lead(own *batchReq) {
 	for {
 		b.mu.Lock()
+		b.linger()
 		batch := b.take()
 		w := b.watch()
 		b.running++

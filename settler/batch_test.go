@@ -3,6 +3,7 @@ package settler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -151,5 +152,121 @@ func TestBatcherAnswersEverySettlementOnceAcrossLeadHandOffs(t *testing.T) {
 		if q.seen[id] != 1 {
 			t.Errorf("row %d written %d times, want once", id, q.seen[id])
 		}
+	}
+}
+
+// recordingQueue settles every row and records the rows of each batch, in order.
+type recordingQueue struct {
+	dialects.LeaseBatchQueue
+	mu      sync.Mutex
+	batches [][]int64
+}
+
+func (q *recordingQueue) SettleLeases(_ context.Context, _ dialects.StepKind, _ time.Time, held []dialects.Lease) ([]int64, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.batches = append(q.batches, dialects.IDs(held))
+	return dialects.IDs(held), nil
+}
+
+func (q *recordingQueue) runs() [][]int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([][]int64(nil), q.batches...)
+}
+
+// lingerBatcher is a batcher whose leader waits as long as settlements are coming.
+func lingerBatcher(waits context.Context) (*Batcher, *recordingQueue) {
+	q := &recordingQueue{}
+	b := NewBatcher(waits, q, 8, time.Minute)
+	b.lingerFor = time.Hour
+	return b, q
+}
+
+func settleAsync(b *Batcher, room *BatchRequest, id int64) <-chan error {
+	done := make(chan error, 1)
+	step := dialects.Step{Kind: dialects.StepAck, Now: time.Now()}
+	go func() { done <- b.Settle(context.Background(), room, step, &heldLease{id: id}) }()
+	return done
+}
+
+func answered(t *testing.T, what string, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: never answered", what)
+	}
+}
+
+// A leader waits for the settlements of the rows its subscription expects (Expect) and
+// runs them as one batch; the last of them wakes it.
+func TestBatcherLeaderWaitsForExpectedSettlements(t *testing.T) {
+	b, q := lingerBatcher(context.Background())
+	rooms := make([]BatchRequest, 3)
+	for i := range rooms {
+		b.Expect(&rooms[i])
+	}
+	first := settleAsync(b, &rooms[0], 1)
+	waitFor(t, "the first settlement to lead", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.lingering != nil })
+	second, third := settleAsync(b, &rooms[1], 2), settleAsync(b, &rooms[2], 3)
+	for i, d := range []<-chan error{first, second, third} {
+		answered(t, fmt.Sprintf("settlement %d", i+1), d)
+	}
+	if runs := q.runs(); len(runs) != 1 || len(runs[0]) != 3 {
+		t.Fatalf("batches %v; want the three rows in one", runs)
+	}
+}
+
+// An expected row whose settlement joins no batch (Arrive) and a backlog that empties
+// (SetBacklog) wake a waiting leader too; the waits' end does as well.
+func TestBatcherLeaderStopsWaitingWhenNothingIsComing(t *testing.T) {
+	b, q := lingerBatcher(context.Background())
+	var lone, gone BatchRequest
+	b.Expect(&lone)
+	b.Expect(&gone)
+	b.SetBacklog(1)
+	done := settleAsync(b, &lone, 1)
+	waitFor(t, "the settlement to lead", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.lingering != nil })
+	b.Arrive(&gone)
+	b.SetBacklog(0)
+	answered(t, "the lone settlement", done)
+	if runs := q.runs(); len(runs) != 1 || len(runs[0]) != 1 {
+		t.Fatalf("batches %v; want the lone row's", runs)
+	}
+
+	waits, stop := context.WithCancel(context.Background())
+	b, _ = lingerBatcher(waits)
+	b.SetBacklog(5)
+	done = settleAsync(b, nil, 1)
+	waitFor(t, "the settlement to lead", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.lingering != nil })
+	stop()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a leader still waited after the waits ended")
+	}
+}
+
+// Nothing expected: a settlement runs at once, alone.
+func TestBatcherLoneSettlementDoesNotWait(t *testing.T) {
+	b, q := lingerBatcher(context.Background())
+	answered(t, "the settlement", settleAsync(b, nil, 1))
+	if runs := q.runs(); len(runs) != 1 {
+		t.Fatalf("batches %v; want one", runs)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
