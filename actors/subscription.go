@@ -162,7 +162,10 @@ func Start(sys *actor.ActorSystem, name string, cfg Config) (*Subscription, erro
 	}
 	s.cfg = cfg
 	if bq, ok := cfg.Queue.(dialects.LeaseBatchQueue); ok && cfg.Form == dialects.FormLease && !cfg.Transactional {
-		s.batcher = settler.NewBatcher(s.waits, bq, batchMax, cfg.settleTimeout)
+		// FIFO groups and partition keys start a row once an earlier one settled: a
+		// leader waiting for more settlements would delay each of them.
+		linger := !cfg.FIFO && cfg.KeyOf == nil
+		s.batcher = settler.NewBatcher(s.waits, bq, batchMax, cfg.settleTimeout, linger)
 	}
 	pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &subscriptionActor{s: s, workers: cfg.Workers} },
 		actor.WithDispatcher(cfg.Dispatcher), actor.WithMailbox(newMailbox)), name)

@@ -46,7 +46,8 @@ type Batcher struct {
 	// backlog is how many claimed rows wait for a worker (SetBacklog): their
 	// settlements come too.
 	backlog int
-	// lingerFor is lingerMax (a test's own otherwise).
+	// lingerFor is lingerMax, or 0 when the batcher does not linger (a test's own
+	// otherwise).
 	lingerFor time.Duration
 }
 
@@ -130,7 +131,7 @@ func (b *Batcher) wakeLinger() {
 // settlement waits no longer than that for it; a lone row, with no handler running
 // beside it, does not wait.
 func (b *Batcher) linger() {
-	if b.coming() <= 0 || len(b.pending) >= b.max || b.waits.Err() != nil {
+	if b.lingerFor <= 0 || b.coming() <= 0 || len(b.pending) >= b.max || b.waits.Err() != nil {
 		return
 	}
 	wake := make(chan struct{})
@@ -181,8 +182,15 @@ func Batchable(step dialects.Step) bool {
 // whose row is held, queued or to come, is answered ErrClosed at once, its lease left to
 // run out (its token fences it). Batched statements, which wait for no row lock on
 // PostgreSQL and MariaDB, get stopGrace to end (statementCtx).
-func NewBatcher(waits context.Context, q dialects.LeaseBatchQueue, max int, timeout time.Duration) *Batcher {
-	b := &Batcher{q: q, timeout: timeout, max: max, waits: waits, lingerFor: lingerMax}
+//
+// With linger, a leader waits a little for the settlements its subscription expects
+// (Expect, SetBacklog). A subscription whose next row waits for a settlement (FIFO
+// groups, partition keys) must not linger: its rows would each wait the longest.
+func NewBatcher(waits context.Context, q dialects.LeaseBatchQueue, max int, timeout time.Duration, linger bool) *Batcher {
+	b := &Batcher{q: q, timeout: timeout, max: max, waits: waits}
+	if linger {
+		b.lingerFor = lingerMax
+	}
 	context.AfterFunc(waits, b.endWaits)
 	return b
 }

@@ -62,7 +62,7 @@ func (h *heldLease) isDone() bool {
 func TestBatcherEndsItsWaitsForLockedRows(t *testing.T) {
 	waits, stop := context.WithCancel(context.Background())
 	q := &lockedQueue{waiting: make(chan struct{}), cut: make(chan error, 1)}
-	b := NewBatcher(waits, q, 8, time.Minute)
+	b := NewBatcher(waits, q, 8, time.Minute, true)
 	step := dialects.Step{Kind: dialects.StepAck, Now: time.Now()}
 	leases := []*heldLease{{id: 1}, {id: 2}, {id: 3}}
 	errs := make(chan error, len(leases))
@@ -123,7 +123,7 @@ func (q *settlingQueue) SettleLeases(_ context.Context, _ dialects.StepKind, _ t
 // is its own (a room used twice is replaced, not reused).
 func TestBatcherAnswersEverySettlementOnceAcrossLeadHandOffs(t *testing.T) {
 	q := &settlingQueue{pause: slowBatch + 20*time.Millisecond, seen: map[int64]int{}}
-	b := NewBatcher(context.Background(), q, 4, time.Minute)
+	b := NewBatcher(context.Background(), q, 4, time.Minute, true)
 	step := dialects.Step{Kind: dialects.StepAck, Now: time.Now()}
 	const n = 24
 	rooms := make([]BatchRequest, n)
@@ -178,7 +178,7 @@ func (q *recordingQueue) runs() [][]int64 {
 // lingerBatcher is a batcher whose leader waits as long as settlements are coming.
 func lingerBatcher(waits context.Context) (*Batcher, *recordingQueue) {
 	q := &recordingQueue{}
-	b := NewBatcher(waits, q, 8, time.Minute)
+	b := NewBatcher(waits, q, 8, time.Minute, true)
 	b.lingerFor = time.Hour
 	return b, q
 }
@@ -268,5 +268,20 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A batcher made without linger (FIFO groups, partition keys) runs a settlement at once
+// even while others are expected.
+func TestBatcherWithoutLingerRunsAtOnce(t *testing.T) {
+	q := &recordingQueue{}
+	b := NewBatcher(context.Background(), q, 8, time.Minute, false)
+	var first, other BatchRequest
+	b.Expect(&first)
+	b.Expect(&other)
+	b.SetBacklog(3)
+	answered(t, "the settlement", settleAsync(b, &first, 1))
+	if runs := q.runs(); len(runs) != 1 || len(runs[0]) != 1 {
+		t.Fatalf("batches %v; want the row's own", runs)
 	}
 }
