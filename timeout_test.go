@@ -470,3 +470,54 @@ func TestTimeoutStatementInFlight(t *testing.T) {
 		}
 	}
 }
+
+// A handler that moves its deadline (Delivery.SetTimeout) as the deadline passes, and then
+// ignores its ended context, must still be given up on a grace after its deadline (Timeout:
+// "A handler still running a grace past its deadline is given up on"). Goroutines of the
+// handler that read its context (ctx.Err, as a driver does) make the race likely.
+func TestSetTimeoutAsTheDeadlinePassesKeepsTheGiveUp(t *testing.T) {
+	var drv driver
+	for _, d := range drivers {
+		if d.name == "sqlite" {
+			drv = d
+		}
+	}
+	const rows = 24
+	h := newHarness(t, drv, rowactor.FormLease, withError)
+	abandoned := make(chan int64, rows)
+	b := h.broker(rowactor.WithOnSettled(func(s rowactor.Settlement) {
+		if errors.Is(s.Err, rowactor.ErrAbandoned) {
+			abandoned <- s.ID
+		}
+	}))
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	h.subscribe(b, func(ctx context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		var wg sync.WaitGroup
+		for range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+				}
+			}()
+		}
+		for ctx.Err() == nil {
+			d.SetTimeout(time.Millisecond) // a heartbeat that keeps moving the deadline
+		}
+		wg.Wait()
+		<-stuck // then ignores its context
+		return rowactor.Ack()
+	}, rowactor.Lease(time.Hour), rowactor.Timeout(time.Second), rowactor.Workers(rows))
+	h.publish(b, rows)
+	got := map[int64]bool{}
+	timeout := time.After(8 * time.Second) // deadlines within ms of the start, a grace of 1 s
+	for len(got) < rows {
+		select {
+		case id := <-abandoned:
+			got[id] = true
+		case <-timeout:
+			t.Fatalf("%d of %d handlers that ignore their ended context were never given up on", rows-len(got), rows)
+		}
+	}
+}

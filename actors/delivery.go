@@ -114,6 +114,9 @@ type delivery struct {
 	batchReq settler.BatchRequest
 	// returned opens once the handler returned and its goroutine read the state.
 	returned latch
+	// taken says who decided the handler's start: run, which calls it, or the actor's
+	// stop before it began (stopUnstarted), which gives the row back.
+	taken atomic.Bool
 }
 
 // handledMsg tells the delivery actor its handler returned.
@@ -228,6 +231,10 @@ func (d *delivery) Receive(c actor.Context) {
 			return
 		}
 		d.settled = true
+		if d.dctx != nil && d.taken.CompareAndSwap(false, true) {
+			d.stopUnstarted(c)
+			return
+		}
 		if d.sub.cfg.Transactional && d.state.Load() == running {
 			d.awaitHandler()
 		}
@@ -303,6 +310,9 @@ func (d *delivery) arrive() {
 // (mailbox). A panic is an unsettled delivery; a return after the deadline is a
 // failure (lateOutcome).
 func (d *delivery) run() {
+	if !d.taken.CompareAndSwap(false, true) {
+		return // the actor stopped first and gave the row back (stopUnstarted)
+	}
 	if tx, ok := d.begin(); ok {
 		start := time.Now()
 		d.dctx.SetTimeout(d.sub.cfg.Timeout)
@@ -338,6 +348,19 @@ func (d *delivery) run() {
 	rr := d.stopResult
 	d.sub.report(Result{Row: d.claim.Row, Outcome: d.outcome, Step: dialects.StepRelease, Tag: d.tag,
 		Released: rr.Released, closed: rr.closed, Err: errors.Join(settler.ErrClosed, rr.Err)})
+}
+
+// stopUnstarted gives back the row of a delivery whose actor stops before its handler
+// began: the handler, which runs once the mailbox is idle, is not called, and the row
+// goes back unstarted, the attempt its claim counted with it.
+func (d *delivery) stopUnstarted(c actor.Context) {
+	d.dctx.Finish()
+	d.state.Store(released)
+	r := d.giveBack(d.sub.cfg.ctx)
+	r.Err = errors.Join(settler.ErrClosed, r.Err)
+	d.finishSpan(r, 0)
+	d.sub.report(r)
+	d.end(c, r)
 }
 
 // stopGrace is how long a stopping transactional delivery waits for its handler to

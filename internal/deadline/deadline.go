@@ -169,12 +169,16 @@ func (c *Context) Watch(grace func(timeout time.Duration) time.Duration, overrun
 }
 
 // SetTimeout sets the deadline to d from now, the watch to the grace after it; d <= 0
-// removes the deadline (and the watch). Once the Context ended (its deadline passed, its
-// parent ended) or finished, it changes nothing: an ended context never runs again.
+// removes the deadline (and the watch). Once the deadline passed or the handler finished,
+// it changes nothing. A Context that ended otherwise (Cancel, its parent) keeps its error
+// and never runs again, but its deadline and watch still move: a handler that ignores a
+// context cancelled before its deadline was set is still given up on.
 func (c *Context) SetTimeout(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err != nil || c.finished {
+	// expired, not only err: fire marks the deadline passed and arms the watch before it
+	// ends the Context, and a move in between would drop the watch.
+	if c.expired || c.finished {
 		return
 	}
 	c.timeout = d

@@ -436,3 +436,167 @@ func TestGroupForgetsContextsThatEnded(t *testing.T) {
 		t.Fatalf("the group lists %d contexts; want none", got)
 	}
 }
+
+// A SetTimeout that races the deadline's fire (the handler extends its deadline as it
+// passes) must not lose the watch: once the context ended by its deadline and the handler
+// never finished, the watch fires, once, a grace after the last deadline.
+//
+// Goroutines reading the context (Expired, as the runtime and handlers do) contend for
+// its lock, which puts sync.Mutex in starvation mode: fire's Unlock then hands the lock
+// straight to a waiting SetTimeout, before fire's own end() gets it.
+func TestWatchSurvivesASetTimeoutRacingTheDeadline(t *testing.T) {
+	const grace = 2 * time.Millisecond
+	const readers = 6
+	lost, twice, tried := 0, 0, 0
+	for tried < 100 {
+		tried++
+		c := New(context.Background())
+		o := &countOverruns{}
+		c.Watch(func(time.Duration) time.Duration { return grace }, o)
+		c.SetTimeout(time.Millisecond)
+		var wg sync.WaitGroup
+		for r := 0; r <= readers; r++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-c.Done():
+						return
+					default:
+					}
+					if r == 0 {
+						c.SetTimeout(time.Millisecond)
+					} else {
+						c.Expired()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		time.Sleep(20 * time.Millisecond) // a deadline at most 1ms ago, a grace of 2ms
+		if c.Err() != context.DeadlineExceeded {
+			t.Fatalf("Err %v", c.Err())
+		}
+		switch got := o.n.Load(); got {
+		case 1:
+		case 0:
+			time.Sleep(time.Second)
+			if o.n.Load() == 0 {
+				lost++
+			}
+		default:
+			twice++
+		}
+		c.Finish()
+	}
+	t.Logf("%d contexts tried", tried)
+	if lost > 0 || twice > 0 {
+		t.Fatalf("of %d contexts ended by their deadline, their handler unfinished: %d never had their watch fire, %d had it fire more than once", tried, lost, twice)
+	}
+}
+
+// endAll racing Init and Finish: every context ends, with the parent's error or with
+// Canceled (Finish), none stays in the list, and -race sees nothing.
+func TestGroupEndingRacesInitAndFinish(t *testing.T) {
+	for round := 0; round < 100; round++ {
+		parent, stop := context.WithCancelCause(context.Background())
+		g := NewGroup(parent)
+		const n = 16
+		cs := make([]Context, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				g.Init(&cs[i])
+				cs[i].Watch(func(time.Duration) time.Duration { return time.Millisecond }, &countOverruns{})
+				cs[i].SetTimeout(time.Duration(i%3) * time.Millisecond)
+				if i%2 == 0 {
+					cs[i].Finish()
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); stop(context.DeadlineExceeded) }()
+		wg.Wait()
+		for i := range cs {
+			select {
+			case <-cs[i].Done():
+			case <-time.After(2 * time.Second):
+				t.Fatalf("round %d: context %d never ended (Err %v)", round, i, cs[i].Err())
+			}
+			if e := cs[i].Err(); e != context.Canceled && e != context.DeadlineExceeded {
+				t.Fatalf("context %d: Err %v", i, e)
+			}
+		}
+		// end unlinks a context just after closing Done, on the goroutine that ended it.
+		for w := time.Now(); groupSize(g) != 0 && time.Since(w) < time.Second; {
+			time.Sleep(time.Millisecond)
+		}
+		if groupSize(g) != 0 {
+			t.Fatalf("round %d: the group lists %d contexts after all ended", round, groupSize(g))
+		}
+		for i := range cs {
+			cs[i].Finish()
+		}
+	}
+}
+
+// The watch fires once after a Cancel, and after the parent ended, for a handler that
+// ignores its context; moving the deadline before that moves the watch.
+func TestAdvWatchAfterCancelAndParentEnd(t *testing.T) {
+	for _, how := range []string{"cancel", "parent"} {
+		parent, stop := context.WithCancel(context.Background())
+		g := NewGroup(parent)
+		var c Context
+		g.Init(&c)
+		o := &countOverruns{}
+		c.Watch(func(time.Duration) time.Duration { return 20 * time.Millisecond }, o)
+		c.SetTimeout(10 * time.Millisecond)
+		c.SetTimeout(40 * time.Millisecond)
+		start := time.Now()
+		if how == "cancel" {
+			c.Cancel(context.Canceled)
+		} else {
+			stop()
+		}
+		<-c.Done()
+		for o.n.Load() == 0 && time.Since(start) < 2*time.Second {
+			time.Sleep(time.Millisecond)
+		}
+		took := time.Since(start)
+		time.Sleep(100 * time.Millisecond)
+		if o.n.Load() != 1 || took < 55*time.Millisecond {
+			t.Errorf("%s: watch fired %d times, after %v; want once, after ~60ms", how, o.n.Load(), took)
+		}
+		c.Finish()
+		stop()
+	}
+}
+
+// countOverruns counts its Overran calls.
+type countOverruns struct{ n atomic.Int32 }
+
+func (o *countOverruns) Overran() { o.n.Add(1) }
+
+// A handler whose context was cancelled before its deadline was set (a Cancel as it
+// starts) and that ignores it is still given up on: SetTimeout arms the watch.
+func TestWatchArmedAfterAnEarlyCancel(t *testing.T) {
+	c := New(context.Background())
+	o := &countOverruns{}
+	c.Watch(func(time.Duration) time.Duration { return time.Millisecond }, o)
+	c.Cancel(errors.New("cancelled as it started"))
+	c.SetTimeout(time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for o.n.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if o.n.Load() != 1 {
+		t.Fatalf("the watch fired %d times; want once", o.n.Load())
+	}
+	if !errors.Is(c.Err(), context.Canceled) {
+		t.Fatalf("Err %v; want the cancel's", c.Err())
+	}
+	c.Finish()
+}
