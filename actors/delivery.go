@@ -227,39 +227,46 @@ func (d *delivery) Receive(c actor.Context) {
 		d.end(c, r)
 		c.Stop(c.Self())
 	case *actor.Stopping:
-		if d.settled {
-			return
-		}
-		d.settled = true
-		if d.dctx != nil && d.taken.CompareAndSwap(false, true) {
-			d.stopUnstarted(c)
-			return
-		}
-		if d.sub.cfg.Transactional && d.state.Load() == running {
-			d.awaitHandler()
-		}
-		// Stopped before settling: the handler still runs, or its outcome came too late.
-		if d.state.CompareAndSwap(running, released) {
-			d.finishSpan(Result{Step: dialects.StepRelease, Err: settler.ErrClosed}, 0)
-			d.stopRunning()
-			d.end(c, d.stopResult)
-			return
-		}
-		var r Result
-		if d.beginErr != nil && d.panic == nil {
-			r = d.giveBack(d.sub.cfg.ctx) // its handler never started: the attempt goes back too
-		} else {
-			r = d.release(d.outcome)
-		}
-		if r.Err == nil {
-			r.Err = settler.ErrClosed
-		} else if !errors.Is(r.Err, settler.ErrClosed) {
-			r.Err = errors.Join(settler.ErrClosed, r.Err) // a release that failed says so
-		}
-		d.finishSpan(r, d.handlerTook)
-		d.sub.report(r)
-		d.end(c, r)
+		d.onStopping(c)
 	}
+}
+
+// onStopping settles what a stop leaves: a delivery not yet settled gives its row back,
+// its handler not started (stopUnstarted), still running (stopRunning), or returned with
+// an outcome that came too late.
+func (d *delivery) onStopping(c actor.Context) {
+	if d.settled {
+		return
+	}
+	d.settled = true
+	if d.dctx != nil && d.taken.CompareAndSwap(false, true) {
+		d.stopUnstarted(c)
+		return
+	}
+	if d.sub.cfg.Transactional && d.state.Load() == running {
+		d.awaitHandler()
+	}
+	// Stopped before settling: the handler still runs, or its outcome came too late.
+	if d.state.CompareAndSwap(running, released) {
+		d.finishSpan(Result{Step: dialects.StepRelease, Err: settler.ErrClosed}, 0)
+		d.stopRunning()
+		d.end(c, d.stopResult)
+		return
+	}
+	var r Result
+	if d.beginErr != nil && d.panic == nil {
+		r = d.giveBack(d.sub.cfg.ctx) // its handler never started: the attempt goes back too
+	} else {
+		r = d.release(d.outcome)
+	}
+	if r.Err == nil {
+		r.Err = settler.ErrClosed
+	} else if !errors.Is(r.Err, settler.ErrClosed) {
+		r.Err = errors.Join(settler.ErrClosed, r.Err) // a release that failed says so
+	}
+	d.finishSpan(r, d.handlerTook)
+	d.sub.report(r)
+	d.end(c, r)
 }
 
 // freesWorkerEarly says whether the delivery gives its worker back as its handler returns,
