@@ -7,8 +7,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// mailbox is the mailbox of rowactor's busiest actors: each delivery actor's, lived in
-// the delivery itself, and each subscription actor's.
+// mailbox is the mailbox of rowactor's busiest actors: each delivery actor's, which
+// lives in the delivery itself, and each subscription actor's.
 //
 // A delivery actor gets a handful of messages in its life (Started, its handler's
 // result, Stop, perhaps an overrun or a cancel), so the queues start as small arrays
@@ -23,7 +23,9 @@ import (
 // another:
 //   - runHandler: the delivery's handler runs on the goroutine that processed Started,
 //     once the mailbox is idle, so the handler never runs inside the mailbox: a message
-//     that comes meanwhile (an overrun, a Stop) is processed on another goroutine.
+//     that comes meanwhile (an overrun, a Stop) is processed on another goroutine. A
+//     Stop processed before the handler began takes the delivery first, and the handler
+//     is not called (delivery.taken).
 //   - postHere: the handler's result is processed on the handler's goroutine when the
 //     mailbox is idle, instead of being scheduled onto another one.
 type mailbox struct {
