@@ -20,8 +20,17 @@ type Retainer interface {
 	// No statement waits for a row lock. The lock and the deletes share the session, so
 	// a round whose session ends, killed or with its process dead, deletes no more. A
 	// limit of 0 checks the description against the live table and takes no lock.
+	//
+	// When ctx ends the round ends with its current statement, which runs on for at most
+	// RoundGrace, and the lock is released on its healthy connection: a process asking
+	// right after finds it free. Cutting the statement would close the connection, and
+	// the server frees a session lock only once it notices.
 	RetainRound(ctx context.Context, t Table, lock string, before time.Time, limit int) (deleted int64, led bool, err error)
 }
+
+// RoundGrace bounds how long a retention round's statement runs on after the round's
+// context ends (Retainer).
+const RoundGrace = 5 * time.Second
 
 // LockKey is the advisory key a round of lock is held under, apart from the keys of the
 // advisory form's rows.

@@ -109,8 +109,8 @@ func (d *Dialect) round(ctx context.Context, t dialects.Table, lock string, limi
 	// cancelled statement by closing its socket, and the server frees the lock only when
 	// it notices, so a process asking for the lock right after Stop would find it held.
 	// The loop checks ctx between statements instead; a statement hanging past
-	// roundGrace after ctx ends is cut all the same.
-	sctx, stop := deadline.Outlive(ctx, roundGrace)
+	// dialects.RoundGrace after ctx ends is cut all the same.
+	sctx, stop := deadline.Outlive(ctx, dialects.RoundGrace)
 	defer stop()
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(sctx, lockOf, lockKey(lock)...).Scan(&got); err != nil {
@@ -212,7 +212,3 @@ func deleteLocked(ctx, sctx context.Context, tx *sql.Tx, t dialects.Table, pick 
 	}
 	return deleted, nil
 }
-
-// roundGrace bounds how long a retention round's statement may run on after its
-// context ends.
-const roundGrace = 5 * time.Second

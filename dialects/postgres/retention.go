@@ -92,9 +92,9 @@ func (d *Dialect) round(ctx context.Context, t dialects.Table, lock string, limi
 	// The statements run on a context the caller's end does not cut: pgx ends a cancelled
 	// statement by closing its connection, and the server frees the key only when it
 	// notices, so a process asking for the key right after Stop could find it held. The
-	// loop checks ctx between statements instead; a statement hanging past roundGrace
-	// after ctx ends is cut all the same.
-	sctx, stop := deadline.Outlive(ctx, roundGrace)
+	// loop checks ctx between statements instead; a statement hanging past
+	// dialects.RoundGrace after ctx ends is cut all the same.
+	sctx, stop := deadline.Outlive(ctx, dialects.RoundGrace)
 	defer stop()
 	key := dialects.LockKey(lock)
 	var ok bool
@@ -133,7 +133,3 @@ func (d *Dialect) round(ctx context.Context, t dialects.Table, lock string, limi
 	}
 	return deleted, true, nil
 }
-
-// roundGrace bounds how long a retention round's statement may run on after its
-// context ends.
-const roundGrace = 5 * time.Second
