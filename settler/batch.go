@@ -130,6 +130,11 @@ func (b *Batcher) wakeLinger() {
 // batch then takes many rows in one statement and one commit instead of a few. A
 // settlement waits no longer than that for it; a lone row, with no handler running
 // beside it, does not wait.
+//
+// What it must not break: the leader holds no pool connection and no worker while it
+// waits (workers are given back before the settlement), so claims, and a free worker's
+// due row, never wait for it; every Expect ends exactly once (Settle or Arrive), or
+// leaders would wait lingerMax on every batch.
 func (b *Batcher) linger() {
 	if b.lingerFor <= 0 || b.coming() <= 0 || len(b.pending) >= b.max || b.waits.Err() != nil {
 		return
