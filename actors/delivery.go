@@ -41,6 +41,13 @@ type Result struct {
 	Tag any
 }
 
+// Who gives a delivery's worker back (delivery.worker).
+const (
+	workerHeld uint32 = iota
+	workerFreed
+	workerKept
+)
+
 // delivery states, moved by compare-and-swap between the handler goroutine and the actor.
 const (
 	running   uint32 = iota
@@ -78,8 +85,10 @@ type delivery struct {
 	span        trace.Span
 	spanCtx     context.Context
 	handlerTook time.Duration
-	// workerFreed: the worker was given back before the settlement (workerFreeMsg).
-	workerFreed bool
+	// worker says who gives the delivery's worker back: nobody yet (workerHeld); the
+	// delivery, before its settlement (workerFreed: workerFreeMsg); or its settled note
+	// (workerKept). The handler's goroutine and a stop may race for it (freeWorker, end).
+	worker atomic.Uint32
 	// spawned is when the delivery took its worker, and workTook how long it kept it:
 	// the subscription sizes its waiting room from it (room.go), if roomGen, the room's
 	// generation when the row was claimed, is still the room's.
@@ -209,10 +218,9 @@ func (d *delivery) Receive(c actor.Context) {
 			d.sub.poison.Settling(d.claim.Row.ID)
 			defer d.sub.poison.Settled(d.claim.Row.ID) // should the settlement panic
 		}
-		if d.freesWorkerEarly() {
+		if d.freesWorkerEarly() && d.worker.CompareAndSwap(workerHeld, workerFreed) {
 			d.workTook = time.Since(d.spawned)
 			c.Send(c.Parent(), workerFreeMsg{d})
-			d.workerFreed = true
 		}
 		r := d.settleTraced()
 		d.sub.notePoison(r)
@@ -296,12 +304,13 @@ func (d *delivery) end(c actor.Context, r Result) {
 	// A custom event may have returned its row or not: one claim finds out.
 	freed := r.Step == dialects.StepRetry || r.Step == dialects.StepRelease || r.Step == dialects.StepCustom ||
 		d.sub.cfg.Form == dialects.FormAdvisory
-	if !d.workerFreed && d.state.Load() == handled {
+	workerFreed := !d.worker.CompareAndSwap(workerHeld, workerKept)
+	if !workerFreed && d.state.Load() == handled {
 		d.workTook = time.Since(d.spawned)
 	}
 	// The note lives in the delivery, which ends here: sending its address costs no
 	// allocation.
-	d.note = settledMsg{d: d, freed: freed, workerFreed: d.workerFreed, keyed: d.keyed, key: d.key,
+	d.note = settledMsg{d: d, freed: freed, workerFreed: workerFreed, keyed: d.keyed, key: d.key,
 		handled: !d.releaseOnly && d.cancelOnly == nil}
 	c.Send(c.Parent(), &d.note)
 }
@@ -313,10 +322,10 @@ func (d *delivery) arrive() {
 	}
 }
 
-// run calls the handler outside the mailbox, on the goroutine that processed Started
+// run calls the handler outside the mailbox, on the goroutine w that processed Started
 // (mailbox). A panic is an unsettled delivery; a return after the deadline is a
 // failure (lateOutcome).
-func (d *delivery) run() {
+func (d *delivery) run(w *worker) {
 	if !d.taken.CompareAndSwap(false, true) {
 		return // the actor stopped first and gave the row back (stopUnstarted)
 	}
@@ -339,7 +348,9 @@ func (d *delivery) run() {
 	won := d.state.CompareAndSwap(running, handled)
 	d.returned.open()
 	if won {
-		d.mb.postHere(handledMsg{})
+		if !d.freeWorkerHere(w) {
+			d.mb.postHere(handledMsg{})
+		}
 		return
 	}
 	if d.state.Load() == abandoned {
@@ -355,6 +366,29 @@ func (d *delivery) run() {
 	rr := d.stopResult
 	d.sub.report(Result{Row: d.claim.Row, Outcome: d.outcome, Step: dialects.StepRelease, Tag: d.tag,
 		Released: rr.Released, closed: rr.closed, Err: errors.Join(settler.ErrClosed, rr.Err)})
+}
+
+// freeWorkerHere gives the worker back as the handler returns, and when the subscription
+// actor was idle, its next step runs on this goroutine (w), the settlement on another:
+// the worker then goes to the next row without a hand-off between goroutines, and with
+// one worker the next row's handler starts here as well (mailbox.deferStart). A
+// hand-off is paid either way; this way it is not between one handler and the next. It
+// reports whether the settlement went elsewhere.
+//
+// Only a batched settlement goes elsewhere: it waits for its batch anyway. One of its
+// own (advisory, row lock) is SQL the next claim would meet head on: on SQLite that
+// claim, started sooner, ran beside the settlement's write and cost more (advisory
+// form, one worker: 7,200 → 6,300 rows/s, CPU 157 → 191 µs per row).
+func (d *delivery) freeWorkerHere(w *worker) bool {
+	if w == nil || d.sub.batcher == nil || !d.worker.CompareAndSwap(workerHeld, workerFreed) {
+		return false // a stop that came as the handler returned settles the worker (end)
+	}
+	d.workTook = time.Since(d.spawned)
+	if !d.sub.mb.postNext(workerFreeMsg{d}, w) {
+		return false // the subscription actor runs elsewhere: this goroutine settles
+	}
+	d.mb.PostUserMessage(handledMsg{})
+	return true
 }
 
 // stopUnstarted gives back the row of a delivery whose actor stops before its handler

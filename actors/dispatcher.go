@@ -33,11 +33,26 @@ func NewDispatcher(idle time.Duration) *Dispatcher {
 
 // task is work for the dispatcher. A mailbox that is one runs without the closure a
 // func costs each time it is scheduled.
-type task interface{ runTask() }
+type task interface{ runTask(w *worker) }
 
 type funcTask func()
 
-func (f funcTask) runTask() { f() }
+func (f funcTask) runTask(*worker) { f() }
+
+// worker is what one of the dispatcher's goroutines keeps for itself: next is work a
+// task left for this goroutine to run once the task returns, instead of handing it to
+// another goroutine (which costs a wake-up) or calling it from inside the task (which
+// would nest one call in the next without end). See mailbox.deferStart and
+// mailbox.postNext.
+type worker struct{ next task }
+
+// run runs t, then the work it left, in turn.
+func (w *worker) run(t task) {
+	for t != nil {
+		t.runTask(w)
+		t, w.next = w.next, nil
+	}
+}
 
 // Schedule runs fn on an idle goroutine, or on a new one.
 func (d *Dispatcher) Schedule(fn func()) { d.schedule(funcTask(fn)) }
@@ -57,13 +72,14 @@ func (d *Dispatcher) loop(first task) {
 	id := goroutineID()
 	d.mine.Store(id, struct{}{})
 	defer d.mine.Delete(id)
-	first.runTask()
+	w := new(worker)
+	w.run(first)
 	t := time.NewTimer(d.idle)
 	defer t.Stop()
 	for {
 		select {
 		case next := <-d.work:
-			next.runTask()
+			w.run(next)
 			t.Reset(d.idle)
 		case <-t.C:
 			return

@@ -106,6 +106,10 @@ type Subscription struct {
 	waits     context.Context
 	stopWaits context.CancelFunc
 
+	// mb is the subscription actor's mailbox, where its deliveries' first runs may wait
+	// (mailbox.deferStart).
+	mb mailbox
+
 	// batcher gathers the lease form's acks and releases (nil when the queue cannot
 	// batch, and in transactional mode).
 	batcher *settler.Batcher
@@ -168,7 +172,7 @@ func Start(sys *actor.ActorSystem, name string, cfg Config) (*Subscription, erro
 		s.batcher = settler.NewBatcher(s.waits, bq, batchMax, cfg.settleTimeout, linger)
 	}
 	pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &subscriptionActor{s: s, workers: cfg.Workers} },
-		actor.WithDispatcher(cfg.Dispatcher), actor.WithMailbox(newMailbox)), name)
+		actor.WithDispatcher(cfg.Dispatcher), actor.WithMailbox(func() actor.Mailbox { return &s.mb })), name)
 	if err != nil {
 		s.stopStatements()
 		s.stopHandlers()
@@ -952,7 +956,7 @@ func (a *subscriptionActor) start(c actor.Context, cl claimer.Claim, releaseOnly
 func (a *subscriptionActor) spawnDelivery(c actor.Context, d *delivery) {
 	cfg := &a.s.cfg
 	if d.releaseOnly || d.cancelOnly != nil {
-		d.workerFreed = true // it never took a worker
+		d.worker.Store(workerFreed) // it never took a worker
 	} else {
 		// In the book from here: a Cancel finds the row in the backlog or here, never
 		// between the two.
@@ -987,7 +991,10 @@ func (a *subscriptionActor) spawnDelivery(c actor.Context, d *delivery) {
 		}))
 	}
 	a.spawning = d
-	c.Spawn(a.deliveryProps)
+	if !d.releaseOnly && d.cancelOnly == nil {
+		a.s.mb.deferStart(&d.mb)
+	}
+	c.Spawn(a.deliveryProps) // posts Started, which takes startOn
 }
 
 // waitRoom is how many claimed rows may wait beyond the workers: Prefetch's, and with
