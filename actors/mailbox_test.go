@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -55,7 +56,7 @@ func (d *manualDispatcher) runAll() {
 
 type runFunc func()
 
-func (f runFunc) run() { f() }
+func (f runFunc) run(*worker) { f() }
 
 func TestDeliveryMailboxRunsSystemMessagesFirstAndSchedulesOnce(t *testing.T) {
 	var log invokerLog
@@ -191,5 +192,163 @@ func TestLatchOpensForWaitersBeforeAndAfter(t *testing.T) {
 	case <-late.wait():
 	default:
 		t.Fatal("a latch opened before anyone waited does not read open")
+	}
+}
+
+// TestSpawnedDeliveryStartsOnTheSpawningGoroutine: a delivery spawned while its parent's
+// mailbox runs starts on the parent's goroutine once the parent's message is done, not
+// inside it and not on another goroutine.
+func TestSpawnedDeliveryStartsOnTheSpawningGoroutine(t *testing.T) {
+	disp := NewDispatcher(time.Second)
+	defer disp.Close()
+	var parent, child mailbox
+	var childLog invokerLog
+	child.RegisterHandlers(&childLog, disp)
+	parentDone := make(chan uint64, 1)
+	childRan := make(chan [2]uint64, 1)
+	var inParent bool
+	var mu sync.Mutex
+	childLog.onMessage = func(any) {
+		mu.Lock()
+		during := inParent
+		mu.Unlock()
+		var d uint64
+		if during {
+			d = 1
+		}
+		childRan <- [2]uint64{goroutineID(), d}
+	}
+	parentLog := &invokerLog{onMessage: func(any) {
+		mu.Lock()
+		inParent = true
+		mu.Unlock()
+		parent.deferStart(&child)
+		child.PostSystemMessage("started") // as Spawn does
+		mu.Lock()
+		inParent = false
+		mu.Unlock()
+		parentDone <- goroutineID()
+	}}
+	parent.RegisterHandlers(parentLog, disp)
+	parent.PostUserMessage("spawn")
+	g := <-parentDone
+	select {
+	case got := <-childRan:
+		if got[1] == 1 {
+			t.Fatal("the child ran inside its parent's message")
+		}
+		if got[0] != g {
+			t.Fatalf("the child ran on goroutine %d; its parent on %d", got[0], g)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the child never ran")
+	}
+}
+
+// TestSpawnedDeliveryDoesNotWaitBehindTheParentsNextMessage: when another message waits
+// in the parent's mailbox, the child is handed to another goroutine at once. The
+// parent's next message here waits for the child: were the child held back for the
+// parent's goroutine, neither would ever run.
+func TestSpawnedDeliveryDoesNotWaitBehindTheParentsNextMessage(t *testing.T) {
+	disp := NewDispatcher(time.Second)
+	defer disp.Close()
+	var parent, child mailbox
+	childRan := make(chan struct{})
+	child.RegisterHandlers(&invokerLog{onMessage: func(any) { close(childRan) }}, disp)
+	released := make(chan struct{})
+	parent.RegisterHandlers(&invokerLog{onMessage: func(msg any) {
+		switch msg {
+		case "spawn":
+			parent.PostUserMessage("wait for the child")
+			parent.deferStart(&child)
+			child.PostSystemMessage("started")
+		case "wait for the child":
+			select {
+			case <-childRan:
+				close(released)
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}}, disp)
+	parent.PostUserMessage("spawn")
+	select {
+	case <-released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the child waited behind its parent's next message")
+	}
+}
+
+// TestDispatcherRunsChainedWorkWithoutNesting: work a task leaves for its goroutine
+// (worker.next) runs after the task returns, so a chain of any length keeps the stack
+// flat: a subscription and its deliveries pass one goroutine back and forth for as many
+// rows as the queue holds.
+func TestDispatcherRunsChainedWorkWithoutNesting(t *testing.T) {
+	disp := NewDispatcher(time.Second)
+	defer disp.Close()
+	const n = 10000
+	var frames [64]uintptr
+	first, deepest, ran := 0, 0, 0
+	done := make(chan struct{})
+	var step chainTask
+	step = func(w *worker) {
+		depth := runtime.Callers(1, frames[:])
+		if ran == 0 {
+			first = depth
+		}
+		deepest = max(deepest, depth)
+		ran++
+		if ran < n {
+			w.next = step
+		} else {
+			close(done)
+		}
+	}
+	disp.schedule(step)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("ran %d of %d chained tasks", ran, n)
+	}
+	if deepest != first {
+		t.Fatalf("the stack grew from %d to %d frames over the chain; want it flat", first, deepest)
+	}
+}
+
+type chainTask func(w *worker)
+
+func (f chainTask) runTask(w *worker) { f(w) }
+
+// TestPostNextRunsAnIdleMailboxOnTheCallersGoroutineNext: a worker's return posted from
+// the handler's goroutine runs the idle subscription there, after the caller's task; a
+// busy one only gets the message.
+func TestPostNextRunsAnIdleMailboxOnTheCallersGoroutineNext(t *testing.T) {
+	disp := &manualDispatcher{}
+	var m mailbox
+	var log invokerLog
+	m.RegisterHandlers(&log, disp)
+	w := new(worker)
+	if !m.postNext("free", w) || w.next != &m {
+		t.Fatalf("an idle mailbox was not left to the caller (next %v)", w.next)
+	}
+	if m.postNext("free again", w) || len(disp.queued) != 0 {
+		t.Fatal("a second post to a mailbox already left to the caller scheduled it")
+	}
+	w.run(nil)
+	if len(log.messages()) != 0 {
+		t.Fatal("worker.run(nil) ran something")
+	}
+	next := w.next
+	w.next = nil
+	w.run(next)
+	if got := log.messages(); len(got) != 2 || got[0] != "free" || got[1] != "free again" {
+		t.Fatalf("processed %v; want [free, free again]", got)
+	}
+	// A busy caller's goroutine (next taken) hands the mailbox to the dispatcher.
+	w.next = chainTask(func(*worker) {})
+	if m.postNext("busy", w) {
+		t.Fatal("the mailbox was left to a goroutine with other work next")
+	}
+	if len(disp.queued) != 1 {
+		t.Fatalf("%d schedules; want 1", len(disp.queued))
 	}
 }
