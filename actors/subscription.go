@@ -365,6 +365,9 @@ type subscriptionActor struct {
 	failing int // claims failed in a row, for the log line when they succeed again
 	// room sizes the rows that wait for a worker (AutoPrefetch).
 	room roomSizer
+	// kept holds the advisory candidates read and not tried, for the claimers' next
+	// claims (nil: none are kept).
+	kept *claimer.Kept
 	// deliveryProps spawns every delivery actor; spawning is the delivery its producer
 	// hands over (spawnDelivery).
 	deliveryProps *actor.Props
@@ -455,6 +458,9 @@ func (a *subscriptionActor) onStarted(c actor.Context) {
 			Queue: cfg.Queue.(dialects.LeaseQueue), Book: cfg.book, Lease: cfg.Lease, Now: cfg.Now, Log: cfg.Log, Ctx: a.s.cfg.ctx, Waits: a.s.waits,
 			Dispatcher: cfg.Dispatcher,
 			OnRound:    func(extended, lost int, _ error) { cfg.Telemetry.Renewed(cfg.ctx, extended, lost) }}))
+	}
+	if cfg.Form == dialects.FormAdvisory && !cfg.FIFO && cfg.KeyOf == nil {
+		a.kept = new(claimer.Kept) // claims that follow claim order to the row read afresh
 	}
 	a.due, a.probing = true, true
 	if cfg.IdlePoll == nil {
@@ -818,7 +824,8 @@ func (a *subscriptionActor) claimerFor(c actor.Context) *actor.PID {
 	cfg := &a.s.cfg
 	pid := c.Spawn(claimer.Props(claimer.Config{Queue: cfg.Queue, Form: cfg.Form, Lease: cfg.Lease, Now: cfg.Now, Ctx: a.s.cfg.ctx,
 		Timeout: cfg.settleTimeout, Handoff: a.s.handoff,
-		Dispatcher: cfg.Dispatcher, Transactional: cfg.Transactional, Poison: a.s.poison}))
+		Dispatcher: cfg.Dispatcher, Transactional: cfg.Transactional, Poison: a.s.poison,
+		Kept: a.kept}))
 	a.claimers = append(a.claimers, pid)
 	return pid
 }

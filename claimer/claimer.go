@@ -101,6 +101,9 @@ type Config struct {
 	// Poison is the subscription's record of the rows it sets aside, shared by its
 	// claimers; nil sets rows aside without a dead letter or a retry_after column.
 	Poison *Poison
+	// Kept (advisory form), when set, keeps the candidates a claim read and did not try
+	// for the next claims of the subscription's claimers, for a short while (kept.go).
+	Kept *Kept
 }
 
 // Props returns the props of a claimer actor.
@@ -244,63 +247,87 @@ func (c *claimer) claimLeases(q dialects.LeaseQueue, now time.Time, limit int) (
 	return claims, nil
 }
 
-// claimAdvisory selects candidates, locks each key without waiting on a session of its
-// own, and takes the row only if it is still claimable. A key held elsewhere, or a row
-// settled meanwhile, is passed over and its session ended.
+// claimAdvisory takes up to limit rows: for each candidate it locks the key without
+// waiting, on a session of its own, and takes the row only if it is still claimable. A
+// key held elsewhere, or a row settled meanwhile, is passed over and its session ended.
+// Candidates kept from an earlier read come first (Config.Kept): with fast handlers a
+// claim of one row then seldom pays a read of its own.
 func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit, scan, offset int) ([]Claim, error) {
-	ctx := c.ctx
-	// Rows set aside in memory are passed over: read as many more candidates.
-	cands, err := q.Candidates(ctx, now, scan+min(c.cfg.Poison.skips(), maxSkipScan))
-	if err != nil {
-		return nil, fmt.Errorf("advisory candidates: %w", err)
+	claims := make([]Claim, 0, limit)
+	taken := make(map[string]struct{}, limit)
+	for len(claims) < limit {
+		cand, ok := c.cfg.Kept.take(c.cfg.Poison)
+		if !ok {
+			break
+		}
+		var err error
+		if claims, err = c.tryCandidate(q, now, cand, claims, taken); err != nil {
+			return claims, err
+		}
 	}
+	if len(claims) == limit {
+		return claims, nil
+	}
+	// Rows set aside in memory are passed over: read as many more candidates.
+	cands, err := q.Candidates(c.ctx, now, c.cfg.Kept.read(scan)+min(c.cfg.Poison.skips(), maxSkipScan))
+	if err != nil {
+		return claims, fmt.Errorf("advisory candidates: %w", err)
+	}
+	read := time.Now()
 	cands = slices.DeleteFunc(cands, func(cand dialects.Candidate) bool { return c.cfg.Poison.isSkipped(cand.ID) })
 	if n := len(cands); n > 1 && offset%n != 0 {
 		cands = append(cands[offset%n:], cands[:offset%n]...)
 	}
-	claims := make([]Claim, 0, min(len(cands), limit))
-	taken := make(map[string]struct{}, len(cands))
-	for _, cand := range cands {
-		if len(claims) == limit {
-			break
+	i := 0
+	for ; i < len(cands) && len(claims) < limit; i++ {
+		if claims, err = c.tryCandidate(q, now, cands[i], claims, taken); err != nil {
+			return claims, err
 		}
-		if _, dup := taken[cand.Key]; dup {
-			continue
-		}
-		s, err := q.Session(ctx)
-		if err != nil {
-			return claims, fmt.Errorf("advisory session: %w", err)
-		}
-		locked, err := s.TryLock(ctx, cand.Key)
-		if err != nil || !locked {
-			_, uerr := s.Unlock(ctx)
-			if err != nil || uerr != nil {
-				return claims, fmt.Errorf("advisory lock of key %q: %w", cand.Key, errors.Join(err, uerr))
-			}
-			continue
-		}
-		row, ok, err := s.Take(ctx, cand.ID, now)
-		if err != nil || !ok {
-			_, uerr := s.Unlock(ctx)
-			if err != nil || uerr != nil {
-				return claims, fmt.Errorf("advisory take of row %d: %w", cand.ID, errors.Join(err, uerr))
-			}
-			continue
-		}
-		row.Key = cand.Key
-		if c.asideTaken(s, row) {
-			continue
-		}
-		if c.cfg.Transactional {
-			// The delivery's transaction outlives the claim: on SQLite, database/sql rolls a
-			// transaction back when its opening context ends.
-			if err := beginOn(c.cfg.Ctx, s); err != nil {
-				_ = s.Abort(ctx)
-				return claims, fmt.Errorf("advisory take of row %d: %w", cand.ID, err)
-			}
-		}
-		taken[cand.Key] = struct{}{}
-		claims = append(claims, Claim{Row: row, Session: s})
 	}
+	c.cfg.Kept.keep(cands[i:], taken, read)
 	return claims, nil
+}
+
+// tryCandidate locks cand's key on a session of its own and takes its row, unless the
+// claim took a row of that key already; the claim's rows are returned with it.
+func (c *claimer) tryCandidate(q dialects.AdvisoryQueue, now time.Time, cand dialects.Candidate,
+	claims []Claim, taken map[string]struct{}) ([]Claim, error) {
+	ctx := c.ctx
+	if _, dup := taken[cand.Key]; dup {
+		return claims, nil
+	}
+	s, err := q.Session(ctx)
+	if err != nil {
+		return claims, fmt.Errorf("advisory session: %w", err)
+	}
+	locked, err := s.TryLock(ctx, cand.Key)
+	if err != nil || !locked {
+		_, uerr := s.Unlock(ctx)
+		if err != nil || uerr != nil {
+			return claims, fmt.Errorf("advisory lock of key %q: %w", cand.Key, errors.Join(err, uerr))
+		}
+		return claims, nil
+	}
+	row, ok, err := s.Take(ctx, cand.ID, now)
+	if err != nil || !ok {
+		_, uerr := s.Unlock(ctx)
+		if err != nil || uerr != nil {
+			return claims, fmt.Errorf("advisory take of row %d: %w", cand.ID, errors.Join(err, uerr))
+		}
+		return claims, nil
+	}
+	row.Key = cand.Key
+	if c.asideTaken(s, row) {
+		return claims, nil
+	}
+	if c.cfg.Transactional {
+		// The delivery's transaction outlives the claim: on SQLite, database/sql rolls a
+		// transaction back when its opening context ends.
+		if err := beginOn(c.cfg.Ctx, s); err != nil {
+			_ = s.Abort(ctx)
+			return claims, fmt.Errorf("advisory take of row %d: %w", cand.ID, err)
+		}
+	}
+	taken[cand.Key] = struct{}{}
+	return append(claims, Claim{Row: row, Session: s}), nil
 }
