@@ -56,8 +56,6 @@ type mailbox struct {
 
 var _ actor.Mailbox = (*mailbox)(nil)
 
-// newMailbox is an actor.MailboxProducer of mailboxes.
-func newMailbox() actor.Mailbox { return new(mailbox) }
 
 func (m *mailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
 	m.invoker, m.dispatcher = invoker, dispatcher
