@@ -255,14 +255,20 @@ func (c *claimer) claimLeases(q dialects.LeaseQueue, now time.Time, limit int) (
 func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit, scan, offset int) ([]Claim, error) {
 	claims := make([]Claim, 0, limit)
 	taken := make(map[string]struct{}, limit)
+	// passed holds the keys found held elsewhere: their later rows are passed over too,
+	// so that a key's rows are tried in the order read.
+	passed := make(map[string]struct{})
 	for len(claims) < limit {
 		cand, ok := c.cfg.Kept.take(c.cfg.Poison)
 		if !ok {
 			break
 		}
 		var err error
-		if claims, err = c.tryCandidate(q, now, cand, claims, taken); err != nil {
+		if claims, err = c.tryCandidate(q, now, cand, claims, taken, passed); err != nil {
 			return claims, err
+		}
+		if _, held := passed[cand.Key]; held {
+			c.cfg.Kept.drop(cand.Key)
 		}
 	}
 	if len(claims) == limit {
@@ -280,20 +286,24 @@ func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit, 
 	}
 	i := 0
 	for ; i < len(cands) && len(claims) < limit; i++ {
-		if claims, err = c.tryCandidate(q, now, cands[i], claims, taken); err != nil {
+		if claims, err = c.tryCandidate(q, now, cands[i], claims, taken, passed); err != nil {
 			return claims, err
 		}
 	}
-	c.cfg.Kept.keep(cands[i:], taken, read)
+	c.cfg.Kept.keep(cands[i:], taken, passed, read)
 	return claims, nil
 }
 
 // tryCandidate locks cand's key on a session of its own and takes its row, unless the
-// claim took a row of that key already; the claim's rows are returned with it.
+// claim took a row of that key already or found it held elsewhere (passed, where a key
+// found held goes); the claim's rows are returned with it.
 func (c *claimer) tryCandidate(q dialects.AdvisoryQueue, now time.Time, cand dialects.Candidate,
-	claims []Claim, taken map[string]struct{}) ([]Claim, error) {
+	claims []Claim, taken, passed map[string]struct{}) ([]Claim, error) {
 	ctx := c.ctx
 	if _, dup := taken[cand.Key]; dup {
+		return claims, nil
+	}
+	if _, held := passed[cand.Key]; held {
 		return claims, nil
 	}
 	s, err := q.Session(ctx)
@@ -306,6 +316,7 @@ func (c *claimer) tryCandidate(q dialects.AdvisoryQueue, now time.Time, cand dia
 		if err != nil || uerr != nil {
 			return claims, fmt.Errorf("advisory lock of key %q: %w", cand.Key, errors.Join(err, uerr))
 		}
+		passed[cand.Key] = struct{}{}
 		return claims, nil
 	}
 	row, ok, err := s.Take(ctx, cand.ID, now)

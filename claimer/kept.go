@@ -16,9 +16,10 @@ import (
 // claimers, so that claims side by side take different candidates.
 //
 // What it must not break:
-//   - Claim order, as far as a read gives it: candidates are taken in the order read,
-//     and a subscription whose claims must follow it to the row (FIFO groups,
-//     partition keys) keeps none (no Kept).
+//   - Claim order, as far as a read gives it: candidates are taken in the order read;
+//     a key found held elsewhere has its later rows dropped, so they cannot go ahead
+//     of the row passed over once the key is free; and a subscription whose claims
+//     must follow claim order to the row (FIFO groups, partition keys) keeps none.
 //   - A free worker gets a due row within a poll: candidates serve for keptFor at most,
 //     so a row that became due after the read (published, or behind a key that was
 //     unlocked) waits that long at most; and a claim the kept candidates did not fill
@@ -74,13 +75,29 @@ func (k *Kept) take(p *Poison) (dialects.Candidate, bool) {
 }
 
 // keep replaces the kept candidates with cands, read at read, but for the keys the claim
-// took.
-func (k *Kept) keep(cands []dialects.Candidate, taken map[string]struct{}, read time.Time) {
+// took or found held elsewhere: a key's rows are tried in the order read, so none of its
+// later rows goes ahead of the one passed over.
+func (k *Kept) keep(cands []dialects.Candidate, taken, passed map[string]struct{}, read time.Time) {
 	if k == nil {
 		return
 	}
-	cands = slices.DeleteFunc(slices.Clone(cands), func(c dialects.Candidate) bool { _, dup := taken[c.Key]; return dup })
+	cands = slices.DeleteFunc(slices.Clone(cands), func(c dialects.Candidate) bool {
+		_, dup := taken[c.Key]
+		_, held := passed[c.Key]
+		return dup || held
+	})
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.cands, k.until = cands, read.Add(cmp.Or(k.For, keptFor))
+}
+
+// drop drops the kept candidates of key, found held elsewhere: its later rows wait for a
+// read that finds its first one again.
+func (k *Kept) drop(key string) {
+	if k == nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.cands = slices.DeleteFunc(k.cands, func(c dialects.Candidate) bool { return c.Key == key })
 }
