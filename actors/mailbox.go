@@ -56,7 +56,6 @@ type mailbox struct {
 
 var _ actor.Mailbox = (*mailbox)(nil)
 
-
 func (m *mailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
 	m.invoker, m.dispatcher = invoker, dispatcher
 	m.sys, m.user = m.sysBuf[:0], m.userBuf[:0]
