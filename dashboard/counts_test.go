@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -492,8 +493,10 @@ func TestCountCacheKeepsWallClockTime(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	f.publish(tb, "emails", "{}")
-	if body := overview(); counts(t, body, tb.Name, "emails")["queued"] != "2" || !strings.Contains(body, "Counted 0s ago") {
-		t.Fatalf("kept count under a stubbed clock: want 2 queued, counted 0s ago:\n%s", section(body, tb.Name))
+	// Counted by the wall clock: a second or so ago (a loaded run may take one between the
+	// count and this page), not the stubbed clock's years.
+	if body := overview(); counts(t, body, tb.Name, "emails")["queued"] != "2" || !countedJustNow.MatchString(body) {
+		t.Fatalf("kept count under a stubbed clock: want 2 queued, counted 0s or 1s ago:\n%s", section(body, tb.Name))
 	}
 	time.Sleep(2100 * time.Millisecond) // due by the wall clock
 	deadline = time.Now().Add(5 * time.Second)
@@ -504,3 +507,6 @@ func TestCountCacheKeepsWallClockTime(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// countedJustNow matches a kept count's age of under two seconds.
+var countedJustNow = regexp.MustCompile(`Counted [01]s ago`)
