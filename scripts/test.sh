@@ -6,7 +6,8 @@
 #
 # On a Debian 12 machine this makes sure that
 #   - PostgreSQL runs on 127.0.0.1:5432, user postgres logs in without a
-#     password, and database "test" and role "root" exist;
+#     password, database "test" and role "root" exist, and max_connections is at
+#     least 200 (the suite's packages run side by side);
 #   - MariaDB runs on 127.0.0.1:3306, root logs in over TCP with an empty
 #     password, and database "test" exists;
 #   - Chromium is installed, for the dashboard's browser tests (package dashboard,
@@ -159,7 +160,26 @@ ensure_postgres() {
     log "postgres: creating database test"
     createdb -h 127.0.0.1 -p 5432 -U postgres -w test
   fi
+  pg_ensure_connections
   log "postgres ready"
+}
+
+# go test runs the packages' test binaries side by side, and each opens pools of up to 16
+# connections for its parallel tests: at their peak they need more than PostgreSQL's
+# default of 100 sessions (a test then failed to connect: "sorry, too many clients
+# already", SQLSTATE 53300). The setting survives restarts (postgresql.auto.conf), so the
+# restart happens once per machine.
+PG_MIN_CONNECTIONS=200
+pg_ensure_connections() {
+  local n
+  n=$(pg_sql "show max_connections")
+  [ "$n" -ge "$PG_MIN_CONNECTIONS" ] && return 0
+  log "postgres: max_connections is $n; raising it to $PG_MIN_CONNECTIONS (ALTER SYSTEM, then a restart)"
+  pg_sql "alter system set max_connections = $PG_MIN_CONNECTIONS" >/dev/null
+  as_root pg_ctlcluster --skip-systemctl-redirect "$(pg_version)" main restart
+  wait_until 60 pg_login_ok || die "postgres not ready on 127.0.0.1:5432 after raising max_connections"
+  n=$(pg_sql "show max_connections")
+  [ "$n" -ge "$PG_MIN_CONNECTIONS" ] || die "postgres: max_connections is still $n after the restart"
 }
 
 # ------------------------------------------------------------------- MariaDB
