@@ -427,6 +427,11 @@ func TestGroupForgetsContextsThatEnded(t *testing.T) {
 	cs[0].Cancel(errors.New("x"))
 	cs[4].SetTimeout(time.Millisecond)
 	<-cs[4].Done()
+	// A context leaves the list just after its Done closes (end: the group's lock is not
+	// taken under the context's), so the timer's goroutine may still be on its way.
+	for deadline := time.Now().Add(5 * time.Second); groupSize(g) != 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if got := groupSize(g); got != 2 {
 		t.Fatalf("the group lists %d contexts; want the 2 still running", got)
 	}
