@@ -87,7 +87,7 @@ type delivery struct {
 	handlerTook time.Duration
 	// worker says who gives the delivery's worker back: nobody yet (workerHeld); the
 	// delivery, before its settlement (workerFreed: workerFreeMsg); or its settled note
-	// (workerKept). The handler's goroutine and a stop may race for it (freeWorker, end).
+	// (workerKept). The handler's goroutine and a stop may race for it (freeWorkerHere, end).
 	worker atomic.Uint32
 	// spawned is when the delivery took its worker, and workTook how long it kept it:
 	// the subscription sizes its waiting room from it (room.go), if roomGen, the room's
