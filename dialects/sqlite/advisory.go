@@ -35,7 +35,7 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 	q := &advisoryQueue{
 		queue: base,
 		candidates: "SELECT " + id + ", " + key + " FROM " + tq + " WHERE " + where + " AND " + key +
-			" NOT IN (SELECT value FROM json_each(:held)) ORDER BY " + t.ClaimOrder(quote, "") + " LIMIT :limit",
+			" NOT IN (SELECT value FROM json_each(:held)) ORDER BY " + t.ClaimOrder(quote, "") + " LIMIT " + limitParam,
 		takeWrites: t.Attempt != "",
 	}
 	var cols strings.Builder

@@ -59,7 +59,7 @@ func newLeaseQueue(base queue, t dialects.Table) *leaseQueue {
 	// One autocommit statement: it takes the write lock when it starts, where the busy
 	// handler can wait, and the lease and the count commit together.
 	b.WriteString(" WHERE " + id + " IN (SELECT " + id + " FROM " + tq + " WHERE " + claimable(t, true) +
-		" ORDER BY " + t.ClaimOrder(quote, "") + " LIMIT :limit) RETURNING " + id + ", " + quote(t.Payload))
+		" ORDER BY " + t.ClaimOrder(quote, "") + " LIMIT " + limitParam + ") RETURNING " + id + ", " + quote(t.Payload))
 	if t.Attempt != "" {
 		// RETURNING sees the counted value; the delivery reports the one before.
 		b.WriteString(", " + quote(t.Attempt) + " - 1")
