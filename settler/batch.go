@@ -59,12 +59,18 @@ type batchReq struct {
 	// busySince is when its batch found the row held by another session (queueBusy).
 	busySince time.Time
 	err       error
-	// answered is set once err is; sig then carries false, once. A true on sig tells the
-	// request's goroutine to lead: one leads at a time, so at most one true waits there,
-	// and only before the false (an answer comes from the leader, which is then the
-	// request's own goroutine).
+	// answered is set once err is. The request's goroutine waits on signal for either:
+	// its answer (done), or the lead (leads, a hand-off to it). One leads at a time, so at
+	// most one hand-off waits there, and only before the answer (an answer comes from the
+	// leader, which is then the request's own goroutine). The signal lives in the request,
+	// which its caller made: a channel per settlement was an allocation per row, and 3 %
+	// of the CPU of a SQLite drain.
 	answered atomic.Bool
-	sig      chan bool
+	used     bool
+	sigMu    sync.Mutex
+	signal   sync.Cond
+	leads    int
+	done     bool
 }
 
 // BatchRequest is the room a settlement takes in its batch, made by the caller so that
@@ -158,11 +164,34 @@ func (b *Batcher) linger() {
 // finish answers r: its err is set.
 func (r *batchReq) finish() {
 	r.answered.Store(true)
-	r.sig <- false // never blocks: see sig
+	r.sigMu.Lock()
+	r.done = true
+	r.sigMu.Unlock()
+	r.signal.Signal()
 }
 
 // handLead tells r's goroutine to lead.
-func (r *batchReq) handLead() { r.sig <- true }
+func (r *batchReq) handLead() {
+	r.sigMu.Lock()
+	r.leads++
+	r.sigMu.Unlock()
+	r.signal.Signal()
+}
+
+// await waits for r's answer or a hand-off of the lead, and reports whether it is the
+// lead: a hand-off, which always comes before the answer, is taken first.
+func (r *batchReq) await() (lead bool) {
+	r.sigMu.Lock()
+	defer r.sigMu.Unlock()
+	for r.leads == 0 && !r.done {
+		r.signal.Wait()
+	}
+	if r.leads > 0 {
+		r.leads--
+		return true
+	}
+	return false
+}
 
 // Batchable says whether a step can join a batch: acks, retries and releases (one
 // statement shape for every row). RetryAfter and snoozes carry a time per row, a step
@@ -213,12 +242,13 @@ func (b *Batcher) Settle(_ context.Context, req *BatchRequest, step dialects.Ste
 		kind = dialects.StepRelease // the lease form's retry clears the lease: the claim counted
 	}
 	arrived := req != nil && req.expected.CompareAndSwap(true, false)
-	if req == nil || req.r.sig != nil {
+	if req == nil || req.r.used {
 		req = new(BatchRequest) // none, or used already: a batch may still read it
 	}
 	r := &req.r
 	r.kind, r.now, r.lease, r.held = kind, step.Now, lease, dialects.Lease{ID: lease.ID()}
-	r.sig = make(chan bool, 2)
+	r.used = true
+	r.signal.L = &r.sigMu
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
 	if arrived {
@@ -233,7 +263,7 @@ func (b *Batcher) Settle(_ context.Context, req *BatchRequest, step dialects.Ste
 	}
 	// The lead may come to r more than once: a leader whose batch ran long handed it on
 	// (see watch) possibly to r itself, still queued behind that batch.
-	for <-r.sig {
+	for r.await() {
 		b.lead(r)
 	}
 	return wrapBatch(step, r.held, r.err)

@@ -18,13 +18,16 @@ import (
 	"context"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Context is a context with a movable deadline. Its methods are safe for concurrent use.
 type Context struct {
 	parent context.Context
-	done   chan struct{}
+	// done is Done's channel (a chan struct{}), made by the first Done: a handler that
+	// never reads it costs no channel (one allocation per delivery).
+	done atomic.Value
 
 	mu sync.Mutex
 	// err is why the context ended (nil while it runs).
@@ -60,7 +63,7 @@ type key struct{}
 
 // New returns a running Context with no deadline of its own, ending with parent.
 func New(parent context.Context) *Context {
-	c := &Context{parent: parent, done: make(chan struct{})}
+	c := &Context{parent: parent}
 	if parent.Done() != nil {
 		// Under mu: a parent that ended already runs the function at once, on a goroutine
 		// of its own.
@@ -96,7 +99,7 @@ func NewGroup(parent context.Context) *Group {
 // its own), a running Context with no deadline of its own, ending with the group's
 // parent. c must not be copied afterwards.
 func (g *Group) Init(c *Context) {
-	c.parent, c.done, c.group = g.parent, make(chan struct{}), g
+	c.parent, c.group = g.parent, g
 	g.mu.Lock()
 	err := g.err
 	if err == nil {
@@ -291,7 +294,9 @@ func (c *Context) end(err error) {
 		return
 	}
 	c.err = err
-	close(c.done)
+	if d := c.done.Load(); d != nil {
+		close(d.(chan struct{}))
+	}
 	// The timer stays for the watch: a handler that ignores its ended context is still
 	// given up on a grace after its deadline.
 	funcs := c.funcs
@@ -326,7 +331,22 @@ func (c *Context) Deadline() (time.Time, bool) {
 }
 
 // Done closes when the Context ends.
-func (c *Context) Done() <-chan struct{} { return c.done }
+func (c *Context) Done() <-chan struct{} {
+	if d := c.done.Load(); d != nil {
+		return d.(chan struct{})
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d := c.done.Load(); d != nil {
+		return d.(chan struct{})
+	}
+	d := make(chan struct{})
+	if c.err != nil {
+		close(d) // ended before anyone asked
+	}
+	c.done.Store(d)
+	return d
+}
 
 // Err is nil while the Context runs, then context.DeadlineExceeded when its deadline
 // ended it, the parent's error when the parent did, context.Canceled when Finish did.

@@ -605,3 +605,21 @@ func TestWatchArmedAfterAnEarlyCancel(t *testing.T) {
 	}
 	c.Finish()
 }
+
+// Done's channel is made by the first Done: one asked for after the end is closed
+// already, and one asked for before closes at the end, as every caller's is the same.
+func TestDoneAskedBeforeOrAfterTheEndCloses(t *testing.T) {
+	c := New(context.Background())
+	before := c.Done()
+	if c.Done() != before {
+		t.Fatal("two Done calls returned different channels")
+	}
+	c.Finish()
+	ended(t, c, time.Second)
+	later := New(context.Background())
+	later.Finish()
+	ended(t, later, time.Second) // its first Done came after the end
+	if later.Done() != later.Done() {
+		t.Fatal("two Done calls after the end returned different channels")
+	}
+}
