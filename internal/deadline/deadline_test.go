@@ -619,7 +619,7 @@ func TestDoneAskedBeforeOrAfterTheEndCloses(t *testing.T) {
 	later := New(context.Background())
 	later.Finish()
 	ended(t, later, time.Second) // its first Done came after the end
-	if later.Done() != later.Done() {
+	if first := later.Done(); later.Done() != first {
 		t.Fatal("two Done calls after the end returned different channels")
 	}
 }
