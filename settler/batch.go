@@ -591,6 +591,10 @@ func (b *Batcher) wait(r *batchReq) {
 // tryBusy tries busy requests with the batched statements, which skip rows still held,
 // answers those that settled or lost their leases, and returns the others, unpinned.
 func (b *Batcher) tryBusy(rs []*batchReq) (still []*batchReq) {
+	// A statement's result names rows, not tokens: as in a batch (take), a row's second
+	// request (a stale delivery's beside the current one) waits for the next round, or
+	// both would be answered by one token's settlement.
+	rows := make(map[int64]struct{}, len(rs))
 	for _, kind := range []dialects.StepKind{dialects.StepAck, dialects.StepRelease} {
 		var (
 			reqs []*batchReq
@@ -601,6 +605,11 @@ func (b *Batcher) tryBusy(rs []*batchReq) (still []*batchReq) {
 			if r.kind != kind {
 				continue
 			}
+			if _, dup := rows[r.lease.ID()]; dup {
+				still = append(still, r) // not pinned: it was put back unpinned
+				continue
+			}
+			rows[r.lease.ID()] = struct{}{}
 			if h, ok := b.repin(r); ok {
 				reqs, held, now = append(reqs, r), append(held, h), r.now
 			}

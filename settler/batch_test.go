@@ -31,10 +31,11 @@ func (q *lockedQueue) SettleLeaseWaiting(ctx context.Context, _ dialects.Step, _
 	return false, ctx.Err()
 }
 
-// heldLease is a lease in a book of one.
+// heldLease is a lease in a book of one; its token is token, or the Unix second 1.
 type heldLease struct {
 	mu           sync.Mutex
 	id           int64
+	token        time.Time
 	pinned, done bool
 }
 
@@ -46,7 +47,10 @@ func (h *heldLease) Pin() (dialects.Lease, bool, bool) {
 		return dialects.Lease{}, false, false
 	}
 	h.pinned = true
-	return dialects.Lease{ID: h.id, Token: time.Unix(1, 0)}, false, true
+	if h.token.IsZero() {
+		return dialects.Lease{ID: h.id, Token: time.Unix(1, 0)}, false, true
+	}
+	return dialects.Lease{ID: h.id, Token: h.token}, false, true
 }
 func (h *heldLease) Unpin() { h.mu.Lock(); h.pinned = h.done; h.mu.Unlock() }
 func (h *heldLease) Done()  { h.mu.Lock(); h.pinned, h.done = true, true; h.mu.Unlock() }
@@ -284,4 +288,82 @@ func TestBatcherWithoutLingerRunsAtOnce(t *testing.T) {
 	if runs := q.runs(); len(runs) != 1 || len(runs[0]) != 1 {
 		t.Fatalf("batches %v; want the row's own", runs)
 	}
+}
+
+// fencedQueue settles a row only with its current token, once; rows in locked are held by
+// another session: the batched statement reports them busy, and the waiting statement
+// waits until its context ends.
+type fencedQueue struct {
+	dialects.LeaseBatchQueue
+	mu      sync.Mutex
+	current map[int64]time.Time
+	locked  map[int64]bool
+	settled map[int64]bool
+}
+
+func (q *fencedQueue) SettleLeases(_ context.Context, _ dialects.StepKind, _ time.Time, held []dialects.Lease) ([]int64, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var ok, busy []int64
+	for _, l := range held {
+		switch {
+		case q.locked[l.ID]:
+			busy = append(busy, l.ID)
+		case !q.settled[l.ID] && q.current[l.ID].Equal(l.Token):
+			q.settled[l.ID] = true
+			ok = append(ok, l.ID)
+		}
+	}
+	if len(busy) > 0 {
+		return ok, &dialects.RowsBusyError{IDs: busy}
+	}
+	return ok, nil
+}
+
+func (q *fencedQueue) SettleLeaseWaiting(ctx context.Context, _ dialects.Step, _ dialects.Lease) (bool, error) {
+	<-ctx.Done()
+	return false, ctx.Err()
+}
+
+func (q *fencedQueue) unlock(id int64) {
+	q.mu.Lock()
+	q.locked[id] = false
+	q.mu.Unlock()
+}
+
+// A row's stale settlement (an earlier delivery's token) and its current one, both queued
+// in the busy lane while another session holds the row, are told apart when the row is
+// let go: the current one settles, the stale one learns its lease is lost. One statement
+// answers its rows by id, so it names each row once, as a batch does.
+func TestBusyLaneTellsAStaleSettlementOfARowItsLeaseIsLost(t *testing.T) {
+	stale, current := time.Unix(100, 0), time.Unix(200, 0)
+	q := &fencedQueue{current: map[int64]time.Time{1: current, 9: stale},
+		locked: map[int64]bool{1: true, 9: true}, settled: map[int64]bool{}}
+	waits, end := context.WithCancel(context.Background())
+	defer end()
+	b := NewBatcher(waits, q, 8, time.Minute, false)
+	ack := dialects.Step{Kind: dialects.StepAck, Now: time.Now()}
+	settle := func(l *heldLease) <-chan error {
+		done := make(chan error, 1)
+		go func() { done <- b.Settle(context.Background(), nil, ack, l) }()
+		return done
+	}
+	waiter := settle(&heldLease{id: 9, token: stale}) // the lane's waiter: row 9 stays held
+	waitFor(t, "the lane's waiter", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.waiting })
+	staleDone := settle(&heldLease{id: 1, token: stale})
+	waitFor(t, "the stale settlement in the lane", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.busy) == 1 })
+	currentDone := settle(&heldLease{id: 1, token: current})
+	waitFor(t, "both settlements of row 1 in the lane", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.busy) == 2 })
+	q.unlock(1)
+	if err := <-staleDone; !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("the stale settlement of row 1: %v; want ErrLeaseLost", err)
+	}
+	if err := <-currentDone; err != nil {
+		t.Errorf("the current settlement of row 1: %v; want nil", err)
+	}
+	if !q.settled[1] {
+		t.Error("row 1 is not settled")
+	}
+	end()
+	<-waiter
 }
