@@ -581,8 +581,7 @@ func (b *Batcher) wait(r *batchReq) {
 			r.finish()
 			return
 		} else if errors.As(err, &busy) || errors.Is(err, context.DeadlineExceeded) && wctx.Err() != nil {
-			err = fmt.Errorf("%w: the row stayed locked by another session for %v",
-				context.DeadlineExceeded, b.timeout)
+			err = errBusyTooLong(b.timeout)
 		}
 	}
 	b.answer(r, settled, err)
@@ -606,6 +605,11 @@ func (b *Batcher) tryBusy(rs []*batchReq) (still []*batchReq) {
 				continue
 			}
 			if _, dup := rows[r.lease.ID()]; dup {
+				if time.Since(r.busySince) >= b.timeout {
+					// Skipped rounds count too: it waits no longer than the others.
+					b.answer(r, nil, errBusyTooLong(b.timeout))
+					continue
+				}
 				still = append(still, r) // not pinned: it was put back unpinned
 				continue
 			}
@@ -634,8 +638,7 @@ func (b *Batcher) tryBusy(rs []*batchReq) (still []*batchReq) {
 			case time.Since(r.busySince) >= b.timeout:
 				// No request waits longer than a settlement may take, whatever its place
 				// in the lane: its delivery (and a Shutdown waiting for it) gets an answer.
-				b.answer(r, nil, fmt.Errorf("%w: the row stayed locked by another session for %v",
-					context.DeadlineExceeded, b.timeout))
+				b.answer(r, nil, errBusyTooLong(b.timeout))
 			default:
 				r.lease.Unpin()
 				still = append(still, r)
@@ -643,6 +646,12 @@ func (b *Batcher) tryBusy(rs []*batchReq) (still []*batchReq) {
 		}
 	}
 	return still
+}
+
+// errBusyTooLong answers a busy request whose row another session held longer than a
+// settlement may take.
+func errBusyTooLong(timeout time.Duration) error {
+	return fmt.Errorf("%w: the row stayed locked by another session for %v", context.DeadlineExceeded, timeout)
 }
 
 // repin pins a request's lease, reading its current token (for a queued busy request,

@@ -367,3 +367,32 @@ func TestBusyLaneTellsAStaleSettlementOfARowItsLeaseIsLost(t *testing.T) {
 	end()
 	<-waiter
 }
+
+// Settlements of one row that another session holds for good take turns in the busy lane
+// (one per statement), and each is still answered once it has waited the batcher's
+// timeout: a turn skipped counts as time waited.
+func TestBusyLaneAnswersEverySettlementOfAHeldRowWithinTheTimeout(t *testing.T) {
+	q := &fencedQueue{current: map[int64]time.Time{1: time.Unix(1, 0)}, locked: map[int64]bool{1: true}, settled: map[int64]bool{}}
+	waits, end := context.WithCancel(context.Background())
+	defer end()
+	const timeout = 200 * time.Millisecond
+	b := NewBatcher(waits, q, 8, timeout, false)
+	ack := dialects.Step{Kind: dialects.StepAck, Now: time.Now()}
+	start := time.Now()
+	done := make(chan error, 20)
+	for i := 0; i < cap(done); i++ {
+		go func() {
+			done <- b.Settle(context.Background(), nil, ack, &heldLease{id: 1, token: time.Unix(int64(i+2), 0)})
+		}()
+	}
+	for i := 0; i < cap(done); i++ {
+		if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("a settlement of the held row: %v, want DeadlineExceeded", err)
+		}
+	}
+	// The lane looks every busyPoll: the last answer comes within a few of them past the
+	// timeout, not one turn per request later (20 requests took over a second).
+	if took := time.Since(start); took > timeout+4*busyPoll {
+		t.Errorf("the last of 20 settlements was answered after %v; want within %v", took, timeout+4*busyPoll)
+	}
+}
