@@ -103,17 +103,18 @@ func Workers(n int) SubscribeOption { return func(c *subscribeConfig) { c.worker
 
 // Prefetch fixes how many claimed rows a lease-form subscription may hold beyond its
 // Workers, waiting for a worker. Prefetch(0) claims only for free workers; Prefetch(n) lets
-// up to n rows wait. It applies to the lease form only, since a waiting row lock or
-// advisory row would hold a connection.
+// up to n rows wait. Only Prefetch(0) applies to the other forms, since a waiting row lock
+// holds a connection, and so does an advisory row on PostgreSQL and MySQL.
 //
-// Without it, a lease-form subscription sizes that room itself: enough rows to keep its
+// Without it, a lease-form subscription, and an advisory one on SQLite outside
+// transactional mode (whose keys cost no connection), sizes that room itself: enough rows to keep its
 // workers busy through one claim's round trip, and at least 2 ms of their work, measured
 // as the claim's latency times the rate its workers finish rows. Fast handlers then get
 // rows claimed many at a time, while slow handlers hold about Workers plus one. See
 // docs/operations.md, "Throughput", for the rule.
 //
-// Rows that wait sit leased in this process, their leases renewed, where no other
-// consumer can take them. Shutdown and Pause give them back with the attempt they had
+// Rows that wait sit leased in this process, their leases renewed (an advisory row
+// holds its key), where no other consumer can take them. Shutdown and Pause give them back with the attempt they had
 // before their claim, since their handlers never started.
 func Prefetch(n int) SubscribeOption {
 	return func(c *subscribeConfig) { c.prefetch, c.prefetchSet = n, true }
@@ -300,7 +301,7 @@ func (c *subscribeConfig) checkClaiming(t Table) error {
 	case c.prefetch < 0:
 		return refuseOption(t, "Prefetch", fmt.Sprintf("Prefetch(%d) is negative", c.prefetch), "use Prefetch(0) or more")
 	case c.prefetch > 0 && t.Form() != FormLease:
-		return refuseOption(t, "Prefetch", "Prefetch holds claimed rows waiting for a worker, and only a lease row costs nothing to hold (a row lock or advisory row holds a connection)",
+		return refuseOption(t, "Prefetch", "Prefetch holds claimed rows waiting for a worker, and only a lease row costs nothing to hold on every database (a row lock holds a connection, and so does an advisory key on PostgreSQL and MySQL; on SQLite the advisory form sizes its room itself)",
 			"drop Prefetch, or use the lease form")
 	case c.poll <= 0:
 		return refuseOption(t, "PollInterval", fmt.Sprintf("PollInterval(%v) is not a positive interval", c.poll), "use a positive duration such as time.Second")
@@ -375,8 +376,21 @@ func (c *subscribeConfig) leaseLength() time.Duration {
 	return max(l, time.Second)
 }
 
-// autoPrefetch says whether the subscription sizes its waiting room itself: the lease
-// form without Prefetch. A FIFO group's head is handled alone, so nothing waits there.
-func (c *subscribeConfig) autoPrefetch(t Table) bool {
-	return !c.prefetchSet && t.Form() == FormLease && !t.FIFO
+// autoPrefetch says whether the subscription sizes its waiting room itself: without
+// Prefetch, where a row waiting for a worker holds nothing but its claim. A lease row
+// holds nothing; an advisory row holds its key, which costs a connection on a server
+// but nothing on SQLite, whose keys live in the process (Limits.SessionConnections),
+// unless the row's transaction is open from its take (transactional mode). A FIFO
+// group's head is handled alone, so nothing waits there.
+func (c *subscribeConfig) autoPrefetch(t Table, l dialects.Limits) bool {
+	if c.prefetchSet || t.FIFO {
+		return false
+	}
+	switch t.Form() {
+	case FormLease:
+		return true
+	case FormAdvisory:
+		return !l.SessionConnections && !c.transactional
+	}
+	return false
 }

@@ -193,7 +193,7 @@ func (b *Broker) subscribe(ctx context.Context, t Table, queue string, h Handler
 	run, err := actors.Start(b.sys, fmt.Sprintf("%s/%s/%s", b.name, t.Name, queue), actors.Config{
 		Table: t.Name, QueueName: queue, DeadLetter: deadLetter, DeadLetterTable: cfg.deadLetterTable != "",
 		Form: t.Form(), Queue: q,
-		Workers: cfg.workers, Prefetch: cfg.prefetch, AutoPrefetch: cfg.autoPrefetch(t), FIFO: t.FIFO, KeyOf: keyOf(cfg.keyOf, t.Name, queue), Lease: cfg.leaseLength(), Poll: cfg.poll,
+		Workers: cfg.workers, Prefetch: cfg.prefetch, AutoPrefetch: cfg.autoPrefetch(t, b.d.Limits()), FIFO: t.FIFO, KeyOf: keyOf(cfg.keyOf, t.Name, queue), Lease: cfg.leaseLength(), Poll: cfg.poll,
 		IdlePoll: b.idlePoll(t, cfg.poll),
 		Rules: settler.Rules{MaxAttempts: cfg.attemptCap(), HasRetryAfter: t.RetryAfter != "", LeaseDelays: t.Form() == FormLease,
 			Backoff: safePolicy(cfg.retryPolicy, b.log, t.Name, queue), Events: eventNames(cfg.events)},

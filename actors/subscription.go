@@ -784,11 +784,14 @@ func (a *subscriptionActor) connsHeld(m *claimer.Claimed) int {
 // per settlement, and the database commits less per message. A free worker never waits
 // longer than the claim in flight (invariant: a free worker gets a due row within a poll,
 // at once after the settlement that freed it). When the queue ran short (probing), rows
-// are claimed as soon as a worker is free. Other forms hold a connection per row and
-// gain nothing from waiting.
+// are claimed as soon as a worker is free. An advisory claim on a queue that takes its
+// rows together (SQLite) is likewise one read and one take; other claims hold a
+// connection per row and gain nothing from waiting.
 func (a *subscriptionActor) claimBatch() int {
 	cfg := &a.s.cfg
-	if cfg.Form != dialects.FormLease || cfg.Transactional || a.probing || cfg.FIFO {
+	_, together := cfg.Queue.(dialects.TakesTogether)
+	oneStatement := cfg.Form == dialects.FormLease || (cfg.Form == dialects.FormAdvisory && together)
+	if !oneStatement || cfg.Transactional || a.probing || cfg.FIFO {
 		return 1
 	}
 	return max((a.workers+a.waitRoom()+1)/2, 1)

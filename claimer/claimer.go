@@ -251,33 +251,43 @@ func (c *claimer) claimLeases(q dialects.LeaseQueue, now time.Time, limit int) (
 // waiting, on a session of its own, and takes the row only if it is still claimable. A
 // key held elsewhere, or a row settled meanwhile, is passed over and its session ended.
 // Candidates kept from an earlier read come first (Config.Kept): with fast handlers a
-// claim of one row then seldom pays a read of its own.
+// claim of one row then seldom pays a read of its own. Where the queue takes rows
+// together (dialects.TakesTogether), the claim locks its keys first and takes their rows
+// in one statement; rows gone meanwhile are replaced from the candidates left.
 func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit, scan, offset int) ([]Claim, error) {
-	claims := make([]Claim, 0, limit)
-	taken := make(map[string]struct{}, limit)
-	// passed holds the keys found held elsewhere: their later rows are passed over too,
-	// so that a key's rows are tried in the order read.
-	passed := make(map[string]struct{})
-	for len(claims) < limit {
-		cand, ok := c.cfg.Kept.take(c.cfg.Poison)
-		if !ok {
+	a := &advisoryClaim{c: c, q: q, now: now, limit: limit,
+		claims: make([]Claim, 0, limit),
+		taken:  make(map[string]struct{}, limit),
+		passed: make(map[string]struct{}),
+	}
+	a.together, _ = q.(dialects.TakesTogether)
+	for {
+		for a.short() {
+			cand, ok := c.cfg.Kept.take(c.cfg.Poison)
+			if !ok {
+				break
+			}
+			if err := a.try(cand); err != nil {
+				return a.claims, err
+			}
+			if _, held := a.passed[cand.Key]; held {
+				c.cfg.Kept.drop(cand.Key)
+			}
+		}
+		if len(a.locked) == 0 {
 			break
 		}
-		var err error
-		if claims, err = c.tryCandidate(q, now, cand, claims, taken, passed); err != nil {
-			return claims, err
-		}
-		if _, held := passed[cand.Key]; held {
-			c.cfg.Kept.drop(cand.Key)
+		if err := a.takeLocked(); err != nil {
+			return a.claims, err
 		}
 	}
-	if len(claims) == limit {
-		return claims, nil
+	if len(a.claims) == limit {
+		return a.claims, nil
 	}
 	// Rows set aside in memory are passed over: read as many more candidates.
 	cands, err := q.Candidates(c.ctx, now, c.cfg.Kept.read(scan)+min(c.cfg.Poison.skips(), maxSkipScan))
 	if err != nil {
-		return claims, fmt.Errorf("advisory candidates: %w", err)
+		return a.claims, fmt.Errorf("advisory candidates: %w", err)
 	}
 	read := time.Now()
 	cands = slices.DeleteFunc(cands, func(cand dialects.Candidate) bool { return c.cfg.Poison.isSkipped(cand.ID) })
@@ -285,60 +295,118 @@ func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit, 
 		cands = append(cands[offset%n:], cands[:offset%n]...)
 	}
 	i := 0
-	for ; i < len(cands) && len(claims) < limit; i++ {
-		if claims, err = c.tryCandidate(q, now, cands[i], claims, taken, passed); err != nil {
-			return claims, err
+	for i < len(cands) && a.short() {
+		for ; i < len(cands) && a.short(); i++ {
+			if err := a.try(cands[i]); err != nil {
+				return a.claims, err
+			}
+		}
+		if err := a.takeLocked(); err != nil {
+			return a.claims, err
 		}
 	}
-	c.cfg.Kept.keep(cands[i:], taken, passed, read)
-	return claims, nil
+	c.cfg.Kept.keep(cands[i:], a.taken, a.passed, read)
+	return a.claims, nil
 }
 
-// tryCandidate locks cand's key on a session of its own and takes its row, unless the
-// claim took a row of that key already or found it held elsewhere (passed, where a key
-// found held goes); the claim's rows are returned with it.
-func (c *claimer) tryCandidate(q dialects.AdvisoryQueue, now time.Time, cand dialects.Candidate,
-	claims []Claim, taken, passed map[string]struct{}) ([]Claim, error) {
-	ctx := c.ctx
-	if _, dup := taken[cand.Key]; dup {
-		return claims, nil
+// advisoryClaim is one advisory claim under way.
+type advisoryClaim struct {
+	c        *claimer
+	q        dialects.AdvisoryQueue
+	together dialects.TakesTogether // nil: each row is taken as its key is locked
+	now      time.Time
+	limit    int
+	claims   []Claim
+	// locked holds the sessions whose keys are locked and whose rows are still to be
+	// taken together (takeLocked), and lockedKeys their keys.
+	locked     []dialects.Take
+	lockedKeys []string
+	// taken holds the keys of the claim's rows (and of those locked): a claim takes one
+	// row per key. passed holds the keys found held elsewhere: their later rows are
+	// passed over too, so that a key's rows are tried in the order read.
+	taken, passed map[string]struct{}
+}
+
+// short reports whether the claim still wants rows.
+func (a *advisoryClaim) short() bool { return len(a.claims)+len(a.locked) < a.limit }
+
+// try locks cand's key on a session of its own and takes its row (or, taking together,
+// keeps the session for takeLocked), unless the claim has a row of that key already or
+// found it held elsewhere.
+func (a *advisoryClaim) try(cand dialects.Candidate) error {
+	ctx := a.c.ctx
+	if _, dup := a.taken[cand.Key]; dup {
+		return nil
 	}
-	if _, held := passed[cand.Key]; held {
-		return claims, nil
+	if _, held := a.passed[cand.Key]; held {
+		return nil
 	}
-	s, err := q.Session(ctx)
+	s, err := a.q.Session(ctx)
 	if err != nil {
-		return claims, fmt.Errorf("advisory session: %w", err)
+		return fmt.Errorf("advisory session: %w", err)
 	}
 	locked, err := s.TryLock(ctx, cand.Key)
 	if err != nil || !locked {
 		_, uerr := s.Unlock(ctx)
 		if err != nil || uerr != nil {
-			return claims, fmt.Errorf("advisory lock of key %q: %w", cand.Key, errors.Join(err, uerr))
+			return fmt.Errorf("advisory lock of key %q: %w", cand.Key, errors.Join(err, uerr))
 		}
-		passed[cand.Key] = struct{}{}
-		return claims, nil
+		a.passed[cand.Key] = struct{}{}
+		return nil
 	}
-	row, ok, err := s.Take(ctx, cand.ID, now)
-	if err != nil || !ok {
+	a.taken[cand.Key] = struct{}{}
+	if a.together != nil {
+		a.locked = append(a.locked, dialects.Take{Session: s, ID: cand.ID})
+		a.lockedKeys = append(a.lockedKeys, cand.Key)
+		return nil
+	}
+	row, ok, err := s.Take(ctx, cand.ID, a.now)
+	return a.took(dialects.Take{Session: s, ID: cand.ID, Row: row, OK: ok}, cand.Key, err)
+}
+
+// takeLocked takes the rows of the locked sessions in one statement.
+func (a *advisoryClaim) takeLocked() error {
+	if len(a.locked) == 0 {
+		return nil
+	}
+	takes, keys := a.locked, a.lockedKeys
+	a.locked, a.lockedKeys = nil, nil
+	err := a.together.TakeAll(a.c.ctx, a.now, takes)
+	var errs []error
+	for i, t := range takes {
+		if terr := a.took(t, keys[i], err); terr != nil {
+			errs = append(errs, terr)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// took ends the take of key's row: a row taken joins the claim, unless it is set aside; a
+// row not taken, or a take that failed (err), unlocks its key.
+func (a *advisoryClaim) took(t dialects.Take, key string, err error) error {
+	ctx, s := a.c.ctx, t.Session
+	if err != nil || !t.OK {
 		_, uerr := s.Unlock(ctx)
 		if err != nil || uerr != nil {
-			return claims, fmt.Errorf("advisory take of row %d: %w", cand.ID, errors.Join(err, uerr))
+			return fmt.Errorf("advisory take of row %d: %w", t.ID, errors.Join(err, uerr))
 		}
-		return claims, nil
+		// The key's later rows may still be tried.
+		delete(a.taken, key)
+		return nil
 	}
-	row.Key = cand.Key
-	if c.asideTaken(s, row) {
-		return claims, nil
+	row := t.Row
+	row.Key = key
+	if a.c.asideTaken(s, row) {
+		return nil
 	}
-	if c.cfg.Transactional {
+	if a.c.cfg.Transactional {
 		// The delivery's transaction outlives the claim: on SQLite, database/sql rolls a
 		// transaction back when its opening context ends.
-		if err := beginOn(c.cfg.Ctx, s); err != nil {
+		if err := beginOn(a.c.cfg.Ctx, s); err != nil {
 			_ = s.Abort(ctx)
-			return claims, fmt.Errorf("advisory take of row %d: %w", cand.ID, err)
+			return fmt.Errorf("advisory take of row %d: %w", t.ID, err)
 		}
 	}
-	taken[cand.Key] = struct{}{}
-	return append(claims, Claim{Row: row, Session: s}), nil
+	a.claims = append(a.claims, Claim{Row: row, Session: s})
+	return nil
 }

@@ -232,6 +232,25 @@ type AdvisoryQueue interface {
 	Session(ctx context.Context) (Session, error)
 }
 
+// TakesTogether is an AdvisoryQueue that takes the rows of several sessions, each
+// holding its row's key, in one statement. SQLite keeps its keys in the process and has
+// one writer per file: a claim's takes then cost one write between them instead of one
+// each. A server's sessions are connections of their own, so each takes on its own.
+type TakesTogether interface {
+	// TakeAll runs Session.Take for each take, on its session (one of this queue's,
+	// holding the key of the row), and sets its Row and OK as Take returns them. An error
+	// leaves every take not taken.
+	TakeAll(ctx context.Context, now time.Time, takes []Take) error
+}
+
+// Take is one row for TakesTogether.TakeAll to take on the session holding its key.
+type Take struct {
+	Session Session
+	ID      int64
+	Row     Row
+	OK      bool
+}
+
 // Session holds at most one advisory key and settles its row while holding it.
 type Session interface {
 	// TryLock locks key without waiting. It reports false when the key is held elsewhere.

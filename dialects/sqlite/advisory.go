@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,12 +19,18 @@ type advisoryQueue struct {
 	queue
 	candidates string
 	take       string
+	// takeAll is take for several rows, each with its key: :keys is a JSON object of the
+	// keys by row id (TakeAll).
+	takeAll string
 	// takeWrites says whether the take counts the attempt (an UPDATE, in the writer's
 	// turn) or only re-reads the row (a SELECT, with no write lock to wait for).
 	takeWrites bool
 }
 
-var _ dialects.AdvisoryQueue = (*advisoryQueue)(nil)
+var (
+	_ dialects.AdvisoryQueue = (*advisoryQueue)(nil)
+	_ dialects.TakesTogether = (*advisoryQueue)(nil)
+)
 
 func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 	key, err := keyExpr(t.AdvisoryKey)
@@ -50,17 +57,23 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 	// The row's key must still render to the key the session locked, byte for byte
 	// whatever the key columns' collations.
 	sameKey := key + " = :key COLLATE BINARY"
+	// Each row's key, named by its id in :keys, must render to it as in take.
+	ids := id + " IN (SELECT CAST(j.key AS INTEGER) FROM json_each(:keys) AS j)"
+	sameKeys := key + " = (:keys ->> ('$.\"' || " + id + " || '\"')) COLLATE BINARY"
 	if q.takeWrites {
-		q.take = "UPDATE " + tq + " SET " + quote(t.Attempt) + " = " + sqlpart.CountAttempt(quote(t.Attempt), attemptMax) + " WHERE " + id +
-			" = :id AND " + where + " AND " + sameKey + " RETURNING " + cols.String()
+		set := "UPDATE " + tq + " SET " + quote(t.Attempt) + " = " + sqlpart.CountAttempt(quote(t.Attempt), attemptMax) + " WHERE "
+		q.take = set + id + " = :id AND " + where + " AND " + sameKey + " RETURNING " + cols.String()
+		q.takeAll = set + ids + " AND " + where + " AND " + sameKeys + " RETURNING " + cols.String()
 	} else {
-		q.take = "SELECT " + cols.String() + " FROM " + tq + " WHERE " + id + " = :id AND " + where + " AND " + sameKey
+		from := "SELECT " + cols.String() + " FROM " + tq + " WHERE "
+		q.take = from + id + " = :id AND " + where + " AND " + sameKey
+		q.takeAll = from + ids + " AND " + where + " AND " + sameKeys
 	}
 	return q, nil
 }
 
 func (q *advisoryQueue) prepare(ctx context.Context) error {
-	if err := q.d.prepareAll(ctx, append(q.settle.texts(), q.candidates, q.take)...); err != nil {
+	if err := q.d.prepareAll(ctx, append(q.settle.texts(), q.candidates, q.take, q.takeAll)...); err != nil {
 		return q.errorf("prepare", err)
 	}
 	return nil
@@ -181,6 +194,78 @@ func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.R
 		return dialects.Row{}, false, q.errorf("take", err)
 	}
 	return r, true, nil
+}
+
+// TakeAll takes the rows of several sessions in one statement, each only if it is still
+// claimable and its key still renders to the key its session locked, as Take does. The
+// statement is one write (one commit) for all of them: SQLite's keys are the process's,
+// so nothing of the server's own ties a take to its session.
+func (q *advisoryQueue) TakeAll(ctx context.Context, now time.Time, takes []dialects.Take) error {
+	if len(takes) == 1 {
+		t := &takes[0]
+		var err error
+		t.Row, t.OK, err = t.Session.Take(ctx, t.ID, now)
+		return err
+	}
+	keys := make(map[string]string, len(takes))
+	at := make(map[int64]int, len(takes))
+	for i := range takes {
+		t := &takes[i]
+		t.Row, t.OK = dialects.Row{}, false
+		s, ok := t.Session.(*session)
+		if !ok || s.q != q {
+			return q.errorf("take", fmt.Errorf("row %d: the session is not one of this queue's", t.ID))
+		}
+		s.mu.Lock()
+		key, held := s.key, s.held
+		s.mu.Unlock()
+		if !held {
+			return q.errorf("take", fmt.Errorf("row %d: %w", t.ID, errNoKey))
+		}
+		if _, dup := at[t.ID]; dup {
+			return q.errorf("take", fmt.Errorf("row %d asked for twice", t.ID))
+		}
+		keys[strconv.FormatInt(t.ID, 10)] = key
+		at[t.ID] = i
+	}
+	doc, err := json.Marshal(keys)
+	if err != nil {
+		return q.errorf("take", err)
+	}
+	if q.takeWrites {
+		if err := q.f.lockWriter(ctx); err != nil {
+			return q.errorf("take", err)
+		}
+		defer q.f.unlockWriter()
+	}
+	rows, err := q.query(ctx, q.takeAll,
+		sql.Named("keys", string(doc)),
+		sql.Named("now", formatTime(now)),
+		sql.Named("group", q.group))
+	if err != nil {
+		return q.errorf("take", err)
+	}
+	defer rows.Close()
+	var got []dialects.Row
+	for rows.Next() {
+		r, err := q.scanRow(rows, true)
+		if err != nil {
+			return q.errorf("take", err)
+		}
+		got = append(got, r)
+	}
+	if err := rows.Err(); err != nil {
+		return q.errorf("take", err)
+	}
+	// Close now so an error finishing the statement (and its commit) is not lost.
+	if err := rows.Close(); err != nil {
+		return q.errorf("take", err)
+	}
+	for _, r := range got {
+		t := &takes[at[r.ID]]
+		t.Row, t.OK = r, true
+	}
+	return nil
 }
 
 // Settle runs the step's statement: inside the session's transaction while one is open

@@ -1,0 +1,145 @@
+package sqlite
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rowactor/rowactor/dialects"
+	"github.com/rowactor/rowactor/dialects/dialecttest"
+)
+
+// takeAllFixture is a table of rows keyed by account, each with its key locked on a
+// session of its own, ready for TakeAll.
+type takeAllFixture struct {
+	d     *Dialect
+	tbl   dialects.Table
+	q     *advisoryQueue
+	ids   map[string]int64 // by account
+	takes []dialects.Take  // in the order of accounts
+}
+
+func newTakeAllFixture(t *testing.T, tbl dialects.Table, accounts ...string) *takeAllFixture {
+	t.Helper()
+	f := &takeAllFixture{d: newDialect(t), tbl: tbl, ids: map[string]int64{}}
+	createTable(t, f.d, tbl)
+	f.q = dialecttest.OpenAdvisory(t, f.d, dialects.QueueSpec{Table: tbl}).(*advisoryQueue)
+	for _, a := range accounts {
+		mustExec(t, f.d, "INSERT INTO "+quote(tbl.Name)+" (payload, account) VALUES (?, ?)", "p-"+a, a)
+		f.ids[a] = int64(count(t, f.d, "SELECT MAX(id) FROM "+quote(tbl.Name)))
+	}
+	for _, a := range accounts {
+		s := dialecttest.NewSession(t, f.q)
+		if !dialecttest.TryLock(t, s, tbl.Name+"-"+a+"'s") {
+			t.Fatalf("lock of %s refused", a)
+		}
+		f.takes = append(f.takes, dialects.Take{Session: s, ID: f.ids[a]})
+	}
+	return f
+}
+
+func (f *takeAllFixture) attempt(t *testing.T, account string) int {
+	t.Helper()
+	return count(t, f.d, "SELECT attempt FROM "+quote(f.tbl.Name)+" WHERE id = ?", f.ids[account])
+}
+
+// TakeAll takes, in one statement, exactly the rows Take would take one by one: each
+// still claimable (not settled, not delayed) and whose key still renders, byte for byte,
+// to the key its session locked. Only those have their attempt counted; each comes back
+// on its own take, with its payload and key. Keys JSON must escape (quotes, backslashes,
+// other scripts) still match.
+func TestTakeAllTakesOnlyClaimableRowsOfTheirKeys(t *testing.T) {
+	tbl := advisoryTable("jobs")
+	accounts := []string{"a", `q"uo\te`, "ünï", "gone", "changed", "later", "case"}
+	f := newTakeAllFixture(t, tbl, accounts...)
+	table := quote(tbl.Name)
+	mustExec(t, f.d, "UPDATE "+table+" SET processed_at = ? WHERE id = ?", formatTime(t0), f.ids["gone"])
+	mustExec(t, f.d, "UPDATE "+table+" SET account = 'other' WHERE id = ?", f.ids["changed"])
+	mustExec(t, f.d, "UPDATE "+table+" SET retry_after = ? WHERE id = ?", formatTime(t0.Add(time.Minute)), f.ids["later"])
+	mustExec(t, f.d, "UPDATE "+table+" SET account = 'CASE' WHERE id = ?", f.ids["case"])
+
+	before := map[string]int{}
+	for _, a := range accounts {
+		before[a] = f.attempt(t, a)
+	}
+	if err := f.q.TakeAll(ctx, t0, f.takes); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"a": true, `q"uo\te`: true, "ünï": true}
+	for i, a := range accounts {
+		tk := f.takes[i]
+		if tk.OK != want[a] {
+			t.Errorf("account %q: taken %v, want %v", a, tk.OK, want[a])
+			continue
+		}
+		wantAttempt := before[a]
+		if want[a] {
+			wantAttempt++
+			// Row.Attempt is as Take reads it: the attempt the take counted.
+			if tk.Row.ID != f.ids[a] || string(tk.Row.Payload) != "p-"+a || tk.Row.Key != tbl.Name+"-"+a+"'s" || tk.Row.Attempt != before[a] {
+				t.Errorf("account %q: row %+v", a, tk.Row)
+			}
+		}
+		if got := f.attempt(t, a); got != wantAttempt {
+			t.Errorf("account %q: attempt %d in the table, want %d", a, got, wantAttempt)
+		}
+	}
+	// A second TakeAll of the same rows takes them again (the key excludes every other
+	// claim, as for Take) and counts a second attempt.
+	if err := f.q.TakeAll(ctx, t0, f.takes[:2]); err != nil || !f.takes[0].OK || !f.takes[1].OK || f.takes[0].Row.Attempt != before["a"]+1 {
+		t.Fatalf("second take: %v %+v", err, f.takes[:2])
+	}
+}
+
+// A table without an attempt column is read, not written, by TakeAll, with the same
+// checks.
+func TestTakeAllWithoutAnAttemptColumnReadsTheRows(t *testing.T) {
+	tbl := advisoryTable("jobs")
+	tbl.Attempt = ""
+	f := newTakeAllFixture(t, tbl, "a", "b", "changed")
+	mustExec(t, f.d, "UPDATE "+quote(tbl.Name)+" SET account = 'other' WHERE id = ?", f.ids["changed"])
+	if err := f.q.TakeAll(ctx, t0, f.takes); err != nil {
+		t.Fatal(err)
+	}
+	if !f.takes[0].OK || !f.takes[1].OK || f.takes[2].OK {
+		t.Fatalf("takes %+v, want a and b taken", f.takes)
+	}
+	if string(f.takes[1].Row.Payload) != "p-b" {
+		t.Errorf("row b %+v", f.takes[1].Row)
+	}
+}
+
+// TakeAll refuses, before it takes anything, a session that holds no key, one of another
+// queue, and a row named twice: the error names the row.
+func TestTakeAllRefusesSessionsItCannotCheck(t *testing.T) {
+	tbl := advisoryTable("jobs")
+	f := newTakeAllFixture(t, tbl, "a", "b")
+	other := dialecttest.OpenAdvisory(t, f.d, dialects.QueueSpec{Table: tbl})
+	cases := map[string]func() dialects.Take{
+		"no key held": func() dialects.Take {
+			return dialects.Take{Session: dialecttest.NewSession(t, f.q), ID: f.ids["b"]}
+		},
+		"another queue's session": func() dialects.Take {
+			s := dialecttest.NewSession(t, other)
+			return dialects.Take{Session: s, ID: f.ids["b"]}
+		},
+		"a row twice": func() dialects.Take { return dialects.Take{Session: f.takes[0].Session, ID: f.ids["a"]} },
+	}
+	attemptA := f.attempt(t, "a")
+	for name, bad := range cases {
+		t.Run(name, func(t *testing.T) {
+			takes := []dialects.Take{f.takes[0], bad()}
+			err := f.q.TakeAll(ctx, t0, takes)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			dialecttest.Contains(t, err.Error(), fmt.Sprintf("row %d", takes[1].ID))
+			if takes[0].OK || takes[1].OK {
+				t.Errorf("takes %+v after an error", takes)
+			}
+			if a := f.attempt(t, "a"); a != attemptA {
+				t.Errorf("attempt of a %d after a refused TakeAll, want %d", a, attemptA)
+			}
+		})
+	}
+}
