@@ -256,11 +256,21 @@ func (c *claimer) claimLeases(q dialects.LeaseQueue, now time.Time, limit int) (
 // in one statement; rows gone meanwhile are replaced from the candidates left.
 func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit, scan, offset int) ([]Claim, error) {
 	a := &advisoryClaim{c: c, q: q, now: now, limit: limit,
-		claims: make([]Claim, 0, limit),
-		taken:  make(map[string]struct{}, limit),
-		passed: make(map[string]struct{}),
+		claims:  make([]Claim, 0, limit),
+		taken:   make(map[string]struct{}, limit),
+		pending: make(map[string]struct{}),
+		passed:  make(map[string]struct{}),
 	}
 	a.together, _ = q.(dialects.TakesTogether)
+	err := a.claim(scan, offset)
+	if err != nil {
+		a.unlockPending() // keys locked for rows the claim will not take now
+	}
+	return a.claims, err
+}
+
+func (a *advisoryClaim) claim(scan, offset int) error {
+	c := a.c
 	for {
 		for a.short() {
 			cand, ok := c.cfg.Kept.take(c.cfg.Poison)
@@ -268,7 +278,7 @@ func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit, 
 				break
 			}
 			if err := a.try(cand); err != nil {
-				return a.claims, err
+				return err
 			}
 			if _, held := a.passed[cand.Key]; held {
 				c.cfg.Kept.drop(cand.Key)
@@ -278,16 +288,16 @@ func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit, 
 			break
 		}
 		if err := a.takeLocked(); err != nil {
-			return a.claims, err
+			return err
 		}
 	}
-	if len(a.claims) == limit {
-		return a.claims, nil
+	if len(a.claims) == a.limit {
+		return nil
 	}
 	// Rows set aside in memory are passed over: read as many more candidates.
-	cands, err := q.Candidates(c.ctx, now, c.cfg.Kept.read(scan)+min(c.cfg.Poison.skips(), maxSkipScan))
+	cands, err := a.q.Candidates(c.ctx, a.now, c.cfg.Kept.read(scan)+min(c.cfg.Poison.skips(), maxSkipScan))
 	if err != nil {
-		return a.claims, fmt.Errorf("advisory candidates: %w", err)
+		return fmt.Errorf("advisory candidates: %w", err)
 	}
 	read := time.Now()
 	cands = slices.DeleteFunc(cands, func(cand dialects.Candidate) bool { return c.cfg.Poison.isSkipped(cand.ID) })
@@ -298,15 +308,15 @@ func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit, 
 	for i < len(cands) && a.short() {
 		for ; i < len(cands) && a.short(); i++ {
 			if err := a.try(cands[i]); err != nil {
-				return a.claims, err
+				return err
 			}
 		}
 		if err := a.takeLocked(); err != nil {
-			return a.claims, err
+			return err
 		}
 	}
 	c.cfg.Kept.keep(cands[i:], a.taken, a.passed, read)
-	return a.claims, nil
+	return nil
 }
 
 // advisoryClaim is one advisory claim under way.
@@ -318,9 +328,11 @@ type advisoryClaim struct {
 	limit    int
 	claims   []Claim
 	// locked holds the sessions whose keys are locked and whose rows are still to be
-	// taken together (takeLocked), and lockedKeys their keys.
+	// taken together (takeLocked), lockedKeys their keys, and pending the same keys as
+	// a set.
 	locked     []dialects.Take
 	lockedKeys []string
+	pending    map[string]struct{}
 	// taken holds the keys of the claim's rows (and of those locked): a claim takes one
 	// row per key. passed holds the keys found held elsewhere: their later rows are
 	// passed over too, so that a key's rows are tried in the order read.
@@ -336,7 +348,17 @@ func (a *advisoryClaim) short() bool { return len(a.claims)+len(a.locked) < a.li
 func (a *advisoryClaim) try(cand dialects.Candidate) error {
 	ctx := a.c.ctx
 	if _, dup := a.taken[cand.Key]; dup {
-		return nil
+		if _, pending := a.pending[cand.Key]; !pending {
+			return nil
+		}
+		// The key's earlier row is locked, not yet taken: take it first. If it was gone,
+		// this row is the key's next in the order read, as a take one by one finds.
+		if err := a.takeLocked(); err != nil {
+			return err
+		}
+		if _, dup := a.taken[cand.Key]; dup {
+			return nil
+		}
 	}
 	if _, held := a.passed[cand.Key]; held {
 		return nil
@@ -358,6 +380,7 @@ func (a *advisoryClaim) try(cand dialects.Candidate) error {
 	if a.together != nil {
 		a.locked = append(a.locked, dialects.Take{Session: s, ID: cand.ID})
 		a.lockedKeys = append(a.lockedKeys, cand.Key)
+		a.pending[cand.Key] = struct{}{}
 		return nil
 	}
 	row, ok, err := s.Take(ctx, cand.ID, a.now)
@@ -371,6 +394,7 @@ func (a *advisoryClaim) takeLocked() error {
 	}
 	takes, keys := a.locked, a.lockedKeys
 	a.locked, a.lockedKeys = nil, nil
+	clear(a.pending)
 	err := a.together.TakeAll(a.c.ctx, a.now, takes)
 	var errs []error
 	for i, t := range takes {
@@ -379,6 +403,16 @@ func (a *advisoryClaim) takeLocked() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// unlockPending ends the sessions locked for rows not taken yet, as a claim that failed
+// returns: their keys must not stay locked with nobody to take or unlock them.
+func (a *advisoryClaim) unlockPending() {
+	for _, t := range a.locked {
+		_, _ = t.Session.Unlock(a.c.ctx)
+	}
+	a.locked, a.lockedKeys = nil, nil
+	clear(a.pending)
 }
 
 // took ends the take of key's row: a row taken joins the claim, unless it is set aside; a
@@ -397,6 +431,7 @@ func (a *advisoryClaim) took(t dialects.Take, key string, err error) error {
 	row := t.Row
 	row.Key = key
 	if a.c.asideTaken(s, row) {
+		delete(a.taken, key) // unlocked: the key's later rows may still be tried
 		return nil
 	}
 	if a.c.cfg.Transactional {

@@ -2,6 +2,7 @@ package claimer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -101,5 +102,87 @@ func TestAdvisoryClaimTakesItsRowsTogetherAndReplacesThoseGone(t *testing.T) {
 	}
 	if dialecttest.TryLock(t, dialecttest.NewSession(t, real), tbl+"-c") {
 		t.Error("key c of a row taken is not held")
+	}
+}
+
+// openTogether opens a SQLite table of one row per key (ids from 1), its advisory queue
+// (which takes rows together) and a statement runner on it.
+func openTogether(t *testing.T, name string, keys ...string) (dialects.AdvisoryQueue, string, func(string)) {
+	t.Helper()
+	ctx := context.Background()
+	d, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "together.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() }) // after the table's own cleanup drops it
+	exec := func(q string) {
+		t.Helper()
+		if _, err := d.DB().ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	q, tbl := keptTable(t, keptDB{name: "sqlite", d: d, exec: func(t *testing.T, q string) { exec(q) }}, name, keys...)
+	return q, tbl, exec
+}
+
+// keyFree reports whether key can be locked (and unlocks it again).
+func keyFree(t *testing.T, q dialects.AdvisoryQueue, key string) bool {
+	t.Helper()
+	s := dialecttest.NewSession(t, q)
+	ok := dialecttest.TryLock(t, s, key)
+	if _, err := s.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// TestAdvisoryClaimTriesAKeysNextRowWhenItsFirstIsGone: two candidates of one key, the
+// first settled by another process between the read and the take. The key's next row is
+// tried in the same claim, in the order read, as a take one row at a time does: the
+// claim does not come back short while that row is due.
+func TestAdvisoryClaimTriesAKeysNextRowWhenItsFirstIsGone(t *testing.T) {
+	real, tbl, exec := openTogether(t, "dupkey", "a", "a", "b")
+	q := &takeSpy{AdvisoryQueue: real, together: real.(dialects.TakesTogether),
+		before: func() { exec("DELETE FROM " + tbl + " WHERE id = 1") }}
+	ctx := context.Background()
+	c := &claimer{cfg: Config{Poison: &Poison{}, Ctx: ctx}, ctx: ctx}
+	claims, err := c.claimAdvisory(q, time.Now(), 2, 3, 0)
+	defer unlockAll(t, claims)
+	if err != nil || fmt.Sprint(rowIDs(claims)) != "[2 3]" {
+		t.Fatalf("claim %v, %v (TakeAll calls %v); want rows 2 and 3: row 2 of key a is due once row 1 is gone", rowIDs(claims), err, q.calls)
+	}
+}
+
+// failingSessions is a queue that takes rows together and fails to open its nth session.
+type failingSessions struct {
+	dialects.AdvisoryQueue
+	dialects.TakesTogether
+	n, calls int
+}
+
+func (f *failingSessions) Session(ctx context.Context) (dialects.Session, error) {
+	if f.calls++; f.calls >= f.n {
+		return nil, errors.New("injected: no session")
+	}
+	return f.AdvisoryQueue.Session(ctx)
+}
+
+// TestAdvisoryClaimThatFailsUnlocksTheKeysItHadNotTakenYet: a claim that fails while it
+// holds keys locked for rows it has not taken yet unlocks them: nobody else would, and
+// their rows would never be claimed again.
+func TestAdvisoryClaimThatFailsUnlocksTheKeysItHadNotTakenYet(t *testing.T) {
+	real, tbl, _ := openTogether(t, "leak", "a", "b", "c")
+	q := &failingSessions{AdvisoryQueue: real, TakesTogether: real.(dialects.TakesTogether), n: 3}
+	ctx := context.Background()
+	c := &claimer{cfg: Config{Poison: &Poison{}, Ctx: ctx}, ctx: ctx}
+	claims, err := c.claimAdvisory(q, time.Now(), 3, 3, 0)
+	unlockAll(t, claims)
+	if err == nil || len(claims) != 0 {
+		t.Fatalf("claim %v, %v; want the injected error and no row", rowIDs(claims), err)
+	}
+	for _, k := range []string{"a", "b"} {
+		if !keyFree(t, real, tbl+"-"+k) {
+			t.Errorf("key %s, locked by the claim that failed, is still held", k)
+		}
 	}
 }

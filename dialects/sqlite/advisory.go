@@ -3,10 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,9 +19,9 @@ type advisoryQueue struct {
 	queue
 	candidates string
 	take       string
-	// takeAll is take for several rows, each with its key: :keys is a JSON object of the
-	// keys by row id (TakeAll).
-	takeAll string
+	// takeAll is take for several rows, each named with its key as an (id, key) pair of
+	// a VALUES list (TakeAll).
+	takeAll *valuesList
 	// takeWrites says whether the take counts the attempt (an UPDATE, in the writer's
 	// turn) or only re-reads the row (a SELECT, with no write lock to wait for).
 	takeWrites bool
@@ -57,23 +57,24 @@ func newAdvisoryQueue(base queue, t dialects.Table) (*advisoryQueue, error) {
 	// The row's key must still render to the key the session locked, byte for byte
 	// whatever the key columns' collations.
 	sameKey := key + " = :key COLLATE BINARY"
-	// Each row's key, named by its id in :keys, must render to it as in take.
-	ids := id + " IN (SELECT CAST(j.key AS INTEGER) FROM json_each(:keys) AS j)"
-	sameKeys := key + " = (:keys ->> ('$.\"' || " + id + " || '\"')) COLLATE BINARY"
+	// Each row's key must render to the key bound beside its id, as in take. The keys
+	// are bound as they are, not carried in JSON, which cannot hold bytes that are not
+	// UTF-8 (a BLOB key column's).
+	pairs := "(" + id + ", " + key + " COLLATE BINARY) IN (VALUES "
 	if q.takeWrites {
 		set := "UPDATE " + tq + " SET " + quote(t.Attempt) + " = " + sqlpart.CountAttempt(quote(t.Attempt), attemptMax) + " WHERE "
 		q.take = set + id + " = :id AND " + where + " AND " + sameKey + " RETURNING " + cols.String()
-		q.takeAll = set + ids + " AND " + where + " AND " + sameKeys + " RETURNING " + cols.String()
+		q.takeAll = &valuesList{prefix: set + pairs, suffix: ") AND " + where + " RETURNING " + cols.String()}
 	} else {
 		from := "SELECT " + cols.String() + " FROM " + tq + " WHERE "
 		q.take = from + id + " = :id AND " + where + " AND " + sameKey
-		q.takeAll = from + ids + " AND " + where + " AND " + sameKeys
+		q.takeAll = &valuesList{prefix: from + pairs, suffix: ") AND " + where}
 	}
 	return q, nil
 }
 
 func (q *advisoryQueue) prepare(ctx context.Context) error {
-	if err := q.d.prepareAll(ctx, append(q.settle.texts(), q.candidates, q.take, q.takeAll)...); err != nil {
+	if err := q.d.prepareAll(ctx, append(q.settle.texts(), q.candidates, q.take)...); err != nil {
 		return q.errorf("prepare", err)
 	}
 	return nil
@@ -198,8 +199,13 @@ func (s *session) Take(ctx context.Context, id int64, now time.Time) (dialects.R
 
 // TakeAll takes the rows of several sessions in one statement, each only if it is still
 // claimable and its key still renders to the key its session locked, as Take does. The
-// statement is one write (one commit) for all of them: SQLite's keys are the process's,
-// so nothing of the server's own ties a take to its session.
+// statement is one write for all of them: SQLite's keys are the process's, so nothing of
+// the server's own ties a take to its session.
+//
+// It runs in a transaction of its own, committed once every row it returned was read:
+// an UPDATE … RETURNING counts every attempt as it starts, so a read cut short (its
+// context ended) must roll back, or rows would come back with an attempt spent and no
+// take to show for it.
 func (q *advisoryQueue) TakeAll(ctx context.Context, now time.Time, takes []dialects.Take) error {
 	if len(takes) == 1 {
 		t := &takes[0]
@@ -207,58 +213,17 @@ func (q *advisoryQueue) TakeAll(ctx context.Context, now time.Time, takes []dial
 		t.Row, t.OK, err = t.Session.Take(ctx, t.ID, now)
 		return err
 	}
-	keys := make(map[string]string, len(takes))
-	at := make(map[int64]int, len(takes))
-	for i := range takes {
-		t := &takes[i]
-		t.Row, t.OK = dialects.Row{}, false
-		s, ok := t.Session.(*session)
-		if !ok || s.q != q {
-			return q.errorf("take", fmt.Errorf("row %d: the session is not one of this queue's", t.ID))
-		}
-		s.mu.Lock()
-		key, held := s.key, s.held
-		s.mu.Unlock()
-		if !held {
-			return q.errorf("take", fmt.Errorf("row %d: %w", t.ID, errNoKey))
-		}
-		if _, dup := at[t.ID]; dup {
-			return q.errorf("take", fmt.Errorf("row %d asked for twice", t.ID))
-		}
-		keys[strconv.FormatInt(t.ID, 10)] = key
-		at[t.ID] = i
-	}
-	doc, err := json.Marshal(keys)
+	pairs, at, err := q.takePairs(takes)
 	if err != nil {
-		return q.errorf("take", err)
+		return err
 	}
-	if q.takeWrites {
-		if err := q.f.lockWriter(ctx); err != nil {
-			return q.errorf("take", err)
-		}
-		defer q.f.unlockWriter()
-	}
-	rows, err := q.query(ctx, q.takeAll,
-		sql.Named("keys", string(doc)),
-		sql.Named("now", formatTime(now)),
-		sql.Named("group", q.group))
-	if err != nil {
-		return q.errorf("take", err)
-	}
-	defer rows.Close()
 	var got []dialects.Row
-	for rows.Next() {
-		r, err := q.scanRow(rows, true)
-		if err != nil {
-			return q.errorf("take", err)
-		}
-		got = append(got, r)
+	if q.takeWrites {
+		got, err = q.takeAllInTx(ctx, now, pairs)
+	} else {
+		got, err = q.readAll(ctx, now, pairs, func(st *sql.Stmt) *sql.Stmt { return st })
 	}
-	if err := rows.Err(); err != nil {
-		return q.errorf("take", err)
-	}
-	// Close now so an error finishing the statement (and its commit) is not lost.
-	if err := rows.Close(); err != nil {
+	if err != nil {
 		return q.errorf("take", err)
 	}
 	for _, r := range got {
@@ -266,6 +231,113 @@ func (q *advisoryQueue) TakeAll(ctx context.Context, now time.Time, takes []dial
 		t.Row, t.OK = r, true
 	}
 	return nil
+}
+
+// takePairs checks each take's session (one of this queue's, holding a key) and returns
+// the (id, key) pairs to bind, with each id's place in takes. It resets the takes.
+func (q *advisoryQueue) takePairs(takes []dialects.Take) ([]any, map[int64]int, error) {
+	pairs := make([]any, 0, 2*len(takes))
+	at := make(map[int64]int, len(takes))
+	for i := range takes {
+		t := &takes[i]
+		t.Row, t.OK = dialects.Row{}, false
+		s, ok := t.Session.(*session)
+		if !ok || s.q != q {
+			return nil, nil, q.errorf("take", fmt.Errorf("row %d: the session is not one of this queue's", t.ID))
+		}
+		s.mu.Lock()
+		key, held := s.key, s.held
+		s.mu.Unlock()
+		if !held {
+			return nil, nil, q.errorf("take", fmt.Errorf("row %d: %w", t.ID, errNoKey))
+		}
+		if _, dup := at[t.ID]; dup {
+			return nil, nil, q.errorf("take", fmt.Errorf("row %d asked for twice", t.ID))
+		}
+		at[t.ID] = i
+		pairs = append(pairs, t.ID, key)
+	}
+	return pairs, at, nil
+}
+
+// readAll runs the take over pairs, maxSettle pairs a statement (each padded with its
+// last pair, which names its row once more), each statement made by on (the pool's, or
+// a transaction's), and reads every row.
+func (q *advisoryQueue) readAll(ctx context.Context, now time.Time, pairs []any, on func(*sql.Stmt) *sql.Stmt) ([]dialects.Row, error) {
+	var got []dialects.Row
+	for start := 0; start < len(pairs); start += 2 * maxSettle {
+		chunk := pairs[start:min(start+2*maxSettle, len(pairs))]
+		slot, n := pairSlot(len(chunk) / 2)
+		args := make([]any, 0, 2*n+2)
+		args = append(args, chunk...)
+		for len(args) < 2*n {
+			args = append(args, chunk[len(chunk)-2:]...)
+		}
+		args = append(args, sql.Named("now", formatTime(now)), sql.Named("group", q.group))
+		st, err := q.d.stmt(ctx, q.takeAll.text(slot))
+		if err != nil {
+			return nil, err
+		}
+		rows, err := on(st).QueryContext(ctx, args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			r, err := q.scanRow(rows, true)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			got = append(got, r)
+		}
+		// Close reports an error finishing the statement.
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return nil, err
+		}
+	}
+	return got, nil
+}
+
+// takeAllInTx runs the takes in one transaction on a connection of its own, in this
+// process's writer turn, and commits once every row was read.
+func (q *advisoryQueue) takeAllInTx(ctx context.Context, now time.Time, pairs []any) ([]dialects.Row, error) {
+	// The statements are prepared before the connection is taken: preparing takes a
+	// pool connection of its own (sqlstmt.Cache.Stmt).
+	for start := 0; start < len(pairs); start += 2 * maxSettle {
+		slot, _ := pairSlot(min(len(pairs)-start, 2*maxSettle) / 2)
+		if _, err := q.d.stmt(ctx, q.takeAll.text(slot)); err != nil {
+			return nil, err
+		}
+	}
+	if err := q.f.lockWriter(ctx); err != nil {
+		return nil, err
+	}
+	defer q.f.unlockWriter()
+	conn, err := q.d.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	// A deferred BEGIN takes no lock; the UPDATE, the transaction's first statement,
+	// takes the write lock, waiting in the busy handler as an autocommit write does.
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	got, err := q.readAll(ctx, now, pairs, func(st *sql.Stmt) *sql.Stmt { return tx.StmtContext(ctx, st) })
+	if err == nil {
+		err = tx.Commit()
+	} else if rerr := tx.Rollback(); rerr == nil || errors.Is(rerr, sql.ErrTxDone) {
+		return nil, err // rolled back (by database/sql, when ctx ended)
+	}
+	if err != nil {
+		// A rollback or a commit that failed may leave the transaction open (a commit
+		// refused with SQLITE_BUSY in rollback-journal mode): the connection must not
+		// go back to the pool holding the write lock.
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		return nil, err
+	}
+	return got, nil
 }
 
 // Settle runs the step's statement: inside the session's transaction while one is open

@@ -1,7 +1,10 @@
 package sqlite
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,11 +49,11 @@ func (f *takeAllFixture) attempt(t *testing.T, account string) int {
 // TakeAll takes, in one statement, exactly the rows Take would take one by one: each
 // still claimable (not settled, not delayed) and whose key still renders, byte for byte,
 // to the key its session locked. Only those have their attempt counted; each comes back
-// on its own take, with its payload and key. Keys JSON must escape (quotes, backslashes,
-// other scripts) still match.
+// on its own take, with its payload and key. Keys with quotes, backslashes, other
+// scripts, and bytes that are not UTF-8 (as a BLOB key column holds) match as they are.
 func TestTakeAllTakesOnlyClaimableRowsOfTheirKeys(t *testing.T) {
 	tbl := advisoryTable("jobs")
-	accounts := []string{"a", `q"uo\te`, "ünï", "gone", "changed", "later", "case"}
+	accounts := []string{"a", `q"uo\te`, "ünï", "\xff\xfe", "gone", "changed", "later", "case"}
 	f := newTakeAllFixture(t, tbl, accounts...)
 	table := quote(tbl.Name)
 	mustExec(t, f.d, "UPDATE "+table+" SET processed_at = ? WHERE id = ?", formatTime(t0), f.ids["gone"])
@@ -65,7 +68,7 @@ func TestTakeAllTakesOnlyClaimableRowsOfTheirKeys(t *testing.T) {
 	if err := f.q.TakeAll(ctx, t0, f.takes); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"a": true, `q"uo\te`: true, "ünï": true}
+	want := map[string]bool{"a": true, `q"uo\te`: true, "ünï": true, "\xff\xfe": true}
 	for i, a := range accounts {
 		tk := f.takes[i]
 		if tk.OK != want[a] {
@@ -142,4 +145,108 @@ func TestTakeAllRefusesSessionsItCannotCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTakeAllFindsItsRowsByID: the take names its rows by id, so it looks each up by its
+// key rather than reading the table, whatever the table's size; a claim of n rows costs
+// n lookups.
+func TestTakeAllFindsItsRowsByID(t *testing.T) {
+	for _, writes := range []bool{true, false} {
+		tbl := advisoryTable("jobs")
+		if !writes {
+			tbl.Attempt = ""
+		}
+		f := newTakeAllFixture(t, tbl, "a", "b", "c")
+		mustExec(t, f.d, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000) INSERT INTO "+quote(tbl.Name)+" (payload, account) SELECT 'x', 'k' || i FROM n")
+		mustExec(t, f.d, "ANALYZE")
+		slot, n := pairSlot(3)
+		args := make([]any, 0, 2*n+2)
+		for i := range n {
+			args = append(args, f.ids["a"]+int64(i%3), "k")
+		}
+		args = append(args, sql.Named("now", formatTime(t0)), sql.Named("group", ""))
+		rows, err := f.d.DB().QueryContext(ctx, "EXPLAIN QUERY PLAN "+f.q.takeAll.text(slot), args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		text := strings.Join(plan, "; ")
+		if !strings.Contains(text, "SEARCH "+tbl.Name) || strings.Contains(text, "SCAN "+tbl.Name) {
+			t.Errorf("writes %v: plan %q; want the table searched by id, never scanned", writes, text)
+		}
+	}
+}
+
+// TestTakeAllCutShortCountsNoAttempt: a TakeAll whose context ends while it runs or reads
+// its rows back reports an error and every take not taken; the table's attempts then
+// read as before (the UPDATE counted them as it started, so the read must roll back).
+// Without the error, every row is taken and counted once. Large payloads make the read
+// back long enough for the cuts, at fractions of an uncut TakeAll's time, to land in it.
+func TestTakeAllCutShortCountsNoAttempt(t *testing.T) {
+	const n = 40
+	big := strings.Repeat("x", 1<<18)
+	tbl := advisoryTable("jobs")
+	run := func(cut time.Duration) (time.Duration, error, int, int) {
+		d := newDialect(t)
+		createTable(t, d, tbl)
+		q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl}).(*advisoryQueue)
+		for i := range n {
+			mustExec(t, d, "INSERT INTO "+quote(tbl.Name)+" (payload, account) VALUES (?, ?)", big, fmt.Sprint("a", i))
+		}
+		cands, err := q.Candidates(ctx, t0, n)
+		if err != nil || len(cands) != n {
+			t.Fatalf("candidates %d, %v", len(cands), err)
+		}
+		takes := make([]dialects.Take, 0, n)
+		for _, c := range cands {
+			s := dialecttest.NewSession(t, q)
+			dialecttest.TryLock(t, s, c.Key)
+			takes = append(takes, dialects.Take{Session: s, ID: c.ID})
+		}
+		sum := "SELECT SUM(attempt) FROM " + quote(tbl.Name)
+		before := count(t, d, sum)
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if cut > 0 {
+			time.AfterFunc(cut, cancel)
+		}
+		start := time.Now()
+		err = q.TakeAll(cctx, t0, takes)
+		took := time.Since(start)
+		taken := 0
+		for _, tk := range takes {
+			if tk.OK {
+				taken++
+			}
+		}
+		return took, err, taken, count(t, d, sum) - before
+	}
+	whole, err, taken, counted := run(0)
+	if err != nil || taken != n || counted != n {
+		t.Fatalf("uncut: %v, %d taken, %d counted", err, taken, counted)
+	}
+	cutShort := 0
+	for i := 1; i <= 12; i++ {
+		cut := whole * time.Duration(i) / 13
+		_, err, taken, counted := run(cut)
+		switch {
+		case err != nil:
+			cutShort++
+			if taken != 0 || counted != 0 {
+				t.Errorf("cut at %v of %v: %v, yet %d taken and %d attempts counted; want none", cut, whole, err, taken, counted)
+			}
+		case taken != n || counted != n:
+			t.Errorf("cut at %v of %v: no error, %d taken and %d counted; want %d each", cut, whole, taken, counted, n)
+		}
+	}
+	t.Logf("an uncut TakeAll took %v; %d of 12 cuts ended it early", whole, cutShort)
 }
