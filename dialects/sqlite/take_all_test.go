@@ -195,16 +195,16 @@ func TestTakeAllCutShortCountsNoAttempt(t *testing.T) {
 	const n = 40
 	big := strings.Repeat("x", 1<<18)
 	tbl := advisoryTable("jobs")
-	run := func(cut time.Duration) (time.Duration, error, int, int) {
+	run := func(cut time.Duration) (took time.Duration, taken, counted int, err error) {
 		d := newDialect(t)
 		createTable(t, d, tbl)
 		q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl}).(*advisoryQueue)
 		for i := range n {
 			mustExec(t, d, "INSERT INTO "+quote(tbl.Name)+" (payload, account) VALUES (?, ?)", big, fmt.Sprint("a", i))
 		}
-		cands, err := q.Candidates(ctx, t0, n)
-		if err != nil || len(cands) != n {
-			t.Fatalf("candidates %d, %v", len(cands), err)
+		cands, cerr := q.Candidates(ctx, t0, n)
+		if cerr != nil || len(cands) != n {
+			t.Fatalf("candidates %d, %v", len(cands), cerr)
 		}
 		takes := make([]dialects.Take, 0, n)
 		for _, c := range cands {
@@ -221,23 +221,22 @@ func TestTakeAllCutShortCountsNoAttempt(t *testing.T) {
 		}
 		start := time.Now()
 		err = q.TakeAll(cctx, t0, takes)
-		took := time.Since(start)
-		taken := 0
+		took = time.Since(start)
 		for _, tk := range takes {
 			if tk.OK {
 				taken++
 			}
 		}
-		return took, err, taken, count(t, d, sum) - before
+		return took, taken, count(t, d, sum) - before, err
 	}
-	whole, err, taken, counted := run(0)
+	whole, taken, counted, err := run(0)
 	if err != nil || taken != n || counted != n {
 		t.Fatalf("uncut: %v, %d taken, %d counted", err, taken, counted)
 	}
 	cutShort := 0
 	for i := 1; i <= 12; i++ {
 		cut := whole * time.Duration(i) / 13
-		_, err, taken, counted := run(cut)
+		_, taken, counted, err := run(cut)
 		switch {
 		case err != nil:
 			cutShort++
