@@ -107,15 +107,15 @@ func Workers(n int) SubscribeOption { return func(c *subscribeConfig) { c.worker
 // holds a connection, and so does an advisory row on PostgreSQL and MySQL.
 //
 // Without it, a lease-form subscription, and an advisory one on SQLite outside
-// transactional mode (whose keys cost no connection), sizes that room itself: enough rows to keep its
-// workers busy through one claim's round trip, and at least 2 ms of their work, measured
-// as the claim's latency times the rate its workers finish rows. Fast handlers then get
-// rows claimed many at a time, while slow handlers hold about Workers plus one. See
-// docs/operations.md, "Throughput", for the rule.
+// transactional mode (whose keys cost no connection), sizes that room itself: enough
+// rows to keep its workers busy through one claim's round trip, and at least 2 ms of
+// their work, measured as the claim's latency times the rate its workers finish rows.
+// Fast handlers then get rows claimed many at a time, while slow handlers hold about
+// Workers plus one. See docs/operations.md, "Throughput", for the rule.
 //
-// Rows that wait sit leased in this process, their leases renewed (an advisory row
-// holds its key), where no other consumer can take them. Shutdown and Pause give them back with the attempt they had
-// before their claim, since their handlers never started.
+// Rows that wait sit leased in this process, their leases renewed (an advisory row holds
+// its key), where no other consumer can take them. Shutdown and Pause give them back
+// with the attempt they had before their claim, since their handlers never started.
 func Prefetch(n int) SubscribeOption {
 	return func(c *subscribeConfig) { c.prefetch, c.prefetchSet = n, true }
 }
