@@ -42,19 +42,7 @@ func (q *takeSpy) TakeAll(ctx context.Context, now time.Time, takes []dialects.T
 // their attempt counted.
 func TestAdvisoryClaimTakesItsRowsTogetherAndReplacesThoseGone(t *testing.T) {
 	ctx := context.Background()
-	d, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "together.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() }) // after the table's own cleanup drops it
-	exec := func(q string) {
-		t.Helper()
-		if _, err := d.DB().ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db := keptDB{name: "sqlite", d: d, exec: func(t *testing.T, q string) { exec(q) }}
-	real, tbl := keptTable(t, db, "together", "a", "b", "c", "d", "e", "f")
+	real, tbl, exec, d := openTogether(t, "together", "a", "b", "c", "d", "e", "f")
 	attempts := func() string {
 		rows, err := d.DB().QueryContext(ctx, "SELECT id, attempt FROM "+tbl+" ORDER BY id")
 		if err != nil {
@@ -106,8 +94,8 @@ func TestAdvisoryClaimTakesItsRowsTogetherAndReplacesThoseGone(t *testing.T) {
 }
 
 // openTogether opens a SQLite table of one row per key (ids from 1), its advisory queue
-// (which takes rows together) and a statement runner on it.
-func openTogether(t *testing.T, name string, keys ...string) (dialects.AdvisoryQueue, string, func(string)) {
+// (which takes rows together), a statement runner on it, and the dialect.
+func openTogether(t *testing.T, name string, keys ...string) (dialects.AdvisoryQueue, string, func(string), *sqlite.Dialect) {
 	t.Helper()
 	ctx := context.Background()
 	d, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "together.db"))
@@ -122,7 +110,7 @@ func openTogether(t *testing.T, name string, keys ...string) (dialects.AdvisoryQ
 		}
 	}
 	q, tbl := keptTable(t, keptDB{name: "sqlite", d: d, exec: func(t *testing.T, q string) { exec(q) }}, name, keys...)
-	return q, tbl, exec
+	return q, tbl, exec, d
 }
 
 // keyFree reports whether key can be locked (and unlocks it again).
@@ -141,7 +129,7 @@ func keyFree(t *testing.T, q dialects.AdvisoryQueue, key string) bool {
 // tried in the same claim, in the order read, as a take one row at a time does: the
 // claim does not come back short while that row is due.
 func TestAdvisoryClaimTriesAKeysNextRowWhenItsFirstIsGone(t *testing.T) {
-	real, tbl, exec := openTogether(t, "dupkey", "a", "a", "b")
+	real, tbl, exec, _ := openTogether(t, "dupkey", "a", "a", "b")
 	q := &takeSpy{AdvisoryQueue: real, together: real.(dialects.TakesTogether),
 		before: func() { exec("DELETE FROM " + tbl + " WHERE id = 1") }}
 	ctx := context.Background()
@@ -171,7 +159,7 @@ func (f *failingSessions) Session(ctx context.Context) (dialects.Session, error)
 // holds keys locked for rows it has not taken yet unlocks them: nobody else would, and
 // their rows would never be claimed again.
 func TestAdvisoryClaimThatFailsUnlocksTheKeysItHadNotTakenYet(t *testing.T) {
-	real, tbl, _ := openTogether(t, "leak", "a", "b", "c")
+	real, tbl, _, _ := openTogether(t, "leak", "a", "b", "c")
 	q := &failingSessions{AdvisoryQueue: real, TakesTogether: real.(dialects.TakesTogether), n: 3}
 	ctx := context.Background()
 	c := &claimer{cfg: Config{Poison: &Poison{}, Ctx: ctx}, ctx: ctx}
