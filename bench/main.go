@@ -77,6 +77,10 @@ type config struct {
 	brokers    int // -mode drain on PostgreSQL or MySQL: pools (and brokers) on the one server
 	cpuprofile string
 	memprofile string
+	// contenders names the contenders that run (-contenders): all by default. A memory
+	// profile's samples carry no labels, so running rowactor alone is how to read its
+	// allocations apart from the loops'.
+	contenders []string
 
 	// -mode latency
 	latencyN       int           // idle single publishes
@@ -155,6 +159,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.galeraDSNs, "galera", "root@tcp(127.0.0.1:3307)/test,root@tcp(127.0.0.1:3308)/test,root@tcp(127.0.0.1:3309)/test", "-db galera: the nodes' DSNs, comma-separated")
 	fs.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (samples are labelled contender, tracing, db, form, workers)")
 	fs.StringVar(&cfg.memprofile, "memprofile", "", "record every allocation (slow: the rates are then meaningless) and write the heap profile to this file at the end")
+	contenders := fs.String("contenders", "rowactor,raw,raw-batch", "-mode drain: the contenders that run, comma-separated (rowactor alone, say, to read its allocations in a -memprofile); a ratio needs both its sides")
 	fs.IntVar(&cfg.latencyN, "latency-n", 200, "-mode latency: idle single publishes, each handled before the next")
 	fs.DurationVar(&cfg.latencyGap, "latency-gap", 100*time.Millisecond, "-mode latency: pause after each idle publish was handled")
 	fs.IntVar(&cfg.latencyRate, "latency-rate", 100, "-mode latency: publishes per second of the steady load")
@@ -222,6 +227,16 @@ func parseFlags(args []string) (config, error) {
 	case "off", "on", "both":
 	default:
 		return cfg, fmt.Errorf("-tracing %q: want off, on or both", cfg.tracing)
+	}
+	for _, c := range strings.Split(*contenders, ",") {
+		c = strings.TrimSpace(c)
+		if !slices.Contains([]string{"rowactor", "raw", "raw-batch"}, c) {
+			return cfg, fmt.Errorf("-contenders %q: %q is none of rowactor, raw, raw-batch", *contenders, c)
+		}
+		cfg.contenders = append(cfg.contenders, c)
+	}
+	if cfg.tracing == "both" && !slices.Contains(cfg.contenders, "rowactor") {
+		return cfg, errors.New("-tracing both compares rowactor with itself: keep rowactor in -contenders")
 	}
 	if cfg.rows < 1 || cfg.rounds < 1 || cfg.brokers < 1 {
 		return cfg, errors.New("-rows, -rounds and -brokers must be at least 1")
@@ -331,7 +346,7 @@ func run(cfg config) error {
 	case "dashboard":
 		return runDashboard(ctx, cfg, out) // PostgreSQL only
 	}
-	contenders := contendersFor(cfg.tracing)
+	contenders := slices.DeleteFunc(contendersFor(cfg.tracing), func(c contender) bool { return !slices.Contains(cfg.contenders, c.name) })
 	for _, db := range cfg.dbs {
 		tg, err := openTarget(ctx, db, cfg)
 		if err != nil {
