@@ -217,11 +217,15 @@ func (q *advisoryQueue) TakeAll(ctx context.Context, now time.Time, takes []dial
 	if err != nil {
 		return err
 	}
+	chunks, err := q.takeChunks(ctx, now, pairs)
+	if err != nil {
+		return q.errorf("take", err)
+	}
 	var got []dialects.Row
 	if q.takeWrites {
-		got, err = q.takeAllInTx(ctx, now, pairs)
+		got, err = q.takeAllInTx(ctx, chunks)
 	} else {
-		got, err = q.readAll(ctx, now, pairs, func(st *sql.Stmt) *sql.Stmt { return st })
+		got, err = q.readAll(ctx, chunks, func(st *sql.Stmt) *sql.Stmt { return st })
 	}
 	if err != nil {
 		return q.errorf("take", err)
@@ -260,25 +264,41 @@ func (q *advisoryQueue) takePairs(takes []dialects.Take) ([]any, map[int64]int, 
 	return pairs, at, nil
 }
 
-// readAll runs the take over pairs, maxSettle pairs a statement (each padded with its
-// last pair, which names its row once more), each statement made by on (the pool's, or
-// a transaction's), and reads every row.
-func (q *advisoryQueue) readAll(ctx context.Context, now time.Time, pairs []any, on func(*sql.Stmt) *sql.Stmt) ([]dialects.Row, error) {
-	var got []dialects.Row
+// takeChunk is one statement of a TakeAll: at most maxSettle pairs, padded with the
+// last pair (which names its row once more) to the length of a prepared text.
+type takeChunk struct {
+	st   *sql.Stmt
+	args []any
+}
+
+// takeChunks prepares the statements that take pairs. Preparing takes a pool connection
+// of its own (sqlstmt.Cache.Stmt), so it comes before a transaction takes one.
+func (q *advisoryQueue) takeChunks(ctx context.Context, now time.Time, pairs []any) ([]takeChunk, error) {
+	var chunks []takeChunk
 	for start := 0; start < len(pairs); start += 2 * maxSettle {
-		chunk := pairs[start:min(start+2*maxSettle, len(pairs))]
-		slot, n := pairSlot(len(chunk) / 2)
+		pairs := pairs[start:min(start+2*maxSettle, len(pairs))]
+		slot, n := pairSlot(len(pairs) / 2)
 		args := make([]any, 0, 2*n+2)
-		args = append(args, chunk...)
+		args = append(args, pairs...)
 		for len(args) < 2*n {
-			args = append(args, chunk[len(chunk)-2:]...)
+			args = append(args, pairs[len(pairs)-2:]...)
 		}
 		args = append(args, sql.Named("now", formatTime(now)), sql.Named("group", q.group))
 		st, err := q.d.stmt(ctx, q.takeAll.text(slot))
 		if err != nil {
 			return nil, err
 		}
-		rows, err := on(st).QueryContext(ctx, args...)
+		chunks = append(chunks, takeChunk{st: st, args: args})
+	}
+	return chunks, nil
+}
+
+// readAll runs the chunks, each statement made by on (the pool's, or a transaction's),
+// and reads every row.
+func (q *advisoryQueue) readAll(ctx context.Context, chunks []takeChunk, on func(*sql.Stmt) *sql.Stmt) ([]dialects.Row, error) {
+	var got []dialects.Row
+	for _, c := range chunks {
+		rows, err := on(c.st).QueryContext(ctx, c.args...)
 		if err != nil {
 			return nil, err
 		}
@@ -298,17 +318,9 @@ func (q *advisoryQueue) readAll(ctx context.Context, now time.Time, pairs []any,
 	return got, nil
 }
 
-// takeAllInTx runs the takes in one transaction on a connection of its own, in this
+// takeAllInTx runs the chunks in one transaction on a connection of its own, in this
 // process's writer turn, and commits once every row was read.
-func (q *advisoryQueue) takeAllInTx(ctx context.Context, now time.Time, pairs []any) ([]dialects.Row, error) {
-	// The statements are prepared before the connection is taken: preparing takes a
-	// pool connection of its own (sqlstmt.Cache.Stmt).
-	for start := 0; start < len(pairs); start += 2 * maxSettle {
-		slot, _ := pairSlot(min(len(pairs)-start, 2*maxSettle) / 2)
-		if _, err := q.d.stmt(ctx, q.takeAll.text(slot)); err != nil {
-			return nil, err
-		}
-	}
+func (q *advisoryQueue) takeAllInTx(ctx context.Context, chunks []takeChunk) ([]dialects.Row, error) {
 	if err := q.f.lockWriter(ctx); err != nil {
 		return nil, err
 	}
@@ -324,7 +336,7 @@ func (q *advisoryQueue) takeAllInTx(ctx context.Context, now time.Time, pairs []
 	if err != nil {
 		return nil, err
 	}
-	got, err := q.readAll(ctx, now, pairs, func(st *sql.Stmt) *sql.Stmt { return tx.StmtContext(ctx, st) })
+	got, err := q.readAll(ctx, chunks, func(st *sql.Stmt) *sql.Stmt { return tx.StmtContext(ctx, st) })
 	if err == nil {
 		err = tx.Commit()
 	} else if rerr := tx.Rollback(); rerr == nil || errors.Is(rerr, sql.ErrTxDone) {
