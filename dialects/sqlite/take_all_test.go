@@ -249,3 +249,41 @@ func TestTakeAllCutShortCountsNoAttempt(t *testing.T) {
 	}
 	t.Logf("an uncut TakeAll took %v; %d of 12 cuts ended it early", whole, cutShort)
 }
+
+// TestTakeAllOfMoreRowsThanOneStatementNames: more takes than one statement names
+// (maxSettle pairs) run as several statements in the one transaction; every row is taken
+// and counted once, the last chunk padded as the first.
+func TestTakeAllOfMoreRowsThanOneStatementNames(t *testing.T) {
+	const n = maxSettle + 3
+	tbl := advisoryTable("jobs")
+	d := newDialect(t)
+	createTable(t, d, tbl)
+	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl}).(*advisoryQueue)
+	mustExec(t, d, fmt.Sprintf("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %d) "+
+		"INSERT INTO %s (payload, account) SELECT 'p', 'k' || i FROM n", n, quote(tbl.Name)))
+	cands, err := q.Candidates(ctx, t0, n)
+	if err != nil || len(cands) != n {
+		t.Fatalf("candidates %d, %v", len(cands), err)
+	}
+	takes := make([]dialects.Take, 0, n)
+	for _, c := range cands {
+		s := dialecttest.NewSession(t, q)
+		if !dialecttest.TryLock(t, s, c.Key) {
+			t.Fatalf("lock of %q refused", c.Key)
+		}
+		takes = append(takes, dialects.Take{Session: s, ID: c.ID})
+	}
+	sum := "SELECT SUM(attempt) FROM " + quote(tbl.Name)
+	before := count(t, d, sum)
+	if err := q.TakeAll(ctx, t0, takes); err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range takes {
+		if !tk.OK || tk.Row.ID != tk.ID {
+			t.Fatalf("take of row %d: %+v", tk.ID, tk)
+		}
+	}
+	if got := count(t, d, sum) - before; got != n {
+		t.Errorf("%d attempts counted, want %d", got, n)
+	}
+}
