@@ -261,7 +261,15 @@ func (c *claimer) claimAdvisory(q dialects.AdvisoryQueue, now time.Time, limit, 
 		pending: make(map[string]struct{}),
 		passed:  make(map[string]struct{}),
 	}
-	a.together, _ = q.(dialects.TakesTogether)
+	if !c.cfg.Transactional {
+		// A transactional row's transaction opens right after its take, and on SQLite an
+		// IMMEDIATE or EXCLUSIVE one holds the write lock until its handler ends: the
+		// next row's take or BEGIN waits for it up to busy_timeout. Taken together, every
+		// row would have its attempt counted before that wait, and those whose BEGIN
+		// fails would be given back with an attempt spent unhandled. One by one, the
+		// take that waits fails and counts nothing.
+		a.together, _ = q.(dialects.TakesTogether)
+	}
 	err := a.claim(scan, offset)
 	if err != nil {
 		a.unlockPending() // keys locked for rows the claim will not take now

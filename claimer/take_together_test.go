@@ -174,3 +174,29 @@ func TestAdvisoryClaimThatFailsUnlocksTheKeysItHadNotTakenYet(t *testing.T) {
 		}
 	}
 }
+
+// TestTransactionalAdvisoryClaimTakesItsRowsOneByOne: a transactional claim takes each
+// row as it locks its key and opens the row's transaction right after, never several
+// rows in one statement first: on SQLite an IMMEDIATE transaction holds the write lock,
+// and rows taken together ahead of it would have their attempts counted and then fail to
+// begin (given back with an attempt spent, their handlers never run).
+func TestTransactionalAdvisoryClaimTakesItsRowsOneByOne(t *testing.T) {
+	real, _, _, _ := openTogether(t, "txone", "a", "b", "c")
+	q := &takeSpy{AdvisoryQueue: real, together: real.(dialects.TakesTogether)}
+	ctx := context.Background()
+	c := &claimer{cfg: Config{Poison: &Poison{}, Ctx: ctx, Transactional: true}, ctx: ctx}
+	claims, err := c.claimAdvisory(q, time.Now(), 3, 3, 0)
+	defer func() {
+		for _, cl := range claims {
+			if err := cl.Session.Abort(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	if err != nil || fmt.Sprint(rowIDs(claims)) != "[1 2 3]" {
+		t.Fatalf("claim %v, %v; want rows 1 to 3", rowIDs(claims), err)
+	}
+	if len(q.calls) != 0 {
+		t.Errorf("TakeAll calls %v in a transactional claim; want none (each row taken as its key is locked)", q.calls)
+	}
+}
