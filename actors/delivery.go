@@ -171,7 +171,7 @@ func (d *delivery) Receive(c actor.Context) {
 			d.finishSpan(r, 0)
 			d.sub.report(r)
 			d.end(c, r)
-			c.Stop(c.Self())
+			d.stopSelf()
 			return
 		}
 		if d.releaseOnly {
@@ -185,7 +185,7 @@ func (d *delivery) Receive(c actor.Context) {
 			d.finishSpan(r, 0)
 			d.sub.report(r)
 			d.end(c, r)
-			c.Stop(c.Self())
+			d.stopSelf()
 			return
 		}
 		if req := d.cancel.Load(); req != nil {
@@ -195,7 +195,7 @@ func (d *delivery) Receive(c actor.Context) {
 			d.finishSpan(r, 0)
 			d.sub.report(r)
 			d.end(c, r)
-			c.Stop(c.Self())
+			d.stopSelf()
 			return
 		}
 		d.sys, d.self = c.ActorSystem(), c.Self()
@@ -233,11 +233,21 @@ func (d *delivery) Receive(c actor.Context) {
 		d.finishSpan(r, d.handlerTook)
 		d.sub.report(r)
 		d.end(c, r)
-		c.Stop(c.Self())
+		d.stopSelf()
 	case *actor.Stopping:
 		d.onStopping(c)
 	}
 }
+
+// stopSelf stops the delivery actor, as c.Stop(c.Self()) does, by posting the stop to
+// its own mailbox: Proto.Actor's Stop first looks the PID up in the process registry and
+// allocates a cached reference to it, a lock and an allocation per row that only the
+// registry's mark of a dead process (which its removal makes anyway, as the actor
+// finishes stopping) would justify.
+func (d *delivery) stopSelf() { d.mb.PostSystemMessage(stopMsg) }
+
+// stopMsg is the system message that stops an actor (Proto.Actor's is unexported).
+var stopMsg = &actor.Stop{}
 
 // onStopping settles what a stop leaves: a delivery not yet settled gives its row back,
 // its handler not started (stopUnstarted), still running (stopRunning), or returned with
