@@ -160,7 +160,7 @@ func (d *batchDelivery) run(sys *actor.ActorSystem, self *actor.PID) {
 // settle plans each row's step and runs them all in the claim transaction. A row a Cancel
 // asked for first ends as cancelled, whatever its outcome.
 func (d *batchDelivery) settle() []Result {
-	cfg := d.sub.cfg
+	cfg := &d.sub.cfg
 	reqs := d.takeCancels()
 	if d.panic != nil {
 		return d.release(fmt.Errorf("batch handler panicked: %v", d.panic), reqs)
@@ -222,7 +222,7 @@ func (d *batchDelivery) settle() []Result {
 // handler holds nothing of the claim transaction (batches are never transactional), so
 // this is safe while it may still run.
 func (d *batchDelivery) release(why error, reqs []*cancelRequest) []Result {
-	cfg := d.sub.cfg
+	cfg := &d.sub.cfg
 	ctx, cancel := context.WithTimeout(cfg.ctx, cfg.settleTimeout)
 	defer cancel()
 	var steps []dialects.Step

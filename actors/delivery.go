@@ -296,7 +296,7 @@ func (d *delivery) onStopping(c actor.Context) {
 // transactional one, whose settlement commits the handler's own writes (not measured
 // apart yet: kept as it was).
 func (d *delivery) freesWorkerEarly() bool {
-	cfg := d.sub.cfg
+	cfg := &d.sub.cfg
 	return d.sub.batcher != nil || cfg.Form != dialects.FormLease && !cfg.FIFO && !cfg.Transactional
 }
 
@@ -454,7 +454,7 @@ func (d *delivery) stopRunning() {
 // session's (advisory, opened by the claimer), or one of its own (lease). ok is false
 // when the lease transaction could not be opened: the row is then released unhandled.
 func (d *delivery) begin() (tx dialects.DeliveryTx, ok bool) {
-	cfg := d.sub.cfg
+	cfg := &d.sub.cfg
 	if !cfg.Transactional {
 		return nil, true
 	}
@@ -502,50 +502,64 @@ func (d *delivery) lentLeaseTx() dialects.LeaseTx {
 	return d.leaseTx
 }
 
-// settle plans the outcome's step and runs it where the form says.
+// settle plans the outcome's step and runs it where the form says. The rarer ends are
+// functions of their own, to keep this one's stack frame small (logPlan).
 func (d *delivery) settle() Result {
-	cfg := d.sub.cfg
-	row := d.claim.Row
-	if req := d.takeCancel(); req != nil {
+	req := d.takeCancel()
+	if req != nil || d.beginErr != nil || d.panic != nil {
+		return d.settleUnplanned(req)
+	}
+	cfg := &d.sub.cfg
+	step, note := cfg.Rules.Plan(d.outcome, d.claim.Row.Attempt, cfg.Now())
+	refused := d.sub.notePlan(d.claim.Row, d.outcome, step, note)
+	if step.Kind == dialects.StepRelease || step.Kind == dialects.StepCustom && !cfg.Rules.Events[step.Event] {
+		return d.settleReleased(step, refused)
+	}
+	return d.runStep(step, d.outcome, d.tag)
+}
+
+// settleUnplanned settles a delivery whose outcome is not planned: cancelled (req), its
+// transaction never opened, or its handler panicked.
+func (d *delivery) settleUnplanned(req *cancelRequest) Result {
+	if req != nil {
 		return d.settleCancelled(req)
 	}
 	if d.panic == nil && d.beginErr != nil {
 		// The lease delivery's transaction could not be opened: the handler never
 		// started, so the row goes back with the attempt its claim counted.
-		r := d.giveBack(cfg.ctx)
+		r := d.giveBack(d.sub.cfg.ctx)
 		r.Err = errors.Join(d.beginErr, r.Err)
 		return r
 	}
-	if d.panic != nil {
-		r := d.release(d.outcome)
-		r.Panic, r.Tag = d.panic, d.tag
-		return r
-	}
-	step, note := cfg.Rules.Plan(d.outcome, row.Attempt, cfg.Now())
-	refused := d.sub.notePlan(row, d.outcome, step, note)
+	r := d.release(d.outcome)
+	r.Panic, r.Tag = d.panic, d.tag
+	return r
+}
+
+// settleReleased releases the row of a step that releases it: one planned so, or refused
+// (refused), or a custom event the subscription does not know.
+func (d *delivery) settleReleased(step dialects.Step, refused error) Result {
+	cfg := &d.sub.cfg
+	row := d.claim.Row
+	r := d.release(d.outcome)
 	if step.Kind == dialects.StepRelease {
-		r := d.release(d.outcome)
 		if refused != nil {
 			r.Tag = d.tag
 			r.Err = errors.Join(refused, r.Err)
 		}
 		return r
 	}
-	if step.Kind == dialects.StepCustom && !cfg.Rules.Events[step.Event] {
-		r := d.release(d.outcome)
-		r.Tag = d.tag
-		r.Err = errors.Join(fmt.Errorf("rowactor: the handler settled row %d with Event(%q), and the subscription to %s has no such event; "+
-			"register it with rowactor.OnEvent; the row was released: %w", row.ID, step.Event, cfg.Table, settler.ErrUnknownEvent), r.Err)
-		cfg.Log.Warn("rowactor: unknown event; the row is released", slog.String("table", cfg.Table),
-			slog.Int64("id", row.ID), slog.String("event", step.Event))
-		return r
-	}
-	return d.runStep(step, d.outcome, d.tag)
+	r.Tag = d.tag
+	r.Err = errors.Join(fmt.Errorf("rowactor: the handler settled row %d with Event(%q), and the subscription to %s has no such event; "+
+		"register it with rowactor.OnEvent; the row was released: %w", row.ID, step.Event, cfg.Table, settler.ErrUnknownEvent), r.Err)
+	cfg.Log.Warn("rowactor: unknown event; the row is released", slog.String("table", cfg.Table),
+		slog.Int64("id", row.ID), slog.String("event", step.Event))
+	return r
 }
 
 // runStep runs a planned step of outcome o where the form says; tag is the handler's.
 func (d *delivery) runStep(step dialects.Step, o settler.Outcome, tag any) (r Result) {
-	cfg := d.sub.cfg
+	cfg := &d.sub.cfg
 	row := d.claim.Row
 	r = Result{Row: row, Outcome: o, Step: step.Kind, Event: step.Event, Tag: tag}
 	if b := d.sub.batcher; b != nil && d.leaseTx == nil && settler.Batchable(step) {
@@ -670,7 +684,7 @@ func (d *delivery) release(o settler.Outcome) Result { return d.releaseOn(d.sub.
 // releaseOn is release with the statements' base context and the handler's tag given:
 // while a handler still runs, the delivery may read neither its tag nor its transaction.
 func (d *delivery) releaseOn(base context.Context, o settler.Outcome, tag any) Result {
-	cfg := d.sub.cfg
+	cfg := &d.sub.cfg
 	row := d.claim.Row
 	r := Result{Row: row, Outcome: o, Step: dialects.StepRelease, Released: true, Tag: tag}
 	ctx, cancel := context.WithTimeout(base, cfg.settleTimeout)
@@ -720,7 +734,7 @@ func (d *delivery) rollbackClaim(ctx context.Context) error {
 // nothing and its rollback returns the row. A row whose handler did start is released
 // by release, its attempt spent.
 func (d *delivery) giveBack(base context.Context) Result {
-	cfg := d.sub.cfg
+	cfg := &d.sub.cfg
 	row := d.claim.Row
 	r := Result{Row: row, Step: dialects.StepRelease, Released: true}
 	step := dialects.Step{Kind: dialects.StepRelease, Now: cfg.Now(), Unstarted: true}

@@ -95,7 +95,7 @@ func (s *Subscription) noteLateReturn(row dialects.Row, outcome string, took tim
 // and the worker is freed. The hook and the span are told now, once; run only logs the
 // handler's return.
 func (d *delivery) abandon(c actor.Context) {
-	cfg := d.sub.cfg
+	cfg := &d.sub.cfg
 	timeout := d.dctx.Timeout()
 	d.sub.warnAbandoned(d.claim.Row, 1, timeout)
 	cfg.Telemetry.Abandoned(d.spanCtx, 1)
@@ -131,7 +131,7 @@ func (d *delivery) abandon(c actor.Context) {
 // rollback it serialises behind a statement in flight), giving up the row's lock or key
 // and its connection; a lease is then released through the pool.
 func (d *delivery) interrupt(req *cancelRequest) Result {
-	cfg := d.sub.cfg
+	cfg := &d.sub.cfg
 	row := d.claim.Row
 	r := Result{Row: row, Step: dialects.StepRelease, Released: true}
 	ctx, cancel := context.WithTimeout(cfg.ctx, cfg.settleTimeout)

@@ -102,15 +102,15 @@ func TestPlanFailAndSnooze(t *testing.T) {
 		at      time.Time // zero: not checked
 		note    Note
 	}{
-		{"fail waits the policy's delay", table, fail, 2, dialects.StepRetryAfter, now.Add(2 * time.Minute), noNote},
+		{"fail waits the policy's delay", table, fail, 2, dialects.StepRetryAfter, now.Add(2 * time.Minute), NoteNone},
 		{"fail at the cap moves the row", table, fail, 3, dialects.StepDeadLetter, time.Time{}, NoteAttemptsSpent},
-		{"fail waits in the lease without retry_after", lease, fail, 1, dialects.StepRetryAfter, now.Add(time.Minute), noNote},
+		{"fail waits in the lease without retry_after", lease, fail, 1, dialects.StepRetryAfter, now.Add(time.Minute), NoteNone},
 		{"fail retries at once without retry_after outside the lease form", bare, fail, 1, dialects.StepRetry, time.Time{}, NoteFailNoRetryAfter},
-		{"a negative delay is none", Rules{HasRetryAfter: true, Backoff: func(int, error) time.Duration { return -time.Hour }}, fail, 1, dialects.StepRetryAfter, now, noNote},
-		{"no policy returns the row at once", Rules{HasRetryAfter: true}, fail, 1, dialects.StepRetryAfter, now, noNote},
-		{"snooze waits its delay", table, snooze, 1, dialects.StepSnooze, now.Add(time.Hour), noNote},
-		{"snooze at the cap is no dead letter", table, snooze, 7, dialects.StepSnooze, now.Add(time.Hour), noNote},
-		{"snooze waits in the lease without retry_after", lease, snooze, 1, dialects.StepSnooze, now.Add(time.Hour), noNote},
+		{"a negative delay is none", Rules{HasRetryAfter: true, Backoff: func(int, error) time.Duration { return -time.Hour }}, fail, 1, dialects.StepRetryAfter, now, NoteNone},
+		{"no policy returns the row at once", Rules{HasRetryAfter: true}, fail, 1, dialects.StepRetryAfter, now, NoteNone},
+		{"snooze waits its delay", table, snooze, 1, dialects.StepSnooze, now.Add(time.Hour), NoteNone},
+		{"snooze at the cap is no dead letter", table, snooze, 7, dialects.StepSnooze, now.Add(time.Hour), NoteNone},
+		{"snooze waits in the lease without retry_after", lease, snooze, 1, dialects.StepSnooze, now.Add(time.Hour), NoteNone},
 		{"snooze is refused without retry_after outside the lease form", bare, snooze, 1, dialects.StepRelease, time.Time{}, NoteSnoozeNoRetryAfter},
 		{"a retry after without retry_after keeps its rule in the lease form", lease, Outcome{Verdict: RetryAfter, Delay: time.Hour}, 1, dialects.StepRetry, time.Time{}, NoteNoRetryAfter},
 	} {

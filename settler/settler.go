@@ -123,7 +123,8 @@ type Rules struct {
 type Note uint8
 
 const (
-	noNote Note = iota
+	// NoteNone: nothing to log.
+	NoteNone Note = iota
 	// NoteAttemptsSpent: a retry became a dead-letter move.
 	NoteAttemptsSpent
 	// NoteNoRetryAfter: RetryAfter ran as Retry because the table has no retry_after column.
@@ -160,7 +161,7 @@ func (r Rules) plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note)
 	switch o.Verdict {
 	case Ack, Drop:
 		step.Kind = dialects.StepAck
-		return step, noNote
+		return step, NoteNone
 	case Cancel:
 		step.Kind = dialects.StepAck
 		return step, NoteCancelled
@@ -179,7 +180,7 @@ func (r Rules) plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note)
 		switch o.Verdict {
 		case Retry:
 			step.Kind = dialects.StepRetry
-			return step, noNote
+			return step, NoteNone
 		case Fail:
 			step.At = now.Add(r.backoff(attempt, o.Err))
 			if !r.HasRetryAfter && !r.LeaseDelays && !r.Events[dialects.EventRetryAfter] {
@@ -187,7 +188,7 @@ func (r Rules) plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note)
 				return step, NoteFailNoRetryAfter
 			}
 			step.Kind = dialects.StepRetryAfter
-			return step, noNote
+			return step, NoteNone
 		}
 		step.At = now.Add(max(o.Delay, 0))
 		if !r.HasRetryAfter && !r.Events[dialects.EventRetryAfter] {
@@ -195,7 +196,7 @@ func (r Rules) plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note)
 			return step, NoteNoRetryAfter
 		}
 		step.Kind = dialects.StepRetryAfter
-		return step, noNote
+		return step, NoteNone
 	case Snooze:
 		// Never a dead letter: a snooze spends no attempt.
 		step.At = now.Add(max(o.Delay, 0))
@@ -204,13 +205,13 @@ func (r Rules) plan(o Outcome, attempt int, now time.Time) (dialects.Step, Note)
 			return step, NoteSnoozeNoRetryAfter
 		}
 		step.Kind = dialects.StepSnooze
-		return step, noNote
+		return step, NoteNone
 	case Custom:
 		step.Kind, step.Event, step.Args = dialects.StepCustom, o.Event, o.Args
-		return step, noNote
+		return step, NoteNone
 	default:
 		step.Kind = dialects.StepRelease
-		return step, noNote
+		return step, NoteNone
 	}
 }
 
