@@ -297,13 +297,14 @@ func (q *advisoryQueue) takeChunks(ctx context.Context, now time.Time, pairs []a
 // and reads every row.
 func (q *advisoryQueue) readAll(ctx context.Context, chunks []takeChunk, on func(*sql.Stmt) *sql.Stmt) ([]dialects.Row, error) {
 	var got []dialects.Row
+	sc := q.rowScanner(true)
 	for _, c := range chunks {
 		rows, err := on(c.st).QueryContext(ctx, c.args...)
 		if err != nil {
 			return nil, err
 		}
 		for rows.Next() {
-			r, err := q.scanRow(rows, true)
+			r, err := sc.scan(rows)
 			if err != nil {
 				rows.Close()
 				return nil, err

@@ -96,8 +96,9 @@ func (f fifoLeaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, l
 	}
 	defer rows.Close()
 	var out []dialects.Row
+	sc := f.rowScanner(false)
 	for rows.Next() {
-		r, err := f.scanRow(rows, false)
+		r, err := sc.scan(rows)
 		if err != nil {
 			return nil, f.errorf("claim", err)
 		}

@@ -115,13 +115,17 @@ func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limi
 	// column holds: a NULL (a hand-written table's nullable column) or any other value
 	// SQLite keeps is a row like the others, never an unreadable one.
 	var prio map[int64]any
+	var (
+		p  any
+		sc *rowScanner
+	)
+	if q.priority {
+		sc = q.rowScanner(false, &p)
+	} else {
+		sc = q.rowScanner(false)
+	}
 	for rows.Next() {
-		var p any
-		var extra []any
-		if q.priority {
-			extra = append(extra, &p)
-		}
-		r, err := q.scanRow(rows, false, extra...)
+		r, err := sc.scan(rows)
 		if err != nil {
 			return nil, q.errorf("claim", err)
 		}
@@ -162,30 +166,50 @@ func checkExpiry(now, until time.Time) error {
 // values do not scan (SQLite keeps whatever type it is given) is returned flagged
 // (Row.Fault).
 func (q *queue) scanRow(rows *sql.Rows, withKey bool, extra ...any) (dialects.Row, error) {
-	var (
-		r       dialects.Row
-		attempt sql.NullInt64
-		key     sql.NullString
-	)
-	dest := []any{&r.ID, &r.Payload}
+	return q.rowScanner(withKey, extra...).scan(rows)
+}
+
+// rowScanner returns a scanner of a claim's rows, its destinations made once for all of
+// them: a row scanned on its own put each destination on the heap, four allocations a
+// row. extra are the caller's own destinations, after the row's columns; the caller
+// reads them after each scan.
+func (q *queue) rowScanner(withKey bool, extra ...any) *rowScanner {
+	s := &rowScanner{q: q}
+	s.dest = append(s.dest, &s.r.ID, &s.r.Payload)
 	if q.hasAttempt {
-		dest = append(dest, &attempt)
+		s.dest = append(s.dest, &s.attempt)
 	}
 	if q.hasHeaders {
-		dest = append(dest, &r.Headers)
+		s.dest = append(s.dest, &s.r.Headers)
 	}
 	if withKey {
-		dest = append(dest, &key)
+		s.dest = append(s.dest, &s.key)
 	}
-	dest = append(dest, extra...)
-	if err := rows.Scan(dest...); err != nil {
-		return sqlstmt.Unreadable(rows, q.name, err)
+	s.dest = append(s.dest, extra...)
+	return s
+}
+
+type rowScanner struct {
+	q       *queue
+	r       dialects.Row
+	attempt sql.NullInt64
+	key     sql.NullString
+	dest    []any
+}
+
+// scan reads the row rows stands on. The payload and headers are the row's own: Scan
+// copies a []byte column into a new slice.
+func (s *rowScanner) scan(rows *sql.Rows) (dialects.Row, error) {
+	s.r, s.attempt, s.key = dialects.Row{}, sql.NullInt64{}, sql.NullString{}
+	if err := rows.Scan(s.dest...); err != nil {
+		return sqlstmt.Unreadable(rows, s.q.name, err)
 	}
+	r := s.r
 	if r.Payload == nil {
 		r.Payload = []byte{}
 	}
-	r.Attempt = int(attempt.Int64)
-	r.Key = key.String
+	r.Attempt = int(s.attempt.Int64)
+	r.Key = s.key.String
 	return r, nil
 }
 
