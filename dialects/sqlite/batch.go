@@ -177,9 +177,17 @@ func settleArgs(list *valuesList, first []any, held []dialects.Lease) (string, [
 	slot, n := pairSlot(len(held))
 	args := make([]any, 0, len(first)+2*n)
 	args = append(args, first...)
+	// The rows of one claim share its token: its text is formatted (and boxed) once.
+	var (
+		token time.Time
+		text  any
+	)
 	for i := range n {
 		l := held[min(i, len(held)-1)]
-		args = append(args, l.ID, formatTime(l.Token))
+		if text == nil || !l.Token.Equal(token) {
+			token, text = l.Token, formatTime(l.Token)
+		}
+		args = append(args, l.ID, text)
 	}
 	return list.text(slot), args
 }
