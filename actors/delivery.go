@@ -171,7 +171,7 @@ func (d *delivery) Receive(c actor.Context) {
 			d.finishSpan(r, 0)
 			d.sub.report(r)
 			d.end(c, r)
-			d.stopSelf()
+			d.stopSelf(c)
 			return
 		}
 		if d.releaseOnly {
@@ -185,7 +185,7 @@ func (d *delivery) Receive(c actor.Context) {
 			d.finishSpan(r, 0)
 			d.sub.report(r)
 			d.end(c, r)
-			d.stopSelf()
+			d.stopSelf(c)
 			return
 		}
 		if req := d.cancel.Load(); req != nil {
@@ -195,7 +195,7 @@ func (d *delivery) Receive(c actor.Context) {
 			d.finishSpan(r, 0)
 			d.sub.report(r)
 			d.end(c, r)
-			d.stopSelf()
+			d.stopSelf(c)
 			return
 		}
 		d.sys, d.self = c.ActorSystem(), c.Self()
@@ -233,7 +233,7 @@ func (d *delivery) Receive(c actor.Context) {
 		d.finishSpan(r, d.handlerTook)
 		d.sub.report(r)
 		d.end(c, r)
-		d.stopSelf()
+		d.stopSelf(c)
 	case *actor.Stopping:
 		d.onStopping(c)
 	}
@@ -243,8 +243,15 @@ func (d *delivery) Receive(c actor.Context) {
 // its own mailbox: Proto.Actor's Stop first looks the PID up in the process registry and
 // allocates a cached reference to it, a lock and an allocation per row that only the
 // registry's mark of a dead process (which its removal makes anyway, as the actor
-// finishes stopping) would justify.
-func (d *delivery) stopSelf() { d.mb.PostSystemMessage(stopMsg) }
+// finishes stopping) would justify. On a service's own system with Proto.Actor's metrics
+// on (WithActorSystem), Stop is what counts the actor stopped, so it runs there.
+func (d *delivery) stopSelf(c actor.Context) {
+	if c.ActorSystem().Config.MetricsProvider != nil {
+		c.Stop(c.Self())
+		return
+	}
+	d.mb.PostSystemMessage(stopMsg)
+}
 
 // stopMsg is the system message that stops an actor (Proto.Actor's is unexported).
 var stopMsg = &actor.Stop{}

@@ -121,7 +121,7 @@ func (d *delivery) abandon(c actor.Context) {
 	d.finishSpan(r, time.Since(d.started))
 	d.sub.report(r)
 	d.end(c, r)
-	d.stopSelf()
+	d.stopSelf(c)
 }
 
 // interrupt gives a transactional delivery's row back while its handler may still be
