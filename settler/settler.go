@@ -279,6 +279,9 @@ const stopGrace = 500 * time.Millisecond
 // server ends it (PostgreSQL's cancel request, MariaDB's KILL, SQLite's busy handler).
 func StatementCtx(base, waits context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(base, timeout)
+	if waits.Done() == nil {
+		return ctx, cancel // waits that never end (a row lock settlement's): nothing to watch
+	}
 	stop := context.AfterFunc(waits, func() { time.AfterFunc(stopGrace, cancel) })
 	return ctx, func() {
 		stop()

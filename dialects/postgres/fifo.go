@@ -183,8 +183,9 @@ func (q *leaseQueue) claimHead(ctx context.Context, now, until time.Time) ([]dia
 		return nil, q.errorf("claim", err)
 	}
 	var out []dialects.Row
+	sc := q.rowScanner(false)
 	for rows.Next() {
-		r, err := q.scanRow(rows, false)
+		r, err := sc.scan(rows)
 		if err != nil {
 			rows.Close()
 			_ = rollbackConn(ctx, conn, tx)

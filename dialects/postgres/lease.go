@@ -82,8 +82,9 @@ func (q *leaseQueue) ClaimLeases(ctx context.Context, now, until time.Time, limi
 	}
 	defer rows.Close()
 	var out []dialects.Row
+	sc := q.rowScanner(false)
 	for rows.Next() {
-		r, err := q.scanRow(rows, false)
+		r, err := sc.scan(rows)
 		if err != nil {
 			return nil, q.errorf("claim", err)
 		}

@@ -41,8 +41,9 @@ func (q *rowLockQueue) ClaimLockedBatch(ctx context.Context, now time.Time, limi
 		lb.end(ctx)
 		return nil, false, q.errorf("claim batch", err)
 	}
+	sc := q.rowScanner(false)
 	for rows.Next() {
-		r, serr := q.scanRow(rows, false)
+		r, serr := sc.scan(rows)
 		if serr != nil {
 			err = serr
 			break
