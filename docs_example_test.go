@@ -238,9 +238,14 @@ func Example_telemetry() {
 	<-acked
 	_, _ = b.Shutdown(ctx) // drains: the delivery settles and its spans end
 
+	// In name order: the publish span ends as Publish returns, which may come after the
+	// delivery it woke has settled.
+	var ended []string
 	for _, s := range spans.Ended() {
-		fmt.Println("span:", s.Name(), s.SpanKind())
+		ended = append(ended, fmt.Sprint("span: ", s.Name(), " ", s.SpanKind()))
 	}
+	slices.Sort(ended)
+	fmt.Println(strings.Join(ended, "\n"))
 	var rm metricdata.ResourceMetrics
 	_ = reader.Collect(ctx, &rm)
 	var names []string
@@ -258,9 +263,9 @@ func Example_telemetry() {
 	slices.Sort(names)
 	fmt.Println(strings.Join(names, " "))
 	// Output:
+	// span: process jobs consumer
 	// span: publish jobs producer
 	// span: settle jobs internal
-	// span: process jobs consumer
 	// rowactor.deliveries ack 1
 	// rowactor.claim.duration rowactor.claim.rows rowactor.deliveries rowactor.deliveries.in_work rowactor.handler.duration rowactor.published rowactor.queue.wait
 }
