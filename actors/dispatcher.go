@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,12 +16,25 @@ import (
 // worker). Here a goroutine that finished its work waits a while for more, keeping its
 // grown stack. Work never queues behind a busy goroutine: a new one starts when none is
 // idle.
+//
+// A goroutine waits for work on the work channel alone, with no timer of its own: a timer
+// in that select was added to and taken off the runtime's timer heap each time the
+// goroutine went idle, once per message or more (SQLite lease drain: 7–8% of the
+// throughput). Instead one reaper per dispatcher ends, every idle period, as many idle
+// goroutines as stayed idle throughout it (retire).
 type Dispatcher struct {
 	work  chan task
 	done  chan struct{}
 	once  sync.Once
 	idle  time.Duration
 	ahead int
+	// retire ends one idle goroutine per value received. waiting counts the goroutines
+	// waiting for work; fewest is the least that waited at once since the reaper's last
+	// round. reaper starts the reaper with the first goroutine.
+	retire  chan struct{}
+	waiting atomic.Int64
+	fewest  atomic.Int64
+	reaper  sync.Once
 	// mine holds the ids of the goroutines running the dispatcher's work (read once per
 	// goroutine, never per message), so that Running can tell a call from a handler.
 	mine sync.Map
@@ -28,7 +42,7 @@ type Dispatcher struct {
 
 // NewDispatcher returns a dispatcher whose goroutines wait idle for up to idle.
 func NewDispatcher(idle time.Duration) *Dispatcher {
-	return &Dispatcher{work: make(chan task), done: make(chan struct{}), idle: idle, ahead: 300}
+	return &Dispatcher{work: make(chan task), done: make(chan struct{}), retire: make(chan struct{}), idle: idle, ahead: 300}
 }
 
 // task is work for the dispatcher. A mailbox that is one runs without the closure a
@@ -61,6 +75,7 @@ func (d *Dispatcher) schedule(t task) {
 	select {
 	case d.work <- t:
 	default:
+		d.reaper.Do(func() { go d.reap() })
 		go d.loop(t)
 	}
 }
@@ -74,17 +89,53 @@ func (d *Dispatcher) loop(first task) {
 	defer d.mine.Delete(id)
 	w := new(worker)
 	w.run(first)
-	t := time.NewTimer(d.idle)
+	for {
+		d.waiting.Add(1)
+		select {
+		case next := <-d.work:
+			d.working()
+			w.run(next)
+		case <-d.retire:
+			d.working()
+			return
+		case <-d.done:
+			d.working()
+			return
+		}
+	}
+}
+
+// working counts a goroutine that stopped waiting, and keeps the least that waited at
+// once for the reaper.
+func (d *Dispatcher) working() {
+	n := d.waiting.Add(-1)
+	for {
+		f := d.fewest.Load()
+		if n >= f || d.fewest.CompareAndSwap(f, n) {
+			return
+		}
+	}
+}
+
+// reap ends, every idle period, as many goroutines as waited for work throughout it: at
+// no moment of the period did fewer wait, so that many were not needed. Each ends as it
+// takes a value from retire; one that took work meanwhile is not there to take it.
+func (d *Dispatcher) reap() {
+	t := time.NewTicker(d.idle)
 	defer t.Stop()
 	for {
 		select {
-		case next := <-d.work:
-			w.run(next)
-			t.Reset(d.idle)
 		case <-t.C:
-			return
 		case <-d.done:
 			return
+		}
+		surplus := d.fewest.Swap(d.waiting.Load())
+		for ; surplus > 0; surplus-- {
+			select {
+			case d.retire <- struct{}{}:
+			default:
+				surplus = 0 // none waits now
+			}
 		}
 	}
 }

@@ -53,3 +53,45 @@ func TestDispatcherKeepsGoroutinesWarmAndEndsThemOnClose(t *testing.T) {
 	d.Schedule(wg.Done) // after Close work still runs
 	wg.Wait()
 }
+
+// Goroutines that waited for work through a whole idle period end; those that work stay.
+func TestDispatcherEndsGoroutinesIdleForAPeriod(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	d := NewDispatcher(20 * time.Millisecond)
+	defer d.Close()
+	live := func() int {
+		n := 0
+		d.mine.Range(func(any, any) bool { n++; return true })
+		return n
+	}
+	// Ten pieces of work that block until all ten run: ten goroutines.
+	var wg sync.WaitGroup
+	block := make(chan struct{})
+	for range 10 {
+		wg.Add(1)
+		d.Schedule(func() { <-block; wg.Done() })
+	}
+	close(block)
+	wg.Wait()
+	if n := live(); n < 10 {
+		t.Fatalf("%d goroutines ran ten blocked pieces of work at once; want 10", n)
+	}
+	// One piece of work every 2 ms keeps one of them busy, or two; the rest end.
+	deadline := time.Now().Add(5 * time.Second)
+	for live() > 2 && time.Now().Before(deadline) {
+		wg.Add(1)
+		d.Schedule(wg.Done)
+		wg.Wait()
+		time.Sleep(2 * time.Millisecond)
+	}
+	if n := live(); n > 2 {
+		t.Fatalf("%d goroutines left after 5 s of one piece of work at a time, idle period 20 ms; want 1 or 2", n)
+	}
+	// With no work at all, none is left.
+	for live() > 0 && time.Now().Before(deadline.Add(time.Second)) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := live(); n != 0 {
+		t.Fatalf("%d goroutines left with no work; want 0", n)
+	}
+}
