@@ -30,11 +30,14 @@ type Dispatcher struct {
 	ahead int
 	// retire ends one idle goroutine per value received. waiting counts the goroutines
 	// waiting for work; fewest is the least that waited at once since the reaper's last
-	// round. reaper starts the reaper with the first goroutine.
+	// round; live counts the goroutines. reaping says the reaper runs: it starts with a
+	// goroutine and ends once none is left, so a dispatcher never closed leaves nothing.
 	retire  chan struct{}
 	waiting atomic.Int64
 	fewest  atomic.Int64
-	reaper  sync.Once
+	live    atomic.Int64
+	mu      sync.Mutex
+	reaping bool
 	// mine holds the ids of the goroutines running the dispatcher's work (read once per
 	// goroutine, never per message), so that Running can tell a call from a handler.
 	mine sync.Map
@@ -75,7 +78,16 @@ func (d *Dispatcher) schedule(t task) {
 	select {
 	case d.work <- t:
 	default:
-		d.reaper.Do(func() { go d.reap() })
+		d.live.Add(1)
+		if d.idle > 0 {
+			d.mu.Lock()
+			if !d.reaping {
+				d.reaping = true
+				d.fewest.Store(0) // its first round ends none: nothing was measured yet
+				go d.reap()
+			}
+			d.mu.Unlock()
+		}
 		go d.loop(t)
 	}
 }
@@ -87,8 +99,12 @@ func (d *Dispatcher) loop(first task) {
 	id := goroutineID()
 	d.mine.Store(id, struct{}{})
 	defer d.mine.Delete(id)
+	defer d.live.Add(-1)
 	w := new(worker)
 	w.run(first)
+	if d.idle <= 0 {
+		return // no idle time: a goroutine ends with its work
+	}
 	for {
 		d.waiting.Add(1)
 		select {
@@ -119,7 +135,12 @@ func (d *Dispatcher) working() {
 
 // reap ends, every idle period, as many goroutines as waited for work throughout it: at
 // no moment of the period did fewer wait, so that many were not needed. Each ends as it
-// takes a value from retire; one that took work meanwhile is not there to take it.
+// takes a value from retire; one that took work meanwhile is not there to take it. (The
+// count is read, then swapped in: a goroutine that takes work in between is counted as
+// waiting, which at worst ends a goroutine a period early.) Under a steady load that
+// keeps one goroutine waiting, one ends each period and the next burst starts another:
+// one new goroutine per idle period (1 s for a broker) at most. The reaper ends once no
+// goroutine is left, and the next one starts it again.
 func (d *Dispatcher) reap() {
 	t := time.NewTicker(d.idle)
 	defer t.Stop()
@@ -127,8 +148,18 @@ func (d *Dispatcher) reap() {
 		select {
 		case <-t.C:
 		case <-d.done:
+			d.mu.Lock()
+			d.reaping = false // schedule after Close starts a reaper that ends at once
+			d.mu.Unlock()
 			return
 		}
+		d.mu.Lock()
+		if d.live.Load() == 0 {
+			d.reaping = false
+			d.mu.Unlock()
+			return
+		}
+		d.mu.Unlock()
 		surplus := d.fewest.Swap(d.waiting.Load())
 		for ; surplus > 0; surplus-- {
 			select {

@@ -95,3 +95,19 @@ func TestDispatcherEndsGoroutinesIdleForAPeriod(t *testing.T) {
 		t.Fatalf("%d goroutines left with no work; want 0", n)
 	}
 }
+
+// A dispatcher never closed leaves no goroutine once its work is done: its goroutines
+// end after their idle period, and the reaper with the last of them. One with no idle
+// time ends each goroutine with its work.
+func TestDispatcherNeverClosedLeavesNothing(t *testing.T) {
+	for _, idle := range []time.Duration{0, -time.Second, 5 * time.Millisecond} {
+		d := NewDispatcher(idle)
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Add(1)
+			d.Schedule(wg.Done)
+		}
+		wg.Wait()
+		goleak.VerifyNone(t)
+	}
+}
