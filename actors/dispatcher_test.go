@@ -12,12 +12,7 @@ func TestDispatcherKeepsGoroutinesWarmAndEndsThemOnClose(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	d := NewDispatcher(time.Minute)
 	defer d.Close()
-	// The dispatcher's own goroutines: the process's count moves with other tests'.
-	live := func() int {
-		n := 0
-		d.mine.Range(func(any, any) bool { n++; return true })
-		return n
-	}
+	live := d.goroutines
 	var wg sync.WaitGroup
 	for range 100 {
 		wg.Add(1)
@@ -59,11 +54,7 @@ func TestDispatcherEndsGoroutinesIdleForAPeriod(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	d := NewDispatcher(20 * time.Millisecond)
 	defer d.Close()
-	live := func() int {
-		n := 0
-		d.mine.Range(func(any, any) bool { n++; return true })
-		return n
-	}
+	live := d.goroutines
 	// Ten pieces of work that block until all ten run: ten goroutines.
 	var wg sync.WaitGroup
 	block := make(chan struct{})
@@ -110,4 +101,12 @@ func TestDispatcherNeverClosedLeavesNothing(t *testing.T) {
 		wg.Wait()
 		goleak.VerifyNone(t)
 	}
+}
+
+// goroutines counts the dispatcher's own goroutines: the process's count moves with other
+// tests'.
+func (d *Dispatcher) goroutines() int {
+	n := 0
+	d.mine.Range(func(any, any) bool { n++; return true })
+	return n
 }
