@@ -202,16 +202,7 @@ func TestTakeAllCutShortCountsNoAttempt(t *testing.T) {
 		for i := range n {
 			mustExec(t, d, "INSERT INTO "+quote(tbl.Name)+" (payload, account) VALUES (?, ?)", big, fmt.Sprint("a", i))
 		}
-		cands, cerr := q.Candidates(ctx, t0, n)
-		if cerr != nil || len(cands) != n {
-			t.Fatalf("candidates %d, %v", len(cands), cerr)
-		}
-		takes := make([]dialects.Take, 0, n)
-		for _, c := range cands {
-			s := dialecttest.NewSession(t, q)
-			dialecttest.TryLock(t, s, c.Key)
-			takes = append(takes, dialects.Take{Session: s, ID: c.ID})
-		}
+		takes := lockedTakes(t, q, n)
 		sum := "SELECT SUM(attempt) FROM " + quote(tbl.Name)
 		before := count(t, d, sum)
 		cctx, cancel := context.WithCancel(ctx)
@@ -261,18 +252,7 @@ func TestTakeAllOfMoreRowsThanOneStatementNames(t *testing.T) {
 	q := dialecttest.OpenAdvisory(t, d, dialects.QueueSpec{Table: tbl}).(*advisoryQueue)
 	mustExec(t, d, fmt.Sprintf("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %d) "+
 		"INSERT INTO %s (payload, account) SELECT 'p', 'k' || i FROM n", n, quote(tbl.Name)))
-	cands, err := q.Candidates(ctx, t0, n)
-	if err != nil || len(cands) != n {
-		t.Fatalf("candidates %d, %v", len(cands), err)
-	}
-	takes := make([]dialects.Take, 0, n)
-	for _, c := range cands {
-		s := dialecttest.NewSession(t, q)
-		if !dialecttest.TryLock(t, s, c.Key) {
-			t.Fatalf("lock of %q refused", c.Key)
-		}
-		takes = append(takes, dialects.Take{Session: s, ID: c.ID})
-	}
+	takes := lockedTakes(t, q, n)
 	sum := "SELECT SUM(attempt) FROM " + quote(tbl.Name)
 	before := count(t, d, sum)
 	if err := q.TakeAll(ctx, t0, takes); err != nil {
@@ -286,4 +266,23 @@ func TestTakeAllOfMoreRowsThanOneStatementNames(t *testing.T) {
 	if got := count(t, d, sum) - before; got != n {
 		t.Errorf("%d attempts counted, want %d", got, n)
 	}
+}
+
+// lockedTakes reads q's first n candidates and locks each one's key on a session of its
+// own: the takes of a claim about to take them together.
+func lockedTakes(t *testing.T, q *advisoryQueue, n int) []dialects.Take {
+	t.Helper()
+	cands, err := q.Candidates(ctx, t0, n)
+	if err != nil || len(cands) != n {
+		t.Fatalf("candidates %d, %v", len(cands), err)
+	}
+	takes := make([]dialects.Take, 0, n)
+	for _, c := range cands {
+		s := dialecttest.NewSession(t, q)
+		if !dialecttest.TryLock(t, s, c.Key) {
+			t.Fatalf("lock of %q refused", c.Key)
+		}
+		takes = append(takes, dialects.Take{Session: s, ID: c.ID})
+	}
+	return takes
 }
