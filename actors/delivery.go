@@ -63,24 +63,24 @@ type delivery struct {
 	self    *actor.PID
 	sub     *Subscription
 	claim   claimer.Claim
-	state   atomic.Uint32
 	outcome settler.Outcome
 	tag     any
 	panic   any
-	settled bool
 	// leaseTx is a transactional lease delivery's own transaction; beginErr says it could
 	// not be opened (the handler then never ran).
 	leaseTx  dialects.LeaseTx
 	beginErr error
 	// txMu guards leaseTx between the handler's goroutine opening it and a stop ending it
-	// (lentLeaseTx); txEnded says the actor ended it, or will.
+	// (lentLeaseTx); txEnded says the actor ended it, or will. settled says the actor
+	// settled the row, or gave it back (the small fields sit together: a delivery is
+	// allocated per row, and padding was bytes for the GC).
 	txMu    sync.Mutex
 	txEnded bool
+	settled bool
 	// dctx is the handler's context, whose deadline Config.Timeout sets (timeout.go): dc,
-	// made in the delivery to save its allocation. started is when the actor started.
-	dctx    *deadline.Context
-	dc      deadline.Context
-	started time.Time
+	// made in the delivery to save its allocation.
+	dctx *deadline.Context
+	dc   deadline.Context
 	// span is the delivery's consumer span, started with the actor; spanCtx carries it.
 	span        trace.Span
 	spanCtx     context.Context
@@ -88,34 +88,37 @@ type delivery struct {
 	// worker says who gives the delivery's worker back: nobody yet (workerHeld); the
 	// delivery, before its settlement (workerFreed: workerFreeMsg); or its settled note
 	// (workerKept). The handler's goroutine and a stop may race for it (freeWorkerHere, end).
+	// state is where the handler is (running, handled, released, abandoned).
 	worker atomic.Uint32
+	state  atomic.Uint32
 	// spawned is when the delivery took its worker, and workTook how long it kept it:
 	// the subscription sizes its waiting room from it (room.go), if roomGen, the room's
 	// generation when the row was claimed, is still the room's.
 	spawned  time.Time
 	workTook time.Duration
 	roomGen  uint64
-	// releaseOnly gives a prefetched row back without calling the handler (a drain began
-	// before a worker took it).
-	releaseOnly bool
 	// keyPanic is why a row is given back unstarted: the WorkersByKey key function
 	// panicked on it (guard.go).
 	keyPanic *keyPanic
 	// keyed: the row counts against its partition key, key, until settled (WorkersByKey).
-	keyed bool
-	key   string
-	// cancel is where a Cancel and the settlement meet (cancel.go); inBook says the
-	// delivery is in its subscription's book of deliveries in work.
-	cancel atomic.Pointer[cancelRequest]
+	// releaseOnly gives a prefetched row back without calling the handler (a drain began
+	// before a worker took it).
+	key         string
+	keyed       bool
+	releaseOnly bool
+	// inBook says the delivery is in its subscription's book of deliveries in work;
+	// cancel is where a Cancel and the settlement meet (cancel.go).
 	inBook bool
+	cancel atomic.Pointer[cancelRequest]
 	// handlerCtx is dctx, published for a Cancel once the delivery started.
 	handlerCtx atomic.Pointer[deadline.Context]
 	// cancelOnly settles a claimed row that waited for a worker as cancelled, without
 	// calling the handler (a Cancel found it waiting).
 	cancelOnly *cancelRequest
 	// stopResult is what the actor's stop did to the row while its handler still ran
-	// (stopRunning); stopDone opens once it is set.
-	stopResult Result
+	// (stopRunning); stopDone opens once it is set. A pointer: most deliveries never
+	// stop so, and a Result in place made every delivery 280 bytes larger.
+	stopResult *Result
 	stopDone   latch
 	// note is the delivery's settledMsg, sent as it ends; batchReq is its settlement's
 	// room in a batch (settler.Batcher).
@@ -199,7 +202,6 @@ func (d *delivery) Receive(c actor.Context) {
 			return
 		}
 		d.sys, d.self = c.ActorSystem(), c.Self()
-		d.started = time.Now()
 		d.dctx = &d.dc
 		d.sub.initDeadline(d.dctx, d)
 		d.handlerCtx.Store(d.dctx)
@@ -275,7 +277,7 @@ func (d *delivery) onStopping(c actor.Context) {
 	if d.state.CompareAndSwap(running, released) {
 		d.finishSpan(Result{Step: dialects.StepRelease, Err: settler.ErrClosed}, 0)
 		d.stopRunning()
-		d.end(c, d.stopResult)
+		d.end(c, *d.stopResult)
 		return
 	}
 	var r Result
@@ -380,7 +382,7 @@ func (d *delivery) run(w *worker) {
 	// The stop gave the row back already (stopRunning), and counted it: the hook is told
 	// what the handler returned, and what the stop did.
 	<-d.stopDone.wait()
-	rr := d.stopResult
+	rr := *d.stopResult
 	d.sub.report(Result{Row: d.claim.Row, Outcome: d.outcome, Step: dialects.StepRelease, Tag: d.tag,
 		Released: rr.Released, closed: rr.closed, Err: errors.Join(settler.ErrClosed, rr.Err)})
 }
@@ -450,11 +452,13 @@ func (d *delivery) stopRunning() {
 	defer d.stopDone.open()
 	d.dctx.Cancel(settler.ErrClosed)
 	if d.sub.cfg.Transactional {
-		d.stopResult = d.interrupt(nil)
+		r := d.interrupt(nil)
+		d.stopResult = &r
 		return
 	}
 	// Outside transactional mode the handler holds nothing of the row.
-	d.stopResult = d.releaseOn(d.sub.cfg.ctx, settler.Outcome{}, nil)
+	r := d.releaseOn(d.sub.cfg.ctx, settler.Outcome{}, nil)
+	d.stopResult = &r
 }
 
 // begin finds the transaction a transactional handler is lent: the claim's (row lock), the

@@ -17,22 +17,23 @@ import (
 // grown stack. Work never queues behind a busy goroutine: a new one starts when none is
 // idle.
 //
-// A goroutine waits for work on the work channel alone, with no timer of its own: a timer
-// in that select was added to and taken off the runtime's timer heap each time the
-// goroutine went idle, once per message or more (SQLite lease drain: 7–8% of the
-// throughput). Instead one reaper per dispatcher ends, every idle period, as many idle
-// goroutines as stayed idle throughout it (retire).
+// A goroutine waits for work on the work channel alone, with no timer and no other
+// channel: a timer in that wait was added to and taken off the runtime's timer heap each
+// time the goroutine went idle, once per message or more (SQLite lease drain: 7–8% of the
+// throughput), and a select over three channels locked and queued on all three (5–6% of
+// the CPU). Instead one reaper per dispatcher ends, every idle period, as many idle
+// goroutines as stayed idle throughout it, by handing each a retire task through the
+// work channel; after Close it hands one to every goroutine that waits (reap).
 type Dispatcher struct {
 	work  chan task
 	done  chan struct{}
 	once  sync.Once
 	idle  time.Duration
 	ahead int
-	// retire ends one idle goroutine per value received. waiting counts the goroutines
-	// waiting for work; fewest is the least that waited at once since the reaper's last
-	// round; live counts the goroutines. reaping says the reaper runs: it starts with a
-	// goroutine and ends once none is left, so a dispatcher never closed leaves nothing.
-	retire  chan struct{}
+	// waiting counts the goroutines waiting for work; fewest is the least that waited at
+	// once since the reaper's last round; live counts the goroutines. reaping says the
+	// reaper runs: it starts with a goroutine and ends once none is left, so a dispatcher
+	// never closed leaves nothing.
 	waiting atomic.Int64
 	fewest  atomic.Int64
 	live    atomic.Int64
@@ -45,8 +46,16 @@ type Dispatcher struct {
 
 // NewDispatcher returns a dispatcher whose goroutines wait idle for up to idle.
 func NewDispatcher(idle time.Duration) *Dispatcher {
-	return &Dispatcher{work: make(chan task), done: make(chan struct{}), retire: make(chan struct{}), idle: idle, ahead: 300}
+	return &Dispatcher{work: make(chan task), done: make(chan struct{}), idle: idle, ahead: 300}
 }
+
+// retireTask ends the goroutine that takes it from the work channel (reap).
+type retireTask struct{}
+
+func (retireTask) runTask(*worker) {}
+
+// retire is the one retireTask: a task that is one is compared without an allocation.
+var retire task = retireTask{}
 
 // task is work for the dispatcher. A mailbox that is one runs without the closure a
 // func costs each time it is scheduled.
@@ -106,18 +115,18 @@ func (d *Dispatcher) loop(first task) {
 		return // no idle time: a goroutine ends with its work
 	}
 	for {
-		d.waiting.Add(1)
 		select {
-		case next := <-d.work:
-			d.working()
-			w.run(next)
-		case <-d.retire:
-			d.working()
-			return
 		case <-d.done:
-			d.working()
+			return // closed: the reaper retires only the goroutines that wait
+		default:
+		}
+		d.waiting.Add(1)
+		next := <-d.work
+		d.working()
+		if next == retire {
 			return
 		}
+		w.run(next)
 	}
 }
 
@@ -135,12 +144,16 @@ func (d *Dispatcher) working() {
 
 // reap ends, every idle period, as many goroutines as waited for work throughout it: at
 // no moment of the period did fewer wait, so that many were not needed. Each ends as it
-// takes a value from retire; one that took work meanwhile is not there to take it. (The
+// takes a retire task; one that took work meanwhile is not there to take it. (The
 // count is read, then swapped in: a goroutine that takes work in between is counted as
 // waiting, which at worst ends a goroutine a period early.) Under a steady load that
 // keeps one goroutine waiting, one ends each period and the next burst starts another:
 // one new goroutine per idle period (1 s for a broker) at most. The reaper ends once no
 // goroutine is left, and the next one starts it again.
+//
+// Once the dispatcher is closed, it retires every goroutine that waits, and looks again
+// every closedRetry until none is left: a goroutine that finished its work as Close came
+// may have looked at done just before, and wait for work after the reaper's round.
 func (d *Dispatcher) reap() {
 	t := time.NewTicker(d.idle)
 	defer t.Stop()
@@ -148,9 +161,7 @@ func (d *Dispatcher) reap() {
 		select {
 		case <-t.C:
 		case <-d.done:
-			d.mu.Lock()
-			d.reaping = false // schedule after Close starts a reaper that ends at once
-			d.mu.Unlock()
+			d.retireClosed()
 			return
 		}
 		d.mu.Lock()
@@ -161,13 +172,40 @@ func (d *Dispatcher) reap() {
 		}
 		d.mu.Unlock()
 		surplus := d.fewest.Swap(d.waiting.Load())
-		for ; surplus > 0; surplus-- {
-			select {
-			case d.retire <- struct{}{}:
-			default:
-				surplus = 0 // none waits now
-			}
+		for ; surplus > 0 && d.retireOne(); surplus-- {
 		}
+	}
+}
+
+// closedRetry is how often the reaper of a closed dispatcher looks for goroutines that
+// still wait.
+const closedRetry = 5 * time.Millisecond
+
+// retireClosed retires the goroutines of a closed dispatcher as each comes to wait, and
+// ends with the last; schedule after Close starts a reaper that ends at once once none is
+// left.
+func (d *Dispatcher) retireClosed() {
+	for {
+		for d.retireOne() {
+		}
+		d.mu.Lock()
+		if d.live.Load() == 0 {
+			d.reaping = false
+			d.mu.Unlock()
+			return
+		}
+		d.mu.Unlock()
+		time.Sleep(closedRetry)
+	}
+}
+
+// retireOne hands a retire task to a goroutine that waits, if one does.
+func (d *Dispatcher) retireOne() bool {
+	select {
+	case d.work <- retire:
+		return true
+	default:
+		return false
 	}
 }
 

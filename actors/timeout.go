@@ -118,7 +118,7 @@ func (d *delivery) abandon(c actor.Context) {
 		r.Err = errors.Join(abandonedErr(timeout), r.Err)
 	}
 	d.settled = true
-	d.finishSpan(r, time.Since(d.started))
+	d.finishSpan(r, time.Since(d.spawned)) // its handler started as it was spawned
 	d.sub.report(r)
 	d.end(c, r)
 	d.stopSelf(c)
