@@ -164,13 +164,9 @@ func (d *Dispatcher) reap() {
 			d.retireClosed()
 			return
 		}
-		d.mu.Lock()
-		if d.live.Load() == 0 {
-			d.reaping = false
-			d.mu.Unlock()
+		if d.noneLeft() {
 			return
 		}
-		d.mu.Unlock()
 		surplus := d.fewest.Swap(d.waiting.Load())
 		for ; surplus > 0 && d.retireOne(); surplus-- {
 		}
@@ -188,15 +184,24 @@ func (d *Dispatcher) retireClosed() {
 	for {
 		for d.retireOne() {
 		}
-		d.mu.Lock()
-		if d.live.Load() == 0 {
-			d.reaping = false
-			d.mu.Unlock()
+		if d.noneLeft() {
 			return
 		}
-		d.mu.Unlock()
 		time.Sleep(closedRetry)
 	}
+}
+
+// noneLeft reports whether no goroutine is left, and then marks the reaper ended: under
+// d.mu, so that schedule, which counts its goroutine in live before it looks at reaping,
+// starts a new reaper or is seen here.
+func (d *Dispatcher) noneLeft() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.live.Load() != 0 {
+		return false
+	}
+	d.reaping = false
+	return true
 }
 
 // retireOne hands a retire task to a goroutine that waits, if one does.
