@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -278,5 +279,58 @@ func TestAPanickingRetryPolicyFallsBackWithItsStackLogged(t *testing.T) {
 	within(t, h.row(id).retryAfter, time.Now().Add(time.Second), 2*time.Second)
 	if logs := h.logs.String(); !strings.Contains(logs, "the policy's own bug") || !strings.Contains(logs, "goroutine ") {
 		t.Errorf("the policy's panic was not logged with its stack:\n%s", logs)
+	}
+}
+
+// panicWhileStopping is the machine's clock, except that it panics when read as a stop
+// releases the row of a handler still running (stopRunning): a stand-in for whatever may
+// panic there (a service's clock, its slog handler on a warning, a dialect).
+type panicWhileStopping struct{}
+
+func (panicWhileStopping) Now() time.Time {
+	pc := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pc[:runtime.Callers(2, pc)])
+	for {
+		f, more := frames.Next()
+		if strings.Contains(f.Function, "stopRunning") {
+			panic("the clock failed as the stop released the row")
+		}
+		if !more {
+			return time.Now()
+		}
+	}
+}
+
+// TestAPanicAsAStopReleasesARunningRowLeavesTheProcessUp: when Shutdown stops a delivery
+// whose handler still runs, the stop releases the row and leaves its result for the
+// handler's goroutine. A panic in that release is recovered by the delivery's mailbox; the
+// handler's goroutine, which runs outside it, once read the missing result through a nil
+// pointer as the handler returned, and took the process down. The row stays in its table,
+// leased, for the lease to run out.
+func TestAPanicAsAStopReleasesARunningRowLeavesTheProcessUp(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, driverNamed(t, "sqlite"), rowactor.FormLease)
+	b := h.broker(rowactor.WithClock(panicWhileStopping{}))
+	started, returned := make(chan struct{}), make(chan struct{})
+	h.subscribe(b, func(ctx context.Context, _ *rowactor.Delivery) rowactor.Outcome {
+		close(started)
+		<-ctx.Done()
+		time.Sleep(50 * time.Millisecond) // returns after the stop released its row
+		defer close(returned)
+		return rowactor.Ack()
+	})
+	ids := h.publish(b, 1)
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = b.Shutdown(ctx) // the release panicked: the row is not reported released
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler did not return after Shutdown")
+	}
+	time.Sleep(200 * time.Millisecond) // the handler's goroutine reads the stop's result
+	if r := h.row(ids[0]); !r.exists {
+		t.Errorf("row %d is gone; want it left leased for its lease to run out", ids[0])
 	}
 }

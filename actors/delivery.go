@@ -449,7 +449,14 @@ func (d *delivery) awaitHandler() {
 // the row goes back by its form's rule. The result waits in stopResult for the handler's
 // goroutine, which tells the hook once the handler returns.
 func (d *delivery) stopRunning() {
-	defer d.stopDone.open()
+	defer func() {
+		if d.stopResult == nil {
+			// The release panicked (the mailbox recovers it, and the lease runs out): the
+			// handler's goroutine still reads a result as it returns.
+			d.stopResult = &Result{}
+		}
+		d.stopDone.open()
+	}()
 	d.dctx.Cancel(settler.ErrClosed)
 	if d.sub.cfg.Transactional {
 		r := d.interrupt(nil)
