@@ -35,17 +35,21 @@ func TestShutdownEndsASettlementWaitingForALockedRow(t *testing.T) {
 		form    rowactor.Form
 		tx      bool
 		outcome rowactor.Outcome
+		// step, when set, is the step the cut settlement reports: the outcome's own.
+		step string
 	}{
 		// An ack goes through the lease form's batcher and, its row busy, its busy lane.
-		{"lease ack", rowactor.FormLease, false, rowactor.Ack()},
+		// It is queued there with no goroutine waiting for it: the stop waits for its
+		// answer and reports it, and never releases the row in its place.
+		{"lease ack", rowactor.FormLease, false, rowactor.Ack(), "ack"},
 		// RetryAfter and Fail carry a time per row: single-row statements.
-		{"lease retry after", rowactor.FormLease, false, rowactor.RetryAfter(time.Hour)},
-		{"lease fail", rowactor.FormLease, false, rowactor.Fail(errors.New("the payment service said no"))},
+		{"lease retry after", rowactor.FormLease, false, rowactor.RetryAfter(time.Hour), ""},
+		{"lease fail", rowactor.FormLease, false, rowactor.Fail(errors.New("the payment service said no")), ""},
 		// Settled inside the delivery's own transaction.
-		{"lease transactional ack", rowactor.FormLease, true, rowactor.Ack()},
+		{"lease transactional ack", rowactor.FormLease, true, rowactor.Ack(), ""},
 		// On the session that holds the row's key.
-		{"advisory ack", rowactor.FormAdvisory, false, rowactor.Ack()},
-		{"advisory transactional ack", rowactor.FormAdvisory, true, rowactor.Ack()},
+		{"advisory ack", rowactor.FormAdvisory, false, rowactor.Ack(), ""},
+		{"advisory transactional ack", rowactor.FormAdvisory, true, rowactor.Ack(), ""},
 	}
 	for _, drv := range drivers {
 		for _, c := range cases {
@@ -83,8 +87,8 @@ func TestShutdownEndsASettlementWaitingForALockedRow(t *testing.T) {
 					t.Errorf("Shutdown: %v, want ErrNotDrained", err)
 				}
 				s := h.waitSettled(1)[0]
-				if s.ID != id || !errors.Is(s.Err, rowactor.ErrClosed) {
-					t.Errorf("settlement %+v, want row %d's ending in ErrClosed", s, id)
+				if s.ID != id || !errors.Is(s.Err, rowactor.ErrClosed) || c.step != "" && s.Step != c.step {
+					t.Errorf("settlement %+v, want row %d's ending in ErrClosed (step %q where given)", s, id, c.step)
 				}
 
 				// Nothing of the broker's waits for the lock any more, nor holds the key,

@@ -54,6 +54,7 @@ const (
 	handled          // the handler returned; its outcome waits for the actor
 	released         // the actor released the row before the handler returned (a stop)
 	abandoned        // the actor gave up on the handler past its deadline (timeout.go)
+	queued           // the outcome's settlement is queued in a batch (queueSettlement)
 )
 
 type delivery struct {
@@ -77,6 +78,8 @@ type delivery struct {
 	txMu    sync.Mutex
 	txEnded bool
 	settled bool
+	// queuedStep is the step queued in a batch (queueSettlement).
+	queuedStep dialects.StepKind
 	// dctx is the handler's context, whose deadline Config.Timeout sets (timeout.go): dc,
 	// made in the delivery to save its allocation.
 	dctx *deadline.Context
@@ -224,6 +227,9 @@ func (d *delivery) Receive(c actor.Context) {
 			d.workTook = time.Since(d.spawned)
 			c.Send(c.Parent(), workerFreeMsg{d})
 		}
+		if !guard && d.queueSettlement() {
+			return // the batch's answer finishes the delivery (batchDoneMsg)
+		}
 		r := d.settleTraced()
 		d.sub.notePoison(r)
 		if guard {
@@ -236,9 +242,81 @@ func (d *delivery) Receive(c actor.Context) {
 		d.sub.report(r)
 		d.end(c, r)
 		d.stopSelf(c)
+	case batchDoneMsg:
+		if !d.settled { // a stop that came first finished it (onStopping)
+			d.finishQueued(c)
+			d.stopSelf(c)
+		}
 	case *actor.Stopping:
 		d.onStopping(c)
 	}
+}
+
+// batchDoneMsg tells a delivery the batch its settlement was queued in answered it.
+type batchDoneMsg struct{}
+
+func (batchDoneMsg) IgnoreDeadLetterLogging() {}
+
+// queueSettlement queues the settlement of the handler's outcome in its subscription's
+// batch (settler.Batcher.Queue) when it is a plain ack or retry, and reports whether it
+// did: the delivery then ends when the batch answers (batchDoneMsg, or onStopping should
+// a stop come first), and no goroutine waits for the batch meanwhile. It runs on the
+// handler's goroutine as the handler returns (freeWorkerHere), or in the actor
+// (handledMsg); anything else (a cancel, a panic, a span of its own, another step) goes
+// the actor's way (settle).
+//
+// What it must not break: a row has one end. The outcome's settlement and a stop's
+// release meet on the delivery's state: the settlement queues only if it moves handled to
+// queued, and a stop releases the row only if it moves handled to released (onStopping);
+// a stop that finds the settlement queued waits for its answer instead. A Cancel meets it
+// on the cancel pointer, as settle does (takeCancel).
+func (d *delivery) queueSettlement() bool {
+	b := d.sub.batcher
+	if b == nil || d.span != noSpan || d.leaseTx != nil || d.beginErr != nil || d.panic != nil || d.cancel.Load() != nil ||
+		d.batchReq.Used() {
+		return false
+	}
+	// Plan consults the service's retry policy for a Fail alone, which never queues here:
+	// for the others it is pure, and the actor's way plans again.
+	if v := d.outcome.Verdict; v != settler.Ack && v != settler.Drop && v != settler.Retry {
+		return false
+	}
+	cfg := &d.sub.cfg
+	step, note := cfg.Rules.Plan(d.outcome, d.claim.Row.Attempt, cfg.Now())
+	if step.Kind != dialects.StepAck && step.Kind != dialects.StepRetry || !settler.Batchable(step) {
+		return false
+	}
+	if !d.cancel.CompareAndSwap(nil, settlingMark) {
+		return false // a Cancel came first: the actor settles the row as cancelled (settle)
+	}
+	if !d.state.CompareAndSwap(handled, queued) {
+		return true // a stop came first, and releases the row (onStopping)
+	}
+	_ = d.sub.notePlan(d.claim.Row, d.outcome, step, note) // it refuses releases alone
+	d.queuedStep = step.Kind
+	b.Queue(&d.batchReq, step, d.claim.Lease, d)
+	return true
+}
+
+// BatchAnswered hands the batch's answer to the actor: here, on the batch leader's
+// goroutine when it may (settler.Answered).
+func (d *delivery) BatchAnswered(here bool) {
+	if here {
+		d.mb.postHere(batchDoneMsg{})
+		return
+	}
+	d.mb.PostUserMessage(batchDoneMsg{})
+}
+
+// finishQueued ends a delivery whose settlement was queued in a batch, with the batch's
+// answer, which it waits for (a stop may come before it).
+func (d *delivery) finishQueued(c actor.Context) {
+	r := Result{Row: d.claim.Row, Outcome: d.outcome, Step: d.queuedStep, Tag: d.tag, Err: d.batchReq.Answer()}
+	d.sub.notePoison(r)
+	d.settled = true
+	d.finishSpan(r, d.handlerTook)
+	d.sub.report(r)
+	d.end(c, r)
 }
 
 // stopSelf stops the delivery actor, as c.Stop(c.Self()) does, by posting the stop to
@@ -278,6 +356,10 @@ func (d *delivery) onStopping(c actor.Context) {
 		d.finishSpan(Result{Step: dialects.StepRelease, Err: settler.ErrClosed}, 0)
 		d.stopRunning()
 		d.end(c, *d.stopResult)
+		return
+	}
+	if !d.state.CompareAndSwap(handled, released) && d.state.Load() == queued {
+		d.finishQueued(c) // its batch answers the settlement: the stop waits for that
 		return
 	}
 	var r Result
@@ -406,7 +488,9 @@ func (d *delivery) freeWorkerHere(w *worker) bool {
 	if !d.sub.mb.postNext(workerFreeMsg{d}, w) {
 		return false // the subscription actor runs elsewhere: this goroutine settles
 	}
-	d.mb.PostUserMessage(handledMsg{})
+	if !d.queueSettlement() {
+		d.mb.PostUserMessage(handledMsg{})
+	}
 	return true
 }
 

@@ -170,6 +170,7 @@ func Start(sys *actor.ActorSystem, name string, cfg Config) (*Subscription, erro
 		// leader waiting for more settlements would delay each of them.
 		linger := !cfg.FIFO && cfg.KeyOf == nil
 		s.batcher = settler.NewBatcher(s.waits, bq, batchMax, cfg.settleTimeout, linger)
+		s.batcher.SpawnLeadersWith(cfg.Dispatcher.Schedule)
 	}
 	pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &subscriptionActor{s: s, workers: cfg.Workers} },
 		actor.WithDispatcher(cfg.Dispatcher), actor.WithMailbox(func() actor.Mailbox { return &s.mb })), name)

@@ -49,10 +49,13 @@ type Batcher struct {
 	// lingerFor is lingerMax, or 0 when the batcher does not linger (a test's own
 	// otherwise).
 	lingerFor time.Duration
+	// spawn runs a leader of queued settlements (Queue) on a goroutine that has nothing
+	// else to do; leadQueued is that leader, made once.
+	spawn      func(func())
+	leadQueued func()
 }
 
 type batchReq struct {
-	kind  dialects.StepKind
 	now   time.Time
 	lease HeldLease
 	held  dialects.Lease // the token, pinned when the request joins a batch
@@ -67,10 +70,18 @@ type batchReq struct {
 	// of the CPU of a SQLite drain.
 	answered atomic.Bool
 	used     bool
-	sigMu    sync.Mutex
-	signal   sync.Cond
-	leads    int
-	done     bool
+	// collect says the leader whose batch took the request tells its Answered (deliver),
+	// not finish: set as a batch takes it, cleared when the busy lane takes it over.
+	collect bool
+	// kind is the batch's step (a retry's is a release); stepKind the request's own.
+	kind, stepKind dialects.StepKind
+	done           bool
+	leads          int32
+	sigMu          sync.Mutex
+	signal         sync.Cond
+	// then, for a settlement queued without a goroutine waiting (Queue), is told the
+	// answer.
+	then Answered
 }
 
 // BatchRequest is the room a settlement takes in its batch, made by the caller so that
@@ -168,6 +179,9 @@ func (r *batchReq) finish() {
 	r.done = true
 	r.sigMu.Unlock()
 	r.signal.Signal()
+	if r.then != nil && !r.collect {
+		r.then.BatchAnswered(false) // the busy lane, or the waits' end: not a leader
+	}
 }
 
 // handLead tells r's goroutine to lead.
@@ -222,6 +236,7 @@ func Batchable(step dialects.Step) bool {
 // groups, partition keys) must not linger: its rows would each wait the longest.
 func NewBatcher(waits context.Context, q dialects.LeaseBatchQueue, max int, timeout time.Duration, linger bool) *Batcher {
 	b := &Batcher{q: q, timeout: timeout, max: max, waits: waits}
+	b.leadQueued = b.leadOnce
 	if linger {
 		b.lingerFor = lingerMax
 	}
@@ -237,18 +252,11 @@ func NewBatcher(waits context.Context, q dialects.LeaseBatchQueue, max int, time
 // wait for a row another session holds ends with the batcher's waits (NewBatcher),
 // reported ErrClosed; ctx is not consulted once the step queued.
 func (b *Batcher) Settle(_ context.Context, req *BatchRequest, step dialects.Step, lease HeldLease) error {
-	kind := step.Kind
-	if kind == dialects.StepRetry {
-		kind = dialects.StepRelease // the lease form's retry clears the lease: the claim counted
-	}
 	arrived := req != nil && req.expected.CompareAndSwap(true, false)
 	if req == nil || req.r.used {
 		req = new(BatchRequest) // none, or used already: a batch may still read it
 	}
-	r := &req.r
-	r.kind, r.now, r.lease, r.held = kind, step.Now, lease, dialects.Lease{ID: lease.ID()}
-	r.used = true
-	r.signal.L = &r.sigMu
+	r := b.prepare(&req.r, step, lease)
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
 	if arrived {
@@ -269,6 +277,166 @@ func (b *Batcher) Settle(_ context.Context, req *BatchRequest, step dialects.Ste
 	return wrapBatch(step, r.held, r.err)
 }
 
+// Answered is told the answer of a settlement queued with Queue.
+type Answered interface {
+	// BatchAnswered is called once the request's answer is set (BatchRequest.Answer).
+	// here says the caller is a leader the batcher spawned (SpawnLeadersWith), on a
+	// goroutine with nothing else to do, which may finish the settlement itself; otherwise
+	// it must be handed to a goroutine of its own, and soon: the caller may be a leader
+	// with batches still to run, or the busy lane.
+	BatchAnswered(here bool)
+}
+
+// SpawnLeadersWith makes spawn run the leaders of queued settlements (Queue): a
+// dispatcher's Schedule, whose goroutines then finish the settlements they answered
+// (Answered). Without it, each leader is a goroutine of its own.
+func (b *Batcher) SpawnLeadersWith(spawn func(func())) { b.spawn = spawn }
+
+// Queue runs a batchable step for lease with the next batch, as Settle does, without
+// waiting for it: then is told once its answer is set (Answered), and req.Answer reads
+// it. req must not have been used (Used). No goroutine parks on the settlement: with a
+// batch of a hundred rows, Settle woke a hundred goroutines after its statement, each
+// for a few microseconds of work.
+//
+// What it must not break: every request is answered exactly once, by one batch, the busy
+// lane or the waits' end (NewBatcher), and then told exactly once; a leader is running
+// or handed the lead whenever a request is pending (nextLeader); the lease stays in its
+// book, renewed, until its batch pins it.
+func (b *Batcher) Queue(req *BatchRequest, step dialects.Step, lease HeldLease, then Answered) {
+	if req.r.used {
+		panic("settler: Queue of a used BatchRequest") // a batch may still read it
+	}
+	arrived := req.expected.CompareAndSwap(true, false)
+	r := b.prepare(&req.r, step, lease)
+	r.then = then
+	b.mu.Lock()
+	b.pending = append(b.pending, r)
+	if arrived {
+		b.expected--
+	}
+	b.wakeLinger()
+	leader := !b.leading
+	b.leading = true
+	b.mu.Unlock()
+	if leader {
+		b.spawnLeader()
+	}
+}
+
+// Used says the request took its room in a batch already: a batch may still read it, and
+// it cannot be queued (Queue).
+func (req *BatchRequest) Used() bool { return req.r.used }
+
+// prepare fills r for step on lease.
+func (b *Batcher) prepare(r *batchReq, step dialects.Step, lease HeldLease) *batchReq {
+	kind := step.Kind
+	if kind == dialects.StepRetry {
+		kind = dialects.StepRelease // the lease form's retry clears the lease: the claim counted
+	}
+	r.kind, r.stepKind, r.now, r.lease, r.held = kind, step.Kind, step.Now, lease, dialects.Lease{ID: lease.ID()}
+	r.used = true
+	r.signal.L = &r.sigMu
+	return r
+}
+
+// Answer waits for the answer of a request queued with Queue, and returns it: nil,
+// ErrLeaseLost when the row held another token, or the batch's error.
+func (req *BatchRequest) Answer() error {
+	r := &req.r
+	r.sigMu.Lock()
+	for !r.done {
+		r.signal.Wait()
+	}
+	r.sigMu.Unlock()
+	return wrapBatch(dialects.Step{Kind: r.stepKind}, r.held, r.err)
+}
+
+// spawnLeader starts a leader of queued settlements.
+func (b *Batcher) spawnLeader() {
+	if b.spawn != nil {
+		b.spawn(b.leadQueued)
+		return
+	}
+	go b.leadQueued()
+}
+
+// leadOnce, a leader the batcher spawned, runs one batch, hands the lead on, and then
+// finishes the batch's queued settlements here (deliver): the next batch runs meanwhile
+// on another goroutine.
+func (b *Batcher) leadOnce() {
+	b.mu.Lock()
+	b.linger()
+	batch := b.take()
+	w := b.watch()
+	b.running++
+	b.mu.Unlock()
+
+	b.settle(b.pin(batch))
+
+	b.mu.Lock()
+	b.running--
+	var (
+		next  *batchReq
+		spawn bool
+	)
+	if !w.end() {
+		next, spawn = b.nextLeader()
+	}
+	b.mu.Unlock()
+	b.handTo(next, spawn)
+	b.deliver(batch, true)
+}
+
+// nextLeader, under b.mu, passes the lead on once a batch ran: to nobody when nothing is
+// pending; to the oldest pending request's goroutine (next) when it waits in Settle; to a
+// leader to spawn (spawn) when it was queued (Queue), as no goroutine waits for it.
+func (b *Batcher) nextLeader() (next *batchReq, spawn bool) {
+	if len(b.pending) == 0 {
+		b.leading = false
+		return nil, false
+	}
+	if next = b.pending[0]; next.then != nil {
+		return nil, true
+	}
+	return next, false
+}
+
+// handTo gives the lead nextLeader passed on, once b.mu is released.
+func (b *Batcher) handTo(next *batchReq, spawn bool) {
+	switch {
+	case next != nil:
+		next.handLead()
+	case spawn:
+		b.spawnLeader()
+	}
+}
+
+// inlineBudget is how long a leader finishes its batch's queued settlements on its own
+// goroutine (deliver): a service's slow WithOnSettled hook must not hold up the rest of
+// the batch's rows behind it, which are then handed to goroutines of their own.
+const inlineBudget = time.Millisecond
+
+// deliver tells the queued settlements of batch that its leader answered (collect) their
+// answers: here on this goroutine (a leader the batcher spawned) within inlineBudget,
+// then each handed off.
+func (b *Batcher) deliver(batch []*batchReq, here bool) {
+	var start time.Time
+	for _, r := range batch {
+		if r.then == nil || !r.collect || !isDone(r) {
+			continue
+		}
+		r.collect = false
+		if here {
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) > inlineBudget {
+				here = false
+			}
+		}
+		r.then.BatchAnswered(here)
+	}
+}
+
 // lead runs batches until own has its answer, then hands the lead to the oldest request
 // still waiting, or gives it up when none is. A batch whose statement runs longer than
 // slowBatch hands the lead on meanwhile (see watch), and its goroutine leads no more.
@@ -287,21 +455,18 @@ func (b *Batcher) lead(own *batchReq) {
 		b.running--
 		if w.end() {
 			b.mu.Unlock()
+			b.deliver(batch, false)
 			return // another request leads now
 		}
-		answered := isDone(own)
-		switch {
-		case len(b.pending) == 0:
-			b.leading = false
+		if isDone(own) || len(b.pending) == 0 {
+			next, spawn := b.nextLeader()
 			b.mu.Unlock()
-			return
-		case answered:
-			next := b.pending[0]
-			b.mu.Unlock()
-			next.handLead()
+			b.handTo(next, spawn)
+			b.deliver(batch, false)
 			return
 		}
 		b.mu.Unlock()
+		b.deliver(batch, false)
 	}
 }
 
@@ -346,9 +511,9 @@ func (w *batchWatch) fire() {
 		return
 	}
 	w.handed = true
-	next := b.pending[0]
+	next, spawn := b.nextLeader() // pending is not empty: the lead goes to one of them
 	b.mu.Unlock()
-	next.handLead()
+	b.handTo(next, spawn)
 }
 
 // end, under b.mu, closes the watch and reports whether the lead was handed on.
@@ -372,6 +537,7 @@ func (b *Batcher) take() []*batchReq {
 			continue
 		}
 		rows[r.held.ID] = struct{}{}
+		r.collect = true // its leader tells a queued request's Answered (deliver)
 		batch = append(batch, r)
 	}
 	clear(b.pending[len(kept):])
@@ -382,7 +548,8 @@ func (b *Batcher) take() []*batchReq {
 // pin reads each request's current token, stopping its renewal, and answers at once the
 // requests whose lease is gone; it returns the others.
 func (b *Batcher) pin(batch []*batchReq) []*batchReq {
-	kept := batch[:0]
+	kept := make([]*batchReq, 0, len(batch)) // not batch's array: deliver reads batch after
+
 	for _, r := range batch {
 		if _, ok := b.repin(r); ok {
 			kept = append(kept, r)
@@ -452,6 +619,7 @@ func (b *Batcher) settle(batch []*batchReq) {
 // of rows another session holds. A queued request's lease is unpinned meanwhile: the
 // renewer keeps extending it, and the lane pins it again to run.
 func (b *Batcher) queueBusy(r *batchReq) {
+	r.collect = false // the lane answers it, and tells it (finish)
 	r.busySince = time.Now()
 	r.lease.Unpin()
 	b.mu.Lock()

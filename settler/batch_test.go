@@ -396,3 +396,105 @@ func TestBusyLaneAnswersEverySettlementOfAHeldRowWithinTheTimeout(t *testing.T) 
 		t.Errorf("the last of 20 settlements was answered after %v; want within %v", took, timeout+4*busyPoll)
 	}
 }
+
+// answerLog is an Answered per request that counts how often it was told, and whether
+// on a leader the batcher spawned (here).
+type answerLog struct {
+	mu    sync.Mutex
+	told  map[int64]int
+	here  int
+	reqs  map[int64]*BatchRequest
+	total chan struct{} // one value per telling
+}
+
+type answerOf struct {
+	log *answerLog
+	id  int64
+}
+
+func (a answerOf) BatchAnswered(here bool) {
+	a.log.mu.Lock()
+	a.log.told[a.id]++
+	if here {
+		a.log.here++
+	}
+	a.log.mu.Unlock()
+	a.log.total <- struct{}{}
+}
+
+// Queued settlements (Queue) park no goroutine: Queue returns while the batch that takes
+// the request still runs, and each request is told its answer exactly once, by the
+// leader the batcher spawned for its batch (here) or by the one a slow batch handed the
+// lead to. Settlements that wait (Settle) mixed in among them get the lead or their
+// answer too, whichever kind of request a batch hands the lead to.
+func TestBatcherQueuedSettlementsAreToldTheirAnswersOnceWithNoGoroutineWaiting(t *testing.T) {
+	q := &settlingQueue{pause: slowBatch + 20*time.Millisecond, seen: map[int64]int{}}
+	b := NewBatcher(context.Background(), q, 4, time.Minute, true)
+	var spawned sync.WaitGroup
+	var leaders int
+	var leadersMu sync.Mutex
+	b.SpawnLeadersWith(func(f func()) {
+		leadersMu.Lock()
+		leaders++
+		leadersMu.Unlock()
+		spawned.Add(1)
+		go func() { defer spawned.Done(); f() }()
+	})
+	step := dialects.Step{Kind: dialects.StepAck, Now: time.Now()}
+	const queued, waiting = 20, 4
+	log := &answerLog{told: map[int64]int{}, reqs: map[int64]*BatchRequest{}, total: make(chan struct{}, queued)}
+	start := time.Now()
+	errs := make(chan error, waiting)
+	for i := range queued + waiting {
+		id := int64(i + 1)
+		if i%6 == 5 {
+			go func() { errs <- b.Settle(context.Background(), nil, step, &heldLease{id: id}) }()
+			continue
+		}
+		req := new(BatchRequest)
+		log.reqs[id] = req
+		b.Queue(req, step, &heldLease{id: id}, answerOf{log, id})
+	}
+	if took := time.Since(start); took > slowBatch {
+		t.Errorf("queueing %d settlements took %v: Queue waited for a batch", queued, took)
+	}
+	for range queued {
+		select {
+		case <-log.total:
+		case <-time.After(30 * time.Second):
+			t.Fatal("a queued settlement was never told its answer")
+		}
+	}
+	for range waiting {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Errorf("waiting settlement: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a waiting settlement was never answered")
+		}
+	}
+	spawned.Wait()
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for id, req := range log.reqs {
+		if log.told[id] != 1 {
+			t.Errorf("request %d told %d times, want once", id, log.told[id])
+		}
+		if err := req.Answer(); err != nil {
+			t.Errorf("request %d answered %v, want nil", id, err)
+		}
+	}
+	if log.here == 0 {
+		t.Error("no queued settlement was told on a leader the batcher spawned")
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for id := int64(1); id <= queued+waiting; id++ {
+		if q.seen[id] != 1 {
+			t.Errorf("row %d written %d times, want once", id, q.seen[id])
+		}
+	}
+	t.Logf("%d leaders spawned for %d requests in batches of 4", leaders, queued+waiting)
+}
