@@ -289,12 +289,15 @@ func (d *delivery) queueSettlement() bool {
 	if !d.cancel.CompareAndSwap(nil, settlingMark) {
 		return false // a Cancel came first: the actor settles the row as cancelled (settle)
 	}
+	// All a stop reads of the settlement is written before the state says queued: a stop
+	// that sees it waits for the answer at once (finishQueued).
+	d.queuedStep = step.Kind
+	b.Prepare(&d.batchReq, step, d.claim.Lease, d)
 	if !d.state.CompareAndSwap(handled, queued) {
 		return true // a stop came first, and releases the row (onStopping)
 	}
 	_ = d.sub.notePlan(d.claim.Row, d.outcome, step, note) // it refuses releases alone
-	d.queuedStep = step.Kind
-	b.Queue(&d.batchReq, step, d.claim.Lease, d)
+	b.Enqueue(&d.batchReq)
 	return true
 }
 

@@ -303,12 +303,25 @@ func (b *Batcher) SpawnLeadersWith(spawn func(func())) { b.spawn = spawn }
 // or handed the lead whenever a request is pending (nextLeader); the lease stays in its
 // book, renewed, until its batch pins it.
 func (b *Batcher) Queue(req *BatchRequest, step dialects.Step, lease HeldLease, then Answered) {
+	b.Prepare(req, step, lease, then)
+	b.Enqueue(req)
+}
+
+// Prepare fills req, which must not have been used (Used), for step on lease, and marks
+// it used; Enqueue queues it. Between the two, a caller can decide, with everything the
+// request holds already written, whether it queues it at all (a delivery's stop may come
+// first): a request prepared and never queued is left alone.
+func (b *Batcher) Prepare(req *BatchRequest, step dialects.Step, lease HeldLease, then Answered) {
 	if req.r.used {
-		panic("settler: Queue of a used BatchRequest") // a batch may still read it
+		panic("settler: Prepare of a used BatchRequest") // a batch may still read it
 	}
+	b.prepare(&req.r, step, lease).then = then
+}
+
+// Enqueue queues a request Prepare filled, as Queue does.
+func (b *Batcher) Enqueue(req *BatchRequest) {
 	arrived := req.expected.CompareAndSwap(true, false)
-	r := b.prepare(&req.r, step, lease)
-	r.then = then
+	r := &req.r
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
 	if arrived {
