@@ -425,28 +425,61 @@ func (b *Batcher) handTo(next *batchReq, spawn bool) {
 }
 
 // inlineBudget is how long a leader finishes its batch's queued settlements on its own
-// goroutine (deliver): a service's slow WithOnSettled hook must not hold up the rest of
-// the batch's rows behind it, which are then handed to goroutines of their own.
+// goroutine (deliver) before the rest are handed to goroutines of their own: a service's
+// WithOnSettled hook that is slow, or that waits for another row of the batch (a Cancel
+// of it, say), must not hold up the rows behind it.
 const inlineBudget = time.Millisecond
 
 // deliver tells the queued settlements of batch that its leader answered (collect) their
-// answers: here on this goroutine (a leader the batcher spawned) within inlineBudget,
-// then each handed off.
+// answers. A leader the batcher spawned (here) finishes them on its goroutine, in order,
+// until inlineBudget has passed; then a timer's goroutine hands each one not yet begun to
+// a goroutine of its own, even while the leader is still inside one that blocks. Each is
+// taken by one side alone (inlineTelling.take). Any other caller hands each off at once.
 func (b *Batcher) deliver(batch []*batchReq, here bool) {
-	var start time.Time
+	var told []*batchReq
 	for _, r := range batch {
-		if r.then == nil || !r.collect || !isDone(r) {
-			continue
+		if r.then != nil && r.collect && isDone(r) {
+			r.collect = false
+			told = append(told, r)
 		}
-		r.collect = false
-		if here {
-			if start.IsZero() {
-				start = time.Now()
-			} else if time.Since(start) > inlineBudget {
-				here = false
-			}
+	}
+	if len(told) == 0 {
+		return
+	}
+	if !here {
+		for _, r := range told {
+			r.then.BatchAnswered(false)
 		}
-		r.then.BatchAnswered(here)
+		return
+	}
+	t := &inlineTelling{reqs: told}
+	timer := time.AfterFunc(inlineBudget, t.handOff)
+	for r := t.take(); r != nil; r = t.take() {
+		r.then.BatchAnswered(!t.handed.Load())
+	}
+	timer.Stop()
+}
+
+// inlineTelling is a leader's batch of queued settlements to tell (deliver).
+type inlineTelling struct {
+	reqs   []*batchReq
+	next   atomic.Int64
+	handed atomic.Bool
+}
+
+// take takes the next request to tell, once: nil when none is left.
+func (t *inlineTelling) take() *batchReq {
+	if i := t.next.Add(1) - 1; i < int64(len(t.reqs)) {
+		return t.reqs[i]
+	}
+	return nil
+}
+
+// handOff hands the requests the leader has not begun to goroutines of their own.
+func (t *inlineTelling) handOff() {
+	t.handed.Store(true)
+	for r := t.take(); r != nil; r = t.take() {
+		r.then.BatchAnswered(false)
 	}
 }
 
