@@ -16,6 +16,7 @@ import (
 	"github.com/rowactor/rowactor/claimer"
 	"github.com/rowactor/rowactor/dialects"
 	"github.com/rowactor/rowactor/internal/deadline"
+	"github.com/rowactor/rowactor/internal/testhook"
 	"github.com/rowactor/rowactor/leaserenewer"
 	"github.com/rowactor/rowactor/settler"
 )
@@ -78,8 +79,10 @@ type delivery struct {
 	txMu    sync.Mutex
 	txEnded bool
 	settled bool
-	// queuedStep is the step queued in a batch (queueSettlement).
+	// queuedStep is the step queued in a batch (queueSettlement); stopTook says a stop
+	// took the row from a handler that had returned (onStopping).
 	queuedStep dialects.StepKind
+	stopTook   bool
 	// dctx is the handler's context, whose deadline Config.Timeout sets (timeout.go): dc,
 	// made in the delivery to save its allocation.
 	dctx *deadline.Context
@@ -289,8 +292,12 @@ func (d *delivery) queueSettlement() bool {
 	if !d.cancel.CompareAndSwap(nil, settlingMark) {
 		return false // a Cancel came first: the actor settles the row as cancelled (settle)
 	}
+	if hook := testhook.BeforeQueueing.Load(); hook != nil {
+		(*hook)(cfg.Table)
+	}
 	// All a stop reads of the settlement is written before the state says queued: a stop
-	// that sees it waits for the answer at once (finishQueued).
+	// that sees it waits for the answer at once (finishQueued). A stop that comes first
+	// releases the row with a batch request of its own (stopTook), never this one.
 	d.queuedStep = step.Kind
 	b.Prepare(&d.batchReq, step, d.claim.Lease, d)
 	if !d.state.CompareAndSwap(handled, queued) {
@@ -361,7 +368,12 @@ func (d *delivery) onStopping(c actor.Context) {
 		d.end(c, *d.stopResult)
 		return
 	}
-	if !d.state.CompareAndSwap(handled, released) && d.state.Load() == queued {
+	if d.state.CompareAndSwap(handled, released) {
+		// The row is the stop's to release, while the handler's goroutine may still be
+		// filling the delivery's batch request (queueSettlement): the release takes a
+		// request of its own.
+		d.stopTook = true
+	} else if d.state.Load() == queued {
 		d.finishQueued(c) // its batch answers the settlement: the stop waits for that
 		return
 	}
@@ -737,7 +749,11 @@ func waitEnded(waits context.Context, err error) error {
 func (d *delivery) settleLease(ctx context.Context, step dialects.Step) error {
 	lease := d.claim.Lease
 	if b := d.sub.batcher; b != nil && settler.Batchable(step) {
-		return b.Settle(ctx, &d.batchReq, step, lease)
+		req := &d.batchReq
+		if d.stopTook {
+			req = nil // the handler's goroutine may be filling it (onStopping)
+		}
+		return b.Settle(ctx, req, step, lease)
 	}
 	held, err := pinLease(lease, step)
 	if err != nil {
