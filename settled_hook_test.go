@@ -40,20 +40,10 @@ func TestSlowOnSettledHooksRunSideBySide(t *testing.T) {
 				running--
 				mu.Unlock()
 			}))
-			// The handlers wait until every row is claimed, so that their settlements
-			// meet in few batches.
 			const n = 40
-			release := make(chan struct{})
-			var started sync.WaitGroup
-			started.Add(n)
-			h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome {
-				started.Done()
-				<-release
-				return rowactor.Ack()
-			}, rowactor.Workers(n))
+			release := subscribeHeldAcks(h, b, n)
 			ids := h.publish(b, n)
-			started.Wait()
-			close(release)
+			release()
 			waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) == n && running == 0 })
 			mu.Lock()
 			defer mu.Unlock()
@@ -127,20 +117,12 @@ func TestAHookThatWaitsForAnotherRowOfItsBatchHoldsNothingUp(t *testing.T) {
 						errs <- fmt.Errorf("row %d's hook waited 5 s for row %d's", s.ID, other)
 					}
 				}))
-				release := make(chan struct{})
-				var started sync.WaitGroup
-				started.Add(n)
-				h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome {
-					started.Done()
-					<-release
-					return rowactor.Ack()
-				}, rowactor.Workers(n))
+				release := subscribeHeldAcks(h, b, n)
 				mu.Lock()
 				ids = h.publish(b, n)
 				mu.Unlock()
 				close(ready)
-				started.Wait()
-				close(release) // both rows settle in one batch
+				release() // both rows settle in one batch
 				for range n {
 					if err := <-errs; err != nil && !errors.Is(err, rowactor.ErrNotFound) && !errors.Is(err, rowactor.ErrFinished) {
 						t.Error(err)
@@ -148,5 +130,23 @@ func TestAHookThatWaitsForAnotherRowOfItsBatchHoldsNothingUp(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// subscribeHeldAcks subscribes n workers whose handlers wait and then ack: release, once
+// n rows were published, waits until all n handlers began and lets them return together,
+// so that their settlements meet in few batches.
+func subscribeHeldAcks(h *harness, b *rowactor.Broker, n int) (release func()) {
+	gate := make(chan struct{})
+	var started sync.WaitGroup
+	started.Add(n)
+	h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome {
+		started.Done()
+		<-gate
+		return rowactor.Ack()
+	}, rowactor.Workers(n))
+	return func() {
+		started.Wait()
+		close(gate)
 	}
 }

@@ -257,16 +257,7 @@ func (b *Batcher) Settle(_ context.Context, req *BatchRequest, step dialects.Ste
 		req = new(BatchRequest) // none, or used already: a batch may still read it
 	}
 	r := b.prepare(&req.r, step, lease)
-	b.mu.Lock()
-	b.pending = append(b.pending, r)
-	if arrived {
-		b.expected--
-	}
-	b.wakeLinger()
-	leader := !b.leading
-	b.leading = true
-	b.mu.Unlock()
-	if leader {
+	if b.join(r, arrived) {
 		b.lead(r)
 	}
 	// The lead may come to r more than once: a leader whose batch ran long handed it on
@@ -320,20 +311,24 @@ func (b *Batcher) Prepare(req *BatchRequest, step dialects.Step, lease HeldLease
 
 // Enqueue queues a request Prepare filled, as Queue does.
 func (b *Batcher) Enqueue(req *BatchRequest) {
-	arrived := req.expected.CompareAndSwap(true, false)
-	r := &req.r
+	if b.join(&req.r, req.expected.CompareAndSwap(true, false)) {
+		b.spawnLeader()
+	}
+}
+
+// join queues r for the next batch (arrived: its Expect ends here), and reports whether
+// its caller is to lead, no batch running or handed the lead.
+func (b *Batcher) join(r *batchReq, arrived bool) (leader bool) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.pending = append(b.pending, r)
 	if arrived {
 		b.expected--
 	}
 	b.wakeLinger()
-	leader := !b.leading
+	leader = !b.leading
 	b.leading = true
-	b.mu.Unlock()
-	if leader {
-		b.spawnLeader()
-	}
+	return leader
 }
 
 // Used says the request took its room in a batch already: a batch may still read it, and
@@ -377,9 +372,26 @@ func (b *Batcher) spawnLeader() {
 // finishes the batch's queued settlements here (deliver): the next batch runs meanwhile
 // on another goroutine.
 func (b *Batcher) leadOnce() {
+	batch, handed := b.runBatch()
+	var (
+		next  *batchReq
+		spawn bool
+	)
+	if !handed {
+		next, spawn = b.nextLeader()
+	}
+	b.mu.Unlock()
+	b.handTo(next, spawn)
+	b.deliver(batch, true)
+}
+
+// runBatch runs the next batch: it waits a little for the settlements coming (linger),
+// takes the batch, and runs its statements under a watch (slowBatch). It returns with
+// b.mu held, the batch, and whether the watch handed the lead on meanwhile.
+func (b *Batcher) runBatch() (batch []*batchReq, handed bool) {
 	b.mu.Lock()
 	b.linger()
-	batch := b.take()
+	batch = b.take()
 	w := b.watch()
 	b.running++
 	b.mu.Unlock()
@@ -388,16 +400,7 @@ func (b *Batcher) leadOnce() {
 
 	b.mu.Lock()
 	b.running--
-	var (
-		next  *batchReq
-		spawn bool
-	)
-	if !w.end() {
-		next, spawn = b.nextLeader()
-	}
-	b.mu.Unlock()
-	b.handTo(next, spawn)
-	b.deliver(batch, true)
+	return batch, w.end()
 }
 
 // nextLeader, under b.mu, passes the lead on once a batch ran: to nobody when nothing is
@@ -488,18 +491,8 @@ func (t *inlineTelling) handOff() {
 // slowBatch hands the lead on meanwhile (see watch), and its goroutine leads no more.
 func (b *Batcher) lead(own *batchReq) {
 	for {
-		b.mu.Lock()
-		b.linger()
-		batch := b.take()
-		w := b.watch()
-		b.running++
-		b.mu.Unlock()
-
-		b.settle(b.pin(batch))
-
-		b.mu.Lock()
-		b.running--
-		if w.end() {
+		batch, handed := b.runBatch()
+		if handed {
 			b.mu.Unlock()
 			b.deliver(batch, false)
 			return // another request leads now
