@@ -79,10 +79,8 @@ type delivery struct {
 	txMu    sync.Mutex
 	txEnded bool
 	settled bool
-	// queuedStep is the step queued in a batch (queueSettlement); stopTook says a stop
-	// took the row from a handler that had returned (onStopping).
-	queuedStep dialects.StepKind
-	stopTook   bool
+	// stopTook says a stop took the row from a handler that had returned (onStopping).
+	stopTook bool
 	// dctx is the handler's context, whose deadline Config.Timeout sets (timeout.go): dc,
 	// made in the delivery to save its allocation.
 	dctx *deadline.Context
@@ -286,7 +284,8 @@ func (d *delivery) queueSettlement() bool {
 	}
 	cfg := &d.sub.cfg
 	step, note := cfg.Rules.Plan(d.outcome, d.claim.Row.Attempt, cfg.Now())
-	if step.Kind != dialects.StepAck && step.Kind != dialects.StepRetry || !settler.Batchable(step) {
+	// A step with a note to log (notePlan) goes the actor's way: a queued one has none.
+	if step.Kind != dialects.StepAck && step.Kind != dialects.StepRetry || !settler.Batchable(step) || note != settler.NoteNone {
 		return false
 	}
 	if !d.cancel.CompareAndSwap(nil, settlingMark) {
@@ -298,12 +297,10 @@ func (d *delivery) queueSettlement() bool {
 	// All a stop reads of the settlement is written before the state says queued: a stop
 	// that sees it waits for the answer at once (finishQueued). A stop that comes first
 	// releases the row with a batch request of its own (stopTook), never this one.
-	d.queuedStep = step.Kind
 	b.Prepare(&d.batchReq, step, d.claim.Lease, d)
 	if !d.state.CompareAndSwap(handled, queued) {
 		return true // a stop came first, and releases the row (onStopping)
 	}
-	_ = d.sub.notePlan(d.claim.Row, d.outcome, step, note) // it refuses releases alone
 	b.Enqueue(&d.batchReq)
 	return true
 }
@@ -321,7 +318,7 @@ func (d *delivery) BatchAnswered(here bool) {
 // finishQueued ends a delivery whose settlement was queued in a batch, with the batch's
 // answer, which it waits for (a stop may come before it).
 func (d *delivery) finishQueued(c actor.Context) {
-	r := Result{Row: d.claim.Row, Outcome: d.outcome, Step: d.queuedStep, Tag: d.tag, Err: d.batchReq.Answer()}
+	r := Result{Row: d.claim.Row, Outcome: d.outcome, Step: d.batchReq.Step(), Tag: d.tag, Err: d.batchReq.Answer()}
 	d.sub.notePoison(r)
 	d.settled = true
 	d.finishSpan(r, d.handlerTook)

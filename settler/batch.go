@@ -331,6 +331,9 @@ func (b *Batcher) join(r *batchReq, arrived bool) (leader bool) {
 	return leader
 }
 
+// Step is the kind of the step the request was prepared for (Prepare).
+func (req *BatchRequest) Step() dialects.StepKind { return req.r.stepKind }
+
 // Used says the request took its room in a batch already: a batch may still read it, and
 // it cannot be queued (Queue).
 func (req *BatchRequest) Used() bool { return req.r.used }
