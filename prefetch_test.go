@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,8 @@ var prefetchScenarios = []scenario{
 		run: slowHandlersAfterFastDoNotHoard},
 	{name: "rows waiting in the measured room keep their short leases", forms: []rowactor.Form{rowactor.FormLease},
 		run: roomBacklogKeepsShortLeases},
+	{name: "rows waiting behind workers that all got stuck go back to another process", forms: leaseAndAdvisory,
+		run: stuckWorkersGiveWaitingRowsBack},
 }
 
 // leaseAndAdvisory are the forms whose rows may wait for a worker: a lease row anywhere,
@@ -361,4 +364,106 @@ func roomBacklogKeepsShortLeases(t *testing.T, h *harness, _ rowactor.Form) {
 	if len(overlap) > 0 {
 		t.Errorf("rows handled twice at once: %v", overlap)
 	}
+}
+
+// stuckWorkersGiveWaitingRowsBack proves that a process does not hoard the rows of its
+// measured room when every one of its workers gets stuck on a long handler: it gives them
+// back (released, their attempt returned), claims none ahead while its workers stay stuck,
+// and another process with free workers handles them while the long handlers still run.
+// One process drains instant rows (its room grows to tens of rows) until its two workers
+// each take a row whose handler blocks; a second process subscribes then. An advisory
+// subscription on a server keeps no room (a waiting row would hold a connection): it has
+// nothing to give back, and the second process takes the rest as they come.
+func stuckWorkersGiveWaitingRowsBack(t *testing.T, h *harness, form rowactor.Form) {
+	const (
+		rows    = 400
+		workers = 2
+	)
+	one, two := h.broker(), h.second()
+	ids := h.publish(one, rows)
+	slow := map[int64]bool{ids[rows/2]: true, ids[rows/2+1]: true}
+	stuck := make(chan int64, workers)
+	block := make(chan struct{})
+	var unblock sync.Once
+	defer unblock.Do(func() { close(block) })
+	h.subscribe(one, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		if slow[d.ID()] {
+			stuck <- d.ID()
+			<-block
+		}
+		return rowactor.Ack()
+	}, rowactor.Workers(workers))
+	for range workers {
+		select {
+		case <-stuck:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("the slow rows did not both start in 15 s\nlogs:\n%s", h.logs.String())
+		}
+	}
+	h.subscribe(two, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() },
+		rowactor.Workers(workers))
+
+	acks := map[int64]int{}
+	var given []int64
+	deadline := time.After(15 * time.Second)
+	for len(acks) < rows-len(slow) {
+		select {
+		case s := <-h.settled:
+			switch {
+			case s.Err == nil && s.Step == "ack" && !slow[s.ID]:
+				acks[s.ID]++
+				if s.Attempt != 1 {
+					t.Errorf("row %d was acked at attempt %d; want 1 (a row given back unstarted keeps its attempt)", s.ID, s.Attempt)
+				}
+			case s.Err == nil && s.Released && s.Step == "release":
+				given = append(given, s.ID)
+			default:
+				t.Fatalf("settlement %+v", s)
+			}
+		case <-deadline:
+			t.Fatalf("with both workers of one process stuck, %d of %d other rows were acked in 15 s (%d given back); "+
+				"the rest stayed in the stuck process's room\nlogs:\n%s", len(acks), rows-len(slow), len(given), h.logs.String())
+		}
+	}
+	noRoom := form == rowactor.FormAdvisory && h.drv.keyLocked != nil
+	switch {
+	case noRoom && len(given) > 0:
+		t.Fatalf("an advisory subscription on a server gave back %d waiting rows; its room should hold none", len(given))
+	case !noRoom && len(given) == 0:
+		t.Fatalf("the process whose workers were stuck gave no waiting row back; its room held none?")
+	}
+	// Having given rows back, the stuck process claims none ahead until a worker frees:
+	// no row goes back to it, and then back to the table, twice.
+	for i, id := range given {
+		if slices.Contains(given[:i], id) {
+			t.Errorf("row %d was given back twice: the stuck process claimed it again while its workers stayed stuck", id)
+		}
+	}
+	// The slow rows are all the table holds: held by the stuck process (leased, or their
+	// keys locked), their one claim counted.
+	if n := h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.Name); n != len(slow) {
+		t.Fatalf("%d rows left while the slow handlers run; want the %d slow rows", n, len(slow))
+	}
+	for id := range slow {
+		r := h.row(id)
+		leased := r.lockedUntil != nil && r.lockedUntil.After(time.Now())
+		if want := attemptColumn(form, 1, 0); !r.exists || r.attempt != want || leased != (form == rowactor.FormLease) {
+			t.Errorf("slow row %d while its handler runs: %+v; want held, attempt %d", id, r, want)
+		}
+	}
+	unblock.Do(func() { close(block) })
+	for _, s := range h.waitSettled(len(slow)) {
+		if s.Err != nil || s.Step != "ack" || !slow[s.ID] {
+			t.Fatalf("settlement %+v; want the slow rows' acks", s)
+		}
+	}
+	for id, n := range acks {
+		if n != 1 {
+			t.Errorf("row %d acked %d times", id, n)
+		}
+	}
+	if n := h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.Name); n != 0 {
+		t.Fatalf("%d rows left after every ack", n)
+	}
+	t.Logf("the stuck process gave %d waiting rows back", len(given))
 }

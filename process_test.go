@@ -170,6 +170,16 @@ func lostLease(line string) bool {
 	return strings.HasPrefix(line, "# ") && strings.HasSuffix(line, rowactor.ErrLeaseLost.Error())
 }
 
+// givenBack says whether a child's line reports a row given back unstarted while the
+// broker ran: its workers all stayed busy (a stalled machine) with rows waiting, so the
+// rows went back to the table for the next claim, here or in the other process.
+func givenBack(line string) bool {
+	var id int64
+	var step, err string
+	_, serr := fmt.Sscanf(line, "# %d %s %s", &id, &step, &err)
+	return serr == nil && step == "release" && err == "<nil>"
+}
+
 // stopChildrenWhenDrained waits until h's table holds no unfinished row (none at all
 // without processed_at, none with processed_at NULL with it), then creates stopFile, which
 // ends the consumer children given it as StopFile: they shut down, letting their handlers
@@ -255,7 +265,7 @@ func TestTwoProcessesDeliverEveryRowOnce(t *testing.T) {
 					}
 					sc := bufio.NewScanner(f)
 					for sc.Scan() {
-						if lostLease(sc.Text()) {
+						if lostLease(sc.Text()) || givenBack(sc.Text()) {
 							continue // not settled: the row is counted where it was acked
 						}
 						var id int64

@@ -81,6 +81,9 @@ type delivery struct {
 	settled bool
 	// stopTook says a stop took the row from a handler that had returned (onStopping).
 	stopTook bool
+	// handBack gives a waiting row back for other consumers, its workers all stuck
+	// (strand.go): released with releaseOnly, and reported without an error.
+	handBack bool
 	// dctx is the handler's context, whose deadline Config.Timeout sets (timeout.go): dc,
 	// made in the delivery to save its allocation.
 	dctx *deadline.Context
@@ -183,9 +186,12 @@ func (d *delivery) Receive(c actor.Context) {
 		}
 		if d.releaseOnly {
 			r := d.giveBack(d.sub.cfg.ctx)
-			if d.keyPanic != nil {
+			switch {
+			case d.keyPanic != nil:
 				r.Panic, r.Err = d.keyPanic.value, errors.Join(d.keyPanic, r.Err) // the broker is open
-			} else {
+			case d.handBack:
+				// The broker is open: the row went back for another worker.
+			default:
 				r.Err = errors.Join(r.Err, settler.ErrClosed)
 			}
 			d.settled = true

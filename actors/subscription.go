@@ -366,6 +366,13 @@ type subscriptionActor struct {
 	failing int // claims failed in a row, for the log line when they succeed again
 	// room sizes the rows that wait for a worker (AutoPrefetch).
 	room roomSizer
+	// strandTimer looks, once the longest-waiting row of the measured room has waited
+	// strandAfter, whether it is still waiting; stranded says rows were given back so,
+	// and keeps the room empty until a worker frees (strand.go). claimAt is when the
+	// claim whose rows are being held came back.
+	strandTimer *time.Timer
+	stranded    bool
+	claimAt     time.Time
 	// kept holds the advisory candidates read and not tried, for the claimers' next
 	// claims (nil: none are kept).
 	kept *claimer.Kept
@@ -433,6 +440,8 @@ func (a *subscriptionActor) receive(c actor.Context) {
 	case budgetMsg:
 		a.claim(c)
 		a.share.Unused() // handed over while waiting, and not needed after all
+	case strandMsg:
+		a.onStrand(c)
 	case recheckMsg:
 		a.recheck = nil
 		a.claim(c)
@@ -548,6 +557,9 @@ func (a *subscriptionActor) takeRows(c actor.Context, m *claimer.Claimed) int {
 	if m.Err == nil {
 		a.room.claimed(m.Took)
 	}
+	if len(m.Claims) > 0 && a.strandsRows() {
+		a.claimAt = time.Now()
+	}
 	for _, cl := range m.Claims {
 		a.hold(c, cl)
 	}
@@ -586,6 +598,7 @@ func (a *subscriptionActor) afterClaim(c actor.Context, m *claimer.Claimed, got 
 func (a *subscriptionActor) onWorkerFree(c actor.Context, m workerFreeMsg) {
 	a.room.freed(m.d.workTook, m.d.roomGen)
 	a.busy--
+	a.stranded = false
 	a.startBacklog(c)
 	a.claim(c)
 }
@@ -600,6 +613,7 @@ func (a *subscriptionActor) onSettled(c actor.Context, m settledMsg) {
 	}
 	if !m.workerFreed {
 		a.busy--
+		a.stranded = false
 		if m.d != nil {
 			a.room.freed(m.d.workTook, m.d.roomGen)
 		}
@@ -652,6 +666,9 @@ func (a *subscriptionActor) onStopping() {
 	}
 	if a.recheck != nil {
 		a.recheck.Stop()
+	}
+	if a.strandTimer != nil {
+		a.strandTimer.Stop()
 	}
 }
 
@@ -865,7 +882,7 @@ func (a *subscriptionActor) hold(c actor.Context, cl claimer.Claim) {
 		a.start(c, cl, true) // claimed as a drain or a pause began: give it back
 		return
 	}
-	w := waiting{claim: cl, gen: a.room.gen}
+	w := waiting{claim: cl, gen: a.room.gen, since: a.claimAt}
 	if cfg.KeyOf != nil {
 		key, kp := a.s.keyOf(cl.Row)
 		if kp != nil {
@@ -918,6 +935,7 @@ func (a *subscriptionActor) startBacklog(c actor.Context) {
 	}
 	clear(a.backlog[len(kept):])
 	a.backlog = kept
+	a.armStrand(c)
 }
 
 // expiredWhileWaiting drops a row that waited for a worker until its lease ran out (the
@@ -950,6 +968,8 @@ type waiting struct {
 	claim claimer.Claim
 	key   string
 	gen   uint64 // the room's generation when claimed (room.go)
+	// since is when its claim came back (strand.go; zero where rows never strand).
+	since time.Time
 }
 
 // startKeyed starts a waiting row on a worker; with WorkersByKey the row counts against
@@ -1013,8 +1033,10 @@ func (a *subscriptionActor) spawnDelivery(c actor.Context, d *delivery) {
 // does not stop the claims that find other keys.
 func (a *subscriptionActor) waitRoom() int {
 	room := a.s.cfg.Prefetch
-	if a.s.cfg.AutoPrefetch {
+	if a.s.cfg.AutoPrefetch && !a.stranded {
 		room = a.room.size(a.workers)
+	} else if a.s.cfg.AutoPrefetch {
+		room = 0 // rows were given back: none is claimed ahead until a worker frees
 	}
 	if a.s.cfg.KeyOf != nil {
 		room += a.workers

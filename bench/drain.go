@@ -169,6 +169,9 @@ func runRowactor(ctx context.Context, tg *target, t tableDesc, workers, rows int
 	defer cancel()
 	l := newLatch(rows)
 	opts := []rowactor.Option{rowactor.WithOnSettled(func(s rowactor.Settlement) {
+		if s.Released && s.Err == nil {
+			return // given back unstarted (every worker stalled): delivered again
+		}
 		if s.Err != nil || s.Step != "ack" {
 			l.fail(fmt.Errorf("row %d: step %s: %v", s.ID, s.Step, s.Err))
 			return

@@ -229,6 +229,9 @@ func (s *stamped) handle(_ context.Context, d *rowactor.Delivery) rowactor.Outco
 
 // settle is the WithOnSettled hook; it must not block.
 func (s *stamped) settle(st rowactor.Settlement) {
+	if st.Released && st.Err == nil {
+		return // given back unstarted (every worker stalled): delivered again
+	}
 	if st.Err != nil || st.Step != "ack" {
 		s.mu.Lock()
 		s.err = errors.Join(s.err, fmt.Errorf("row %d: step %s: %v", st.ID, st.Step, st.Err))

@@ -81,6 +81,9 @@ func runRSS(ctx context.Context, cfg config, out *json.Encoder) error {
 		l       = newLatch(cfg.rssRows)
 	)
 	hook := func(s rowactor.Settlement) {
+		if s.Released && s.Err == nil {
+			return // given back unstarted (every worker stalled): delivered again
+		}
 		if s.Err != nil || s.Step != "ack" {
 			l.fail(fmt.Errorf("row %d: step %s: %v", s.ID, s.Step, s.Err))
 			return

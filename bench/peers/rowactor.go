@@ -94,6 +94,9 @@ func (q *rowactorQueue) drain(ctx context.Context, workers, rows int) (result, e
 	l := newLatch(rows)
 	tl := newTally(rows, l)
 	b, err := rowactor.New(q.d, rowactor.WithOnSettled(func(s rowactor.Settlement) {
+		if s.Released && s.Err == nil {
+			return // given back unstarted (every worker stalled): delivered again
+		}
 		if s.Err != nil || s.Step != "ack" {
 			l.fail(fmt.Errorf("row %d: step %s: %v", s.ID, s.Step, s.Err))
 			return
