@@ -96,6 +96,7 @@ func New(d dialects.Dialect, opts ...Option) (*Broker, error) {
 	if b.log == nil {
 		b.log = slog.New(warnOnly{slog.Default().Handler()})
 	}
+	b.log = slog.New(guardedHandler{b.log.Handler()})
 	if cfg.tracers == nil {
 		cfg.tracers = otel.GetTracerProvider()
 	}
@@ -566,6 +567,48 @@ func (w warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
 }
 func (w warnOnly) WithAttrs(a []slog.Attr) slog.Handler { return warnOnly{w.Handler.WithAttrs(a)} }
 func (w warnOnly) WithGroup(n string) slog.Handler      { return warnOnly{w.Handler.WithGroup(n)} }
+
+// guardedHandler runs the service's slog.Handler, whose panics it keeps from rowactor's
+// own work: a log line is never worth a row. A handler that panicked while rowactor
+// logged a WithOnSettled hook's panic left that delivery's in-work count behind, and
+// Shutdown reported "did not drain"; one that panicked at New crashed the process.
+type guardedHandler struct{ h slog.Handler }
+
+func (g guardedHandler) Enabled(ctx context.Context, l slog.Level) (on bool) {
+	defer func() {
+		if recover() != nil {
+			on = false
+		}
+	}()
+	return g.h.Enabled(ctx, l)
+}
+
+func (g guardedHandler) Handle(ctx context.Context, r slog.Record) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("rowactor: the slog handler panicked: %v", v)
+		}
+	}()
+	return g.h.Handle(ctx, r)
+}
+
+func (g guardedHandler) WithAttrs(a []slog.Attr) (h slog.Handler) {
+	defer func() {
+		if recover() != nil {
+			h = g // the attributes are lost, the logging goes on
+		}
+	}()
+	return guardedHandler{g.h.WithAttrs(a)}
+}
+
+func (g guardedHandler) WithGroup(n string) (h slog.Handler) {
+	defer func() {
+		if recover() != nil {
+			h = g
+		}
+	}()
+	return guardedHandler{g.h.WithGroup(n)}
+}
 
 // defaultPolicy is the claimer's restart backoff.
 var defaultPolicy = supervision.DefaultPolicy

@@ -47,7 +47,8 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithLogger sends rowactor's logs to l. Without it, rowactor logs warnings and errors
 // through slog.Default, and nothing below. Proto.Actor's own INFO chatter is always
-// demoted to DEBUG.
+// demoted to DEBUG. A handler that panics loses the record it panicked on, and nothing
+// else: the panic is recovered where rowactor logs.
 func WithLogger(l *slog.Logger) Option { return func(c *brokerConfig) { c.log = l } }
 
 // WithActorSystem runs rowactor's actors in a service's own Proto.Actor system. rowactor

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -332,5 +333,54 @@ func TestAPanicAsAStopReleasesARunningRowLeavesTheProcessUp(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // the handler's goroutine reads the stop's result
 	if r := h.row(ids[0]); !r.exists {
 		t.Errorf("row %d is gone; want it left leased for its lease to run out", ids[0])
+	}
+}
+
+// panickingHandler is a service's slog.Handler that panics on every record it is given.
+type panickingHandler struct{ calls *atomic.Int64 }
+
+func (panickingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (p panickingHandler) Handle(context.Context, slog.Record) error {
+	p.calls.Add(1)
+	panic("the logger's own bug")
+}
+func (p panickingHandler) WithAttrs([]slog.Attr) slog.Handler { return p }
+func (p panickingHandler) WithGroup(string) slog.Handler      { return p }
+
+// TestALoggerThatPanicsLeaksNothing: the service's slog handler is service code too. One
+// that panics on every record, even while rowactor logs the panic of a WithOnSettled hook,
+// costs the log lines and nothing else: every row is acked once, the process stays up,
+// and Shutdown drains.
+func TestALoggerThatPanicsLeaksNothing(t *testing.T) {
+	t.Parallel()
+	for _, drv := range drivers {
+		for _, form := range drv.forms {
+			t.Run(fmt.Sprintf("%s/%s", drv.name, form), func(t *testing.T) {
+				t.Parallel()
+				h := newHarness(t, drv, form)
+				var told, logged atomic.Int64
+				b := h.broker(rowactor.WithLogger(slog.New(panickingHandler{&logged})), rowactor.WithOnSettled(func(rowactor.Settlement) {
+					if told.Add(1) <= 2 {
+						panic("the hook's own bug")
+					}
+				}))
+				h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }, rowactor.Workers(2))
+				ids := h.publish(b, 5)
+				waitFor(t, func() bool { return told.Load() == 5 })
+				for _, id := range ids {
+					if h.row(id).exists {
+						t.Errorf("row %d was not acked", id)
+					}
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if rep, err := b.Shutdown(ctx); err != nil || !rep.Drained || rep.Released != 0 {
+					t.Errorf("Shutdown with nothing in work: %+v, %v; want drained and nil", rep, err)
+				}
+				if logged.Load() < 2 {
+					t.Errorf("the logger was given %d records; want the two hook panics at least", logged.Load())
+				}
+			})
+		}
 	}
 }
