@@ -202,8 +202,8 @@ type ShutdownReport struct {
 // check errors.Is(err, ErrNotDrained). A second call waits for the first and returns
 // ErrClosed.
 //
-// Called from a handler, Shutdown returns ErrShutdownInHandler at once and shuts down in
-// the background.
+// Called from a handler, or from a hook rowactor runs (WithOnSettled), Shutdown returns
+// ErrShutdownInHandler at once and shuts down in the background.
 //
 // See docs/operations.md, "Shutdown, rule by rule", for releases the database keeps
 // waiting, owned pools and the exact error text.

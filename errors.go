@@ -62,8 +62,8 @@ var (
 	// rowactor runs such as WithOnSettled. It cannot wait for the delivery that called
 	// it, so it returns at once, and the broker shuts down in the background once that
 	// handler returns. A later Shutdown waits for that one to finish.
-	ErrShutdownInHandler = errors.New("rowactor: Shutdown was called from a handler and cannot wait for the delivery that called it; " +
-		"the broker shuts down once that handler returns (call Shutdown outside handlers, or again from outside, to wait for it)")
+	ErrShutdownInHandler = errors.New("rowactor: Shutdown was called from a handler, or a hook rowactor runs (WithOnSettled), and cannot wait for the delivery that called it; " +
+		"the broker shuts down once that call returns (call Shutdown outside them, or again from outside, to wait for it)")
 
 	// ErrNotDrained reports a Shutdown whose context ended while rows were still in work,
 	// or whose drain a second Shutdown ended. The rows were released unsettled, as its

@@ -3,6 +3,8 @@ package rowactor_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,6 +35,56 @@ var shutdownInHandlerScenarios = []scenario{
 		forms: []rowactor.Form{rowactor.FormLease, rowactor.FormRowLock},
 		run:   outerShutdownAfterHandlerShutdownScenario,
 	},
+	{
+		name: "shutdown called from the WithOnSettled hook returns at once, says so, and the broker shuts down",
+		run:  shutdownFromOnSettledHookScenario,
+	},
+}
+
+// shutdownFromOnSettledHookScenario: the hook runs on the delivery it reports, so a
+// Shutdown there cannot wait for it either: it returns ErrShutdownInHandler at once, whose
+// text names the hook (a service reading "called from a handler" would look for a
+// handler), and the broker shuts down in the background.
+func shutdownFromOnSettledHookScenario(t *testing.T, h *harness, _ rowactor.Form) {
+	type call struct {
+		err  error
+		took time.Duration
+	}
+	var (
+		b     *rowactor.Broker
+		ready = make(chan struct{})
+		once  sync.Once
+		calls = make(chan call, 1)
+	)
+	b = h.broker(rowactor.WithOnSettled(func(rowactor.Settlement) {
+		<-ready
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err := b.Shutdown(ctx)
+			calls <- call{err, time.Since(start)}
+		})
+	}))
+	close(ready)
+	h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() })
+	h.publish(b, 1)
+	select {
+	case c := <-calls:
+		if !errors.Is(c.err, rowactor.ErrShutdownInHandler) || c.took > 2*time.Second {
+			t.Fatalf("Shutdown from the hook returned %v after %v; want ErrShutdownInHandler at once", c.err, c.took)
+		}
+		if !strings.Contains(c.err.Error(), "WithOnSettled") {
+			t.Errorf("Shutdown from the hook says %q; want it to name the hook", c.err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the hook did not return from Shutdown in 15 s")
+	}
+	select {
+	case <-b.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the broker did not shut down within 10 s of a Shutdown from its hook")
+	}
 }
 
 // shutdownInHandlerWithContext is the scenario of a handler that calls Shutdown with the
