@@ -776,3 +776,41 @@ func fencedCancelScenario(t *testing.T, h *harness, _ rowactor.Form) {
 		t.Fatalf("the queued row after its fenced cancel: %+v", st)
 	}
 }
+
+// TestCancelOfARowBeingGivenBackCancelsIt: a row the measured room gives back (its
+// process's workers all stuck; strand.go) is out of the backlog and in no book until its
+// release commits, and still leased meanwhile. A Cancel that comes then must not take the
+// lease for another process's and answer ErrInWork: it looks again, and cancels the row
+// once it is queued. testhook.BeforeGiveBack holds the release back for 300 ms so that
+// the Cancel comes in that window on every run.
+func TestCancelOfARowBeingGivenBackCancelsIt(t *testing.T) {
+	t.Parallel()
+	for _, drv := range drivers {
+		t.Run(drv.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, drv, rowactor.FormLease)
+			b := h.broker()
+			giving := make(chan int64, 256)
+			onGiveBack(t, h.table.Name, func(id int64) {
+				giving <- id
+				time.Sleep(300 * time.Millisecond)
+			})
+			stuck := stickWorkers(t, h, b, 400)
+			var id int64
+			select {
+			case id = <-giving:
+			case <-time.After(15 * time.Second):
+				t.Fatalf("no row was given back in 15 s with both workers stuck\nlogs:\n%s", h.logs.String())
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := b.Cancel(ctx, h.table, id, "no longer wanted"); err != nil {
+				t.Fatalf("Cancel of row %d as its process gave it back: %v; want it cancelled", id, err)
+			}
+			if st := h.row(id); st.exists {
+				t.Fatalf("row %d after its Cancel returned nil: %+v; want it dropped", id, st)
+			}
+			stuck.unblock()
+		})
+	}
+}

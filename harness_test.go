@@ -188,8 +188,14 @@ func (h *harness) publish(b *rowactor.Broker, n int) []int64 {
 // waitSettled waits for n settlements and returns them; it fails the test after 15 s.
 func (h *harness) waitSettled(n int) []rowactor.Settlement {
 	h.t.Helper()
+	return h.waitSettledWithin(n, 15*time.Second)
+}
+
+// waitSettledWithin waits for n settlements and returns them; it fails the test after d.
+func (h *harness) waitSettledWithin(n int, d time.Duration) []rowactor.Settlement {
+	h.t.Helper()
 	var got []rowactor.Settlement
-	deadline := time.After(15 * time.Second)
+	deadline := time.After(d)
 	for len(got) < n {
 		select {
 		case s := <-h.settled:

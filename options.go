@@ -117,11 +117,11 @@ func Workers(n int) SubscribeOption { return func(c *subscribeConfig) { c.worker
 // Rows that wait sit leased in this process, their leases renewed (an advisory row holds
 // its key), where no other consumer can take them. Shutdown and Pause give them back
 // with the attempt they had before their claim, since their handlers never started. So
-// does the measured room when every worker stays busy while rows wait: a row that waited
-// the longest of PollInterval, twice the measured handling time and 250 ms goes back to
-// the table (reported to WithOnSettled as a release without error) for another consumer's
-// free worker, and nothing is claimed ahead until a worker frees. Prefetch(n) keeps its
-// rows until a worker takes them.
+// does the measured room when its workers all stay busy: once no worker has freed for the
+// longest of PollInterval, twice the measured handling time and 250 ms, the rows that
+// waited that long go back to the table (reported to WithOnSettled as a release without
+// error) for another consumer's free worker, and nothing is claimed ahead until a worker
+// frees. Prefetch(n) keeps its rows until a worker takes them.
 func Prefetch(n int) SubscribeOption {
 	return func(c *subscribeConfig) { c.prefetch, c.prefetchSet = n, true }
 }

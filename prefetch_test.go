@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/rowactor/rowactor"
+	"github.com/rowactor/rowactor/internal/testhook"
 )
 
 var prefetchScenarios = []scenario{
@@ -28,6 +29,8 @@ var prefetchScenarios = []scenario{
 		run: roomBacklogKeepsShortLeases},
 	{name: "rows waiting behind workers that all got stuck go back to another process", forms: leaseAndAdvisory,
 		run: stuckWorkersGiveWaitingRowsBack},
+	{name: "workers that keep freeing, however slowly, keep the rows claimed ahead", forms: leaseAndAdvisory,
+		run: workersThatKeepFreeingKeepTheirRoom},
 }
 
 // leaseAndAdvisory are the forms whose rows may wait for a worker: a lease row anywhere,
@@ -366,28 +369,29 @@ func roomBacklogKeepsShortLeases(t *testing.T, h *harness, _ rowactor.Form) {
 	}
 }
 
-// stuckWorkersGiveWaitingRowsBack proves that a process does not hoard the rows of its
-// measured room when every one of its workers gets stuck on a long handler: it gives them
-// back (released, their attempt returned), claims none ahead while its workers stay stuck,
-// and another process with free workers handles them while the long handlers still run.
-// One process drains instant rows (its room grows to tens of rows) until its two workers
-// each take a row whose handler blocks; a second process subscribes then. An advisory
-// subscription on a server keeps no room (a waiting row would hold a connection): it has
-// nothing to give back, and the second process takes the rest as they come.
-func stuckWorkersGiveWaitingRowsBack(t *testing.T, h *harness, form rowactor.Form) {
-	const (
-		rows    = 400
-		workers = 2
-	)
-	one, two := h.broker(), h.second()
-	ids := h.publish(one, rows)
-	slow := map[int64]bool{ids[rows/2]: true, ids[rows/2+1]: true}
+// stuckRows is a backlog in one process whose two workers each took a row whose handler
+// blocks, in the middle of rows its handler acks at once: its measured room (grown on
+// the instant rows) holds the rows claimed ahead of the blocked workers.
+type stuckRows struct {
+	ids     []int64
+	slow    map[int64]bool
+	unblock func()
+}
+
+// stickWorkers publishes rows rows on b's table, subscribes b with two workers, and
+// returns once both workers are blocked in a slow row's handler. The slow rows' handlers
+// return Ack once unblock is called (at cleanup at the latest).
+func stickWorkers(t *testing.T, h *harness, b *rowactor.Broker, rows int) *stuckRows {
+	const workers = 2
+	ids := h.publish(b, rows)
+	r := &stuckRows{ids: ids, slow: map[int64]bool{ids[rows/2]: true, ids[rows/2+1]: true}}
 	stuck := make(chan int64, workers)
 	block := make(chan struct{})
-	var unblock sync.Once
-	defer unblock.Do(func() { close(block) })
-	h.subscribe(one, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
-		if slow[d.ID()] {
+	var once sync.Once
+	r.unblock = func() { once.Do(func() { close(block) }) }
+	t.Cleanup(r.unblock)
+	h.subscribe(b, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		if r.slow[d.ID()] {
 			stuck <- d.ID()
 			<-block
 		}
@@ -400,8 +404,46 @@ func stuckWorkersGiveWaitingRowsBack(t *testing.T, h *harness, form rowactor.For
 			t.Fatalf("the slow rows did not both start in 15 s\nlogs:\n%s", h.logs.String())
 		}
 	}
+	return r
+}
+
+// giveBackHooks holds, by table name, what a test does as the measured room gives a row
+// back (testhook.BeforeGiveBack, installed once for every test of the package).
+var (
+	giveBackHooks       sync.Map // table name → func(id int64)
+	installGiveBackHook sync.Once
+)
+
+// onGiveBack runs fn on the goroutine of each row of table given back by the measured
+// room, before its release.
+func onGiveBack(t *testing.T, table string, fn func(id int64)) {
+	installGiveBackHook.Do(func() {
+		hook := func(table string, id int64) {
+			if fn, ok := giveBackHooks.Load(table); ok {
+				fn.(func(int64))(id)
+			}
+		}
+		testhook.BeforeGiveBack.Store(&hook)
+	})
+	giveBackHooks.Store(table, fn)
+	t.Cleanup(func() { giveBackHooks.Delete(table) })
+}
+
+// stuckWorkersGiveWaitingRowsBack proves that a process does not hoard the rows of its
+// measured room when every one of its workers gets stuck on a long handler: it gives them
+// back (released, their attempt returned), claims none ahead while its workers stay stuck,
+// and another process with free workers handles them while the long handlers still run.
+// One process drains instant rows (its room grows to tens of rows) until its two workers
+// each take a row whose handler blocks; a second process subscribes then. An advisory
+// subscription on a server keeps no room (a waiting row would hold a connection): it has
+// nothing to give back, and the second process takes the rest as they come.
+func stuckWorkersGiveWaitingRowsBack(t *testing.T, h *harness, form rowactor.Form) {
+	const rows = 400
+	one, two := h.broker(), h.second()
+	r := stickWorkers(t, h, one, rows)
+	slow := r.slow
 	h.subscribe(two, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() },
-		rowactor.Workers(workers))
+		rowactor.Workers(2))
 
 	acks := map[int64]int{}
 	var given []int64
@@ -445,13 +487,13 @@ func stuckWorkersGiveWaitingRowsBack(t *testing.T, h *harness, form rowactor.For
 		t.Fatalf("%d rows left while the slow handlers run; want the %d slow rows", n, len(slow))
 	}
 	for id := range slow {
-		r := h.row(id)
-		leased := r.lockedUntil != nil && r.lockedUntil.After(time.Now())
-		if want := attemptColumn(form, 1, 0); !r.exists || r.attempt != want || leased != (form == rowactor.FormLease) {
-			t.Errorf("slow row %d while its handler runs: %+v; want held, attempt %d", id, r, want)
+		st := h.row(id)
+		leased := st.lockedUntil != nil && st.lockedUntil.After(time.Now())
+		if want := attemptColumn(form, 1, 0); !st.exists || st.attempt != want || leased != (form == rowactor.FormLease) {
+			t.Errorf("slow row %d while its handler runs: %+v; want held, attempt %d", id, st, want)
 		}
 	}
-	unblock.Do(func() { close(block) })
+	r.unblock()
 	for _, s := range h.waitSettled(len(slow)) {
 		if s.Err != nil || s.Step != "ack" || !slow[s.ID] {
 			t.Fatalf("settlement %+v; want the slow rows' acks", s)
@@ -466,4 +508,36 @@ func stuckWorkersGiveWaitingRowsBack(t *testing.T, h *harness, form rowactor.For
 		t.Fatalf("%d rows left after every ack", n)
 	}
 	t.Logf("the stuck process gave %d waiting rows back", len(given))
+}
+
+// workersThatKeepFreeingKeepTheirRoom proves that rows claimed ahead while handlers were
+// fast stay with a process whose workers keep freeing, however slowly: only workers that
+// all stay busy give rows back. One process drains a backlog whose second half takes
+// 80 ms a row; the room grown on the first half holds up to 192 rows as the handlers turn
+// slow, and the last of them wait about two seconds for a worker (eight workers finish a
+// slow row every 10 ms), longer than the poll of 500 ms that a waiting row is given back
+// after when no worker frees.
+func workersThatKeepFreeingKeepTheirRoom(t *testing.T, h *harness, _ rowactor.Form) {
+	const (
+		fast    = 400
+		slow    = 240
+		workers = 8
+	)
+	b := h.broker()
+	ids := h.publish(b, fast+slow)
+	slowFrom := ids[fast]
+	h.subscribe(b, func(_ context.Context, d *rowactor.Delivery) rowactor.Outcome {
+		if d.ID() >= slowFrom {
+			time.Sleep(80 * time.Millisecond)
+		}
+		return rowactor.Ack()
+	}, rowactor.Workers(workers), rowactor.PollInterval(500*time.Millisecond))
+	for _, s := range h.waitSettledWithin(fast+slow, 60*time.Second) {
+		if s.Err != nil || s.Step != "ack" || s.Attempt != 1 {
+			t.Errorf("settlement %+v; want every row acked at its first attempt, none given back", s)
+		}
+	}
+	if n := h.drv.count(t, h.d, "SELECT COUNT(*) FROM "+h.table.Name); n != 0 {
+		t.Fatalf("%d rows left after every ack", n)
+	}
 }

@@ -130,3 +130,40 @@ func TestShutdownTellsWhetherItDrained(t *testing.T) {
 		})
 	}
 }
+
+// TestShutdownDoesNotCountRowsGivenBackBeforeIt: a row the measured room gave back while
+// the broker ran (its process's workers all stuck; strand.go) is not a row Shutdown
+// released, even when its release commits while Shutdown runs: the report counts only
+// the rows Shutdown itself gave back, here the two whose handlers ignore its context.
+// testhook.BeforeGiveBack holds the give-backs until Shutdown has begun.
+func TestShutdownDoesNotCountRowsGivenBackBeforeIt(t *testing.T) {
+	t.Parallel()
+	for _, drv := range drivers {
+		t.Run(drv.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, drv, rowactor.FormLease)
+			b := h.broker()
+			giving := make(chan int64, 256)
+			gate := make(chan struct{})
+			onGiveBack(t, h.table.Name, func(id int64) {
+				giving <- id
+				<-gate
+			})
+			stuck := stickWorkers(t, h, b, 400)
+			select {
+			case <-giving:
+			case <-time.After(15 * time.Second):
+				t.Fatalf("no row was given back in 15 s with both workers stuck\nlogs:\n%s", h.logs.String())
+			}
+			time.AfterFunc(200*time.Millisecond, func() { close(gate) })
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			rep, err := b.Shutdown(ctx)
+			stuck.unblock()
+			if !errors.Is(err, rowactor.ErrNotDrained) || rep.Released != len(stuck.slow) {
+				t.Fatalf("Shutdown with two handlers ignoring its context: %+v, %v; want the %d rows it released counted, "+
+					"and not the rows given back before it", rep, err, len(stuck.slow))
+			}
+		})
+	}
+}

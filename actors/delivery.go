@@ -185,6 +185,9 @@ func (d *delivery) Receive(c actor.Context) {
 			return
 		}
 		if d.releaseOnly {
+			if hook := testhook.BeforeGiveBack.Load(); hook != nil && d.handBack {
+				(*hook)(d.sub.cfg.Table, d.claim.Row.ID)
+			}
 			r := d.giveBack(d.sub.cfg.ctx)
 			switch {
 			case d.keyPanic != nil:
@@ -414,7 +417,12 @@ func (d *delivery) freesWorkerEarly() bool {
 func (d *delivery) end(c actor.Context, r Result) {
 	d.arrive()
 	d.endCancel(r)
-	if r.Released {
+	switch {
+	case d.handBack:
+		// Not Shutdown's release: one given back while the broker ran (strand.go).
+		d.sub.givingBack.Add(-1)
+		d.sub.claimsDone.Add(1)
+	case r.Released:
 		d.sub.released.Add(1)
 	}
 	if r.closed {

@@ -13,11 +13,18 @@ import (
 // rows waiting behind them are stranded: leased to this process, their leases renewed,
 // where no other consumer can take them, for as long as the slow handlers run.
 //
-// So a row that waited strandAfter gives the rows that waited as long back (released,
-// their attempt returned, as Pause does), and the room stays empty until a worker frees:
-// the subscription claims nothing ahead meanwhile, and another consumer with a free
-// worker finds the rows at its next claim or poll (invariant: a consumer does not hoard
-// rows it cannot start; strand_test.go). A worker that frees claims again as usual.
+// So when no worker has freed for strandAfter while rows waited, the rows that waited
+// that long go back (released, their attempt returned, as Pause gives them back), and the
+// room stays empty until a worker frees: the subscription claims nothing ahead meanwhile,
+// and another consumer with a free worker finds the rows at its next claim or poll
+// (invariant: a consumer does not hoard rows it cannot start; prefetch_test.go, "rows
+// waiting behind workers that all got stuck…"). Workers that keep freeing, however slowly,
+// keep their rows: the room shrinks at their first slow return, and the rows claimed
+// ahead are handled here. A worker that frees claims again as usual.
+//
+// A given-back row is out of the backlog and in no book until its release commits, and
+// still held: a Cancel that finds it so looks again (givingBack, Claiming). Shutdown's
+// report does not count it released: the broker was running when it went back.
 //
 // Only the measured room strands rows: Prefetch(n) holds its n rows as the service asked,
 // and with WorkersByKey rows also wait for their key, not only for a worker.
@@ -45,23 +52,23 @@ func (a *subscriptionActor) strandAfter() time.Duration {
 	return max(a.s.cfg.Poll, 2*max(a.room.work, a.room.last), strandFloor)
 }
 
-// armStrand sets the strand timer for the longest-waiting row, if rows wait and none is
-// set.
+// armStrand sets the strand timer, if rows wait and none is set: it looks strandAfter
+// from now whether a worker freed meanwhile.
 func (a *subscriptionActor) armStrand(c actor.Context) {
 	if len(a.backlog) == 0 || a.strandTimer != nil || !a.strandsRows() || a.draining != nil || a.paused || a.stopped.Load() {
 		return
 	}
-	wait := time.Until(a.backlog[0].since.Add(a.strandAfter()))
+	a.strandFreed = a.freed
 	sys, self := c.ActorSystem(), c.Self()
-	a.strandTimer = time.AfterFunc(max(wait, 0), func() {
+	a.strandTimer = time.AfterFunc(a.strandAfter(), func() {
 		if !a.stopped.Load() {
 			sys.Root.Send(self, strandMsg{})
 		}
 	})
 }
 
-// onStrand gives back the rows that waited strandAfter for a worker, and sets the timer
-// for the rest.
+// onStrand gives back the rows that waited strandAfter for a worker when no worker freed
+// since the timer was set, and sets the timer again while rows wait.
 func (a *subscriptionActor) onStrand(c actor.Context) {
 	a.strandTimer = nil
 	if a.draining != nil || a.paused || a.stopped.Load() {
@@ -70,7 +77,7 @@ func (a *subscriptionActor) onStrand(c actor.Context) {
 	after := a.strandAfter()
 	now := time.Now()
 	n := 0
-	for n < len(a.backlog) && now.Sub(a.backlog[n].since) >= after {
+	for a.freed == a.strandFreed && n < len(a.backlog) && now.Sub(a.backlog[n].since) >= after {
 		n++
 	}
 	if n > 0 {
@@ -79,6 +86,7 @@ func (a *subscriptionActor) onStrand(c actor.Context) {
 			if a.expiredWhileWaiting(c, w) {
 				continue // dropped: its lease ran out, the row is due again
 			}
+			a.s.givingBack.Add(1) // before the row leaves the backlog, where a Cancel looks
 			a.spawnDelivery(c, &delivery{sub: a.s, claim: w.claim, releaseOnly: true, handBack: true})
 			given++
 		}

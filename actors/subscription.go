@@ -135,6 +135,11 @@ type Subscription struct {
 	// found the row held by nobody it knows looks again while a claim may hold it unseen.
 	claiming   atomic.Int64
 	claimsDone atomic.Uint64
+	// givingBack counts the rows of the measured room being given back for other
+	// consumers (strand.go): out of the backlog, in no book, and still held until their
+	// release commits, so a Cancel looks again while it is not 0. Each ends by adding to
+	// claimsDone, so that a Cancel that looked before the release committed looks again.
+	givingBack atomic.Int64
 
 	inWork   atomic.Int64
 	released atomic.Int64
@@ -373,6 +378,9 @@ type subscriptionActor struct {
 	strandTimer *time.Timer
 	stranded    bool
 	claimAt     time.Time
+	// freed counts the workers freed; strandFreed is its value when the strand timer
+	// was set: a worker freed since means the workers are not stuck.
+	freed, strandFreed uint64
 	// kept holds the advisory candidates read and not tried, for the claimers' next
 	// claims (nil: none are kept).
 	kept *claimer.Kept
@@ -598,6 +606,7 @@ func (a *subscriptionActor) afterClaim(c actor.Context, m *claimer.Claimed, got 
 func (a *subscriptionActor) onWorkerFree(c actor.Context, m workerFreeMsg) {
 	a.room.freed(m.d.workTook, m.d.roomGen)
 	a.busy--
+	a.freed++
 	a.stranded = false
 	a.startBacklog(c)
 	a.claim(c)
@@ -613,6 +622,7 @@ func (a *subscriptionActor) onSettled(c actor.Context, m settledMsg) {
 	}
 	if !m.workerFreed {
 		a.busy--
+		a.freed++
 		a.stranded = false
 		if m.d != nil {
 			a.room.freed(m.d.workTook, m.d.roomGen)

@@ -9,3 +9,8 @@ import "sync/atomic"
 // between the planning of its settlement and its queueing (actors' queueSettlement),
 // where a stop may come.
 var BeforeQueueing atomic.Pointer[func(table string)]
+
+// BeforeGiveBack, when set, is called with the table's name and the row's id on the
+// goroutine of a row the measured room gives back (actors' strand.go), after the row left
+// the backlog and before its release runs, where a Cancel may come.
+var BeforeGiveBack atomic.Pointer[func(table string, id int64)]
