@@ -1,7 +1,10 @@
 package rowactor_test
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,8 +21,9 @@ import (
 // was filling at that moment: a data race, and a panic ("Prepare of a used
 // BatchRequest") that took the process down. The test widens that window with a pause in
 // it (testhook.BeforeQueueing), and stops the subscription as the handlers return: each
-// row is reported once, and the report matches the table (acked rows processed, the others
-// not). Run it under -race.
+// row is reported once (and a second time only as a claim in flight took it again after
+// the stop released it, and gave it back unstarted), and the report matches the table
+// (acked rows processed, the others not). Run it under -race.
 func TestAStopAsAHandlerReturnsEndsItsRowOnce(t *testing.T) {
 	t.Parallel()
 	var tables sync.Map // the tables whose deliveries pause before queueing
@@ -69,6 +73,14 @@ func TestAStopAsAHandlerReturnsEndsItsRowOnce(t *testing.T) {
 				mu.Lock()
 				for _, id := range ids {
 					ss := told[id]
+					slices.SortFunc(ss, func(a, b rowactor.Settlement) int { return cmp.Compare(a.Attempt, b.Attempt) })
+					// A claim in flight as the stop came (a poll's) may take a row the stop
+					// had just released: that second delivery never starts, and is given
+					// back as the stop found it. Each delivery is reported once.
+					if len(ss) == 2 && ss[1].Attempt > ss[0].Attempt && ss[1].Step == "release" && ss[1].Released &&
+						errors.Is(ss[1].Err, rowactor.ErrClosed) && ss[0].Step == "release" {
+						ss = ss[:1]
+					}
 					if len(ss) != 1 {
 						t.Errorf("round %d: row %d reported %d times: %+v", round, id, len(ss), ss)
 						continue
