@@ -371,10 +371,10 @@ type subscriptionActor struct {
 	failing int // claims failed in a row, for the log line when they succeed again
 	// room sizes the rows that wait for a worker (AutoPrefetch).
 	room roomSizer
-	// strandTimer looks, once the longest-waiting row of the measured room has waited
-	// strandAfter, whether it is still waiting; stranded says rows were given back so,
-	// and keeps the room empty until a worker frees (strand.go). claimAt is when the
-	// claim whose rows are being held came back.
+	// strandTimer looks, strandAfter after it was set while rows waited in the measured
+	// room, whether any worker freed meanwhile; stranded says rows were given back for
+	// want of one, and keeps the room empty until a worker frees (strand.go). claimAt is
+	// when the claim whose rows are being held came back.
 	strandTimer *time.Timer
 	stranded    bool
 	claimAt     time.Time
