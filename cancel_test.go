@@ -790,18 +790,7 @@ func TestCancelOfARowBeingGivenBackCancelsIt(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, drv, rowactor.FormLease)
 			b := h.broker()
-			giving := make(chan int64, 256)
-			onGiveBack(t, h.table.Name, func(id int64) {
-				giving <- id
-				time.Sleep(300 * time.Millisecond)
-			})
-			stuck := stickWorkers(t, h, b, 400)
-			var id int64
-			select {
-			case id = <-giving:
-			case <-time.After(15 * time.Second):
-				t.Fatalf("no row was given back in 15 s with both workers stuck\nlogs:\n%s", h.logs.String())
-			}
+			stuck, id := stickAndGiveBack(t, h, b, func(int64) { time.Sleep(300 * time.Millisecond) })
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			if err := b.Cancel(ctx, h.table, id, "no longer wanted"); err != nil {

@@ -407,6 +407,26 @@ func stickWorkers(t *testing.T, h *harness, b *rowactor.Broker, rows int) *stuck
 	return r
 }
 
+// stickAndGiveBack sticks b's two workers (stickWorkers, 400 rows) with hold run on the
+// goroutine of each row the measured room then gives back, before its release, and
+// returns once the first give-back began, with that row's id.
+func stickAndGiveBack(t *testing.T, h *harness, b *rowactor.Broker, hold func(id int64)) (*stuckRows, int64) {
+	t.Helper()
+	giving := make(chan int64, 256)
+	onGiveBack(t, h.table.Name, func(id int64) {
+		giving <- id
+		hold(id)
+	})
+	stuck := stickWorkers(t, h, b, 400)
+	select {
+	case id := <-giving:
+		return stuck, id
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no row was given back in 15 s with both workers stuck\nlogs:\n%s", h.logs.String())
+		return nil, 0
+	}
+}
+
 // giveBackHooks holds, by table name, what a test does as the measured room gives a row
 // back (testhook.BeforeGiveBack, installed once for every test of the package).
 var (

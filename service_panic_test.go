@@ -161,34 +161,49 @@ func TestAPanickingKeyFunctionStaysWithItsRow(t *testing.T) {
 // stack, and the delivery ends as if the hook had returned.
 func TestAPanickingOnSettledHookLeaksNothing(t *testing.T) {
 	t.Parallel()
+	eachDriverAndForm(t, func(t *testing.T, h *harness) {
+		panickingHookLeaksNothing(t, h, 1)
+		if logs := h.logs.String(); !strings.Contains(logs, "WithOnSettled hook panicked") || !strings.Contains(logs, "the hook's own bug") ||
+			!strings.Contains(logs, "goroutine ") {
+			t.Errorf("the hook's panic was not logged with its stack:\n%s", logs)
+		}
+	})
+}
+
+// panickingHookLeaksNothing publishes five rows to a broker whose WithOnSettled hook
+// panics on its first panics settlements (opts give the broker more), and checks that
+// every row is acked and Shutdown drains at once.
+func panickingHookLeaksNothing(t *testing.T, h *harness, panics int64, opts ...rowactor.Option) {
+	t.Helper()
+	var told atomic.Int64
+	b := h.broker(append(opts, rowactor.WithOnSettled(func(rowactor.Settlement) {
+		if told.Add(1) <= panics {
+			panic("the hook's own bug")
+		}
+	}))...)
+	h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }, rowactor.Workers(2))
+	ids := h.publish(b, 5)
+	waitFor(t, func() bool { return told.Load() == 5 })
+	for _, id := range ids {
+		if h.row(id).exists {
+			t.Errorf("row %d was not acked", id)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if rep, err := b.Shutdown(ctx); err != nil || !rep.Drained || rep.Released != 0 {
+		t.Errorf("Shutdown with nothing in work: %+v, %v; want drained and nil", rep, err)
+	}
+}
+
+// eachDriverAndForm runs fn, in parallel, over every (database, form) with a harness of
+// its own.
+func eachDriverAndForm(t *testing.T, fn func(t *testing.T, h *harness)) {
 	for _, drv := range drivers {
 		for _, form := range drv.forms {
 			t.Run(fmt.Sprintf("%s/%s", drv.name, form), func(t *testing.T) {
 				t.Parallel()
-				h := newHarness(t, drv, form)
-				var told atomic.Int64
-				b := h.broker(rowactor.WithOnSettled(func(rowactor.Settlement) {
-					if told.Add(1) == 1 {
-						panic("the hook's own bug")
-					}
-				}))
-				h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }, rowactor.Workers(2))
-				ids := h.publish(b, 5)
-				waitFor(t, func() bool { return told.Load() == 5 })
-				for _, id := range ids {
-					if h.row(id).exists {
-						t.Errorf("row %d was not acked", id)
-					}
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				if rep, err := b.Shutdown(ctx); err != nil || !rep.Drained || rep.Released != 0 {
-					t.Errorf("Shutdown with nothing in work: %+v, %v; want drained and nil", rep, err)
-				}
-				if logs := h.logs.String(); !strings.Contains(logs, "WithOnSettled hook panicked") || !strings.Contains(logs, "the hook's own bug") ||
-					!strings.Contains(logs, "goroutine ") {
-					t.Errorf("the hook's panic was not logged with its stack:\n%s", logs)
-				}
+				fn(t, newHarness(t, drv, form))
 			})
 		}
 	}
@@ -353,34 +368,11 @@ func (p panickingHandler) WithGroup(string) slog.Handler      { return p }
 // and Shutdown drains.
 func TestALoggerThatPanicsLeaksNothing(t *testing.T) {
 	t.Parallel()
-	for _, drv := range drivers {
-		for _, form := range drv.forms {
-			t.Run(fmt.Sprintf("%s/%s", drv.name, form), func(t *testing.T) {
-				t.Parallel()
-				h := newHarness(t, drv, form)
-				var told, logged atomic.Int64
-				b := h.broker(rowactor.WithLogger(slog.New(panickingHandler{&logged})), rowactor.WithOnSettled(func(rowactor.Settlement) {
-					if told.Add(1) <= 2 {
-						panic("the hook's own bug")
-					}
-				}))
-				h.subscribe(b, func(context.Context, *rowactor.Delivery) rowactor.Outcome { return rowactor.Ack() }, rowactor.Workers(2))
-				ids := h.publish(b, 5)
-				waitFor(t, func() bool { return told.Load() == 5 })
-				for _, id := range ids {
-					if h.row(id).exists {
-						t.Errorf("row %d was not acked", id)
-					}
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				if rep, err := b.Shutdown(ctx); err != nil || !rep.Drained || rep.Released != 0 {
-					t.Errorf("Shutdown with nothing in work: %+v, %v; want drained and nil", rep, err)
-				}
-				if logged.Load() < 2 {
-					t.Errorf("the logger was given %d records; want the two hook panics at least", logged.Load())
-				}
-			})
+	eachDriverAndForm(t, func(t *testing.T, h *harness) {
+		var logged atomic.Int64
+		panickingHookLeaksNothing(t, h, 2, rowactor.WithLogger(slog.New(panickingHandler{&logged})))
+		if logged.Load() < 2 {
+			t.Errorf("the logger was given %d records; want the two hook panics at least", logged.Load())
 		}
-	}
+	})
 }

@@ -143,18 +143,8 @@ func TestShutdownDoesNotCountRowsGivenBackBeforeIt(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, drv, rowactor.FormLease)
 			b := h.broker()
-			giving := make(chan int64, 256)
 			gate := make(chan struct{})
-			onGiveBack(t, h.table.Name, func(id int64) {
-				giving <- id
-				<-gate
-			})
-			stuck := stickWorkers(t, h, b, 400)
-			select {
-			case <-giving:
-			case <-time.After(15 * time.Second):
-				t.Fatalf("no row was given back in 15 s with both workers stuck\nlogs:\n%s", h.logs.String())
-			}
+			stuck, _ := stickAndGiveBack(t, h, b, func(int64) { <-gate })
 			time.AfterFunc(200*time.Millisecond, func() { close(gate) })
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
