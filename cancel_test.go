@@ -785,21 +785,17 @@ func fencedCancelScenario(t *testing.T, h *harness, _ rowactor.Form) {
 // the Cancel comes in that window on every run.
 func TestCancelOfARowBeingGivenBackCancelsIt(t *testing.T) {
 	t.Parallel()
-	for _, drv := range drivers {
-		t.Run(drv.name, func(t *testing.T) {
-			t.Parallel()
-			h := newHarness(t, drv, rowactor.FormLease)
-			b := h.broker()
-			stuck, id := stickAndGiveBack(t, h, b, func(int64) { time.Sleep(300 * time.Millisecond) })
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := b.Cancel(ctx, h.table, id, "no longer wanted"); err != nil {
-				t.Fatalf("Cancel of row %d as its process gave it back: %v; want it cancelled", id, err)
-			}
-			if st := h.row(id); st.exists {
-				t.Fatalf("row %d after its Cancel returned nil: %+v; want it dropped", id, st)
-			}
-			stuck.unblock()
-		})
-	}
+	eachDriverAndForm(t, []rowactor.Form{rowactor.FormLease}, func(t *testing.T, h *harness) {
+		b := h.broker()
+		stuck, id := stickAndGiveBack(t, h, b, func(int64) { time.Sleep(300 * time.Millisecond) })
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.Cancel(ctx, h.table, id, "no longer wanted"); err != nil {
+			t.Fatalf("Cancel of row %d as its process gave it back: %v; want it cancelled", id, err)
+		}
+		if st := h.row(id); st.exists {
+			t.Fatalf("row %d after its Cancel returned nil: %+v; want it dropped", id, st)
+		}
+		stuck.unblock()
+	})
 }

@@ -185,6 +185,22 @@ func (h *harness) publish(b *rowactor.Broker, n int) []int64 {
 	return ids
 }
 
+// eachDriverAndForm runs fn, in parallel, over every (database, form) with a harness of
+// its own, the forms limited to forms unless it is nil.
+func eachDriverAndForm(t *testing.T, forms []rowactor.Form, fn func(t *testing.T, h *harness)) {
+	for _, drv := range drivers {
+		for _, form := range drv.forms {
+			if forms != nil && !slices.Contains(forms, form) {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/%s", drv.name, form), func(t *testing.T) {
+				t.Parallel()
+				fn(t, newHarness(t, drv, form))
+			})
+		}
+	}
+}
+
 // waitSettled waits for n settlements and returns them; it fails the test after 15 s.
 func (h *harness) waitSettled(n int) []rowactor.Settlement {
 	h.t.Helper()

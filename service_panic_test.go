@@ -161,7 +161,7 @@ func TestAPanickingKeyFunctionStaysWithItsRow(t *testing.T) {
 // stack, and the delivery ends as if the hook had returned.
 func TestAPanickingOnSettledHookLeaksNothing(t *testing.T) {
 	t.Parallel()
-	eachDriverAndForm(t, func(t *testing.T, h *harness) {
+	eachDriverAndForm(t, nil, func(t *testing.T, h *harness) {
 		panickingHookLeaksNothing(t, h, 1)
 		if logs := h.logs.String(); !strings.Contains(logs, "WithOnSettled hook panicked") || !strings.Contains(logs, "the hook's own bug") ||
 			!strings.Contains(logs, "goroutine ") {
@@ -193,19 +193,6 @@ func panickingHookLeaksNothing(t *testing.T, h *harness, panics int64, opts ...r
 	defer cancel()
 	if rep, err := b.Shutdown(ctx); err != nil || !rep.Drained || rep.Released != 0 {
 		t.Errorf("Shutdown with nothing in work: %+v, %v; want drained and nil", rep, err)
-	}
-}
-
-// eachDriverAndForm runs fn, in parallel, over every (database, form) with a harness of
-// its own.
-func eachDriverAndForm(t *testing.T, fn func(t *testing.T, h *harness)) {
-	for _, drv := range drivers {
-		for _, form := range drv.forms {
-			t.Run(fmt.Sprintf("%s/%s", drv.name, form), func(t *testing.T) {
-				t.Parallel()
-				fn(t, newHarness(t, drv, form))
-			})
-		}
 	}
 }
 
@@ -368,7 +355,7 @@ func (p panickingHandler) WithGroup(string) slog.Handler      { return p }
 // and Shutdown drains.
 func TestALoggerThatPanicsLeaksNothing(t *testing.T) {
 	t.Parallel()
-	eachDriverAndForm(t, func(t *testing.T, h *harness) {
+	eachDriverAndForm(t, nil, func(t *testing.T, h *harness) {
 		var logged atomic.Int64
 		panickingHookLeaksNothing(t, h, 2, rowactor.WithLogger(slog.New(panickingHandler{&logged})))
 		if logged.Load() < 2 {

@@ -138,22 +138,18 @@ func TestShutdownTellsWhetherItDrained(t *testing.T) {
 // testhook.BeforeGiveBack holds the give-backs until Shutdown has begun.
 func TestShutdownDoesNotCountRowsGivenBackBeforeIt(t *testing.T) {
 	t.Parallel()
-	for _, drv := range drivers {
-		t.Run(drv.name, func(t *testing.T) {
-			t.Parallel()
-			h := newHarness(t, drv, rowactor.FormLease)
-			b := h.broker()
-			gate := make(chan struct{})
-			stuck, _ := stickAndGiveBack(t, h, b, func(int64) { <-gate })
-			time.AfterFunc(200*time.Millisecond, func() { close(gate) })
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			rep, err := b.Shutdown(ctx)
-			stuck.unblock()
-			if !errors.Is(err, rowactor.ErrNotDrained) || rep.Released != len(stuck.slow) {
-				t.Fatalf("Shutdown with two handlers ignoring its context: %+v, %v; want the %d rows it released counted, "+
-					"and not the rows given back before it", rep, err, len(stuck.slow))
-			}
-		})
-	}
+	eachDriverAndForm(t, []rowactor.Form{rowactor.FormLease}, func(t *testing.T, h *harness) {
+		b := h.broker()
+		gate := make(chan struct{})
+		stuck, _ := stickAndGiveBack(t, h, b, func(int64) { <-gate })
+		time.AfterFunc(200*time.Millisecond, func() { close(gate) })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		rep, err := b.Shutdown(ctx)
+		stuck.unblock()
+		if !errors.Is(err, rowactor.ErrNotDrained) || rep.Released != len(stuck.slow) {
+			t.Fatalf("Shutdown with two handlers ignoring its context: %+v, %v; want the %d rows it released counted, "+
+				"and not the rows given back before it", rep, err, len(stuck.slow))
+		}
+	})
 }
