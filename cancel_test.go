@@ -781,13 +781,24 @@ func fencedCancelScenario(t *testing.T, h *harness, _ rowactor.Form) {
 // process's workers all stuck; strand.go) is out of the backlog and in no book until its
 // release commits, and still leased meanwhile. A Cancel that comes then must not take the
 // lease for another process's and answer ErrInWork: it looks again, and cancels the row
-// once it is queued. testhook.BeforeGiveBack holds the release back for 300 ms so that
-// the Cancel comes in that window on every run.
+// once it is queued. testhook.BeforeGiveBack holds the release back so that the Cancel
+// comes in that window on every run: 300 ms, and 2.5 s, longer than Cancel's looks for a
+// row that its own claims may take (cancelTries, about 1.4 s), which must not bound the
+// wait for a give-back.
 func TestCancelOfARowBeingGivenBackCancelsIt(t *testing.T) {
 	t.Parallel()
+	for _, hold := range []time.Duration{300 * time.Millisecond, 2500 * time.Millisecond} {
+		t.Run(hold.String(), func(t *testing.T) {
+			t.Parallel()
+			cancelOfARowBeingGivenBack(t, hold)
+		})
+	}
+}
+
+func cancelOfARowBeingGivenBack(t *testing.T, hold time.Duration) {
 	eachDriverAndForm(t, []rowactor.Form{rowactor.FormLease}, func(t *testing.T, h *harness) {
 		b := h.broker()
-		stuck, id := stickAndGiveBack(t, h, b, func(int64) { time.Sleep(300 * time.Millisecond) })
+		stuck, id := stickAndGiveBack(t, h, b, func(int64) { time.Sleep(hold) })
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := b.Cancel(ctx, h.table, id, "no longer wanted"); err != nil {

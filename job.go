@@ -125,7 +125,7 @@ func (b *Broker) Cancel(ctx context.Context, t Table, id int64, reason string) e
 // or broker holds the row.
 func (b *Broker) cancelHere(ctx context.Context, t Table, id int64, reason string, jc dialects.JobController) error {
 	for tries := 1; ; tries++ {
-		_, claimed := b.claimActivity(t)
+		_, claimed, _ := b.claimActivity(t)
 		held, gaveBack, err := b.cancelInWork(ctx, t, id, reason)
 		if held {
 			return err
@@ -141,11 +141,15 @@ func (b *Broker) cancelHere(ctx context.Context, t Table, id int64, reason strin
 		//     hold its lock or key while it reads the row.
 		//   - a claim is in flight. It holds its rows, by a lease, a row lock or a key,
 		//     before its subscription has them where a look finds them.
+		// And look for as long as a subscription is giving rows back from its backlog
+		// (its workers all stuck): such a row is in no book until its release commits,
+		// which the settle timeout bounds, and is then queued, for this Cancel to take.
 		if held, _, err := b.cancelInWork(ctx, t, id, reason); held {
 			return err
 		}
-		inFlight, claimedNow := b.claimActivity(t)
-		if !gaveBack && inFlight == 0 && claimedNow == claimed || tries == cancelTries {
+		inFlight, claimedNow, givingBack := b.claimActivity(t)
+		moving := gaveBack || inFlight > 0 || givingBack > 0 || claimedNow != claimed
+		if !moving || tries >= cancelTries && givingBack == 0 {
 			return err
 		}
 		select {
@@ -197,17 +201,18 @@ func (b *Broker) cancelInWork(ctx context.Context, t Table, id int64, reason str
 }
 
 // claimActivity counts the claims of this broker's subscriptions to t: those in flight,
-// and how many rows they took so far. Cancel looks again while these move.
-func (b *Broker) claimActivity(t Table) (inFlight int64, done uint64) {
+// how many took their rows in (or gave rows back) so far, and the rows being given back.
+// Cancel looks again while these move.
+func (b *Broker) claimActivity(t Table) (inFlight int64, done uint64, givingBack int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, s := range b.subs {
 		if s.table.Name == t.Name {
-			n, d := s.run.Claiming()
-			inFlight, done = inFlight+n, done+d
+			n, d, g := s.run.Claiming()
+			inFlight, done, givingBack = inFlight+n, done+d, givingBack+g
 		}
 	}
-	return inFlight, done
+	return inFlight, done, givingBack
 }
 
 // jobController finds the dialect's job control and counts the call in flight. The

@@ -127,11 +127,12 @@ func requestCancel(ctx context.Context, p *atomic.Pointer[cancelRequest], cause 
 }
 
 // Claiming reports the subscription's claims in flight (their rows, claimed, not yet in
-// its backlog or its book) and rows being given back from its backlog (strand.go), and
-// how many of either it took in or gave back so far: a Cancel that found a row held by
-// nobody the subscription knows looks again while these move.
-func (s *Subscription) Claiming() (inFlight int64, done uint64) {
-	return s.claiming.Load() + s.givingBack.Load(), s.claimsDone.Load()
+// its backlog or its book), how many claims it took in or rows it gave back so far, and
+// the rows it is giving back from its backlog (strand.go): a Cancel that found a row held
+// by nobody the subscription knows looks again while these move, and for as long as a
+// give-back is under way (its release ends by the settle timeout at most).
+func (s *Subscription) Claiming() (inFlight int64, done uint64, givingBack int64) {
+	return s.claiming.Load(), s.claimsDone.Load(), s.givingBack.Load()
 }
 
 func (req *cancelRequest) wait(ctx context.Context) (Cancelled, bool, error) {
