@@ -317,8 +317,8 @@ func openPostgres(ctx context.Context, url string) (*target, error) {
 }
 
 // stmtCounter is a pgx tracer counting statements (Query, QueryRow, Exec: BEGIN, COMMIT
-// and ROLLBACK included; not the protocol's Parse/Describe of a statement's first run on a
-// connection).
+// and ROLLBACK included, and each statement of a batch; not the protocol's Parse/Describe
+// of a statement's first run on a connection).
 type stmtCounter struct{ n atomic.Int64 }
 
 func (c *stmtCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -327,3 +327,11 @@ func (c *stmtCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tr
 }
 
 func (c *stmtCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *stmtCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *stmtCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) { c.n.Add(1) }
+
+func (c *stmtCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}

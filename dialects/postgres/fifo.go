@@ -105,7 +105,7 @@ func (f fifoRowLockQueue) stmts() []stmt {
 // is due. The transaction, and with it the guard, stays open until the settlement.
 func (f fifoRowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (dialects.LockedClaim, bool, error) {
 	q := f.q
-	c, err := q.begin(ctx)
+	c, err := q.begin(ctx, true) // the guard is the transaction's first statement
 	if err != nil {
 		return nil, false, err
 	}
@@ -144,7 +144,9 @@ func fifoLeaseClaim(t dialects.Table, attemptMax int64) stmt {
 }
 
 // takeGuard runs the group guard as the transaction's first statement.
-func (q *queue) takeGuard(ctx context.Context, tx pgx.Tx, guard stmt) (bool, error) {
+func (q *queue) takeGuard(ctx context.Context, tx interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, guard stmt) (bool, error) {
 	b := q.bind()
 	var held bool
 	if err := tx.QueryRow(ctx, guard.text, guard.args(&b)...).Scan(&held); err != nil {

@@ -37,6 +37,7 @@ func (d *Dialect) Open(ctx context.Context, spec dialects.QueueSpec) (dialects.Q
 
 		transactional: spec.Transactional,
 		txOptions:     txOptions(t.Isolation),
+		beginText:     beginSQL(t.Isolation),
 	}
 	events, err := d.compileEvents(ctx, spec)
 	if err != nil {
@@ -105,6 +106,9 @@ type queue struct {
 	// table's isolation level; the row lock claim transaction opens with it too).
 	transactional bool
 	txOptions     pgx.TxOptions
+	// beginText opens a transaction as txOptions does, for a BEGIN sent with the
+	// statement that follows it (a row lock claim's: connTx).
+	beginText string
 }
 
 // Close has nothing to release: pgx prepares and caches statements per connection.

@@ -54,18 +54,24 @@ func newRowLockQueue(base queue, t dialects.Table) *rowLockQueue {
 // first due row. The connection stays with the claim until Settle or Rollback ends it.
 // A transactional subscription's claim is a dialects.TxLockedClaim lending its pgx.Tx.
 func (q *rowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (dialects.LockedClaim, bool, error) {
-	c, err := q.begin(ctx)
+	c, err := q.begin(ctx, q.transactional)
 	if err != nil {
 		return nil, false, err
 	}
 	return q.take(ctx, c, now)
 }
 
-// begin opens a claim transaction on a pool connection of its own.
-func (q *rowLockQueue) begin(ctx context.Context) (*lockedClaim, error) {
+// begin takes a pool connection of its own for a claim transaction. Opened eagerly, the
+// transaction is a pgx.Tx: a transactional subscription lends it to the handler, and a
+// FIFO claim runs its group guard first. Otherwise its BEGIN goes with the claim's
+// statement (take).
+func (q *rowLockQueue) begin(ctx context.Context, eager bool) (*lockedClaim, error) {
 	conn, err := q.d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, q.errorf("claim", err)
+	}
+	if !eager {
+		return &lockedClaim{q: q, conn: conn}, nil
 	}
 	tx, err := conn.BeginTx(ctx, q.txOptions)
 	if err != nil {
@@ -76,7 +82,8 @@ func (q *rowLockQueue) begin(ctx context.Context) (*lockedClaim, error) {
 }
 
 // take runs the claim in c's transaction: the claim holds the row it found, or ends the
-// transaction when none is due.
+// transaction when none is due. A transaction not yet open is opened by a BEGIN sent with
+// the claim in one round trip (sendPipelined).
 func (q *rowLockQueue) take(ctx context.Context, c *lockedClaim, now time.Time) (dialects.LockedClaim, bool, error) {
 	b := q.bind()
 	b.now = now
@@ -84,8 +91,27 @@ func (q *rowLockQueue) take(ctx context.Context, c *lockedClaim, now time.Time) 
 	if b.skip = q.skip.list(); b.skip != nil {
 		st = q.claimSkip
 	}
-	rows, err := c.tx.Query(ctx, st.text, st.args(&b)...)
+	var (
+		rows pgx.Rows
+		br   pgx.BatchResults
+		err  error
+	)
+	if c.tx == nil {
+		c.tx = &connTx{conn: c.conn.Conn()}
+		var batch pgx.Batch
+		batch.Queue(q.beginText)
+		batch.Queue(st.text, st.args(&b)...)
+		br = c.conn.SendBatch(ctx, &batch)
+		if _, err = br.Exec(); err == nil {
+			rows, err = br.Query()
+		}
+	} else {
+		rows, err = c.tx.Query(ctx, st.text, st.args(&b)...)
+	}
 	if err != nil {
+		if br != nil {
+			_ = br.Close()
+		}
 		c.end(ctx)
 		return nil, false, q.errorf("claim", err)
 	}
@@ -96,6 +122,11 @@ func (q *rowLockQueue) take(ctx context.Context, c *lockedClaim, now time.Time) 
 	rows.Close()
 	if err == nil {
 		err = rows.Err()
+	}
+	if br != nil {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if err != nil {
 		c.end(ctx)
@@ -117,7 +148,9 @@ func (q *rowLockQueue) take(ctx context.Context, c *lockedClaim, now time.Time) 
 type lockedClaim struct {
 	q   *rowLockQueue
 	row dialects.Row
-	tx  pgx.Tx // the claim transaction, set once
+	// tx is the claim transaction, set once: a pgx.Tx when opened eagerly (begin), a
+	// connTx when its BEGIN went with the claim.
+	tx claimTx
 
 	// mu serialises Settle and Rollback: a connection runs one statement at a time, and
 	// the first of them to end the transaction releases the connection.
@@ -165,6 +198,15 @@ func (c *lockedClaim) Settle(ctx context.Context, step dialects.Step) error {
 		return q.errorf(op, err)
 	}
 	b := q.stepBind(step, c.row.ID)
+	if ct, ok := c.tx.(*connTx); ok {
+		if err := ct.execCommit(ctx, st.text, st.args(&b)...); err != nil {
+			c.end(ctx)
+			return q.errorf(op, ended(err))
+		}
+		endConn(c.conn, nil)
+		c.conn = nil
+		return nil
+	}
 	if _, err := c.tx.Exec(ctx, st.text, st.args(&b)...); err != nil {
 		c.end(ctx)
 		return q.errorf(op, ended(err))
@@ -243,7 +285,7 @@ const savepoint = "rowactor_claim"
 func (c *txLockedClaim) Tx() any { return c.tx }
 
 // SQLTx returns the claim's transaction as a *sql.Tx until end (see lend).
-func (c *txLockedClaim) SQLTx() (*sql.Tx, func()) { return c.q.d.lend(c.tx) }
+func (c *txLockedClaim) SQLTx() (*sql.Tx, func()) { return c.q.d.lend(c.tx.(pgx.Tx)) }
 
 // Interrupt ends the claim while its handler may still be using the lent transaction
 // (see sever): the server rolls it back and the row's lock goes with it. Later calls end

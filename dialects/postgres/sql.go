@@ -213,3 +213,16 @@ func txOptions(level dialects.Isolation) pgx.TxOptions {
 	}
 	return pgx.TxOptions{}
 }
+
+// beginSQL is the BEGIN that txOptions(level) sends.
+func beginSQL(level dialects.Isolation) string {
+	switch level {
+	case dialects.ReadCommitted:
+		return "BEGIN ISOLATION LEVEL READ COMMITTED"
+	case dialects.RepeatableRead:
+		return "BEGIN ISOLATION LEVEL REPEATABLE READ"
+	case dialects.Serializable:
+		return "BEGIN ISOLATION LEVEL SERIALIZABLE"
+	}
+	return "BEGIN"
+}

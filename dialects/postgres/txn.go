@@ -70,7 +70,7 @@ func ended(err error) error {
 // rollbackConn rolls tx back and gives its connection up (endConn). The rollback runs even
 // when ctx is what ended the delivery. A transaction pgx has already ended (a commit that
 // failed, or one the handler ran) needs no rollback: pgx.ErrTxClosed is no failure.
-func rollbackConn(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx) error {
+func rollbackConn(ctx context.Context, conn *pgxpool.Conn, tx claimTx) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
 	err := tx.Rollback(rctx)
