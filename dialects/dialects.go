@@ -331,6 +331,19 @@ type LockedClaim interface {
 	Rollback(ctx context.Context) error
 }
 
+// ChainingClaim is a LockedClaim that settles and then claims the queue's next due row on
+// the same connection, in the round trip of the settlement (PostgreSQL: the statement,
+// COMMIT, BEGIN and the claim go in one pipeline). A worker that waits for its next row
+// gets it with the settlement of its last, without a claim transaction of its own.
+type ChainingClaim interface {
+	LockedClaim
+	// SettleAndClaim settles as Settle does and, only once the settlement committed (or
+	// rolled back, for a step with nothing to write), claims as RowLockQueue.ClaimLocked
+	// does. settleErr is the settlement's error; then no claim was made. claimErr is the
+	// claim's; next is the claimed row's claim, nil when none was due.
+	SettleAndClaim(ctx context.Context, step Step, now time.Time) (next LockedClaim, settleErr, claimErr error)
+}
+
 // ErrDuplicate reports a publish with a unique key a row of the table holds already: it
 // inserted nothing, and Publish returns that row's id with an error wrapping this one.
 var ErrDuplicate = errors.New("rowactor: the unique key is held by another row; nothing was inserted")

@@ -109,6 +109,7 @@ func (f fifoRowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (diale
 	if err != nil {
 		return nil, false, err
 	}
+	c.from = f
 	held, err := q.takeGuard(ctx, c.tx, f.guard)
 	if err != nil || !held {
 		if rerr := c.end(ctx); err == nil {

@@ -58,6 +58,7 @@ func (q *rowLockQueue) ClaimLocked(ctx context.Context, now time.Time) (dialects
 	if err != nil {
 		return nil, false, err
 	}
+	c.from = q
 	return q.take(ctx, c, now)
 }
 
@@ -151,6 +152,9 @@ type lockedClaim struct {
 	// tx is the claim transaction, set once: a pgx.Tx when opened eagerly (begin), a
 	// connTx when its BEGIN went with the claim.
 	tx claimTx
+	// from is the queue whose claim this is (a FIFO queue's claims take its guard):
+	// SettleAndClaim claims from it again.
+	from dialects.RowLockQueue
 
 	// mu serialises Settle and Rollback: a connection runs one statement at a time, and
 	// the first of them to end the transaction releases the connection.
@@ -339,4 +343,108 @@ func closeConn(conn *pgxpool.Conn) error {
 	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
 	defer cancel()
 	return raw.Close(ctx)
+}
+
+var _ dialects.ChainingClaim = (*lockedClaim)(nil)
+
+// SettleAndClaim settles and claims the next row in one round trip (dialects.ChainingClaim):
+// the settlement's statement (or ROLLBACK, for a step with nothing to write), COMMIT,
+// BEGIN and the claim, in one pipeline with one Sync. A statement that fails makes the
+// server skip the rest, so no claim is made unless the settlement committed. A claim
+// whose transaction began eagerly (transactional, FIFO) or a step with an event of its
+// own settles first and then claims on a connection of its own, as ClaimLocked does.
+func (c *lockedClaim) SettleAndClaim(ctx context.Context, step dialects.Step, now time.Time) (dialects.LockedClaim, error, error) {
+	q := c.q
+	ct, lazy := c.tx.(*connTx)
+	st, perr := q.settle.pick(step)
+	if !lazy || step.Event != "" || perr != nil {
+		if err := c.Settle(ctx, step); err != nil {
+			return nil, err, nil
+		}
+		next, ok, err := c.from.ClaimLocked(ctx, now)
+		if !ok {
+			next = nil
+		}
+		return next, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	op := step.Kind.String()
+	if c.conn == nil {
+		return nil, q.errorf(op, errClaimEnded), nil
+	}
+	if err := settleable(c.conn); err != nil {
+		c.end(ctx)
+		return nil, q.errorf(op, err), nil
+	}
+	var batch pgx.Batch
+	end := "COMMIT"
+	if st.text != "" {
+		b := q.stepBind(step, c.row.ID)
+		batch.Queue(st.text, st.args(&b)...)
+	} else {
+		end = "ROLLBACK"
+	}
+	batch.Queue(end)
+	batch.Queue(q.beginText)
+	b := q.bind()
+	b.now = now
+	claim := q.claim
+	if b.skip = q.skip.list(); b.skip != nil {
+		claim = q.claimSkip
+	}
+	batch.Queue(claim.text, claim.args(&b)...)
+	br := c.conn.SendBatch(ctx, &batch)
+	if st.text != "" {
+		if _, err := br.Exec(); err != nil {
+			// The server skipped the rest: the transaction is aborted, left to a ROLLBACK.
+			_ = br.Close()
+			c.end(ctx)
+			return nil, q.errorf(op, ended(err)), nil
+		}
+	}
+	ct.done = true
+	tag, err := br.Exec()
+	if err == nil && end == "COMMIT" && tag.String() == "ROLLBACK" {
+		err = pgx.ErrTxCommitRollback
+	}
+	if err != nil {
+		// The COMMIT failed, and the server skipped the claim; or it answered ROLLBACK,
+		// and whatever the claim took goes back with the connection.
+		_ = br.Close()
+		endConn(c.conn, err)
+		c.conn = nil
+		return nil, q.errorf(op+" commit", ended(err)), nil
+	}
+	// Settled. The claim's transaction is a new lockedClaim on the same connection.
+	next := &lockedClaim{q: q, from: c.from, conn: c.conn, tx: &connTx{conn: c.conn.Conn()}}
+	c.conn = nil
+	var rows pgx.Rows
+	if _, err = br.Exec(); err == nil {
+		rows, err = br.Query()
+	}
+	found := false
+	if err == nil {
+		if found = rows.Next(); found {
+			next.row, err = q.scanRow(rows, false)
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		next.end(ctx)
+		return nil, nil, q.errorf("claim", err)
+	}
+	if !found {
+		if err := next.end(ctx); err != nil {
+			return nil, nil, q.errorf("claim", err)
+		}
+		return nil, nil, nil
+	}
+	return next, nil, nil
 }

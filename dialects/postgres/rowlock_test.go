@@ -223,3 +223,102 @@ func TestARowLockClaimAndItsSettlementTakeARoundTripEach(t *testing.T) {
 		})
 	}
 }
+
+// A row lock claim that settles and claims the next row does both in the settlement's
+// round trip, on its connection: every row is settled once, in order, each claimed row
+// stays locked against other claims, and the claim after the last row finds none and
+// gives the connection back. A settlement whose statement fails claims nothing and
+// commits nothing; a release (nothing to write) rolls back and claims the row again.
+func TestARowLockSettlementClaimsTheNextRowInItsRoundTrip(t *testing.T) {
+	var writes atomic.Int64
+	pc, err := pgxpool.ParseConfig(withParams(testURL(), "pool_max_conns=2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialer := &net.Dialer{}
+	pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{c, &writes}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := New(pool)
+	t.Cleanup(func() { d.Close(); pool.Close() })
+	tbl := rowLockTable(tableName(t, d))
+	createTable(t, d, tbl)
+	var ids []int64
+	for range 6 {
+		ids = append(ids, dialecttest.Publish(t, d, tbl, dialects.Message{Payload: []byte("p")}))
+	}
+	// A retry's statement fails; an ack deletes, a release writes nothing.
+	published, _ := stateOf(t, d, tbl, ids[0])
+	mustExec(t, d, "ALTER TABLE "+quote(tbl.Name)+" ADD CHECK (attempt <= "+strconv.Itoa(published.Attempt)+")")
+	q := dialecttest.OpenRowLock(t, d, dialects.QueueSpec{Table: tbl})
+	c, ok := claimLocked(t, q, t0)
+	if !ok || c.Row().ID != ids[0] {
+		t.Fatalf("first claim: %v %v", c, ok)
+	}
+	ack := dialects.Step{Kind: dialects.StepAck, Now: t0}
+	for i := 1; i < len(ids); i++ {
+		before := writes.Load()
+		next, serr, cerr := c.(dialects.ChainingClaim).SettleAndClaim(ctx, ack, t0)
+		if serr != nil || cerr != nil {
+			t.Fatalf("row %d: settle %v, claim %v", i, serr, cerr)
+		}
+		// The first run prepares the pipeline's statements: a round trip more.
+		if n := writes.Load() - before; n != 1 && i > 1 {
+			t.Errorf("settle and claim %d: %d round trips, want 1", i, n)
+		}
+		if _, ok := stateOf(t, d, tbl, ids[i-1]); ok {
+			t.Fatalf("row %d is still in the table after its ack", ids[i-1])
+		}
+		if next == nil || next.Row().ID != ids[i] {
+			t.Fatalf("settle and claim %d claimed %v, want row %d", i, next, ids[i])
+		}
+		// Locked: another claim passes over it.
+		if other, ok := claimLocked(t, q, t0); ok {
+			if other.Row().ID == ids[i] {
+				t.Fatalf("row %d was claimed twice", ids[i])
+			}
+			if err := other.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c = next
+	}
+	// A release writes nothing: it rolls back, and the row is the first due again.
+	next, serr, cerr := c.(dialects.ChainingClaim).SettleAndClaim(ctx, dialects.Step{Kind: dialects.StepRelease, Now: t0}, t0)
+	if serr != nil || cerr != nil || next == nil || next.Row().ID != ids[5] {
+		t.Fatalf("release and claim: %v, %v, %v", next, serr, cerr)
+	}
+	// A settlement whose statement fails (the CHECK) commits nothing and claims nothing.
+	next, serr, cerr = next.(dialects.ChainingClaim).SettleAndClaim(ctx, dialects.Step{Kind: dialects.StepRetry, Now: t0}, t0)
+	if serr == nil || cerr != nil || next != nil {
+		t.Fatalf("a failing retry and claim: %v, %v, %v", next, serr, cerr)
+	}
+	if st, ok := stateOf(t, d, tbl, ids[5]); !ok || st.Attempt != published.Attempt {
+		t.Fatalf("after a failed settlement the row is %+v (exists %v), want attempt %d", st, ok, published.Attempt)
+	}
+	if n := pool.Stat().AcquiredConns(); n != 0 {
+		t.Fatalf("%d connections held after a failed settlement", n)
+	}
+	c, ok = claimLocked(t, q, t0)
+	if !ok || c.Row().ID != ids[5] {
+		t.Fatalf("the row of the failed settlement did not come back: %v", c)
+	}
+	next, serr, cerr = c.(dialects.ChainingClaim).SettleAndClaim(ctx, ack, t0)
+	if serr != nil || cerr != nil || next != nil {
+		t.Fatalf("the last ack and claim: %v, %v, %v", next, serr, cerr)
+	}
+	if n := count(t, d, "SELECT count(*) FROM "+quote(tbl.Name)); n != 0 {
+		t.Fatalf("%d rows left", n)
+	}
+	if n := pool.Stat().AcquiredConns(); n != 0 {
+		t.Fatalf("%d connections held after the queue ran dry", n)
+	}
+}
