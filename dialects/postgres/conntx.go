@@ -29,6 +29,14 @@ type claimTx interface {
 // server skip the rest (the COMMIT too) and leaves the transaction aborted, never ended,
 // and Settle sends its pipeline only after settleable saw the transaction open and not
 // aborted, as it does before a statement of its own.
+//
+// What it changes: the COMMIT reaches the server with the statement. A settlement whose
+// context ends while its statement waits (a trigger's or a foreign key's lock) closes the
+// connection, and pgx asks the server to cancel the statement; if the statement finishes
+// before the cancel lands, the server runs the COMMIT it has already read. The settlement
+// is then reported failed (ErrClosed, or the settle timeout) though it committed, as one
+// cut during its COMMIT always could be. It committed what the outcome asked for, once:
+// the row is not settled twice, and nothing is lost.
 type connTx struct {
 	conn *pgx.Conn
 	// done says COMMIT or ROLLBACK was sent: later calls report pgx.ErrTxClosed.
@@ -93,7 +101,14 @@ func (t *connTx) execCommit(ctx context.Context, sql string, args ...any) error 
 	}
 	t.done = true
 	tag, err := br.Exec()
-	if cerr := br.Close(); err == nil {
+	cerr := br.Close()
+	if err == nil && tag.String() == "COMMIT" {
+		// Committed, and the server said so. The session may end before it reads the
+		// pipeline's Sync (a pg_terminate_backend then reports FATAL to Close): that
+		// undoes nothing, and the connection, closed, is not returned to the pool.
+		return nil
+	}
+	if err == nil {
 		err = cerr
 	}
 	return t.ended(ctx, tag, err)
