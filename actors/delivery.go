@@ -84,6 +84,9 @@ type delivery struct {
 	// handBack gives a waiting row back for other consumers, its workers all stuck
 	// (strand.go): released with releaseOnly, and reported without an error.
 	handBack bool
+	// connPassed says the delivery answered its subscription's claim request (chain.go),
+	// whose answer accounts for the delivery's connection from then on.
+	connPassed bool
 	// dctx is the handler's context, whose deadline Config.Timeout sets (timeout.go): dc,
 	// made in the delivery to save its allocation.
 	dctx *deadline.Context
@@ -136,6 +139,9 @@ type delivery struct {
 	// taken says who decided the handler's start: run, which calls it, or the actor's
 	// stop before it began (stopUnstarted), which gives the row back.
 	taken atomic.Bool
+	// chain is the claim a row lock delivery makes for its freed worker as it settles
+	// (chain.go); nil unless it offered one.
+	chain *chainClaim
 }
 
 // handledMsg tells the delivery actor its handler returned.
@@ -159,6 +165,9 @@ type settledMsg struct {
 	// handled says the delivery was spawned to run its handler (not only to give its
 	// row back).
 	handled bool
+	// connPassed says the delivery's connection is not given back to the budget here:
+	// it answered a claim request, whose answer accounts for it (chain.go).
+	connPassed bool
 }
 
 func (*settledMsg) IgnoreDeadLetterLogging() {}
@@ -166,12 +175,17 @@ func (*settledMsg) IgnoreDeadLetterLogging() {}
 // workerFreeMsg tells the subscription actor a delivery's handler returned and its
 // settlement is under way (freesWorkerEarly): its worker may take the next row meanwhile.
 // The row stays in work (leased and renewed, locked, or its key held) until settled.
-type workerFreeMsg struct{ d *delivery }
+type workerFreeMsg struct {
+	d *delivery
+	// chains says the delivery waits to hear whether it claims the worker's next row as
+	// it settles: a claim request, or soloMsg (chain.go).
+	chains bool
+}
 
 func (workerFreeMsg) IgnoreDeadLetterLogging() {}
 
 func (d *delivery) Receive(c actor.Context) {
-	switch c.Message().(type) {
+	switch m := c.Message().(type) {
 	case *actor.Started:
 		d.startSpan(!d.releaseOnly && d.cancelOnly == nil)
 		if d.cancelOnly != nil {
@@ -228,30 +242,33 @@ func (d *delivery) Receive(c actor.Context) {
 			d.abandon(c)
 		}
 	case handledMsg:
-		guard := d.sub.guardsSettlements()
-		if guard {
-			d.sub.poison.Settling(d.claim.Row.ID)
-			defer d.sub.poison.Settled(d.claim.Row.ID) // should the settlement panic
-		}
 		if d.freesWorkerEarly() && d.worker.CompareAndSwap(workerHeld, workerFreed) {
 			d.workTook = time.Since(d.spawned)
-			c.Send(c.Parent(), workerFreeMsg{d})
+			if d.chains() {
+				// The subscription answers with a claim for the worker, or soloMsg.
+				d.chain = &chainClaim{}
+				c.Send(c.Parent(), workerFreeMsg{d: d, chains: true})
+				return
+			}
+			c.Send(c.Parent(), workerFreeMsg{d: d})
 		}
-		if !guard && d.queueSettlement() {
-			return // the batch's answer finishes the delivery (batchDoneMsg)
+		d.settleHandled(c)
+	case *claimer.Request:
+		if ch := d.chain; ch != nil && ch.req == nil && !d.settled {
+			ch.req, ch.start = m, time.Now()
+			d.settleHandled(c)
+			return
 		}
-		r := d.settleTraced()
-		d.sub.notePoison(r)
-		if guard {
-			// At once, not after the hook: a claim waiting for the note must not wait for
-			// the service's WithOnSettled callback too (Settled is idempotent).
-			d.sub.poison.Settled(d.claim.Row.ID)
+		// Settled already (a stop came first, and gave the connection back): the request
+		// is answered all the same, with no row and no connection.
+		if h := d.sub.claimCfg.Handoff; h == nil || h(&claimer.Claimed{Limit: m.Limit, Wakes: m.Wakes, Chained: true}) {
+			c.Request(c.Parent(), &claimer.Claimed{Limit: m.Limit, Wakes: m.Wakes, Chained: true})
 		}
-		d.settled = true
-		d.finishSpan(r, d.handlerTook)
-		d.sub.report(r)
-		d.end(c, r)
-		d.stopSelf(c)
+	case soloMsg:
+		if d.chain != nil && d.chain.req == nil && !d.settled {
+			d.chain = nil
+			d.settleHandled(c)
+		}
 	case batchDoneMsg:
 		if !d.settled { // a stop that came first finished it (onStopping)
 			d.finishQueued(c)
@@ -260,6 +277,32 @@ func (d *delivery) Receive(c actor.Context) {
 	case *actor.Stopping:
 		d.onStopping(c)
 	}
+}
+
+// settleHandled settles the outcome of a handler that returned, and ends the delivery;
+// unless the settlement was queued in a batch, which ends it when it answers.
+func (d *delivery) settleHandled(c actor.Context) {
+	guard := d.sub.guardsSettlements()
+	if guard {
+		d.sub.poison.Settling(d.claim.Row.ID)
+		defer d.sub.poison.Settled(d.claim.Row.ID) // should the settlement panic
+	}
+	if !guard && d.queueSettlement() {
+		return // the batch's answer finishes the delivery (batchDoneMsg)
+	}
+	r := d.settleTraced()
+	d.sub.notePoison(r)
+	if guard {
+		// At once, not after the hook: a claim waiting for the note must not wait for
+		// the service's WithOnSettled callback too (Settled is idempotent).
+		d.sub.poison.Settled(d.claim.Row.ID)
+	}
+	d.answerChain(c) // after Settled: its claim may take this very row again
+	d.settled = true
+	d.finishSpan(r, d.handlerTook)
+	d.sub.report(r)
+	d.end(c, r)
+	d.stopSelf(c)
 }
 
 // batchDoneMsg tells a delivery the batch its settlement was queued in answered it.
@@ -438,7 +481,7 @@ func (d *delivery) end(c actor.Context, r Result) {
 	// The note lives in the delivery, which ends here: sending its address costs no
 	// allocation.
 	d.note = settledMsg{d: d, freed: freed, workerFreed: workerFreed, keyed: d.keyed, key: d.key,
-		handled: !d.releaseOnly && d.cancelOnly == nil}
+		handled: !d.releaseOnly && d.cancelOnly == nil, connPassed: d.connPassed}
 	c.Send(c.Parent(), &d.note)
 }
 
@@ -511,7 +554,7 @@ func (d *delivery) freeWorkerHere(w *worker) bool {
 		return false // a stop that came as the handler returned settles the worker (end)
 	}
 	d.workTook = time.Since(d.spawned)
-	if !d.sub.mb.postNext(workerFreeMsg{d}, w) {
+	if !d.sub.mb.postNext(workerFreeMsg{d: d}, w) {
 		return false // the subscription actor runs elsewhere: this goroutine settles
 	}
 	if !d.queueSettlement() {
@@ -737,6 +780,13 @@ func (d *delivery) runStep(step dialects.Step, o settler.Outcome, tag any) (r Re
 		if cfg.Transactional {
 			r.Err = settler.RowLockTx(ctx, d.claim.Locked.(dialects.TxLockedClaim), step, row.ID, o.KeepsWrites())
 			break
+		}
+		if ch := d.chain; ch != nil && ch.req != nil {
+			if cc, ok := d.claim.Locked.(dialects.ChainingClaim); ok {
+				ch.next, r.Err, ch.err = settler.RowLockChained(ctx, cc, step, row.ID, cfg.Now())
+				ch.ran = r.Err == nil
+				break
+			}
 		}
 		r.Err = settler.RowLock(ctx, d.claim.Locked, step, row.ID)
 	}

@@ -116,6 +116,13 @@ type Subscription struct {
 	// poison is the record of rows set aside, shared by the claimers (poison.go).
 	poison *claimer.Poison
 
+	// claimCfg is what the claimers are spawned with, and what a settling row lock
+	// delivery claims with (chain.go); set as the subscription actor starts.
+	claimCfg claimer.Config
+	// severalWorkers says the subscription has more than one worker: only then does a
+	// settling row lock delivery claim its worker's next row (chain.go).
+	severalWorkers atomic.Bool
+
 	// The handoff of claims (handoff.go).
 	handMu     sync.Mutex
 	handClosed bool
@@ -177,6 +184,7 @@ func Start(sys *actor.ActorSystem, name string, cfg Config) (*Subscription, erro
 		s.batcher = settler.NewBatcher(s.waits, bq, batchMax, cfg.settleTimeout, linger)
 		s.batcher.SpawnLeadersWith(cfg.Dispatcher.Schedule)
 	}
+	s.severalWorkers.Store(cfg.Workers > 1)
 	pid, err := sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &subscriptionActor{s: s, workers: cfg.Workers} },
 		actor.WithDispatcher(cfg.Dispatcher), actor.WithMailbox(func() actor.Mailbox { return &s.mb })), name)
 	if err != nil {
@@ -330,6 +338,10 @@ func (resumeMsg) IgnoreDeadLetterLogging()     {}
 type subscriptionActor struct {
 	s        *Subscription
 	claimers []*actor.PID // every claimer spawned, busy or idle
+	// chainer is a row lock delivery that freed its worker and waits to hear whether it
+	// claims the worker's next row as it settles (chain.go), while its workerFreeMsg is
+	// handled; nil otherwise.
+	chainer *actor.PID
 	idle     []*actor.PID
 	renewer  *actor.PID
 	backoff  *supervision.Backoff
@@ -431,6 +443,7 @@ func (a *subscriptionActor) receive(c actor.Context) {
 		a.onSettled(c, *m)
 	case setWorkersMsg:
 		a.workers = max(m.n, 1) // the root package refuses fewer than one
+		a.s.severalWorkers.Store(a.workers > 1)
 		a.startBacklog(c)
 		a.claim(c)
 	case pauseMsg:
@@ -480,6 +493,10 @@ func (a *subscriptionActor) onStarted(c actor.Context) {
 	if cfg.Form == dialects.FormAdvisory && !cfg.FIFO && cfg.KeyOf == nil {
 		a.kept = new(claimer.Kept) // claims that follow claim order to the row read afresh
 	}
+	a.s.claimCfg = claimer.Config{Queue: cfg.Queue, Form: cfg.Form, Lease: cfg.Lease, Now: cfg.Now, Ctx: a.s.cfg.ctx,
+		Timeout: cfg.settleTimeout, Handoff: a.s.handoff,
+		Dispatcher: cfg.Dispatcher, Transactional: cfg.Transactional, Poison: a.s.poison,
+		Kept: a.kept}
 	a.due, a.probing = true, true
 	if cfg.IdlePoll == nil {
 		a.arm(c)
@@ -520,7 +537,9 @@ func (a *subscriptionActor) onClaimed(c actor.Context, m *claimer.Claimed) {
 		a.onUnparked(c)
 		return
 	}
-	if m.Err != nil {
+	if m.Chained {
+		// A settling delivery's claim (chain.go): no claimer to count failed or idle.
+	} else if m.Err != nil {
 		a.failed[c.Sender().Id] = true
 	} else {
 		delete(a.failed, c.Sender().Id)
@@ -530,7 +549,9 @@ func (a *subscriptionActor) onClaimed(c actor.Context, m *claimer.Claimed) {
 	a.s.claimsDone.Add(1) // held, in the backlog or the book: a Cancel finds them
 	a.s.claiming.Store(int64(a.inFlight))
 	a.afterClaim(c, m, got)
-	a.idle = append(a.idle, c.Sender())
+	if !m.Chained {
+		a.idle = append(a.idle, c.Sender())
+	}
 	a.claim(c)
 	a.checkDrained()
 }
@@ -608,8 +629,15 @@ func (a *subscriptionActor) onWorkerFree(c actor.Context, m workerFreeMsg) {
 	a.busy--
 	a.freed++
 	a.stranded = false
+	if m.chains {
+		a.chainer = m.d.self // the first claim for a free worker goes to it (takeConns)
+	}
 	a.startBacklog(c)
 	a.claim(c)
+	if a.chainer != nil {
+		c.Send(a.chainer, soloMsg{}) // no claim for it: it settles alone
+		a.chainer = nil
+	}
 }
 
 // onSettled counts a settled delivery out: its rows, its connection, its worker (unless
@@ -617,7 +645,7 @@ func (a *subscriptionActor) onWorkerFree(c actor.Context, m workerFreeMsg) {
 // go on.
 func (a *subscriptionActor) onSettled(c actor.Context, m settledMsg) {
 	a.s.inWork.Add(-int64(max(m.rows, 1)))
-	if a.holdsConnections() || a.s.cfg.BatchHandler != nil {
+	if (a.holdsConnections() || a.s.cfg.BatchHandler != nil) && !m.connPassed {
 		a.share.Give(1) // the delivery's claim transaction, session or transaction
 	}
 	if !m.workerFreed {
@@ -759,6 +787,15 @@ func (a *subscriptionActor) rowRequest(free, maxInFlight int) (*claimer.Request,
 // fewer rows. False means the budget had none: the subscription waits in its queue and
 // claims again when connections are handed to it (budgetMsg).
 func (a *subscriptionActor) takeConns(c actor.Context, req *claimer.Request, conns int) bool {
+	if a.chainer != nil && !req.Batch {
+		// A row lock delivery that freed its worker claims for it as it settles, on its
+		// connection (chain.go): the claim takes the settling row's connection, which
+		// the settlement then does not give back (settledMsg.connPassed).
+		pid := a.chainer
+		a.chainer = nil
+		a.send(c, pid, req, conns, conns)
+		return true
+	}
 	pid := a.claimerFor(c)
 	if a.failed[pid.Id] {
 		// The claimer failed and waits for its restart (a backoff of up to 30 s). Only a
@@ -776,6 +813,12 @@ func (a *subscriptionActor) takeConns(c actor.Context, req *claimer.Request, con
 		a.recheckBudget(c)
 		return false
 	}
+	a.send(c, pid, req, conns, got)
+	return true
+}
+
+// send sends a claim request to pid with got of the conns connections it needed.
+func (a *subscriptionActor) send(c actor.Context, pid *actor.PID, req *claimer.Request, conns, got int) {
 	if got < conns && !req.Batch {
 		req.Limit = got
 	}
@@ -788,7 +831,6 @@ func (a *subscriptionActor) takeConns(c actor.Context, req *claimer.Request, con
 		a.asked += req.Limit
 	}
 	c.Send(pid, req)
-	return true
 }
 
 // connsHeld is how many of a claim's connections its rows keep until settled.
@@ -852,11 +894,7 @@ func (a *subscriptionActor) claimerFor(c actor.Context) *actor.PID {
 			return pid
 		}
 	}
-	cfg := &a.s.cfg
-	pid := c.Spawn(claimer.Props(claimer.Config{Queue: cfg.Queue, Form: cfg.Form, Lease: cfg.Lease, Now: cfg.Now, Ctx: a.s.cfg.ctx,
-		Timeout: cfg.settleTimeout, Handoff: a.s.handoff,
-		Dispatcher: cfg.Dispatcher, Transactional: cfg.Transactional, Poison: a.s.poison,
-		Kept: a.kept}))
+	pid := c.Spawn(claimer.Props(a.s.claimCfg))
 	a.claimers = append(a.claimers, pid)
 	return pid
 }

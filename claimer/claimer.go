@@ -70,6 +70,8 @@ type Claimed struct {
 	// SetAside are the rows the claim took and set aside instead of delivering them
 	// (poison.go); Claims and Batch hold the others.
 	SetAside []SetAside
+	// Chained says a settling delivery answered, not a claimer (Chained).
+	Chained bool
 }
 
 // IgnoreDeadLetterLogging: the parent may have stopped meanwhile.

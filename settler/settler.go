@@ -339,6 +339,16 @@ func RowLock(ctx context.Context, c dialects.LockedClaim, step dialects.Step, id
 	return nil
 }
 
+// RowLockChained settles a row lock delivery as RowLock does and, once settled, claims
+// the queue's next row on its connection (dialects.ChainingClaim).
+func RowLockChained(ctx context.Context, c dialects.ChainingClaim, step dialects.Step, id int64, now time.Time) (next dialects.LockedClaim, err, claimErr error) {
+	next, err, claimErr = c.SettleAndClaim(ctx, step, now)
+	if err != nil {
+		return nil, fmt.Errorf("settle %s of row %d: %w", step.Kind, id, err), nil
+	}
+	return next, nil, claimErr
+}
+
 // KeepsWrites says whether an outcome commits a transactional handler's writes: Ack and a
 // custom event do (the event is the service's own settlement, run in the same
 // transaction). Drop ends the row like Ack, but discards the handler's writes first.
