@@ -341,7 +341,7 @@ type subscriptionActor struct {
 	// chainer is a row lock delivery that freed its worker and waits to hear whether it
 	// claims the worker's next row as it settles (chain.go), while its workerFreeMsg is
 	// handled; nil otherwise.
-	chainer *actor.PID
+	chainer  *actor.PID
 	idle     []*actor.PID
 	renewer  *actor.PID
 	backoff  *supervision.Backoff
