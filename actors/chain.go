@@ -82,6 +82,30 @@ func (d *delivery) chains() bool {
 	return ok
 }
 
+// onClaimRequest takes the subscription's claim for the worker the delivery freed: it
+// settles, claiming in the same round trip, and answers.
+func (d *delivery) onClaimRequest(c actor.Context, req *claimer.Request) {
+	if ch := d.chain; ch != nil && ch.req == nil && !d.settled {
+		ch.req, ch.start = req, time.Now()
+		d.settleHandled(c)
+		return
+	}
+	// Settled already (a stop came first, and gave the connection back): the request is
+	// answered all the same, with no row and no connection.
+	m := &claimer.Claimed{Limit: req.Limit, Wakes: req.Wakes, Chained: true}
+	if h := d.sub.claimCfg.Handoff; h == nil || h(m) {
+		c.Request(c.Parent(), m)
+	}
+}
+
+// onSolo settles the delivery alone: the subscription made no claim for its worker.
+func (d *delivery) onSolo(c actor.Context) {
+	if d.chain != nil && d.chain.req == nil && !d.settled {
+		d.chain = nil
+		d.settleHandled(c)
+	}
+}
+
 // answerChain answers the subscription's claim request, if the delivery got one: with
 // the row its settlement claimed, or a claim of its own when that did not run.
 func (d *delivery) answerChain(c actor.Context) {

@@ -242,33 +242,11 @@ func (d *delivery) Receive(c actor.Context) {
 			d.abandon(c)
 		}
 	case handledMsg:
-		if d.freesWorkerEarly() && d.worker.CompareAndSwap(workerHeld, workerFreed) {
-			d.workTook = time.Since(d.spawned)
-			if d.chains() {
-				// The subscription answers with a claim for the worker, or soloMsg.
-				d.chain = &chainClaim{}
-				c.Send(c.Parent(), workerFreeMsg{d: d, chains: true})
-				return
-			}
-			c.Send(c.Parent(), workerFreeMsg{d: d})
-		}
-		d.settleHandled(c)
+		d.onHandled(c)
 	case *claimer.Request:
-		if ch := d.chain; ch != nil && ch.req == nil && !d.settled {
-			ch.req, ch.start = m, time.Now()
-			d.settleHandled(c)
-			return
-		}
-		// Settled already (a stop came first, and gave the connection back): the request
-		// is answered all the same, with no row and no connection.
-		if h := d.sub.claimCfg.Handoff; h == nil || h(&claimer.Claimed{Limit: m.Limit, Wakes: m.Wakes, Chained: true}) {
-			c.Request(c.Parent(), &claimer.Claimed{Limit: m.Limit, Wakes: m.Wakes, Chained: true})
-		}
+		d.onClaimRequest(c, m)
 	case soloMsg:
-		if d.chain != nil && d.chain.req == nil && !d.settled {
-			d.chain = nil
-			d.settleHandled(c)
-		}
+		d.onSolo(c)
 	case batchDoneMsg:
 		if !d.settled { // a stop that came first finished it (onStopping)
 			d.finishQueued(c)
@@ -277,6 +255,23 @@ func (d *delivery) Receive(c actor.Context) {
 	case *actor.Stopping:
 		d.onStopping(c)
 	}
+}
+
+// onHandled frees the delivery's worker, when it may before the settlement, and settles;
+// or, offering to claim the worker's next row as it settles (chain.go), waits for the
+// subscription's answer.
+func (d *delivery) onHandled(c actor.Context) {
+	if d.freesWorkerEarly() && d.worker.CompareAndSwap(workerHeld, workerFreed) {
+		d.workTook = time.Since(d.spawned)
+		if d.chains() {
+			// The subscription answers with a claim for the worker, or soloMsg.
+			d.chain = &chainClaim{}
+			c.Send(c.Parent(), workerFreeMsg{d: d, chains: true})
+			return
+		}
+		c.Send(c.Parent(), workerFreeMsg{d: d})
+	}
+	d.settleHandled(c)
 }
 
 // settleHandled settles the outcome of a handler that returned, and ends the delivery;
