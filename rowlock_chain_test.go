@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,5 +108,139 @@ func TestARowLockWorkerGetsItsNextRowWithItsSettlement(t *testing.T) {
 				t.Errorf("with one worker, %d rows were claimed by a settlement", got)
 			}
 		})
+	}
+}
+
+// openPostgresPool opens a dialect on a pool of its own of size connections.
+func openPostgresPool(t *testing.T, size int) *postgres.Dialect {
+	t.Helper()
+	d, err := postgres.Open(context.Background(), fmt.Sprintf("%s&pool_max_conns=%d", postgresURL(), size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// countRows counts the rows of table whose group is group ("" for all).
+func countRows(t *testing.T, d *postgres.Dialect, table, group string) int {
+	t.Helper()
+	var n int
+	q, args := "SELECT count(*) FROM "+table, []any{}
+	if group != "" {
+		q, args = q+" WHERE grp = $1", []any{group}
+	}
+	if err := d.Pool().QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A row lock settlement that takes long (here a trigger that sleeps on its row's DELETE)
+// holds back no claim but its own worker's: the other workers drain the backlog while it
+// runs, and a row published once the queue ran dry reaches a free worker at once. The
+// slow row's worker waits for its settlement, which claims its next row (chain.go).
+func TestASlowRowLockSettlementHoldsBackNoOtherWorkersClaim(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, driverNamed(t, "postgres"), rowactor.FormRowLock)
+	d := openPostgresPool(t, 12)
+	b := h.brokerOn(d)
+	h.exec("INSERT INTO " + h.table.Name + " (payload, grp) SELECT convert_to('p', 'UTF8'), 'q' FROM generate_series(1, 300)")
+	var slowID int64
+	if err := d.Pool().QueryRow(context.Background(), "SELECT min(id) FROM "+h.table.Name).Scan(&slowID); err != nil {
+		t.Fatal(err)
+	}
+	fn := h.table.Name + "_slow"
+	h.exec(fmt.Sprintf("CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF OLD.id = %d THEN PERFORM pg_sleep(4); END IF; RETURN OLD; END $$", fn, slowID))
+	t.Cleanup(func() { _, _ = d.Pool().Exec(context.Background(), "DROP FUNCTION IF EXISTS "+fn+"() CASCADE") })
+	h.exec("CREATE TRIGGER " + fn + " BEFORE DELETE ON " + h.table.Name + " FOR EACH ROW EXECUTE FUNCTION " + fn + "()")
+	var slowReturned atomic.Int64
+	handledAt := sync.Map{}
+	h.subscribe(b, func(_ context.Context, dl *rowactor.Delivery) rowactor.Outcome {
+		handledAt.Store(dl.ID(), time.Now())
+		if dl.ID() == slowID {
+			slowReturned.Store(time.Now().UnixNano())
+		}
+		return rowactor.Ack()
+	}, rowactor.Workers(4))
+	// The backlog drains while the slow settlement runs.
+	for deadline := time.Now().Add(3 * time.Second); countRows(t, d, h.table.Name, "") > 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rows left 3 s into a 4 s settlement of row %d", countRows(t, d, h.table.Name, ""), slowID)
+		}
+	}
+	published := time.Now()
+	id := h.publish(b, 1)[0]
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if at, ok := handledAt.Load(id); ok {
+			if took := at.(time.Time).Sub(published); took > time.Second {
+				t.Errorf("a row published with three workers free waited %v for one (row %d's settlement still ran)", took, slowID)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the row published was never handled")
+		}
+	}
+	if since := time.Since(time.Unix(0, slowReturned.Load())); since > 4*time.Second {
+		t.Fatalf("the slow settlement ended %v ago: the check above proved nothing", since)
+	}
+	h.waitSettledWithin(301, 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if rep, err := b.Shutdown(ctx); err != nil || !rep.Drained {
+		t.Fatalf("Shutdown: %+v, %v", rep, err)
+	}
+	if n := countRows(t, d, h.table.Name, ""); n != 0 {
+		t.Errorf("%d rows left", n)
+	}
+}
+
+// Subscriptions on one pool share its connections (dialects.Budget): a row lock
+// subscription whose settlements claim its next rows on their connections keeps none
+// from another subscription waiting for one. The second's rows run while the first
+// still has thousands.
+func TestAChainingSubscriptionLeavesConnectionsToAnotherOnItsPool(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, driverNamed(t, "postgres"), rowactor.FormRowLock)
+	d := openPostgresPool(t, 4)
+	b, err := rowactor.New(d) // no hook: the harness's would fill up
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = b.Shutdown(ctx)
+	})
+	h.exec("INSERT INTO " + h.table.Name + " (payload, grp) SELECT convert_to('a', 'UTF8'), 'a' FROM generate_series(1, 6000)")
+	sleep := func(context.Context, *rowactor.Delivery) rowactor.Outcome {
+		time.Sleep(time.Millisecond)
+		return rowactor.Ack()
+	}
+	if _, err := b.Subscribe(context.Background(), h.table, "a", sleep, rowactor.Workers(3)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	h.exec("INSERT INTO " + h.table.Name + " (payload, grp) SELECT convert_to('b', 'UTF8'), 'b' FROM generate_series(1, 20)")
+	start := time.Now()
+	var handled atomic.Int64
+	done := make(chan time.Duration, 1)
+	if _, err := b.Subscribe(context.Background(), h.table, "b", func(context.Context, *rowactor.Delivery) rowactor.Outcome {
+		if handled.Add(1) == 20 {
+			done <- time.Since(start)
+		}
+		return rowactor.Ack()
+	}, rowactor.Workers(3)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case took := <-done:
+		if left := countRows(t, d, h.table.Name, "a"); left == 0 {
+			t.Errorf("the second subscription's 20 rows ran only once the first's 6,000 were done (%v)", took)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the second subscription handled %d of its 20 rows in 5 s while the first drained (%d of its rows left)",
+			handled.Load(), countRows(t, d, h.table.Name, "a"))
 	}
 }

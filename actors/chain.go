@@ -20,10 +20,18 @@ import (
 // claimer's. A delivery that can chain says so as it frees its worker (workerFreeMsg
 // with chains), and waits. The subscription, handling that message, sends the delivery
 // the first claim request it makes for a free worker, in place of a claimer, or soloMsg
-// when it makes none (the queue ran dry, a pause, a drain, a stop, no connection in the
-// budget). The delivery settles, claiming in the same round trip if it got a request,
-// and answers the request as a claimer would: through the handoff, with a Claimed marked
-// Chained (its sender is no claimer to count idle or failed).
+// when it makes none (a pause, a drain, a stop), when the queue ran short (probing: an
+// empty chained claim would cost a ROLLBACK more than settling alone), or when another
+// subscription on the pool waits for a connection (BudgetShare.Keeps). The delivery
+// settles, claiming in the same round trip if it got a request, and answers the request
+// as a claimer would: through the handoff, with a Claimed marked Chained (its sender is
+// no claimer to count idle or failed).
+//
+// So a chaining worker is given back with its settlement, and its next row, as a FIFO
+// or transactional delivery's is: a settlement that waits (a trigger, another session's
+// lock) keeps its worker waiting, and no other. Its claim does not count against the
+// claims in flight (chainsInFlight), so the other workers' claims, one at a time while
+// probing, go on meanwhile.
 //
 // What it must not break:
 //   - A row has one end: the claim runs only once the settlement committed (the server
@@ -35,11 +43,14 @@ import (
 //     request answers it whatever its settlement did: when the chained claim did not run
 //     (the settlement failed, a Cancel or a release took another way), it claims on a
 //     connection of its own, as a claimer would (claimer.Chained).
-//   - The budget is never overdrawn: the chained claim takes the settling row's
-//     connection, not another (the settlement does not give it back, settledMsg
-//     connPassed); a row it claims keeps it, and an answer without one gives it back.
+//   - The budget is never overdrawn, and every subscription on the pool makes progress:
+//     the chained claim takes the settling row's connection, not another (the settlement
+//     does not give it back, settledMsg connPassed); a row it claims keeps it, and an
+//     answer without one gives it back; and no connection passes so while another
+//     share waits in the budget's queue.
 //   - A free worker gets a due row within a poll: the request is the claim the
-//     subscription would have sent a claimer at that moment, for the same worker.
+//     subscription would have sent a claimer at that moment, for the same worker, and
+//     a chained claim held up by its settlement holds up no other claim.
 
 // chainClaim is a settling delivery's claim for its freed worker.
 type chainClaim struct {

@@ -341,12 +341,14 @@ type subscriptionActor struct {
 	// chainer is a row lock delivery that freed its worker and waits to hear whether it
 	// claims the worker's next row as it settles (chain.go), while its workerFreeMsg is
 	// handled; nil otherwise.
-	chainer  *actor.PID
-	idle     []*actor.PID
-	renewer  *actor.PID
-	backoff  *supervision.Backoff
-	workers  int
-	inFlight int // claims in flight
+	chainer *actor.PID
+	// chainsInFlight is how many of the claims in flight settling deliveries make.
+	chainsInFlight int
+	idle           []*actor.PID
+	renewer        *actor.PID
+	backoff        *supervision.Backoff
+	workers        int
+	inFlight       int // claims in flight
 	// busy counts deliveries that take a worker: spawned, and neither settled nor (lease
 	// form, batched) past their handler. inWork counts rows held until settled.
 	busy int
@@ -539,6 +541,7 @@ func (a *subscriptionActor) onClaimed(c actor.Context, m *claimer.Claimed) {
 	}
 	if m.Chained {
 		// A settling delivery's claim (chain.go): no claimer to count failed or idle.
+		a.chainsInFlight--
 	} else if m.Err != nil {
 		a.failed[c.Sender().Id] = true
 	} else {
@@ -583,7 +586,7 @@ func (a *subscriptionActor) takeRows(c actor.Context, m *claimer.Claimed) int {
 	}
 	got += a.setAside(m)
 	cfg.Telemetry.Claimed(cfg.ctx, m.Took, got)
-	if m.Err == nil {
+	if m.Err == nil && !m.Chained { // a chained claim's time is its settlement's too
 		a.room.claimed(m.Took)
 	}
 	if len(m.Claims) > 0 && a.strandsRows() {
@@ -630,7 +633,13 @@ func (a *subscriptionActor) onWorkerFree(c actor.Context, m workerFreeMsg) {
 	a.freed++
 	a.stranded = false
 	if m.chains {
-		a.chainer = m.d.self // the first claim for a free worker goes to it (takeConns)
+		if a.probing || !a.share.Keeps() {
+			// The queue ran short, or another subscription on the pool waits for a
+			// connection: the delivery settles alone, and gives its connection back.
+			c.Send(m.d.self, soloMsg{})
+		} else {
+			a.chainer = m.d.self // the first claim for a free worker goes to it (takeConns)
+		}
 	}
 	a.startBacklog(c)
 	a.claim(c)
@@ -717,7 +726,9 @@ func (a *subscriptionActor) claim(c actor.Context) {
 	for a.draining == nil && !a.paused && !a.stopped.Load() && a.due {
 		free := a.workers + a.waitRoom() - a.busy - len(a.backlog) - a.asked
 		maxInFlight := a.maxClaimsInFlight()
-		if free <= 0 || a.inFlight >= maxInFlight {
+		// A settling delivery's claim (chain.go) is its worker's, and may wait as long as
+		// its settlement: it holds no other claim back.
+		if free <= 0 || a.inFlight-a.chainsInFlight >= maxInFlight {
 			return
 		}
 		if batch := a.claimBatch(); free < batch && (a.inFlight > 0 || a.backlogCovers()) {
@@ -793,6 +804,7 @@ func (a *subscriptionActor) takeConns(c actor.Context, req *claimer.Request, con
 		// the settlement then does not give back (settledMsg.connPassed).
 		pid := a.chainer
 		a.chainer = nil
+		a.chainsInFlight++
 		a.send(c, pid, req, conns, conns)
 		return true
 	}

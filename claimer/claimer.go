@@ -65,7 +65,8 @@ type Claimed struct {
 	// Batch is a batch request's claim transaction and its rows (Claims is empty).
 	Batch dialects.LockedBatch
 	Err   error
-	// Took is how long the claim took.
+	// Took is how long the claim took; a chained claim's (Chained) includes the
+	// settlement it went with.
 	Took time.Duration
 	// SetAside are the rows the claim took and set aside instead of delivering them
 	// (poison.go); Claims and Batch hold the others.

@@ -136,6 +136,20 @@ func (s *BudgetShare) Give(n int) {
 	}
 }
 
+// Keeps reports whether a connection the share holds may pass from one of its rows to
+// its next without going back to the budget: only while no share waits in the queue
+// (given back, it would go to the first of them) and the budget is within its limit (a
+// pool shrunk since takes it back).
+func (s *BudgetShare) Keeps() bool {
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.size != nil {
+		b.limit = max(b.size(), 1)
+	}
+	return len(b.queue) == 0 && b.used <= b.limit
+}
+
 // Unused gives back what was handed to the share while it waited and was not taken,
 // because its subscription found nothing to claim.
 func (s *BudgetShare) Unused() {
