@@ -17,8 +17,8 @@ import (
 // trip a row instead of two, and no claim transaction of its own.
 //
 // The subscription actor still decides every claim, and counts it as it counts a
-// claimer's. A delivery that can chain says so as it frees its worker (workerFreeMsg
-// with chains), and waits. The subscription, handling that message, sends the delivery
+// claimer's. A delivery that can chain says so as it frees its worker (chainFreeMsg),
+// and waits. The subscription, handling that message, sends the delivery
 // the first claim request it makes for a free worker, in place of a claimer, or soloMsg
 // when it makes none (a pause, a drain, a stop), when the queue ran short (probing: an
 // empty chained claim would cost a ROLLBACK more than settling alone), or when another
@@ -63,6 +63,13 @@ type chainClaim struct {
 	next dialects.LockedClaim
 	err  error
 }
+
+// chainFreeMsg is a workerFreeMsg from a delivery that waits to hear whether it claims
+// the worker's next row as it settles: a claim request, or soloMsg. A type of its own,
+// not a field: a message of one pointer goes into an interface without an allocation.
+type chainFreeMsg struct{ d *delivery }
+
+func (chainFreeMsg) IgnoreDeadLetterLogging() {}
 
 // soloMsg tells a delivery that offered to claim for its freed worker that no claim is
 // wanted: it settles alone.

@@ -175,12 +175,7 @@ func (*settledMsg) IgnoreDeadLetterLogging() {}
 // workerFreeMsg tells the subscription actor a delivery's handler returned and its
 // settlement is under way (freesWorkerEarly): its worker may take the next row meanwhile.
 // The row stays in work (leased and renewed, locked, or its key held) until settled.
-type workerFreeMsg struct {
-	d *delivery
-	// chains says the delivery waits to hear whether it claims the worker's next row as
-	// it settles: a claim request, or soloMsg (chain.go).
-	chains bool
-}
+type workerFreeMsg struct{ d *delivery }
 
 func (workerFreeMsg) IgnoreDeadLetterLogging() {}
 
@@ -266,10 +261,10 @@ func (d *delivery) onHandled(c actor.Context) {
 		if d.chains() {
 			// The subscription answers with a claim for the worker, or soloMsg.
 			d.chain = &chainClaim{}
-			c.Send(c.Parent(), workerFreeMsg{d: d, chains: true})
+			c.Send(c.Parent(), chainFreeMsg{d})
 			return
 		}
-		c.Send(c.Parent(), workerFreeMsg{d: d})
+		c.Send(c.Parent(), workerFreeMsg{d})
 	}
 	d.settleHandled(c)
 }
@@ -549,7 +544,7 @@ func (d *delivery) freeWorkerHere(w *worker) bool {
 		return false // a stop that came as the handler returned settles the worker (end)
 	}
 	d.workTook = time.Since(d.spawned)
-	if !d.sub.mb.postNext(workerFreeMsg{d: d}, w) {
+	if !d.sub.mb.postNext(workerFreeMsg{d}, w) {
 		return false // the subscription actor runs elsewhere: this goroutine settles
 	}
 	if !d.queueSettlement() {

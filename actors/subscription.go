@@ -339,7 +339,7 @@ type subscriptionActor struct {
 	s        *Subscription
 	claimers []*actor.PID // every claimer spawned, busy or idle
 	// chainer is a row lock delivery that freed its worker and waits to hear whether it
-	// claims the worker's next row as it settles (chain.go), while its workerFreeMsg is
+	// claims the worker's next row as it settles (chain.go), while its chainFreeMsg is
 	// handled; nil otherwise.
 	chainer *actor.PID
 	// chainsInFlight is how many of the claims in flight settling deliveries make.
@@ -440,7 +440,9 @@ func (a *subscriptionActor) receive(c actor.Context) {
 	case *claimer.Claimed:
 		a.onClaimed(c, m)
 	case workerFreeMsg:
-		a.onWorkerFree(c, m)
+		a.onWorkerFree(c, m.d, false)
+	case chainFreeMsg:
+		a.onWorkerFree(c, m.d, true)
 	case *settledMsg:
 		a.onSettled(c, *m)
 	case setWorkersMsg:
@@ -627,18 +629,18 @@ func (a *subscriptionActor) afterClaim(c actor.Context, m *claimer.Claimed, got 
 
 // onWorkerFree takes back the worker of a delivery that is past its handler but not yet
 // settled (lease form, batched settlement).
-func (a *subscriptionActor) onWorkerFree(c actor.Context, m workerFreeMsg) {
-	a.room.freed(m.d.workTook, m.d.roomGen)
+func (a *subscriptionActor) onWorkerFree(c actor.Context, d *delivery, chains bool) {
+	a.room.freed(d.workTook, d.roomGen)
 	a.busy--
 	a.freed++
 	a.stranded = false
-	if m.chains {
+	if chains {
 		if a.probing || !a.share.Keeps() {
 			// The queue ran short, or another subscription on the pool waits for a
 			// connection: the delivery settles alone, and gives its connection back.
-			c.Send(m.d.self, soloMsg{})
+			c.Send(d.self, soloMsg{})
 		} else {
-			a.chainer = m.d.self // the first claim for a free worker goes to it (takeConns)
+			a.chainer = d.self // the first claim for a free worker goes to it (takeConns)
 		}
 	}
 	a.startBacklog(c)
