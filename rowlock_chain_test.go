@@ -43,15 +43,7 @@ func (c *chainedBatches) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatc
 // stays held. With one worker no settlement claims.
 func TestARowLockWorkerGetsItsNextRowWithItsSettlement(t *testing.T) {
 	t.Parallel()
-	var drv driver
-	for _, d := range drivers {
-		if d.name == "postgres" {
-			drv = d
-		}
-	}
-	if drv.name == "" {
-		t.Fatal("no postgres driver")
-	}
+	drv := driverNamed(t, "postgres")
 	for _, workers := range []int{4, 1} {
 		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
 			t.Parallel()

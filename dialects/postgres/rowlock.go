@@ -86,12 +86,7 @@ func (q *rowLockQueue) begin(ctx context.Context, eager bool) (*lockedClaim, err
 // transaction when none is due. A transaction not yet open is opened by a BEGIN sent with
 // the claim in one round trip (sendPipelined).
 func (q *rowLockQueue) take(ctx context.Context, c *lockedClaim, now time.Time) (dialects.LockedClaim, bool, error) {
-	b := q.bind()
-	b.now = now
-	st := q.claim
-	if b.skip = q.skip.list(); b.skip != nil {
-		st = q.claimSkip
-	}
+	st, b := q.claimStmt(now)
 	var (
 		rows pgx.Rows
 		br   pgx.BatchResults
@@ -109,20 +104,40 @@ func (q *rowLockQueue) take(ctx context.Context, c *lockedClaim, now time.Time) 
 	} else {
 		rows, err = c.tx.Query(ctx, st.text, st.args(&b)...)
 	}
-	if err != nil {
-		if br != nil {
-			_ = br.Close()
-		}
-		c.end(ctx)
-		return nil, false, q.errorf("claim", err)
+	found, err := q.read(ctx, c, rows, br, err)
+	if err != nil || !found {
+		return nil, false, err
 	}
-	found := rows.Next()
-	if found {
-		c.row, err = q.scanRow(rows, false)
+	if q.transactional {
+		return &txLockedClaim{c}, true, nil
 	}
-	rows.Close()
+	return c, true, nil
+}
+
+// claimStmt is the claim's statement and its arguments: the plain claim, or the one
+// passing over the rows set aside.
+func (q *rowLockQueue) claimStmt(now time.Time) (stmt, bind) {
+	b := q.bind()
+	b.now = now
+	if b.skip = q.skip.list(); b.skip != nil {
+		return q.claimSkip, b
+	}
+	return q.claim, b
+}
+
+// read takes the claim's row into c from rows, the claim's answer (err, its error), and
+// closes rows and br, the batch it came in, if any. It ends c when the claim failed or
+// found no row.
+func (q *rowLockQueue) read(ctx context.Context, c *lockedClaim, rows pgx.Rows, br pgx.BatchResults, err error) (bool, error) {
+	found := false
 	if err == nil {
-		err = rows.Err()
+		if found = rows.Next(); found {
+			c.row, err = q.scanRow(rows, false)
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
 	}
 	if br != nil {
 		if cerr := br.Close(); err == nil {
@@ -131,18 +146,14 @@ func (q *rowLockQueue) take(ctx context.Context, c *lockedClaim, now time.Time) 
 	}
 	if err != nil {
 		c.end(ctx)
-		return nil, false, q.errorf("claim", err)
+		return false, q.errorf("claim", err)
 	}
 	if !found {
-		if rerr := c.end(ctx); rerr != nil {
-			return nil, false, q.errorf("claim", rerr)
+		if err := c.end(ctx); err != nil {
+			return false, q.errorf("claim", err)
 		}
-		return nil, false, nil
 	}
-	if q.transactional {
-		return &txLockedClaim{c}, true, nil
-	}
-	return c, true, nil
+	return found, nil
 }
 
 // lockedClaim is an open claim transaction holding one row on one pool connection.
@@ -387,12 +398,7 @@ func (c *lockedClaim) SettleAndClaim(ctx context.Context, step dialects.Step, no
 	}
 	batch.Queue(end)
 	batch.Queue(q.beginText)
-	b := q.bind()
-	b.now = now
-	claim := q.claim
-	if b.skip = q.skip.list(); b.skip != nil {
-		claim = q.claimSkip
-	}
+	claim, b := q.claimStmt(now)
 	batch.Queue(claim.text, claim.args(&b)...)
 	br := c.conn.SendBatch(ctx, &batch)
 	if st.text != "" {
@@ -423,27 +429,11 @@ func (c *lockedClaim) SettleAndClaim(ctx context.Context, step dialects.Step, no
 	if _, err = br.Exec(); err == nil {
 		rows, err = br.Query()
 	}
-	found := false
-	if err == nil {
-		if found = rows.Next(); found {
-			next.row, err = q.scanRow(rows, false)
-		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	found, err := q.read(ctx, next, rows, br, err)
 	if err != nil {
-		next.end(ctx)
-		return nil, nil, q.errorf("claim", err)
+		return nil, nil, err
 	}
 	if !found {
-		if err := next.end(ctx); err != nil {
-			return nil, nil, q.errorf("claim", err)
-		}
 		return nil, nil, nil
 	}
 	return next, nil, nil

@@ -109,6 +109,31 @@ func (w writeCounter) Write(b []byte) (int, error) {
 	return w.Conn.Write(b)
 }
 
+// countingPool opens a dialect on a pool of its own (params) whose connections count
+// their writes in writes.
+func countingPool(t *testing.T, writes *atomic.Int64, params ...string) (*Dialect, *pgxpool.Pool) {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(withParams(testURL(), params...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialer := &net.Dialer{}
+	pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{c, writes}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := New(pool)
+	t.Cleanup(func() { d.Close(); pool.Close() })
+	return d, pool
+}
+
 // A row lock claim sends its BEGIN with its statement, and a settlement its statement
 // with its COMMIT: a round trip each, with every query execution mode a pool may use.
 // The rows are settled as the steps say, and a settlement whose statement fails commits
@@ -117,24 +142,7 @@ func TestARowLockClaimAndItsSettlementTakeARoundTripEach(t *testing.T) {
 	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
 		t.Run(mode, func(t *testing.T) {
 			var writes atomic.Int64
-			pc, err := pgxpool.ParseConfig(withParams(testURL(), "pool_max_conns=1", "default_query_exec_mode="+mode))
-			if err != nil {
-				t.Fatal(err)
-			}
-			dialer := &net.Dialer{}
-			pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-				c, err := dialer.DialContext(ctx, network, addr)
-				if err != nil {
-					return nil, err
-				}
-				return writeCounter{c, &writes}, nil
-			}
-			pool, err := pgxpool.NewWithConfig(ctx, pc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := New(pool)
-			t.Cleanup(func() { d.Close(); pool.Close() })
+			d, pool := countingPool(t, &writes, "pool_max_conns=1", "default_query_exec_mode="+mode)
 			tbl := rowLockTable(tableName(t, d))
 			tbl.Isolation = dialects.RepeatableRead
 			createTable(t, d, tbl)
@@ -231,24 +239,7 @@ func TestARowLockClaimAndItsSettlementTakeARoundTripEach(t *testing.T) {
 // commits nothing; a release (nothing to write) rolls back and claims the row again.
 func TestARowLockSettlementClaimsTheNextRowInItsRoundTrip(t *testing.T) {
 	var writes atomic.Int64
-	pc, err := pgxpool.ParseConfig(withParams(testURL(), "pool_max_conns=2"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dialer := &net.Dialer{}
-	pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dialer.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return writeCounter{c, &writes}, nil
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := New(pool)
-	t.Cleanup(func() { d.Close(); pool.Close() })
+	d, pool := countingPool(t, &writes, "pool_max_conns=2")
 	tbl := rowLockTable(tableName(t, d))
 	createTable(t, d, tbl)
 	var ids []int64
