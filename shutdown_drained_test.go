@@ -147,9 +147,29 @@ func TestShutdownDoesNotCountRowsGivenBackBeforeIt(t *testing.T) {
 		defer cancel()
 		rep, err := b.Shutdown(ctx)
 		stuck.unblock()
-		if !errors.Is(err, rowactor.ErrNotDrained) || rep.Released != len(stuck.slow) {
-			t.Fatalf("Shutdown with two handlers ignoring its context: %+v, %v; want the %d rows it released counted, "+
-				"and not the rows given back before it", rep, err, len(stuck.slow))
+		if !errors.Is(err, rowactor.ErrNotDrained) {
+			t.Fatalf("Shutdown with two handlers ignoring its context: %+v, %v; want ErrNotDrained", rep, err)
+		}
+		// Shutdown released the two stuck rows, and any row of the room no give-back had
+		// reached yet (on a loaded machine some had not waited long enough): each is
+		// reported released with ErrClosed. A row given back is reported without an error.
+		byShutdown, givenBack := 0, 0
+		for quiet := false; !quiet; {
+			select {
+			case s := <-h.settled:
+				switch {
+				case s.Released && errors.Is(s.Err, rowactor.ErrClosed):
+					byShutdown++
+				case s.Step == "release" && s.Err == nil:
+					givenBack++
+				}
+			case <-time.After(500 * time.Millisecond):
+				quiet = true
+			}
+		}
+		if rep.Released != byShutdown || byShutdown < len(stuck.slow) {
+			t.Fatalf("Shutdown reported %d rows released; it released %d (at least the %d stuck), and %d were given back "+
+				"before it: only its own count", rep.Released, byShutdown, len(stuck.slow), givenBack)
 		}
 	})
 }

@@ -393,9 +393,9 @@ func (w *worker) send(rec dialects.OutboxRecord) error {
 	if err := r.sink.Send(ctx, Record{ID: rec.ID, Topic: rec.Topic, Payload: rec.Payload, Headers: headers}); err != nil {
 		return fmt.Errorf("send record %d of %s: %w", rec.ID, r.o.t.Name, err)
 	}
-	r.sent.Add(1)
 	if err := r.o.store.MarkSent(r.ctx, rec.ID, r.o.cfg.now()); err != nil {
 		return fmt.Errorf("stamp record %d of %s sent: %w", rec.ID, r.o.t.Name, err)
 	}
+	r.sent.Add(1) // once stamped, as Sent says: a reader then finds the stamp
 	return nil
 }
