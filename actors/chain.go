@@ -39,7 +39,7 @@ import (
 //     subscription's as a claimer's is, vetted for poison and handed off (a stopped
 //     subscription releases it).
 //   - Every claim request is answered. A delivery that waits for the decision is sent a
-//     request or soloMsg in the same handling of its workerFreeMsg. One that got a
+//     request or soloMsg in the same handling of its chainFreeMsg. One that got a
 //     request answers it whatever its settlement did: when the chained claim did not run
 //     (the settlement failed, a Cancel or a release took another way), it claims on a
 //     connection of its own, as a claimer would (claimer.Chained).
