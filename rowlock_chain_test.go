@@ -137,13 +137,13 @@ func TestASlowRowLockSettlementHoldsBackNoOtherWorkersClaim(t *testing.T) {
 	h := newHarness(t, driverNamed(t, "postgres"), rowactor.FormRowLock)
 	d := openPostgresPool(t, 12)
 	b := h.brokerOn(d)
-	h.exec("INSERT INTO " + h.table.Name + " (payload, grp) SELECT convert_to('p', 'UTF8'), 'q' FROM generate_series(1, 300)")
+	h.exec("INSERT INTO " + h.table.Name + " (payload, grp) SELECT convert_to('p', 'UTF8'), 'q' FROM generate_series(1, 100)")
 	var slowID int64
 	if err := d.Pool().QueryRow(context.Background(), "SELECT min(id) FROM "+h.table.Name).Scan(&slowID); err != nil {
 		t.Fatal(err)
 	}
 	fn := h.table.Name + "_slow"
-	h.exec(fmt.Sprintf("CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF OLD.id = %d THEN PERFORM pg_sleep(4); END IF; RETURN OLD; END $$", fn, slowID))
+	h.exec(fmt.Sprintf("CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF OLD.id = %d THEN PERFORM pg_sleep(10); END IF; RETURN OLD; END $$", fn, slowID))
 	t.Cleanup(func() { _, _ = d.Pool().Exec(context.Background(), "DROP FUNCTION IF EXISTS "+fn+"() CASCADE") })
 	h.exec("CREATE TRIGGER " + fn + " BEFORE DELETE ON " + h.table.Name + " FOR EACH ROW EXECUTE FUNCTION " + fn + "()")
 	var slowReturned atomic.Int64
@@ -156,16 +156,16 @@ func TestASlowRowLockSettlementHoldsBackNoOtherWorkersClaim(t *testing.T) {
 		return rowactor.Ack()
 	}, rowactor.Workers(4))
 	// The backlog drains while the slow settlement runs.
-	for deadline := time.Now().Add(3 * time.Second); countRows(t, d, h.table.Name, "") > 1; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(6 * time.Second); countRows(t, d, h.table.Name, "") > 1; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d rows left 3 s into a 4 s settlement of row %d", countRows(t, d, h.table.Name, ""), slowID)
+			t.Fatalf("%d rows left 6 s into a 10 s settlement of row %d", countRows(t, d, h.table.Name, ""), slowID)
 		}
 	}
 	published := time.Now()
 	id := h.publish(b, 1)[0]
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if at, ok := handledAt.Load(id); ok {
-			if took := at.(time.Time).Sub(published); took > time.Second {
+			if took := at.(time.Time).Sub(published); took > 2*time.Second {
 				t.Errorf("a row published with three workers free waited %v for one (row %d's settlement still ran)", took, slowID)
 			}
 			break
@@ -174,10 +174,10 @@ func TestASlowRowLockSettlementHoldsBackNoOtherWorkersClaim(t *testing.T) {
 			t.Fatal("the row published was never handled")
 		}
 	}
-	if since := time.Since(time.Unix(0, slowReturned.Load())); since > 4*time.Second {
+	if since := time.Since(time.Unix(0, slowReturned.Load())); since > 10*time.Second {
 		t.Fatalf("the slow settlement ended %v ago: the check above proved nothing", since)
 	}
-	h.waitSettledWithin(301, 20*time.Second)
+	h.waitSettledWithin(101, 30*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if rep, err := b.Shutdown(ctx); err != nil || !rep.Drained {
