@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,14 +100,12 @@ func (h *harness) q(s string) string { return quoteFor(h.drv.name, s) }
 
 func eventRowLockRollback(t *testing.T, h *harness) {
 	got := idleSubscriber(t, h)
-	// Due in 300 ms; locked by another session first.
-	h.exec(fmt.Sprintf("INSERT INTO %s (payload, grp, retry_after) VALUES (?, ?, ?)", h.q(h.table.Name)), []byte("x"), h.queue, h.drv.timeValue(time.Now().Add(300*time.Millisecond)))
+	// Due soon; locked by another session first.
+	due := time.Now().Add(lockSetup)
+	h.exec(fmt.Sprintf("INSERT INTO %s (payload, grp, retry_after) VALUES (?, ?, ?)", h.q(h.table.Name)), []byte("x"), h.queue, h.drv.timeValue(due))
 	id := int64(h.drv.count(t, h.d, fmt.Sprintf("SELECT max(id) FROM %s", h.q(h.table.Name))))
-	tx, _, rollback := h.drv.begin(t, h.d)
-	if err := h.drv.txExec(context.Background(), tx, fmt.Sprintf("SELECT id FROM %s WHERE id = ? FOR UPDATE", h.q(h.table.Name)), id); err != nil {
-		t.Fatal(err)
-	}
-	got.quiet(t, 900*time.Millisecond) // due since 600 ms, locked
+	_, _, rollback := lockElsewhere(t, h, id, due)
+	got.quiet(t, time.Until(due)+600*time.Millisecond) // due since 600 ms, locked
 	ev := time.Now()
 	if err := rollback(); err != nil {
 		t.Fatal(err)
@@ -114,9 +113,38 @@ func eventRowLockRollback(t *testing.T, h *harness) {
 	got.afterEvent(t, h, id, ev)
 }
 
+// lockSetup is how long a test's row stays not yet due while another session takes its
+// row lock. On a loaded machine the insert and the lock took more than 300 ms, and the
+// idle subscription claimed the row first.
+const lockSetup = 1500 * time.Millisecond
+
+// lockElsewhere takes row id's lock on a transaction of its own, and fails the test if
+// that ended after the row fell due (a subscription may have claimed it first). The
+// transaction is rolled back when the test ends unless it ended before, so a failed test
+// leaves no lock and no acquired connection behind.
+func lockElsewhere(t *testing.T, h *harness, id int64, due time.Time) (tx any, commit, rollback func() error) {
+	t.Helper()
+	tx, commitTx, rollbackTx := h.drv.begin(t, h.d)
+	var ended sync.Once
+	var endErr error
+	finish := func(f func() error) func() error {
+		return func() error { ended.Do(func() { endErr = f() }); return endErr }
+	}
+	commit, rollback = finish(commitTx), finish(rollbackTx)
+	t.Cleanup(func() { _ = rollback() })
+	if err := h.drv.txExec(context.Background(), tx, fmt.Sprintf("SELECT id FROM %s WHERE id = ? FOR UPDATE", h.q(h.table.Name)), id); err != nil {
+		t.Fatal(err)
+	}
+	if late := time.Since(due); late >= 0 {
+		t.Fatalf("row %d's lock was taken %v after it fell due: the setup was too slow to prove anything", id, late)
+	}
+	return tx, commit, rollback
+}
+
 func eventKeyFreed(t *testing.T, h *harness) {
 	got := idleSubscriber(t, h)
-	h.exec(fmt.Sprintf("INSERT INTO %s (payload, grp, retry_after) VALUES (?, ?, ?)", h.q(h.table.Name)), []byte("x"), h.queue, h.drv.timeValue(time.Now().Add(300*time.Millisecond)))
+	due := time.Now().Add(lockSetup)
+	h.exec(fmt.Sprintf("INSERT INTO %s (payload, grp, retry_after) VALUES (?, ?, ?)", h.q(h.table.Name)), []byte("x"), h.queue, h.drv.timeValue(due))
 	id := int64(h.drv.count(t, h.d, fmt.Sprintf("SELECT max(id) FROM %s", h.q(h.table.Name))))
 	key := strings.ReplaceAll(h.table.AdvisoryKey, "{id}", fmt.Sprint(id))
 	ctx := context.Background()
@@ -152,10 +180,17 @@ func eventKeyFreed(t *testing.T, h *harness) {
 			_ = c.Close()
 		}
 	}
+	var once sync.Once
+	free := release
+	release = func() { once.Do(free) }
+	t.Cleanup(release)
+	if late := time.Since(due); late >= 0 {
+		t.Fatalf("key %s was taken %v after row %d fell due: the setup was too slow to prove anything", key, late, id)
+	}
 	if !h.drv.keyLocked(t, h.d, key) {
 		t.Fatalf("key %s not held", key)
 	}
-	got.quiet(t, 900*time.Millisecond)
+	got.quiet(t, time.Until(due)+600*time.Millisecond)
 	ev := time.Now()
 	release()
 	got.afterEvent(t, h, id, ev)
@@ -191,16 +226,14 @@ func eventFIFOHeadAcked(t *testing.T, h *harness) {
 func eventFIFOHeadRowLock(t *testing.T, h *harness) {
 	got := idleSubscriber(t, h)
 	tn := h.q(h.table.Name)
-	h.exec(fmt.Sprintf("INSERT INTO %s (payload, grp, retry_after) VALUES (?, ?, ?)", tn), []byte("head"), h.queue, h.drv.timeValue(time.Now().Add(300*time.Millisecond)))
+	due := time.Now().Add(lockSetup)
+	h.exec(fmt.Sprintf("INSERT INTO %s (payload, grp, retry_after) VALUES (?, ?, ?)", tn), []byte("head"), h.queue, h.drv.timeValue(due))
 	head := int64(h.drv.count(t, h.d, fmt.Sprintf("SELECT max(id) FROM %s", tn)))
 	h.exec(fmt.Sprintf("INSERT INTO %s (payload, grp) VALUES (?, ?)", tn), []byte("behind"), h.queue)
 	id := head + 1
-	tx, commit, _ := h.drv.begin(t, h.d)
-	if err := h.drv.txExec(context.Background(), tx, fmt.Sprintf("SELECT id FROM %s WHERE id = ? FOR UPDATE", tn), head); err != nil {
-		t.Fatal(err)
-	}
-	// The claim may take the head... no: it is locked; and the row behind waits for it.
-	got.quiet(t, 900*time.Millisecond)
+	tx, commit, _ := lockElsewhere(t, h, head, due)
+	// The head is locked, and the row behind waits for it.
+	got.quiet(t, time.Until(due)+600*time.Millisecond)
 	if err := h.drv.txExec(context.Background(), tx, fmt.Sprintf("DELETE FROM %s WHERE id = ?", tn), head); err != nil {
 		t.Fatal(err)
 	}
