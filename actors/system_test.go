@@ -2,9 +2,12 @@ package actors
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 )
@@ -56,5 +59,76 @@ func TestADroppedSystemIsNotLentAgain(t *testing.T) {
 	}
 	if !a.IsStopped() {
 		t.Error("Drop left the system running")
+	}
+}
+
+// registered lists the ids in a process registry.
+func registered(r *actor.ProcessRegistryValue) map[string]bool {
+	ids := map[string]bool{}
+	for _, bucket := range r.LocalPIDs.LocalPIDs {
+		for id := range bucket.Items() {
+			ids[id] = true
+		}
+	}
+	return ids
+}
+
+// A system's process registry is small (the GC scans it in every cycle, and a spawn
+// touched a map of its own), and it still holds every actor Proto.Actor registered as the
+// system was made, finds the actors spawned on it, and keeps a name unique until its
+// actor stops.
+func TestASystemsRegistryIsSmallAndHoldsEveryActor(t *testing.T) {
+	plain := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(discard{}) }))
+	defer plain.Shutdown()
+	s := newSystem(slog.Default().Handler())
+	defer s.Drop()
+	if n := len(s.ProcessRegistry.LocalPIDs.LocalPIDs); n != registryBuckets {
+		t.Fatalf("the registry has %d buckets, want %d", n, registryBuckets)
+	}
+	want, got := registered(plain.ProcessRegistry), registered(s.ProcessRegistry)
+	if len(want) == 0 {
+		t.Fatal("a new system registers no actor: this test proves nothing of the move")
+	}
+	for id := range want {
+		if !got[id] {
+			t.Errorf("Proto.Actor's %q was lost with the big registry", id)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("the small registry holds %d actors, a new system %d", len(got), len(want))
+	}
+
+	echo := actor.PropsFromFunc(func(c actor.Context) {
+		if s, ok := c.Message().(string); ok {
+			c.Respond(s)
+		}
+	})
+	var pids []*actor.PID
+	for i := range 200 {
+		pid, err := s.Root.SpawnNamed(echo, fmt.Sprintf("registry-test-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, pid)
+	}
+	if _, err := s.Root.SpawnNamed(echo, "registry-test-7"); !errors.Is(err, actor.ErrNameExists) {
+		t.Fatalf("a second actor named registry-test-7 spawned: %v", err)
+	}
+	for i, pid := range pids {
+		r, err := s.Root.RequestFuture(pid, fmt.Sprint(i), 5*time.Second).Result()
+		if err != nil || r != fmt.Sprint(i) {
+			t.Fatalf("actor %d answered %v, %v", i, r, err)
+		}
+	}
+	for _, pid := range pids {
+		if err := s.Root.StopFuture(pid).Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(registered(s.ProcessRegistry)); n != len(want) {
+		t.Errorf("%d actors registered after every spawned one stopped, want %d", n, len(want))
+	}
+	if _, err := s.Root.SpawnNamed(echo, "registry-test-7"); err != nil {
+		t.Fatalf("a stopped actor's name is still taken: %v", err)
 	}
 }
