@@ -188,6 +188,50 @@ func TestASlowRowLockSettlementHoldsBackNoOtherWorkersClaim(t *testing.T) {
 	}
 }
 
+// A settling row lock delivery that offered to claim its worker's next row is answered
+// even when no claim is sent for it: here the subscription was paused while the
+// handlers ran, so it claims nothing, and each delivery settles alone at once. Left
+// waiting for a claim, the rows stayed locked and unsettled until Resume.
+func TestARowLockDeliveryOfferingToClaimSettlesWhenNoClaimComes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, driverNamed(t, "postgres"), rowactor.FormRowLock)
+	d := openPostgresPool(t, 8)
+	b := h.brokerOn(d)
+	const workers = 4
+	h.exec(fmt.Sprintf("INSERT INTO %s (payload, grp) SELECT convert_to('p', 'UTF8'), '%s' FROM generate_series(1, 20)", h.table.Name, h.queue))
+	started, release := make(chan int64, 20), make(chan struct{})
+	sub := h.subscribe(b, func(_ context.Context, dl *rowactor.Delivery) rowactor.Outcome {
+		started <- dl.ID()
+		<-release
+		return rowactor.Ack()
+	}, rowactor.Workers(workers))
+	for range workers {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the workers did not all start")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sub.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	for _, s := range h.waitSettledWithin(workers, 10*time.Second) {
+		if s.Err != nil || s.Step != "ack" {
+			t.Errorf("row %d: step %s, error %v", s.ID, s.Step, s.Err)
+		}
+	}
+	if left := countRows(t, d, h.table.Name, ""); left != 20-workers {
+		t.Errorf("%d rows left while paused, want %d", left, 20-workers)
+	}
+	if err := sub.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.waitSettledWithin(20-workers, 20*time.Second)
+}
+
 // Subscriptions on one pool share its connections (dialects.Budget): a row lock
 // subscription whose settlements claim its next rows on their connections keeps none
 // from another subscription waiting for one. The second's rows run while the first

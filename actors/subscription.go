@@ -641,12 +641,20 @@ func (a *subscriptionActor) onWorkerFree(c actor.Context, d *delivery, chains bo
 			c.Send(d.self, soloMsg{})
 		} else {
 			a.chainer = d.self // the first claim for a free worker goes to it (takeConns)
+			// No claim for it, or a panic below: it settles alone. Either way it is
+			// answered, or it would wait for ever with its row locked.
+			defer a.answerChainer(c)
 		}
 	}
 	a.startBacklog(c)
 	a.claim(c)
+}
+
+// answerChainer tells the delivery offered to claim (onWorkerFree) that no claim came
+// for it.
+func (a *subscriptionActor) answerChainer(c actor.Context) {
 	if a.chainer != nil {
-		c.Send(a.chainer, soloMsg{}) // no claim for it: it settles alone
+		c.Send(a.chainer, soloMsg{})
 		a.chainer = nil
 	}
 }
