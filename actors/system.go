@@ -100,9 +100,9 @@ func smallRegistry(r *actor.ProcessRegistryValue) {
 		small.LocalPIDs[i] = cmap.New()
 	}
 	for _, bucket := range r.LocalPIDs.LocalPIDs {
-		for id, p := range bucket.Items() {
-			small.GetBucket(id).Set(id, p)
-		}
+		// IterCb, not Items: Items starts a goroutine and a channel for each of the 32,768
+		// shards, which took a new system from 3 ms to 26 ms.
+		bucket.IterCb(func(id string, p any) { small.GetBucket(id).Set(id, p) })
 	}
 	r.LocalPIDs = small
 }
