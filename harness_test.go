@@ -321,3 +321,17 @@ func debugLevel() slog.Level {
 	}
 	return slog.LevelWarn
 }
+
+// receiveN receives n values from ch, failing the test if they take longer than d
+// together; what names one value in the failure.
+func receiveN[T any](t *testing.T, ch <-chan T, n int, d time.Duration, what string) {
+	t.Helper()
+	deadline := time.After(d)
+	for i := range n {
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("%d of %d: no %s within %v", i, n, what, d)
+		}
+	}
+}

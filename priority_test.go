@@ -84,13 +84,7 @@ func priorityScenario(t *testing.T, h *harness, form rowactor.Form) {
 		<-gate
 		return rowactor.Ack()
 	}, rowactor.Workers(workers))
-	for range workers {
-		select {
-		case <-started:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the workers did not start")
-		}
-	}
+	receiveN(t, started, workers, 10*time.Second, "a handler's start")
 	time.Sleep(500 * time.Millisecond) // the subscription fills what it holds in hand, then waits
 	inHand := workers
 	if form == rowactor.FormLease {

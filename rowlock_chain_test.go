@@ -205,13 +205,7 @@ func TestARowLockDeliveryOfferingToClaimSettlesWhenNoClaimComes(t *testing.T) {
 		<-release
 		return rowactor.Ack()
 	}, rowactor.Workers(workers))
-	for range workers {
-		select {
-		case <-started:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the workers did not all start")
-		}
-	}
+	receiveN(t, started, workers, 10*time.Second, "a handler's start")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := sub.Pause(ctx); err != nil {
