@@ -151,12 +151,17 @@ func (h *harness) brokerOn(d dialects.Dialect, opts ...rowactor.Option) *rowacto
 	if err != nil {
 		h.t.Fatalf("New: %v", err)
 	}
-	h.t.Cleanup(func() {
+	shutdownAtCleanup(h.t, b)
+	return b
+}
+
+// shutdownAtCleanup shuts b down when the test ends, allowing it 10 s.
+func shutdownAtCleanup(t testing.TB, b *rowactor.Broker) {
+	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, _ = b.Shutdown(ctx)
 	})
-	return b
 }
 
 func (h *harness) subscribe(b *rowactor.Broker, fn rowactor.Handler, opts ...rowactor.SubscribeOption) *rowactor.Subscription {

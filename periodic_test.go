@@ -437,11 +437,7 @@ func TestShutdownReturnsWhileAPeriodicPayloadRuns(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					t.Cleanup(func() {
-						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-						defer cancel()
-						_, _ = b.Shutdown(ctx)
-					})
+					shutdownAtCleanup(t, b)
 					return b
 				}
 				t.Run(from+"/from outside", func(t *testing.T) {

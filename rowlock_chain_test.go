@@ -238,11 +238,7 @@ func TestAChainingSubscriptionLeavesConnectionsToAnotherOnItsPool(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _ = b.Shutdown(ctx)
-	})
+	shutdownAtCleanup(t, b)
 	h.exec("INSERT INTO " + h.table.Name + " (payload, grp) SELECT convert_to('a', 'UTF8'), 'a' FROM generate_series(1, 6000)")
 	sleep := func(context.Context, *rowactor.Delivery) rowactor.Outcome {
 		time.Sleep(time.Millisecond)

@@ -304,11 +304,7 @@ func (c *boundCell) start() {
 		}
 	}
 	b := c.b
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _ = b.Shutdown(ctx)
-	})
+	shutdownAtCleanup(t, b)
 }
 
 // waitBlocked waits until a statement of the broker waits for the row the test locked.
